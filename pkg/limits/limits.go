@@ -1,0 +1,161 @@
+// Package limits describes the resources a sandboxed job may use: parsing of
+// human sizes and durations, the defaults every job gets, the caps a worker
+// enforces, and validation that names the offending field.
+package limits
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits are the resources of one sandbox. In a job, a zero field means
+// "the worker's default"; after Resolve every field is set.
+type Limits struct {
+	Timeout Duration `json:"timeout,omitempty"` // wall clock, counted from the hand-off to the sandbox
+	Memory  Size     `json:"memory,omitempty"`  // RAM, with swap disabled (Memory == MemorySwap)
+	CPUs    float64  `json:"cpus,omitempty"`    // CPU share, as docker run --cpus
+	Pids    int64    `json:"pids,omitempty"`    // processes and threads
+	Network bool     `json:"network,omitempty"` // bridge network instead of none; only where the worker allows it
+	Output  Size     `json:"output,omitempty"`  // bytes kept per stream (stdout, stderr); past it the job is killed
+	Tmpfs   Size     `json:"tmpfs,omitempty"`   // size of /tmp and of the working directory
+}
+
+// Default returns the limits a job gets when it asks for nothing: 30 s,
+// 512 MiB without swap, 1 CPU, 64 pids, no network, 1 MiB of output per
+// stream and a 64 MiB tmpfs.
+func Default() Limits {
+	return Limits{
+		Timeout: Duration(30 * time.Second),
+		Memory:  512 * MiB,
+		CPUs:    1,
+		Pids:    64,
+		Network: false,
+		Output:  1 * MiB,
+		Tmpfs:   64 * MiB,
+	}
+}
+
+// Caps are the most a worker grants one job. Network says whether a job may
+// ask for a network at all.
+type Caps Limits
+
+// DefaultCaps returns the caps a worker applies when configured with none.
+func DefaultCaps() Caps {
+	return Caps{
+		Timeout: Duration(10 * time.Minute),
+		Memory:  4 * GiB,
+		CPUs:    2,
+		Pids:    1024,
+		Network: false,
+		Output:  2 * MiB,
+		Tmpfs:   1 * GiB,
+	}
+}
+
+// Sentinel errors wrapped by FieldError.
+var (
+	ErrOverCap  = errors.New("over the worker's cap")
+	ErrInvalid  = errors.New("invalid value")
+	ErrNotAllow = errors.New("not allowed by this worker")
+)
+
+// FieldError names the field of Limits that failed and why.
+type FieldError struct {
+	Field string // JSON name: "memory", "timeout", ...
+	Value string // what was asked for
+	Cap   string // the cap, when Err is ErrOverCap
+	Err   error  // ErrOverCap, ErrInvalid or ErrNotAllow
+}
+
+func (e *FieldError) Error() string {
+	switch {
+	case errors.Is(e.Err, ErrOverCap):
+		return fmt.Sprintf("limits.%s: %s is over the worker's cap of %s", e.Field, e.Value, e.Cap)
+	case errors.Is(e.Err, ErrNotAllow):
+		return fmt.Sprintf("limits.%s: %s is not allowed by this worker", e.Field, e.Value)
+	default:
+		return fmt.Sprintf("limits.%s: invalid value %s", e.Field, e.Value)
+	}
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Resolve fills the zero fields of req from def and checks the result
+// against caps. A value over a cap is an error, never silently clamped.
+func Resolve(req, def Limits, caps Caps) (Limits, error) {
+	out := req
+	if out.Timeout == 0 {
+		out.Timeout = def.Timeout
+	}
+	if out.Memory == 0 {
+		out.Memory = def.Memory
+	}
+	if out.CPUs == 0 {
+		out.CPUs = def.CPUs
+	}
+	if out.Pids == 0 {
+		out.Pids = def.Pids
+	}
+	if out.Output == 0 {
+		out.Output = def.Output
+	}
+	if out.Tmpfs == 0 {
+		out.Tmpfs = def.Tmpfs
+	}
+	if err := out.Validate(caps); err != nil {
+		return Limits{}, err
+	}
+	return out, nil
+}
+
+// minMemory is the least memory Docker accepts for a container.
+const minMemory = 6 * MiB
+
+// Validate checks fully resolved limits against caps, field by field, and
+// returns the first failure as a *FieldError.
+func (l Limits) Validate(caps Caps) error {
+	over := func(field, value, limit string) error {
+		return &FieldError{Field: field, Value: value, Cap: limit, Err: ErrOverCap}
+	}
+	invalid := func(field, value string) error {
+		return &FieldError{Field: field, Value: value, Err: ErrInvalid}
+	}
+	switch {
+	case l.Timeout <= 0:
+		return invalid("timeout", l.Timeout.String())
+	case l.Timeout > caps.Timeout:
+		return over("timeout", l.Timeout.String(), caps.Timeout.String())
+	case l.Memory < minMemory:
+		return invalid("memory", l.Memory.String()+" (the least is 6m)")
+	case l.Memory > caps.Memory:
+		return over("memory", l.Memory.String(), caps.Memory.String())
+	case l.CPUs <= 0 || l.CPUs != l.CPUs:
+		return invalid("cpus", fmt.Sprint(l.CPUs))
+	case l.CPUs > caps.CPUs:
+		return over("cpus", fmt.Sprint(l.CPUs), fmt.Sprint(caps.CPUs))
+	case l.Pids <= 0:
+		return invalid("pids", fmt.Sprint(l.Pids))
+	case l.Pids > caps.Pids:
+		return over("pids", fmt.Sprint(l.Pids), fmt.Sprint(caps.Pids))
+	case l.Network && !caps.Network:
+		return &FieldError{Field: "network", Value: "true", Err: ErrNotAllow}
+	case l.Output <= 0:
+		return invalid("output", l.Output.String())
+	case l.Output > caps.Output:
+		return over("output", l.Output.String(), caps.Output.String())
+	case l.Tmpfs < MiB:
+		return invalid("tmpfs", l.Tmpfs.String()+" (the least is 1m)")
+	case l.Tmpfs > caps.Tmpfs:
+		return over("tmpfs", l.Tmpfs.String(), caps.Tmpfs.String())
+	}
+	return nil
+}
+
+// ValidateCaps checks that caps are usable and admit the defaults.
+func ValidateCaps(def Limits, caps Caps) error {
+	if err := def.Validate(caps); err != nil {
+		return fmt.Errorf("the defaults do not fit the caps: %w", err)
+	}
+	return nil
+}
