@@ -1,0 +1,207 @@
+// Package envelope is the wire format between the executor and the launcher
+// inside a sandbox container.
+//
+// The executor writes, on the container's stdin:
+//
+//	SANDFLEET1 <n>\n
+//	<n bytes of JSON Header>
+//	<the job's own stdin, raw, until EOF>
+//
+// Decode reads exactly the first two parts and never past them, so that the
+// launcher's fd 0 is then exactly the job's stdin and can be handed to the
+// job's process as is. The container therefore needs nothing job-specific at
+// create time, which is what lets a warm pool start containers before their
+// jobs arrive.
+//
+// On its way out the launcher appends a Trailer to stderr, marked with the
+// nonce of the Header, which the job never sees; the executor cuts it off.
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Magic starts every envelope; the digit is the format's version.
+const Magic = "SANDFLEET1"
+
+// MaxHeaderBytes bounds the JSON header, so that a corrupt length cannot make
+// the launcher allocate without limit. It is well above jobs.MaxJobBytes
+// even after base64.
+const MaxHeaderBytes = 64 << 20
+
+// maxLineBytes bounds the first line: the magic, a space, 20 digits, "\n".
+const maxLineBytes = len(Magic) + 1 + 20 + 1
+
+// DefaultDir is the working directory files are written to.
+const DefaultDir = "/workspace"
+
+// File is one file to write into the working directory. Data is []byte so
+// that binary content survives JSON (as base64).
+type File struct {
+	Name string `json:"name"`
+	Data []byte `json:"data"`
+	Mode uint32 `json:"mode,omitempty"` // permission bits; 0 means 0644
+}
+
+// Header tells the launcher what to unpack and run.
+type Header struct {
+	Argv  []string          `json:"argv"`
+	Env   map[string]string `json:"env,omitempty"`
+	Dir   string            `json:"dir,omitempty"` // "" means DefaultDir
+	Files []File            `json:"files,omitempty"`
+	Nonce string            `json:"nonce"` // marks the trailer; 16 to 64 hex digits
+}
+
+// ErrFormat is wrapped by every decoding and validation error.
+var ErrFormat = errors.New("envelope")
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
+}
+
+var nonceRE = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
+
+// Validate checks what the launcher relies on: a command, safe file names,
+// no duplicate files, well-formed env and a nonce.
+func (h *Header) Validate() error {
+	if len(h.Argv) == 0 || h.Argv[0] == "" {
+		return errorf("argv: empty command")
+	}
+	for i, a := range h.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errorf("argv[%d] contains a NUL byte", i)
+		}
+	}
+	for k, v := range h.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return errorf("env %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+	}
+	if h.Dir != "" && (!strings.HasPrefix(h.Dir, "/") || strings.IndexByte(h.Dir, 0) >= 0) {
+		return errorf("dir %q must be an absolute path", h.Dir)
+	}
+	seen := make(map[string]bool, len(h.Files))
+	for _, f := range h.Files {
+		if err := ValidFileName(f.Name); err != nil {
+			return errorf("file %q: %v", f.Name, err)
+		}
+		if seen[f.Name] {
+			return errorf("file %q given twice", f.Name)
+		}
+		seen[f.Name] = true
+		if f.Mode&^0o777 != 0 {
+			return errorf("file %q: mode %o has bits beyond 0777", f.Name, f.Mode)
+		}
+	}
+	// A file that is also a directory of another ("a" and "a/b") cannot be
+	// written; say so here rather than failing half-way through unpacking.
+	for name := range seen {
+		for i := 0; i < len(name); i++ {
+			if name[i] == '/' && seen[name[:i]] {
+				return errorf("file %q is also a directory of %q", name[:i], name)
+			}
+		}
+	}
+	if !nonceRE.MatchString(h.Nonce) {
+		return errorf("nonce must be 16 to 64 lowercase hex digits")
+	}
+	return nil
+}
+
+// ValidFileName reports whether name may be written into the working
+// directory: a relative path of at most 255 bytes, without empty, "." or
+// ".." parts and without NUL. It mirrors jobs.ValidFileName (a test keeps
+// them in step) so that the launcher does not link the job package.
+func ValidFileName(name string) error {
+	if name == "" || len(name) > 255 {
+		return errors.New("name must be 1 to 255 bytes")
+	}
+	if name[0] == '/' {
+		return errors.New("name must be relative")
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == "" || part == "." || part == ".." {
+			return errors.New("name must not contain empty, '.' or '..' parts")
+		}
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return errors.New("name contains a NUL byte")
+	}
+	return nil
+}
+
+// Marshal returns the header part of an envelope: the first line and the
+// JSON. The job's stdin follows it on the wire.
+func Marshal(h *Header) ([]byte, error) {
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(h)
+	if err != nil {
+		return nil, errorf("encode: %v", err)
+	}
+	if len(body) > MaxHeaderBytes {
+		return nil, errorf("header is %d bytes, over the limit of %d", len(body), MaxHeaderBytes)
+	}
+	out := make([]byte, 0, maxLineBytes+len(body))
+	out = append(out, Magic...)
+	out = append(out, ' ')
+	out = strconv.AppendInt(out, int64(len(body)), 10)
+	out = append(out, '\n')
+	return append(out, body...), nil
+}
+
+// Decode reads one header from r and nothing more: the first line byte by
+// byte, then exactly the announced number of bytes. What r holds next is the
+// job's stdin. The header is validated.
+func Decode(r io.Reader) (*Header, error) {
+	var line [maxLineBytes]byte
+	n := 0
+	for {
+		if n == len(line) {
+			return nil, errorf("first line longer than %d bytes", maxLineBytes)
+		}
+		if _, err := io.ReadFull(r, line[n:n+1]); err != nil {
+			return nil, errorf("reading first line: %v", err)
+		}
+		if line[n] == '\n' {
+			break
+		}
+		n++
+	}
+	magic, num, ok := bytes.Cut(line[:n], []byte{' '})
+	if !ok || string(magic) != Magic {
+		return nil, errorf("want %q at the start", Magic+" <length>")
+	}
+	if len(num) == 0 || (len(num) > 1 && num[0] == '0') {
+		return nil, errorf("bad length %q", num)
+	}
+	size, err := strconv.ParseUint(string(num), 10, 63)
+	if err != nil || size > MaxHeaderBytes {
+		return nil, errorf("bad length %q (the most is %d)", num, MaxHeaderBytes)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, errorf("reading %d header bytes: %v", size, err)
+	}
+	var h Header
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return nil, errorf("header JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, errorf("trailing data after the header JSON")
+	}
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}

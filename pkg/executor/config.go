@@ -1,0 +1,147 @@
+package executor
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// DefaultImage is the image build.sh builds for the default presets.
+const DefaultImage = "sandfleet/sandbox:latest"
+
+// Preset is what a job may name in its image field: an image with a main
+// file and a command. A job can never name a raw image.
+type Preset struct {
+	Image    string   // image reference; it must exist locally, it is never pulled
+	MainFile string   // Job.Code is written here, relative to the working directory
+	Argv     []string // the command when the job gives none
+}
+
+// DefaultPresets returns the presets of a worker configured with none:
+// "python" (python3 main.py) and "shell" (sh main.sh), both on DefaultImage.
+func DefaultPresets() map[string]Preset {
+	return map[string]Preset{
+		"python": {Image: DefaultImage, MainFile: "main.py", Argv: []string{"python3", "main.py"}},
+		"shell":  {Image: DefaultImage, MainFile: "main.sh", Argv: []string{"sh", "main.sh"}},
+	}
+}
+
+// Config configures an Executor. Every zero value stands for the documented
+// default.
+type Config struct {
+	// Client talks to the Docker engine. Nil: a client from the environment
+	// (DOCKER_HOST, DOCKER_CERT_PATH, ...) that negotiates the API version,
+	// closed by Executor.Close.
+	Client *client.Client
+
+	// Presets is the allowlist of images a job may name. Nil: DefaultPresets().
+	Presets map[string]Preset
+
+	// Defaults are the limits of a job that asks for none; a zero field takes
+	// the value of limits.Default().
+	Defaults limits.Limits
+
+	// Caps are the most a job may ask for; a zero field takes the value of
+	// limits.DefaultCaps(). Caps.Network must be true for any job to get a
+	// network.
+	Caps limits.Caps
+
+	// Runtime is the OCI runtime: "" means "runc"; "runsc" where gVisor is
+	// installed.
+	Runtime string
+
+	// WorkerID names this worker in the sandfleet.worker label, which Reap
+	// uses to find what a crashed predecessor left. "" means the hostname.
+	WorkerID string
+
+	// User runs the job inside the container: "" means "10001:10001", the
+	// sandbox user of the image. Root ("0", "root") is refused.
+	User string
+
+	// KillGrace bounds each Docker call made after the job ended or was
+	// killed (kill, inspect, remove), which run with a fresh context so that
+	// a canceled job still gets cleaned up. 0 means 10s.
+	KillGrace time.Duration
+
+	// Logger receives one line per job and every cleanup failure. Nil:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults for the sandbox user and the working directory.
+const (
+	sandboxUID = 10001
+	sandboxGID = 10001
+	workDir    = "/workspace"
+)
+
+// resolved returns a copy of c with every default filled in, or an error
+// naming the first unusable field.
+func (c Config) resolved() (Config, error) {
+	if c.Presets == nil {
+		c.Presets = DefaultPresets()
+	}
+	for name, p := range c.Presets {
+		if name == "" || p.Image == "" || p.MainFile == "" || len(p.Argv) == 0 || p.Argv[0] == "" {
+			return c, fmt.Errorf("executor: Presets[%q]: Image, MainFile and Argv are all required", name)
+		}
+	}
+	c.Defaults = fill(c.Defaults, limits.Default())
+	c.Caps = limits.Caps(fill(limits.Limits(c.Caps), limits.Limits(limits.DefaultCaps())))
+	if err := limits.ValidateCaps(c.Defaults, c.Caps); err != nil {
+		return c, fmt.Errorf("executor: Defaults: %w", err)
+	}
+	if c.Runtime == "" {
+		c.Runtime = "runc"
+	}
+	if c.WorkerID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "worker"
+		}
+		c.WorkerID = h
+	}
+	if c.User == "" {
+		c.User = fmt.Sprintf("%d:%d", sandboxUID, sandboxGID)
+	}
+	if slices.Contains([]string{"0", "root", "0:0", "root:root"}, c.User) || len(c.User) >= 2 && c.User[:2] == "0:" {
+		return c, fmt.Errorf("executor: User %q: the sandbox never runs as root", c.User)
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// fill sets the zero fields of l from def. Network is not filled: false is
+// its default and a meaningful value.
+func fill(l, def limits.Limits) limits.Limits {
+	if l.Timeout == 0 {
+		l.Timeout = def.Timeout
+	}
+	if l.Memory == 0 {
+		l.Memory = def.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.Output == 0 {
+		l.Output = def.Output
+	}
+	if l.Tmpfs == 0 {
+		l.Tmpfs = def.Tmpfs
+	}
+	return l
+}

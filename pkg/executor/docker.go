@@ -1,0 +1,120 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// dockerAPI is the part of the Docker client the executor uses, small
+// enough to fake in unit tests.
+type dockerAPI interface {
+	ContainerCreate(ctx context.Context, options client.ContainerCreateOptions) (client.ContainerCreateResult, error)
+	ContainerAttach(ctx context.Context, containerID string, options client.ContainerAttachOptions) (client.ContainerAttachResult, error)
+	ContainerWait(ctx context.Context, containerID string, options client.ContainerWaitOptions) client.ContainerWaitResult
+	ContainerStart(ctx context.Context, containerID string, options client.ContainerStartOptions) (client.ContainerStartResult, error)
+	ContainerKill(ctx context.Context, containerID string, options client.ContainerKillOptions) (client.ContainerKillResult, error)
+	ContainerInspect(ctx context.Context, containerID string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
+	ContainerRemove(ctx context.Context, containerID string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
+	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
+	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (client.ImageInspectResult, error)
+	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
+}
+
+var _ dockerAPI = (*client.Client)(nil)
+
+// Labels put on every sandbox container.
+const (
+	LabelManaged = "sandfleet.managed" // always "true"
+	LabelJob     = "sandfleet.job"     // the job's ID
+	LabelWorker  = "sandfleet.worker"  // Config.WorkerID
+)
+
+var (
+	// ErrInfrastructure is wrapped by every error Run returns: the engine,
+	// not the job, failed, so the job should be retried elsewhere or later.
+	ErrInfrastructure = errors.New("sandbox infrastructure failure")
+	// ErrImageMissing also wraps ErrInfrastructure: a preset's image is not
+	// on this host (build it with sandbox-image/build.sh; it is never pulled).
+	ErrImageMissing = fmt.Errorf("%w: image missing", ErrInfrastructure)
+)
+
+func infraErr(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrInfrastructure, op, err)
+}
+
+// containerSpec is the one place a sandbox's configuration is built: the
+// hardening of DESIGN.md "Sandbox container". Nothing in it depends on the
+// job beyond its limits and labels, so a pre-started container can take any
+// job that fits them.
+func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.ContainerCreateOptions {
+	no := false
+	yes := true
+	pids := l.Pids
+	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), sandboxUID, sandboxGID)
+	network := container.NetworkMode("none")
+	if l.Network {
+		network = "bridge"
+	}
+	// The job's files live on the working directory's tmpfs; a file may
+	// not outgrow it either (a pipe is not a file, so output is unaffected).
+	fsize := int64(l.Tmpfs)
+	cfg := &container.Config{
+		Image:           image,
+		User:            e.cfg.User,
+		WorkingDir:      workDir,
+		AttachStdin:     true,
+		AttachStdout:    true,
+		AttachStderr:    true,
+		OpenStdin:       true,
+		StdinOnce:       true, // EOF on our side closes the job's stdin
+		Tty:             false,
+		NetworkDisabled: !l.Network,
+		Labels: map[string]string{
+			LabelManaged: "true",
+			LabelJob:     jobID,
+			LabelWorker:  e.cfg.WorkerID,
+		},
+	}
+	host := &container.HostConfig{
+		NetworkMode:    network,
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"}, // seccomp stays the engine's default profile
+		Tmpfs: map[string]string{
+			"/tmp":  tmpfs,
+			workDir: tmpfs,
+		},
+		Init:    &yes,
+		Runtime: e.cfg.Runtime,
+		// Logs off: the executor reads output through the attach stream,
+		// and a flood must not fill the host's disk.
+		LogConfig:  container.LogConfig{Type: "none"},
+		AutoRemove: false, // removal is ours, after we inspected the state
+		Privileged: false,
+		IpcMode:    "private",
+		Resources: container.Resources{
+			Memory:           int64(l.Memory),
+			MemorySwap:       int64(l.Memory), // == Memory: no swap
+			NanoCPUs:         int64(l.CPUs * 1e9),
+			PidsLimit:        &pids,
+			OomKillDisable:   &no,
+			MemorySwappiness: nil,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: 1024, Hard: 1024},
+				{Name: "fsize", Soft: fsize, Hard: fsize},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	return client.ContainerCreateOptions{
+		Config:     cfg,
+		HostConfig: host,
+		Name:       "sandfleet-" + jobID + "-" + randHex(4),
+	}
+}

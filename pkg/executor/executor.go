@@ -1,0 +1,469 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// streamGrace is how long the output may keep flowing after the container
+// exited (the engine flushes the attach stream a little after the wait
+// returns); past it the stream is cut.
+const streamGrace = 2 * time.Second
+
+// Executor runs jobs in sandbox containers. It is safe for concurrent use;
+// bounding the concurrency is the caller's business.
+type Executor struct {
+	cfg       Config
+	api       dockerAPI
+	ownClient *client.Client // created by New, closed by Close
+}
+
+// New returns an Executor for cfg. It does not contact the engine: call
+// Check to verify that the daemon answers and the images exist, and Reap to
+// clean up after a crashed predecessor with the same WorkerID.
+func New(cfg Config) (*Executor, error) {
+	cfg, err := cfg.resolved()
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{cfg: cfg}
+	if cfg.Client != nil {
+		e.api = cfg.Client
+		return e, nil
+	}
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, infraErr("docker client", err)
+	}
+	e.api, e.ownClient = cli, cli
+	return e, nil
+}
+
+// newWithAPI is New with a fake engine, for tests.
+func newWithAPI(cfg Config, api dockerAPI) (*Executor, error) {
+	cfg, err := cfg.resolved()
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{cfg: cfg, api: api}, nil
+}
+
+// Close releases the Docker client if New created it.
+func (e *Executor) Close() error {
+	if e.ownClient != nil {
+		return e.ownClient.Close()
+	}
+	return nil
+}
+
+// Presets returns the names of the presets a job may use, sorted.
+func (e *Executor) Presets() []string {
+	names := make([]string, 0, len(e.cfg.Presets))
+	for n := range e.cfg.Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Check verifies that the engine answers and every preset's image is
+// present. Its errors wrap ErrInfrastructure (ErrImageMissing for images).
+func (e *Executor) Check(ctx context.Context) error {
+	if _, err := e.api.Ping(ctx, client.PingOptions{}); err != nil {
+		return infraErr("docker ping", err)
+	}
+	seen := map[string]bool{}
+	for _, name := range e.Presets() {
+		img := e.cfg.Presets[name].Image
+		if seen[img] {
+			continue
+		}
+		seen[img] = true
+		if _, err := e.api.ImageInspect(ctx, img); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return fmt.Errorf("%w: %s (preset %q; build it with sandbox-image/build.sh)", ErrImageMissing, img, name)
+			}
+			return infraErr("inspect image "+img, err)
+		}
+	}
+	return nil
+}
+
+// Reap force-removes every container labelled with this worker's ID: what a
+// crashed predecessor left behind. Call it at start, before running jobs,
+// since it would also remove this worker's running sandboxes.
+func (e *Executor) Reap(ctx context.Context) (int, error) {
+	list, err := e.api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", LabelWorker+"="+e.cfg.WorkerID),
+	})
+	if err != nil {
+		return 0, infraErr("list containers", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range list.Items {
+		if c.Labels[LabelManaged] != "true" || c.Labels[LabelWorker] != e.cfg.WorkerID {
+			continue
+		}
+		if _, err := e.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		e.cfg.Logger.Info("reaped a leftover sandbox", "container", shortID(c.ID),
+			"job_id", c.Labels[LabelJob], "worker", e.cfg.WorkerID)
+	}
+	if len(errs) > 0 {
+		return n, infraErr("reap", errors.Join(errs...))
+	}
+	return n, nil
+}
+
+// Run runs job in a fresh sandbox and returns its result. Every outcome of
+// the job itself, including rejection and cancellation through ctx, is a
+// Result with a final status; the error is non-nil only when the engine
+// failed, and then wraps ErrInfrastructure and the result is nil. The
+// container is removed on every path.
+//
+// Run fills ID, Labels, Status, Exit, Stdout, Stderr, the *_truncated flags,
+// DurationMS, CPUMS, PeakMemoryBytes, StartedAt, FinishedAt and Error.
+// Exit is nil when the job did not end on its own (timeout, output_limit,
+// canceled). CPUMS and PeakMemoryBytes come from the sandbox's cgroup, or
+// failing that from wait4, and are nil when the job was killed before it
+// could report them.
+func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+	res := &jobs.Result{ID: job.ID, Labels: job.Labels}
+	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
+	done := func(st jobs.Status, msg string) *jobs.Result {
+		now := time.Now().UTC()
+		res.Status, res.Error, res.FinishedAt = st, msg, &now
+		log.Info("job finished", "status", st, "error", msg)
+		return res
+	}
+
+	preset, ok := e.cfg.Presets[job.Image]
+	if !ok {
+		return done(jobs.StatusRejected, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
+			job.Image, strings.Join(e.Presets(), ", "))), nil
+	}
+	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
+	if err != nil {
+		return done(jobs.StatusRejected, err.Error()), nil
+	}
+	env, err := buildEnvelope(job, preset)
+	if err != nil {
+		return done(jobs.StatusRejected, err.Error()), nil
+	}
+	if ctx.Err() != nil {
+		return done(jobs.StatusCanceled, "canceled before it started"), nil
+	}
+
+	r, err := e.run(ctx, log, preset.Image, job.ID, lim, env, []byte(job.Stdin))
+	if err != nil {
+		log.Warn("sandbox failed", "error", err)
+		return nil, err
+	}
+	if r.started.IsZero() {
+		return done(r.status, r.msg), nil
+	}
+	res.Status, res.Error = r.status, r.msg
+	res.Exit = r.exit
+	res.Stdout, res.Stderr = string(r.stdout), string(r.stderr)
+	res.StdoutTruncated, res.StderrTruncated = r.stdoutTrunc, r.stderrTrunc
+	started, finished := r.started.UTC(), r.finished.UTC()
+	ms := finished.Sub(started).Milliseconds()
+	res.StartedAt, res.FinishedAt, res.DurationMS = &started, &finished, &ms
+	res.CPUMS, res.PeakMemoryBytes = r.cpuMS, r.peakBytes
+	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
+		"duration_ms", ms, "container", r.container)
+	return res, nil
+}
+
+// sealed is the envelope of one job: the header bytes and the nonce that
+// marks the launcher's trailer.
+type sealed struct {
+	header []byte
+	nonce  string
+}
+
+func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
+	argv := p.Argv
+	if len(job.Argv) > 0 {
+		argv = job.Argv
+	}
+	_, mainInFiles := job.Files[p.MainFile]
+	if mainInFiles && job.Code != "" {
+		return sealed{}, fmt.Errorf("files[%q]: collides with the preset's main file, which holds code", p.MainFile)
+	}
+	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Nonce: randHex(16)}
+	if !mainInFiles {
+		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
+	}
+	names := make([]string, 0, len(job.Files))
+	for n := range job.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		h.Files = append(h.Files, envelope.File{Name: n, Data: []byte(job.Files[n])})
+	}
+	b, err := envelope.Marshal(h)
+	if err != nil {
+		// Marshal validates: what fails here is the job's input.
+		return sealed{}, errors.New(strings.TrimPrefix(err.Error(), "envelope: "))
+	}
+	return sealed{header: b, nonce: h.Nonce}, nil
+}
+
+// outcome is what run observed, before it becomes a Result.
+type outcome struct {
+	status                   jobs.Status
+	msg                      string
+	exit                     *int
+	stdout, stderr           []byte
+	stdoutTrunc, stderrTrunc bool
+	started, finished        time.Time
+	cpuMS, peakBytes         *int64
+	container                string
+}
+
+func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID string, lim limits.Limits, env sealed, stdin []byte) (*outcome, error) {
+	// Calls after the job ended or was killed use a context of their own, so
+	// that a canceled caller still gets its container killed and removed.
+	fresh := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
+	}
+
+	created, err := e.api.ContainerCreate(ctx, e.containerSpec(image, jobID, lim))
+	if err != nil {
+		if ctx.Err() != nil {
+			return &outcome{status: jobs.StatusCanceled, msg: "canceled before it started"}, nil
+		}
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
+		}
+		return nil, infraErr("create container", err)
+	}
+	id := created.ID
+	out := &outcome{container: shortID(id)}
+	defer func() {
+		rctx, cancel := fresh()
+		defer cancel()
+		if _, err := e.api.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			log.Error("removing the sandbox failed; Reap will retry at the next start", "container", out.container, "error", err)
+		}
+	}()
+
+	att, err := e.api.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return e.startFailed(ctx, "attach", err)
+	}
+	defer att.Close()
+
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWait()
+	// Registered before start, so that even an instant exit is seen.
+	wait := e.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+
+	overflow := make(chan struct{}, 2)
+	stdout := newCapture(int(lim.Output), int64(lim.Output), overflow)
+	// stderr ends with the launcher's trailer, which must not count against
+	// the job's cap.
+	stderrKeep := int(lim.Output) + envelope.MaxTrailerBytes
+	stderr := newCapture(stderrKeep, int64(stderrKeep), overflow)
+
+	out.started = time.Now()
+	if _, err := e.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return e.startFailed(ctx, "start container", err)
+	}
+	timer := time.NewTimer(lim.Timeout.D())
+	defer timer.Stop()
+
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		// Errors here mean the container is gone, which the wait reports.
+		if _, err := att.Conn.Write(env.header); err != nil {
+			return
+		}
+		if len(stdin) > 0 {
+			if _, err := att.Conn.Write(stdin); err != nil {
+				return
+			}
+		}
+		_ = att.CloseWrite()
+	}()
+	copyDone := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copyDone <- err
+	}()
+	// Every goroutine is waited for before run returns: closing the
+	// connection unblocks both.
+	defer func() {
+		att.Close()
+		<-feedDone
+	}()
+
+	var killed jobs.Status // the first reason we killed for
+	var killDeadline <-chan time.Time
+	kill := func(reason jobs.Status) {
+		if killed != "" {
+			return
+		}
+		killed = reason
+		kctx, cancel := fresh()
+		defer cancel()
+		if _, err := e.api.ContainerKill(kctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			log.Warn("killing the sandbox failed", "container", out.container, "error", err)
+		}
+		killDeadline = time.After(e.cfg.KillGrace)
+	}
+
+	done := ctx.Done()
+	var exitCode int64
+	var waitErr error
+wait:
+	for {
+		select {
+		case r := <-wait.Result:
+			exitCode = r.StatusCode
+			if r.Error != nil && r.Error.Message != "" {
+				waitErr = errors.New(r.Error.Message)
+			}
+			break wait
+		case err := <-wait.Error:
+			waitErr = err
+			break wait
+		case <-done:
+			done = nil
+			kill(jobs.StatusCanceled)
+		case <-timer.C:
+			kill(jobs.StatusTimeout)
+		case <-overflow:
+			kill(jobs.StatusOutputLimit)
+		case <-killDeadline:
+			return nil, infraErr("wait", fmt.Errorf("container %s still running %s after it was killed", out.container, e.cfg.KillGrace))
+		}
+	}
+	out.finished = time.Now()
+	if waitErr != nil {
+		return nil, infraErr("wait", waitErr)
+	}
+
+	select {
+	case <-copyDone:
+	case <-time.After(streamGrace):
+		log.Warn("output stream still open after the sandbox exited; cutting it", "container", out.container)
+		att.Close()
+		<-copyDone
+	}
+
+	ictx, cancel := fresh()
+	info, ierr := e.api.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	cancel()
+	oom := false
+	if ierr != nil {
+		log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", out.container, "error", ierr)
+	} else if info.Container.State != nil {
+		oom = info.Container.State.OOMKilled
+	}
+
+	errBytes, trailer, haveTrailer := envelope.CutTrailer(stderr.buf, env.nonce)
+	out.stdout, out.stdoutTrunc = stdout.buf, stdout.exceeded()
+	out.stderr = errBytes
+	if len(out.stderr) > int(lim.Output) || (stderr.exceeded() && !haveTrailer) {
+		out.stderr, out.stderrTrunc = out.stderr[:min(len(out.stderr), int(lim.Output))], true
+	}
+	if haveTrailer {
+		exitCode = int64(trailer.Exit)
+		out.cpuMS = nanosToMS(firstNonNil(trailer.CgroupCPUNanos, trailer.CPUNanos))
+		out.peakBytes = firstNonNil(trailer.CgroupPeakBytes, trailer.MaxRSSBytes)
+	}
+	code := int(exitCode)
+
+	switch {
+	case killed == jobs.StatusCanceled:
+		out.status, out.msg = killed, "canceled while running"
+	case killed == jobs.StatusTimeout:
+		out.status, out.msg = killed, fmt.Sprintf("killed at the wall-clock limit of %s", lim.Timeout)
+	case oom:
+		out.status, out.exit = jobs.StatusOOM, &code
+		out.msg = fmt.Sprintf("killed at the memory limit of %s", lim.Memory)
+	case killed == jobs.StatusOutputLimit || out.stdoutTrunc || out.stderrTrunc:
+		out.status = jobs.StatusOutputLimit
+		out.msg = fmt.Sprintf("wrote more than the output limit of %s per stream", lim.Output)
+	case code == 0:
+		out.status, out.exit = jobs.StatusSucceeded, &code
+	default:
+		out.status, out.exit = jobs.StatusFailed, &code
+		switch {
+		case haveTrailer && trailer.Error != "":
+			out.msg = trailer.Error
+		case haveTrailer && trailer.Signal != 0:
+			out.msg = fmt.Sprintf("killed by signal %d (%s)", trailer.Signal, syscall.Signal(trailer.Signal))
+		}
+	}
+	return out, nil
+}
+
+// startFailed classifies a failure between create and start: the caller's
+// cancellation is the job's outcome, anything else the engine's fault.
+func (e *Executor) startFailed(ctx context.Context, op string, err error) (*outcome, error) {
+	if ctx.Err() != nil {
+		return &outcome{status: jobs.StatusCanceled, msg: "canceled before it started"}, nil
+	}
+	return nil, infraErr(op, err)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+func shortID(id string) string { return id[:min(12, len(id))] }
+
+func firstNonNil(ps ...*int64) *int64 {
+	if i := slices.IndexFunc(ps, func(p *int64) bool { return p != nil }); i >= 0 {
+		return ps[i]
+	}
+	return nil
+}
+
+func nanosToMS(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	ms := *p / 1e6
+	return &ms
+}
+
+func derefInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+var _ io.Writer = (*capture)(nil)

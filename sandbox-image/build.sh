@@ -1,0 +1,97 @@
+#!/bin/sh
+# Builds the sandbox image (sandfleet/sandbox:latest) used by the "python"
+# and "shell" presets.
+#
+#   online:  FROM python:3.12-slim + pip install of the seed's pinned versions
+#   offline: a Debian bookworm base made with mmdebstrap from this machine's
+#            apt sources, imported as sandfleet/debian-python-base:bookworm
+#            and cached: a second build skips mmdebstrap and takes seconds.
+#
+# The path is chosen automatically: offline when the online base is neither
+# present nor pullable. Environment:
+#   SANDBOX_BUILD=auto|online|offline   force a path (default auto)
+#   SANDBOX_IMAGE                       tag to build (default sandfleet/sandbox:latest)
+#   SANDBOX_REBUILD_BASE=1              rebuild the offline base even if cached
+#   SANDBOX_APT_SOURCES                 deb822 sources for mmdebstrap
+#                                       (default /etc/apt/sources.list.d/debian.sources)
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+image=${SANDBOX_IMAGE:-sandfleet/sandbox:latest}
+online_base=python:3.12-slim
+offline_base=sandfleet/debian-python-base:bookworm
+mode=${SANDBOX_BUILD:-auto}
+sources=${SANDBOX_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+pip_packages="requests==2.32.3 beautifulsoup4==4.12.3"
+
+log() { echo "build.sh: $*" >&2; }
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+log "building the launcher (static)"
+mkdir -p "$here/build"
+(cd "$root" && CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' \
+	-o "$here/build/launcher" ./sandbox-image/launcher)
+
+if [ "$mode" = auto ]; then
+	if have_image "$online_base"; then
+		mode=online
+	elif timeout 60 docker pull "$online_base" >/dev/null 2>&1; then
+		mode=online
+	else
+		log "cannot pull $online_base: using the offline path"
+		mode=offline
+	fi
+fi
+
+build_offline_base() {
+	if [ "${SANDBOX_REBUILD_BASE:-0}" != 1 ] && have_image "$offline_base"; then
+		log "offline base $offline_base is cached"
+		return
+	fi
+	if ! command -v mmdebstrap >/dev/null 2>&1; then
+		if [ "$(id -u)" = 0 ]; then
+			log "installing mmdebstrap"
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2
+		else
+			log "mmdebstrap is missing: install it (apt-get install mmdebstrap) or run as root"
+			exit 1
+		fi
+	fi
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	log "building $offline_base with mmdebstrap (takes a minute or two)"
+	set -- --variant=minbase --include=python3,python3-requests,python3-bs4 \
+		--dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/man/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		bookworm "$tmp/base.tar"
+	if [ -r "$sources" ]; then
+		mmdebstrap "$@" - <"$sources" >&2
+	else
+		log "$sources not found: using mmdebstrap's default mirror"
+		mmdebstrap "$@" >&2
+	fi
+	docker import \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'CMD ["/bin/bash"]' \
+		"$tmp/base.tar" "$offline_base" >/dev/null
+}
+
+case "$mode" in
+online)
+	log "building $image FROM $online_base"
+	docker build -q -t "$image" --build-arg "BASE=$online_base" \
+		--build-arg "PIP_PACKAGES=$pip_packages" "$here" >/dev/null
+	;;
+offline)
+	build_offline_base
+	log "building $image FROM $offline_base"
+	docker build -q -t "$image" --build-arg "BASE=$offline_base" "$here" >/dev/null
+	;;
+*)
+	log "SANDBOX_BUILD must be auto, online or offline, not $mode"
+	exit 2
+	;;
+esac
+log "built $image ($mode)"
