@@ -253,7 +253,6 @@ except OSError as err:
 
 func TestIntegrationTimeout(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
 	cases := map[string]string{
 		"busy loop":       "while True: pass",
 		"ignores SIGTERM": "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready')\ntime.sleep(600)",
@@ -261,6 +260,7 @@ func TestIntegrationTimeout(t *testing.T) {
 	for name, code := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			e := setup(t, nil) // a worker of its own: the leftover check below is per worker
 			const limit = 2 * time.Second
 			start := time.Now()
 			res := run(t, e, job(code, withLimits(limits.Limits{Timeout: limits.Duration(limit)})))
