@@ -370,4 +370,3 @@ func TestIntegrationCheck(t *testing.T) {
 		t.Fatalf("Run with a missing image = %v, want ErrImageMissing", err)
 	}
 }
-
