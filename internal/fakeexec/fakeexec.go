@@ -1,0 +1,173 @@
+// Package fakeexec is an in-memory executor for tests of the worker and the
+// CLI: it stands in for pkg/executor at the executor boundary only.
+//
+// A job's code is a tiny script, one command per line:
+//
+//	print TEXT     append TEXT and a newline to stdout
+//	eprint TEXT    the same on stderr
+//	sleep DURATION sleep, or stop early with a canceled result
+//	block          wait until the job's context is canceled
+//	exit N         finish with exit code N (failed when N != 0)
+//	timeout        finish as timeout
+//
+// Images other than "python" and "shell" are rejected as unknown presets,
+// and limits are resolved against limits.Default() and Caps, as the real
+// executor does.
+package fakeexec
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// ErrDown is returned by Run and Ping while the fake is Down.
+var ErrDown = errors.New("fake infrastructure down")
+
+// Executor is the fake. The zero value is ready to use.
+type Executor struct {
+	Caps *limits.Caps // default limits.DefaultCaps()
+
+	mu      sync.Mutex
+	runs    map[string]int
+	running int
+	max     int
+	down    bool
+}
+
+// Runs returns how many times the job with this ID was run (Run calls that
+// got past validation and infrastructure).
+func (e *Executor) Runs(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runs[id]
+}
+
+// Total returns the number of runs of all jobs.
+func (e *Executor) Total() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, v := range e.runs {
+		n += v
+	}
+	return n
+}
+
+// MaxConcurrent returns the most jobs that ran at once.
+func (e *Executor) MaxConcurrent() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.max
+}
+
+// Running returns how many jobs run now.
+func (e *Executor) Running() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running
+}
+
+// SetDown makes Run and Ping fail with ErrDown (true) or work again.
+func (e *Executor) SetDown(down bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.down = down
+}
+
+// Ping fails while the fake is down.
+func (e *Executor) Ping(context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.down {
+		return ErrDown
+	}
+	return nil
+}
+
+// Run runs the job's script.
+func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+	start := time.Now().UTC()
+	res := &jobs.Result{ID: job.ID, StartedAt: &start, Labels: job.Labels}
+	finish := func(s jobs.Status, code *int) (*jobs.Result, error) {
+		end := time.Now().UTC()
+		d := end.Sub(start).Milliseconds()
+		res.Status, res.Exit, res.FinishedAt, res.DurationMS = s, code, &end, &d
+		return res, nil
+	}
+	if job.Image != "python" && job.Image != "shell" {
+		res.StartedAt = nil
+		res.Error = "image: unknown preset " + strconv.Quote(job.Image) + " (this worker has: python, shell)"
+		return finish(jobs.StatusRejected, nil)
+	}
+	caps := limits.DefaultCaps()
+	if e.Caps != nil {
+		caps = *e.Caps
+	}
+	if _, err := limits.Resolve(job.Limits, limits.Default(), caps); err != nil {
+		res.StartedAt = nil
+		res.Error = err.Error()
+		return finish(jobs.StatusRejected, nil)
+	}
+
+	e.mu.Lock()
+	if e.down {
+		e.mu.Unlock()
+		return nil, ErrDown
+	}
+	if e.runs == nil {
+		e.runs = map[string]int{}
+	}
+	e.runs[job.ID]++
+	e.running++
+	e.max = max(e.max, e.running)
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running--
+		e.mu.Unlock()
+	}()
+
+	var stdout, stderr strings.Builder
+	defer func() { res.Stdout, res.Stderr = stdout.String(), stderr.String() }()
+	sc := bufio.NewScanner(strings.NewReader(job.Code))
+	for sc.Scan() {
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		switch cmd {
+		case "print":
+			stdout.WriteString(arg + "\n")
+		case "eprint":
+			stderr.WriteString(arg + "\n")
+		case "sleep", "block":
+			var wait <-chan time.Time
+			if cmd == "sleep" {
+				d, _ := time.ParseDuration(arg)
+				t := time.NewTimer(d)
+				defer t.Stop()
+				wait = t.C
+			}
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return finish(jobs.StatusCanceled, nil)
+			}
+		case "exit":
+			n, _ := strconv.Atoi(arg)
+			if n != 0 {
+				return finish(jobs.StatusFailed, &n)
+			}
+			return finish(jobs.StatusSucceeded, &n)
+		case "timeout":
+			return finish(jobs.StatusTimeout, nil)
+		}
+	}
+	zero := 0
+	return finish(jobs.StatusSucceeded, &zero)
+}

@@ -1,0 +1,289 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors of the client API. Test for them with errors.Is.
+var (
+	// ErrQueueFull: the stream is at its MaxMsgs or MaxBytes limit and
+	// refused the job (DiscardNew). Nothing was queued; retry later.
+	ErrQueueFull = errors.New("queue full")
+	// ErrNotFound: no result and no queued or running job has this ID.
+	ErrNotFound = errors.New("job not found")
+	// ErrFinished: Cancel found the job already finished.
+	ErrFinished = errors.New("job already finished")
+)
+
+// jsErrStoreFailed is the server's JSStreamStoreFailedF (10077): with
+// DiscardNew it is how a stream at MaxMsgs or MaxBytes refuses a message.
+// Oversized jobs, the other cause, are refused by Submit before publishing.
+const jsErrStoreFailed jetstream.ErrorCode = 10077
+
+// Client is what an orchestrator imports to submit jobs and read results.
+// It is safe for concurrent use.
+type Client struct {
+	js     jetstream.JetStream
+	topo   Topology
+	stores *Stores
+}
+
+// NewClient ensures the topology (idempotently) and returns a client.
+func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Client, error) {
+	st, err := topo.Ensure(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{js: js, topo: topo.WithDefaults(), stores: st}, nil
+}
+
+// Stores returns the stream and buckets the client uses.
+func (c *Client) Stores() *Stores { return c.stores }
+
+// Encode normalizes and validates a copy of job and returns it with its wire
+// form, refusing one over maxBytes (0 means MaxJobBytes).
+func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
+	if maxBytes <= 0 {
+		maxBytes = MaxJobBytes
+	}
+	j := *job
+	j.Normalize()
+	if err := j.Validate(); err != nil {
+		return nil, nil, err
+	}
+	data, err := json.Marshal(&j)
+	if err != nil {
+		return nil, nil, invalid("encode: %v", err)
+	}
+	if len(data) > maxBytes {
+		return nil, nil, invalid("job is %d bytes, over the cap of %d", len(data), maxBytes)
+	}
+	return &j, data, nil
+}
+
+// Submit queues job on jobs.<queue>.<id> and returns its ID: job.ID, or a
+// fresh UUIDv7 when empty (job itself is not modified). The ID is also the
+// Nats-Msg-Id, so a second Submit of the same ID within the duplicate window
+// is dropped by the stream; outside it the worker finds the stored result.
+// Either way the job runs once. A full stream yields ErrQueueFull; an
+// invalid job an error wrapping ErrInvalidJob.
+func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
+	j, data, err := Encode(job, c.topo.MaxJobBytes)
+	if err != nil {
+		return "", err
+	}
+	_, err = c.js.Publish(ctx, Subject(j.Queue, j.ID), data,
+		jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(StreamName))
+	if err != nil {
+		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
+			switch apiErr.ErrorCode {
+			case jsErrStoreFailed:
+				return "", fmt.Errorf("submit %s: %w: %w", j.ID, ErrQueueFull, err)
+			case jetstream.JSErrCodeStreamMessageExceedsMaximum:
+				return "", fmt.Errorf("submit %s: %w: %w", j.ID, ErrInvalidJob, err)
+			}
+		}
+		return "", fmt.Errorf("submit %s: %w", j.ID, err)
+	}
+	return j.ID, nil
+}
+
+// Get returns the stored result of a job, or ErrNotFound when there is none
+// (yet: the job may still be queued or running; see Queued).
+func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
+	e, err := c.stores.Results.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	return DecodeResult(e.Value())
+}
+
+// Queued reports whether a job with this ID is in the stream: queued, or
+// running (a job leaves the stream only once its result is stored).
+func (c *Client) Queued(ctx context.Context, id string) (bool, error) {
+	if !ValidID(id) {
+		return false, nil
+	}
+	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// DecodeResult parses a stored or published result.
+func DecodeResult(data []byte) (*Result, error) {
+	var r Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode result: %w", err)
+	}
+	return &r, nil
+}
+
+// ResultWatch waits for one job's result. Open it before publishing the job
+// so that no result can be missed; Stop it when done.
+type ResultWatch struct {
+	w jetstream.KeyWatcher
+}
+
+// Watch opens a watch on the result of id. The current value, if any, is
+// delivered first.
+func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
+	if !ValidID(id) {
+		return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", truncate(id, 140))
+	}
+	w, err := c.stores.Results.Watch(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", id, err)
+	}
+	return &ResultWatch{w: w}, nil
+}
+
+// Next blocks until the result is stored or ctx is done.
+func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-rw.w.Updates():
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				return nil, errors.New("result watch closed")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // end of initial values, or a deleted/expired result
+			}
+			return DecodeResult(e.Value())
+		}
+	}
+}
+
+// Stop closes the watch.
+func (rw *ResultWatch) Stop() error { return rw.w.Stop() }
+
+// Wait blocks until the job's result is stored, or ctx is done. It does not
+// check that the job exists; bound it with a deadline, or use Queued.
+func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
+	rw, err := c.Watch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rw.Stop()
+	return rw.Next(ctx)
+}
+
+// SubmitAndWait submits job and waits for its result. The watch is opened
+// before the publish, so a fast result is not missed.
+func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
+	j := *job
+	j.Normalize()
+	rw, err := c.Watch(ctx, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer rw.Stop()
+	if _, err := c.Submit(ctx, &j); err != nil {
+		return nil, err
+	}
+	return rw.Next(ctx)
+}
+
+// CancelRequest is the value a Cancel stores in CANCELS under the job ID.
+// Workers watch the bucket and cancel the job's context when it is running.
+type CancelRequest struct {
+	RequestedAt time.Time `json:"requested_at"`
+}
+
+// Cancel cancels a job. It stores a cancel request in CANCELS, which the
+// worker running the job watches: it kills the sandbox and stores a
+// canceled result. If no result arrives within Topology.CancelWait the job
+// is taken to be queued and Cancel stores the canceled result itself; the
+// worker that later takes the job finds it and drops the job unrun. Cancel
+// returns the job's final result: canceled, or, with ErrFinished, the result
+// it had already reached. An unknown ID yields ErrNotFound.
+func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
+	if r, err := c.Get(ctx, id); err == nil {
+		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	queued, err := c.Queued(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !queued {
+		return nil, fmt.Errorf("cancel: %w: %s", ErrNotFound, id)
+	}
+	req, _ := json.Marshal(CancelRequest{RequestedAt: time.Now().UTC()})
+	rw, err := c.Watch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rw.Stop()
+	if _, err := c.stores.Cancels.Put(ctx, id, req); err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	defer cancel()
+	if r, err := rw.Next(wctx); err == nil {
+		if r.Status != StatusCanceled {
+			return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		}
+		return r, nil
+	} else if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	now := time.Now().UTC()
+	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: "canceled by request"}
+	stored, won, err := StoreResult(ctx, c.stores.Results, res)
+	if err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	if !won && stored.Status != StatusCanceled {
+		return stored, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, stored.Status)
+	}
+	return stored, nil
+}
+
+// StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
+// It returns the stored result (r, or the winner's) and whether r won.
+func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result) (stored *Result, won bool, err error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode result: %w", err)
+	}
+	_, err = kv.Create(ctx, r.ID, data)
+	if err == nil {
+		return r, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, false, fmt.Errorf("store result %s: %w", r.ID, err)
+	}
+	e, err := kv.Get(ctx, r.ID)
+	if err != nil {
+		return nil, false, fmt.Errorf("read stored result %s: %w", r.ID, err)
+	}
+	w, err := DecodeResult(e.Value())
+	if err != nil {
+		return nil, false, err
+	}
+	return w, false, nil
+}
+
+// ValidSubject reports whether s may be published to: non-empty tokens,
+// no wildcards, no whitespace or control characters.
+func ValidSubject(s string) bool { return validSubject(s) }

@@ -1,0 +1,256 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of the JetStream objects sandfleet uses. They are part of the wire
+// contract: any NATS client may publish to SubjectPrefix+"<queue>.<id>" and
+// read RESULTS.
+const (
+	StreamName    = "JOBS"
+	SubjectPrefix = "jobs."
+	ResultsBucket = "RESULTS"
+	WorkersBucket = "WORKERS"
+	CancelsBucket = "CANCELS"
+)
+
+// Subject returns the subject a job is published on: jobs.<queue>.<id>.
+func Subject(queue, id string) string { return SubjectPrefix + queue + "." + id }
+
+// ConsumerName returns the durable pull consumer that serves a queue.
+func ConsumerName(queue string) string { return "workers-" + queue }
+
+// ErrBadSubject is returned by ParseSubject for a subject that is not
+// jobs.<queue>.<id>.
+var ErrBadSubject = errors.New("subject is not jobs.<queue>.<id>")
+
+// ParseSubject splits jobs.<queue>.<id>. It checks the shape only; the queue
+// and ID formats are Validate's to check.
+func ParseSubject(subject string) (queue, id string, err error) {
+	rest, ok := strings.CutPrefix(subject, SubjectPrefix)
+	if !ok {
+		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
+	}
+	queue, id, ok = strings.Cut(rest, ".")
+	if !ok || queue == "" || id == "" || strings.Contains(id, ".") {
+		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
+	}
+	return queue, id, nil
+}
+
+// Topology configures the stream, consumers and KV buckets. Workers and
+// clients both create them idempotently (CreateOrUpdate), so every process
+// of a fleet should use the same Topology: the last writer's settings win.
+// The zero value of each field means its documented default.
+type Topology struct {
+	// Replicas of the stream and the buckets. Default 1; 3 on a 3-node cluster.
+	Replicas int
+	// DuplicateWindow is how long the stream remembers a job ID
+	// (Nats-Msg-Id) to drop a second publish of it. Default 10m. Outside the
+	// window a duplicate is still run at most once: the worker finds its
+	// result in RESULTS.
+	DuplicateWindow time.Duration
+	// MaxMsgs is the most jobs queued at once; past it Submit fails with
+	// ErrQueueFull (DiscardNew). Default 100000.
+	MaxMsgs int64
+	// MaxBytes is the most bytes queued at once. Default 1 GiB.
+	MaxBytes int64
+	// MaxJobBytes caps the encoded size of one job, in the client and the
+	// worker. Default MaxJobBytes (4 MiB). The server's max_payload must
+	// admit it (the embedded server allows 8 MiB; a stock nats-server 1 MiB).
+	MaxJobBytes int
+	// AckWait is the lease a worker holds on a job; it is extended with
+	// InProgress every AckWait/3 while the job runs. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver is how many times a job is delivered before it is given up.
+	// Default 5.
+	MaxDeliver int
+	// MaxAckPending bounds the jobs in flight per queue across the fleet.
+	// Default 1000; set it to the fleet's total slots to make it exact.
+	MaxAckPending int
+	// ResultTTL is how long results are kept in RESULTS. Default 24h.
+	ResultTTL time.Duration
+	// WorkerTTL is how long a worker's heartbeat stays in WORKERS. Default
+	// 15s; workers beat every WorkerTTL/3.
+	WorkerTTL time.Duration
+	// CancelWait is how long Cancel waits for the worker running a job to
+	// store its canceled result (with the worker's figures) before storing
+	// one itself, which is how a queued job gets its result. Default 2s.
+	CancelWait time.Duration
+}
+
+// WithDefaults returns t with every zero field set to its default.
+func (t Topology) WithDefaults() Topology {
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defI := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defI(&t.Replicas, 1)
+	defD(&t.DuplicateWindow, 10*time.Minute)
+	def(&t.MaxMsgs, 100_000)
+	def(&t.MaxBytes, 1<<30)
+	defI(&t.MaxJobBytes, MaxJobBytes)
+	defD(&t.AckWait, 30*time.Second)
+	defI(&t.MaxDeliver, 5)
+	defI(&t.MaxAckPending, 1000)
+	defD(&t.ResultTTL, 24*time.Hour)
+	defD(&t.WorkerTTL, 15*time.Second)
+	defD(&t.CancelWait, 2*time.Second)
+	return t
+}
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+func badField(field string, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// Validate checks t after defaults and names the first bad field.
+func (t Topology) Validate() error {
+	t = t.WithDefaults()
+	switch {
+	case t.Replicas < 1 || t.Replicas > 5:
+		return badField("Replicas", "%d is not within 1..5", t.Replicas)
+	case t.DuplicateWindow < 0:
+		return badField("DuplicateWindow", "%s is negative", t.DuplicateWindow)
+	case t.MaxMsgs < 0:
+		return badField("MaxMsgs", "%d is negative", t.MaxMsgs)
+	case t.MaxBytes < 0:
+		return badField("MaxBytes", "%d is negative", t.MaxBytes)
+	case t.MaxJobBytes < 0:
+		return badField("MaxJobBytes", "%d is negative", t.MaxJobBytes)
+	case t.AckWait < time.Second:
+		return badField("AckWait", "%s is under 1s", t.AckWait)
+	case t.MaxDeliver < 1:
+		return badField("MaxDeliver", "%d is under 1", t.MaxDeliver)
+	case t.MaxAckPending < 1:
+		return badField("MaxAckPending", "%d is under 1", t.MaxAckPending)
+	case t.ResultTTL < time.Second:
+		return badField("ResultTTL", "%s is under 1s", t.ResultTTL)
+	case t.WorkerTTL < time.Second:
+		return badField("WorkerTTL", "%s is under 1s", t.WorkerTTL)
+	case t.CancelWait < 0:
+		return badField("CancelWait", "%s is negative", t.CancelWait)
+	}
+	return nil
+}
+
+// Stores are the JetStream objects of a Topology, once ensured.
+type Stores struct {
+	Stream  jetstream.Stream
+	Results jetstream.KeyValue // job ID → Result JSON; first writer wins
+	Workers jetstream.KeyValue // worker ID → Heartbeat JSON, with a TTL
+	Cancels jetstream.KeyValue // job ID → cancel request, watched by workers
+}
+
+// Ensure creates or updates the stream JOBS and the buckets RESULTS, WORKERS
+// and CANCELS. It is idempotent and safe to call from every process.
+func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	t = t.WithDefaults()
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "sandfleet jobs: jobs.<queue>.<id>",
+		Subjects:    []string{SubjectPrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     t.MaxMsgs,
+		MaxBytes:    t.MaxBytes,
+		// Leave room for headers around the largest job.
+		MaxMsgSize: int32(t.MaxJobBytes + 64<<10),
+		Duplicates: t.DuplicateWindow,
+		Replicas:   t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	kv := func(name, desc string, ttl time.Duration) (jetstream.KeyValue, error) {
+		b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: desc,
+			TTL:         ttl,
+			Storage:     jetstream.FileStorage,
+			Replicas:    t.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	st := &Stores{Stream: stream}
+	if st.Results, err = kv(ResultsBucket, "sandfleet results by job ID", t.ResultTTL); err != nil {
+		return nil, err
+	}
+	if st.Workers, err = kv(WorkersBucket, "sandfleet worker heartbeats", t.WorkerTTL); err != nil {
+		return nil, err
+	}
+	if st.Cancels, err = kv(CancelsBucket, "sandfleet cancel requests by job ID", t.ResultTTL); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// EnsureConsumer creates or updates the durable pull consumer of a queue,
+// workers-<queue>, filtered to jobs.<queue>.>.
+func (t Topology) EnsureConsumer(ctx context.Context, js jetstream.JetStream, queue string) (jetstream.Consumer, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if !ValidQueue(queue) {
+		return nil, badField("queue", "%q must match [A-Za-z0-9_-]{1,64}", queue)
+	}
+	t = t.WithDefaults()
+	c, err := js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(queue),
+		Description:   "sandfleet workers of queue " + queue,
+		FilterSubject: SubjectPrefix + queue + ".>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       t.AckWait,
+		MaxDeliver:    t.MaxDeliver,
+		MaxAckPending: t.MaxAckPending,
+		// Each worker keeps at most one pull request open at a time.
+		MaxWaiting: 512,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", ConsumerName(queue), err)
+	}
+	return c, nil
+}
+
+// WorkerStatus is a worker's heartbeat, stored in WORKERS under its ID and
+// refreshed every WorkerTTL/3; a worker gone silent expires with the TTL.
+type WorkerStatus struct {
+	ID        string    `json:"id"`
+	Queue     string    `json:"queue"`
+	Version   string    `json:"version"`
+	Slots     int       `json:"slots"`
+	Busy      int       `json:"busy"`
+	Ready     bool      `json:"ready"`              // false while the executor is down
+	Draining  bool      `json:"draining,omitempty"` // no longer fetching
+	LastError string    `json:"last_error,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+}

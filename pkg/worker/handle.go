@@ -1,0 +1,351 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// verdict is what happens to a message once its job is handled.
+type verdict int
+
+const (
+	verdictAck      verdict = iota // result stored: DoubleAck removes the job
+	verdictTerm                    // the job is invalid: never redeliver
+	verdictNak                     // forced stop or drain: redeliver now
+	verdictNakDelay                // not the job's fault: redeliver after NakDelay
+)
+
+func (v verdict) String() string {
+	return [...]string{"ack", "term", "nak", "nak_delay"}[v]
+}
+
+// decision is the one classification of a handled message.
+type decision struct {
+	verdict verdict
+	result  *jobs.Result // the stored result, when there is one
+	reason  string       // why, for logs and TermWithReason
+}
+
+// delivery is what the message's metadata and subject say.
+type delivery struct {
+	queue, id string
+	subjErr   error
+	attempt   int
+	queuedAt  *time.Time
+}
+
+func (w *Worker) handle(stop, force context.Context, msg jetstream.Msg) {
+	var dl delivery
+	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(msg.Subject())
+	if meta, err := msg.Metadata(); err == nil {
+		dl.attempt = int(meta.NumDelivered)
+		t := meta.Timestamp.UTC()
+		dl.queuedAt = &t
+	}
+	log := w.log.With("job_id", dl.id, "attempt", dl.attempt)
+
+	// The lease is kept alive for the whole handling: running, holding
+	// while the executor is down, and storing the result.
+	leaseCtx, stopLease := context.WithCancel(context.Background())
+	var leaseWG sync.WaitGroup
+	leaseWG.Go(func() { w.keepLease(leaseCtx, msg, log) })
+	d := w.decide(stop, force, msg, dl, log)
+	stopLease()
+	leaseWG.Wait()
+	w.settle(msg, d, log)
+}
+
+func (w *Worker) keepLease(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
+	t := time.NewTicker(w.cfg.Topology.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := msg.InProgress(); err != nil {
+				log.Warn("extend lease", "err", err)
+			}
+		}
+	}
+}
+
+// settle maps a decision to ack, term or nak: the only place that does.
+func (w *Worker) settle(msg jetstream.Msg, d decision, log *slog.Logger) {
+	var err error
+	switch d.verdict {
+	case verdictAck:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = msg.DoubleAck(ctx)
+		cancel()
+	case verdictTerm:
+		err = msg.TermWithReason(d.reason)
+	case verdictNak:
+		err = msg.Nak()
+	case verdictNakDelay:
+		err = msg.NakWithDelay(w.cfg.NakDelay)
+	}
+	attrs := []any{"verdict", d.verdict.String()}
+	if d.result != nil {
+		attrs = append(attrs, "status", string(d.result.Status))
+		if d.result.DurationMS != nil {
+			attrs = append(attrs, "duration_ms", *d.result.DurationMS)
+		}
+	}
+	if d.reason != "" {
+		attrs = append(attrs, "reason", d.reason)
+	}
+	if err != nil {
+		// The result, if any, is stored: a redelivery finds it.
+		log.Warn("settle message", append(attrs, "err", err)...)
+		return
+	}
+	level := slog.LevelInfo
+	if d.verdict != verdictAck {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, "job settled", attrs...)
+}
+
+// decide handles one message up to, not including, its settlement.
+func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl delivery, log *slog.Logger) decision {
+	job, err := w.decode(msg.Data(), dl)
+	if err != nil {
+		now := time.Now().UTC()
+		res := &jobs.Result{Status: jobs.StatusRejected, Error: err.Error(), FinishedAt: &now}
+		w.fill(res, job, dl)
+		return w.finish(force, job, res, log)
+	}
+
+	if stored, err := w.lookup(job.ID); err != nil {
+		return decision{verdict: verdictNakDelay, reason: "read RESULTS: " + err.Error()}
+	} else if stored != nil {
+		w.reply(job, stored, log)
+		return decision{verdict: verdictAck, result: stored, reason: "result already stored"}
+	}
+
+	jobCtx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	defer context.AfterFunc(force, func() { cancel(ErrForced) })()
+	r := &run{id: job.ID, cancel: cancel}
+	w.mu.Lock()
+	w.running[r] = struct{}{}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, r)
+		w.mu.Unlock()
+	}()
+	// Checked after registering, so a request arriving in between is seen
+	// by the watcher.
+	if w.cancelRequested(job.ID, log) {
+		cancel(ErrCancelRequested)
+	}
+
+	var res *jobs.Result
+	if !errors.Is(context.Cause(jobCtx), ErrCancelRequested) {
+		var d *decision
+		res, d = w.runHeld(stop, jobCtx, job, log)
+		if d != nil {
+			return *d
+		}
+	}
+	switch cause := context.Cause(jobCtx); {
+	case errors.Is(cause, ErrForced):
+		return decision{verdict: verdictNak, reason: "forced stop"}
+	case errors.Is(cause, ErrCancelRequested):
+		if res == nil {
+			now := time.Now().UTC()
+			res = &jobs.Result{FinishedAt: &now}
+		}
+		res.Status = jobs.StatusCanceled
+		res.Error = ErrCancelRequested.Error()
+	}
+	w.fill(res, job, dl)
+	return w.finish(force, job, res, log)
+}
+
+// runHeld runs the job. On an infrastructure error it marks the executor
+// down (the fetcher pauses and the prober pings with back-off), holds the
+// message, and runs it again once the executor is up: no delivery is
+// burnt. It gives the job back on drain, force or after HoldMax.
+func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*jobs.Result, *decision) {
+	var hold <-chan time.Time
+	for {
+		log.Debug("running")
+		res, err := w.runOnce(jobCtx, job)
+		if err == nil {
+			if res == nil {
+				now := time.Now().UTC()
+				res = &jobs.Result{Status: jobs.StatusError, Error: "executor returned no result", FinishedAt: &now}
+			}
+			w.health.up()
+			return res, nil
+		}
+		if jobCtx.Err() != nil {
+			return nil, nil // forced or canceled: decide says which
+		}
+		log.Error("executor infrastructure failure; holding the job", "err", err)
+		w.health.down(err)
+		if hold == nil {
+			t := time.NewTimer(w.cfg.HoldMax)
+			defer t.Stop()
+			hold = t.C
+		}
+		select {
+		case <-w.health.upCh():
+		case <-jobCtx.Done():
+			return nil, nil
+		case <-stop.Done():
+			return nil, &decision{verdict: verdictNak, reason: "draining while the executor is down: " + err.Error()}
+		case <-hold:
+			return nil, &decision{verdict: verdictNakDelay, reason: "executor down for " + w.cfg.HoldMax.String() + ": " + err.Error()}
+		}
+	}
+}
+
+// runOnce calls the executor, turning a panic into an error result: a
+// panic is a bug, and retrying it would only repeat it.
+func (w *Worker) runOnce(ctx context.Context, job *jobs.Job) (res *jobs.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			now := time.Now().UTC()
+			res, err = &jobs.Result{Status: jobs.StatusError, Error: fmt.Sprintf("executor panicked: %v", p), FinishedAt: &now}, nil
+		}
+	}()
+	return w.exec.Run(ctx, job)
+}
+
+// decode reads the job and reconciles it with its subject. A job may leave
+// out id and queue; when present they must match the subject.
+func (w *Worker) decode(data []byte, dl delivery) (*jobs.Job, error) {
+	if dl.subjErr != nil {
+		return nil, fmt.Errorf("%w: %w", jobs.ErrInvalidJob, dl.subjErr)
+	}
+	j, err := jobs.Decode(data, w.cfg.Topology.MaxJobBytes)
+	if err != nil {
+		return nil, err
+	}
+	if j.ID == "" {
+		j.ID = dl.id
+	} else if j.ID != dl.id {
+		return j, fmt.Errorf("%w: id %q does not match the subject's %q", jobs.ErrInvalidJob, trunc(j.ID), trunc(dl.id))
+	}
+	if j.Queue == "" {
+		j.Queue = dl.queue
+	} else if j.Queue != dl.queue {
+		return j, fmt.Errorf("%w: queue %q does not match the subject's %q", jobs.ErrInvalidJob, trunc(j.Queue), trunc(dl.queue))
+	}
+	if err := j.Validate(); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
+func trunc(s string) string {
+	if len(s) > 140 {
+		return s[:140] + "..."
+	}
+	return s
+}
+
+func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {
+	res.ID = dl.id
+	res.Worker = w.cfg.ID
+	res.Attempt = dl.attempt
+	res.QueuedAt = dl.queuedAt
+	if res.Labels == nil && job != nil {
+		res.Labels = job.Labels
+	}
+}
+
+// kvKey matches what a KV bucket accepts as a key (for one subject token).
+var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+$`)
+
+// finish stores the result (first writer wins), publishes the stored one to
+// the reply subject and decides: term for rejected jobs, ack otherwise.
+func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, log *slog.Logger) decision {
+	stored := res
+	if kvKey.MatchString(res.ID) {
+		var err error
+		stored, err = w.store(force, res)
+		if err != nil {
+			return decision{verdict: verdictNakDelay, result: res, reason: "store result: " + err.Error()}
+		}
+	} else {
+		log.Warn("result not stored: the subject's ID is not a valid key", "status", res.Status)
+	}
+	w.reply(job, stored, log)
+	if stored.Status == jobs.StatusRejected {
+		return decision{verdict: verdictTerm, result: stored, reason: stored.Error}
+	}
+	return decision{verdict: verdictAck, result: stored}
+}
+
+// store writes the result with retries; on a conflict the winner's result
+// is returned. It gives up after HoldMax or on force.
+func (w *Worker) store(force context.Context, res *jobs.Result) (*jobs.Result, error) {
+	ctx, cancel := context.WithTimeout(force, w.cfg.HoldMax)
+	defer cancel()
+	return backoff.RetryWithData(func() (*jobs.Result, error) {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		stored, _, err := jobs.StoreResult(actx, w.stores.Results, res)
+		if err != nil {
+			w.log.Warn("store result", "job_id", res.ID, "err", err)
+		}
+		return stored, err
+	}, backoff.WithContext(w.cfg.Backoff(), ctx))
+}
+
+func (w *Worker) lookup(id string) (*jobs.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := w.stores.Results.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return jobs.DecodeResult(e.Value())
+}
+
+func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := w.stores.Cancels.Get(ctx, id)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+		log.Warn("read CANCELS", "err", err)
+	}
+	return false
+}
+
+// reply publishes the result to the job's reply subject, if it has a valid
+// one. Best effort: the result is in RESULTS either way.
+func (w *Worker) reply(job *jobs.Job, res *jobs.Result, log *slog.Logger) {
+	if job == nil || job.ReplyTo == "" || !jobs.ValidSubject(job.ReplyTo) {
+		return
+	}
+	data, err := json.Marshal(res)
+	if err == nil {
+		err = w.js.Conn().Publish(job.ReplyTo, data)
+	}
+	if err != nil {
+		log.Warn("publish result to reply_to", "reply_to", job.ReplyTo, "err", err)
+	}
+}

@@ -1,0 +1,494 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// Executor runs one job. It returns a Result for every outcome of the job
+// itself, rejected included, and an error only when the infrastructure
+// failed (the job is then retried, not charged). pkg/executor implements it.
+type Executor interface {
+	Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
+}
+
+// Pinger is implemented by executors that can cheaply check their
+// infrastructure (the Docker daemon). After an infrastructure error the
+// worker stops fetching until Ping succeeds; without it, it retries Run
+// after a back-off.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Causes of a job's context being canceled by the worker.
+var (
+	// ErrForced: the worker was forced to stop; the job is naked for
+	// immediate redelivery and no result is stored.
+	ErrForced = errors.New("worker forced to stop")
+	// ErrCancelRequested: a client asked to cancel the job (jobs.Client.Cancel).
+	ErrCancelRequested = errors.New("canceled by request")
+)
+
+// Config configures a Worker. The zero value of each field is its
+// documented default.
+type Config struct {
+	// ID names the worker in results, logs and WORKERS. Default: the host
+	// name. Characters not allowed in a KV key become '-'.
+	ID string
+	// Queue is the queue served. Default jobs.DefaultQueue ("default").
+	Queue string
+	// Slots is how many jobs run at once. Default runtime.NumCPU().
+	Slots int
+	// Version is reported in heartbeats. Default "dev".
+	Version string
+	// Topology of the stream, consumer and buckets; zero fields default.
+	Topology jobs.Topology
+	// FetchWait is how long one pull waits for a job; it bounds how long a
+	// drain waits for the fetcher. Default 2s.
+	FetchWait time.Duration
+	// HoldMax is how long a job is held (its lease kept alive) while the
+	// executor's infrastructure is down, waiting to run it here, before it
+	// is handed back with a delayed nak. Default 2m.
+	HoldMax time.Duration
+	// NakDelay is the redelivery delay after a failure that is not the
+	// job's fault (result store unreachable, hold expired). Default 5s.
+	NakDelay time.Duration
+	// Backoff returns the back-off of infrastructure probes and of NATS
+	// retries. Default: exponential from 250ms to 30s, never giving up.
+	Backoff func() backoff.BackOff
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrInvalidConfig is wrapped by Config.Validate's errors.
+var ErrInvalidConfig = errors.New("invalid worker configuration")
+
+var badKeyChars = regexp.MustCompile(`[^-/_=a-zA-Z0-9]`)
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		c.ID, _ = os.Hostname()
+		if c.ID == "" {
+			c.ID = "worker"
+		}
+	}
+	c.ID = badKeyChars.ReplaceAllString(c.ID, "-")
+	if c.Queue == "" {
+		c.Queue = jobs.DefaultQueue
+	}
+	if c.Slots == 0 {
+		c.Slots = runtime.NumCPU()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	c.Topology = c.Topology.WithDefaults()
+	if c.FetchWait == 0 {
+		c.FetchWait = 2 * time.Second
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = 2 * time.Minute
+	}
+	if c.NakDelay == 0 {
+		c.NakDelay = 5 * time.Second
+	}
+	if c.Backoff == nil {
+		c.Backoff = func() backoff.BackOff {
+			b := backoff.NewExponentialBackOff()
+			b.InitialInterval = 250 * time.Millisecond
+			b.MaxInterval = 30 * time.Second
+			b.MaxElapsedTime = 0
+			return b
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults and names the first bad
+// field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !jobs.ValidQueue(c.Queue):
+		return bad("Queue", "%q must match [A-Za-z0-9_-]{1,64}", c.Queue)
+	case c.Slots < 1:
+		return bad("Slots", "%d is under 1", c.Slots)
+	case c.FetchWait < 10*time.Millisecond:
+		return bad("FetchWait", "%s is under 10ms", c.FetchWait)
+	case c.HoldMax < 0:
+		return bad("HoldMax", "%s is negative", c.HoldMax)
+	case c.NakDelay < 0:
+		return bad("NakDelay", "%s is negative", c.NakDelay)
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return fmt.Errorf("%w: Topology: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Worker pulls jobs of one queue and runs them on an Executor.
+type Worker struct {
+	cfg   Config
+	js    jetstream.JetStream
+	exec  Executor
+	log   *slog.Logger
+	start time.Time
+
+	stores *jobs.Stores
+	cons   jetstream.Consumer
+
+	busy     atomic.Int64
+	draining atomic.Bool
+	health   *health
+
+	mu      sync.Mutex
+	running map[*run]struct{}
+}
+
+// run is one job in progress, for cancel requests.
+type run struct {
+	id     string
+	cancel context.CancelCauseFunc
+}
+
+// New returns a worker; Run starts it.
+func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Worker{
+		cfg:     cfg,
+		js:      js,
+		exec:    exec,
+		log:     cfg.Logger.With("worker", cfg.ID, "queue", cfg.Queue),
+		health:  newHealth(),
+		running: map[*run]struct{}{},
+	}, nil
+}
+
+// ID returns the worker's ID as used in results and WORKERS.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Ready reports whether the executor's infrastructure is believed up.
+func (w *Worker) Ready() bool { return w.health.ready() }
+
+// Status returns what the worker's heartbeat says.
+func (w *Worker) Status() jobs.WorkerStatus {
+	lastErr := w.health.lastError()
+	return jobs.WorkerStatus{
+		ID:        w.cfg.ID,
+		Queue:     w.cfg.Queue,
+		Version:   w.cfg.Version,
+		Slots:     w.cfg.Slots,
+		Busy:      int(w.busy.Load()),
+		Ready:     w.health.ready(),
+		Draining:  w.draining.Load(),
+		LastError: lastErr,
+		StartedAt: w.start,
+		LastSeen:  time.Now().UTC(),
+	}
+}
+
+// Run ensures the topology and serves jobs until stop is canceled, then
+// drains: it fetches no more, lets the jobs in flight finish and returns
+// nil. Canceling force cancels the jobs in flight, which are naked for
+// immediate redelivery, and Run returns once they are settled.
+func (w *Worker) Run(stop, force context.Context) error {
+	w.start = time.Now().UTC()
+	st, err := w.cfg.Topology.Ensure(stop, w.js)
+	if err != nil {
+		return stoppedOr(stop, err)
+	}
+	cons, err := w.cfg.Topology.EnsureConsumer(stop, w.js, w.cfg.Queue)
+	if err != nil {
+		return stoppedOr(stop, err)
+	}
+	w.stores, w.cons = st, cons
+
+	bg, cancelBg := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	bgWG.Go(func() { w.heartbeat(bg) })
+	bgWG.Go(func() { w.watchCancels(bg) })
+	bgWG.Go(func() { w.probe(bg) })
+
+	w.log.Info("worker started", "slots", w.cfg.Slots, "ack_wait", w.cfg.Topology.AckWait)
+	var jobsWG sync.WaitGroup
+	w.fetchLoop(stop, force, &jobsWG)
+	w.draining.Store(true)
+	w.log.Info("draining", "in_flight", w.busy.Load())
+	jobsWG.Wait()
+
+	cancelBg()
+	bgWG.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := st.Workers.Delete(ctx, w.cfg.ID); err != nil {
+		w.log.Warn("remove heartbeat", "err", err)
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// fetchLoop takes a slot, then fetches one message for it, until stop.
+func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) {
+	slots := make(chan struct{}, w.cfg.Slots)
+	var retry backoff.BackOff
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-stop.Done():
+			return
+		}
+		if err := w.health.wait(stop); err != nil {
+			return
+		}
+		msg, err := w.fetchOne()
+		if err != nil || msg == nil {
+			<-slots
+			if err == nil {
+				retry = nil
+				continue
+			}
+			if retry == nil {
+				retry = w.cfg.Backoff()
+			}
+			d := retry.NextBackOff()
+			if d == backoff.Stop {
+				d = 30 * time.Second
+			}
+			w.log.Warn("fetch failed", "err", err, "retry_in", d)
+			select {
+			case <-time.After(d):
+			case <-stop.Done():
+				return
+			}
+			continue
+		}
+		retry = nil
+		w.busy.Add(1)
+		jobsWG.Go(func() {
+			defer func() {
+				w.busy.Add(-1)
+				<-slots
+			}()
+			w.handle(stop, force, msg)
+		})
+	}
+}
+
+// fetchOne pulls at most one message. The pull is not canceled by stop: a
+// message in flight to a canceled pull would sit unacked until its lease
+// ran out, so a drain waits up to FetchWait instead.
+func (w *Worker) fetchOne() (jetstream.Msg, error) {
+	batch, err := w.cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+	if err != nil {
+		return nil, err
+	}
+	var msg jetstream.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if err := batch.Error(); err != nil && msg == nil &&
+		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// heartbeat keeps the worker's entry in WORKERS fresh.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Topology.WorkerTTL / 3)
+	defer t.Stop()
+	for {
+		data, _ := json.Marshal(w.Status())
+		if _, err := w.stores.Workers.Put(ctx, w.cfg.ID, data); err != nil && ctx.Err() == nil {
+			w.log.Warn("heartbeat", "err", err)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchCancels cancels running jobs named in CANCELS.
+func (w *Worker) watchCancels(ctx context.Context) {
+	watch, err := w.stores.Cancels.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		w.log.Error("watch cancel requests; cancel of running jobs will not work", "err", err)
+		return
+	}
+	defer watch.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			w.mu.Lock()
+			for r := range w.running {
+				if r.id == e.Key() {
+					w.log.Info("cancel requested", "job_id", r.id)
+					r.cancel(ErrCancelRequested)
+				}
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// probe waits for the executor to be reported down, then pings it with
+// back-off until it answers and marks it up again.
+func (w *Worker) probe(ctx context.Context) {
+	pinger, _ := w.exec.(Pinger)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.health.kick:
+		}
+		b := backoff.WithContext(w.cfg.Backoff(), ctx)
+		err := backoff.Retry(func() error {
+			if pinger == nil {
+				return nil // the held job's next Run is the probe
+			}
+			err := pinger.Ping(ctx)
+			if err != nil {
+				w.log.Warn("executor still down", "err", err)
+			}
+			return err
+		}, b)
+		if err != nil {
+			return
+		}
+		if pinger == nil {
+			// Space the retries of Run out like pings would be.
+			select {
+			case <-time.After(b.NextBackOff()):
+			case <-ctx.Done():
+				return
+			}
+		}
+		w.log.Info("executor up again")
+		w.health.up()
+	}
+}
+
+// health gates fetching on the executor's infrastructure.
+type health struct {
+	mu   sync.Mutex
+	ok   chan struct{} // closed while up
+	err  error
+	kick chan struct{} // wakes the prober
+}
+
+func newHealth() *health {
+	ok := make(chan struct{})
+	close(ok)
+	return &health{ok: ok, kick: make(chan struct{}, 1)}
+}
+
+func (h *health) down(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.err = err
+	select {
+	case <-h.ok:
+		h.ok = make(chan struct{})
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	default:
+	}
+}
+
+func (h *health) up() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.ok:
+	default:
+		close(h.ok)
+	}
+}
+
+func (h *health) upCh() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ok
+}
+
+func (h *health) ready() bool {
+	select {
+	case <-h.upCh():
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *health) lastError() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil || h.ready0() {
+		return ""
+	}
+	return h.err.Error()
+}
+
+// ready0 is ready with h.mu held.
+func (h *health) ready0() bool {
+	select {
+	case <-h.ok:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *health) wait(ctx context.Context) error {
+	select {
+	case <-h.upCh():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stoppedOr returns nil when the error is due to a stop: shutting down
+// during start-up is not a failure.
+func stoppedOr(stop context.Context, err error) error {
+	if stop.Err() != nil {
+		return nil
+	}
+	return err
+}
