@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build the fleet's images locally, with no registry: static binaries are
+# built on the host and copied into FROM scratch images.
+#
+#   sandfleet/nats:<version>   nats-server at the version go.mod pins (also :latest)
+#   sandfleet/worker:latest    cmd/worker
+#
+# Usage: images.sh [nats] [worker]    (default: both)
+# Env:   GO (default go), WORKER_TAG (default sandfleet/worker:latest)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+GO=${GO:-go}
+WORKER_TAG=${WORKER_TAG:-sandfleet/worker:latest}
+export CGO_ENABLED=0
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(nats worker)
+
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+
+# context DIR: a build context with an empty /tmp; the binary goes next to it.
+context() {
+	mkdir -p "$1/tmp"
+	chmod 1777 "$1/tmp"
+}
+
+nats_version() {
+	(cd "$root" && "$GO" list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
+}
+
+build_nats() {
+	local v dir
+	v=$(nats_version)
+	dir="$ctx/nats"
+	context "$dir"
+	echo "images: building nats-server $v"
+	(cd "$root" && "$GO" build -trimpath -ldflags '-s -w' -o "$dir/nats-server" github.com/nats-io/nats-server/v2)
+	cp "$here/nats.Dockerfile" "$dir/Dockerfile"
+	docker build -q -t "sandfleet/nats:${v#v}" -t sandfleet/nats:latest \
+		--label "org.opencontainers.image.version=${v#v}" "$dir" >/dev/null
+	echo "images: sandfleet/nats:${v#v} sandfleet/nats:latest"
+}
+
+build_worker() {
+	local dir rev
+	dir="$ctx/worker"
+	context "$dir"
+	if [ ! -d "$root/cmd/worker" ] || ! ls "$root"/cmd/worker/*.go >/dev/null 2>&1; then
+		echo "images: cmd/worker does not exist yet; cannot build $WORKER_TAG" >&2
+		return 1
+	fi
+	echo "images: building cmd/worker"
+	(cd "$root" && "$GO" build -trimpath -ldflags '-s -w' -o "$dir/worker" ./cmd/worker)
+	cp "$here/worker.Dockerfile" "$dir/Dockerfile"
+	rev=$(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+	docker build -q -t "$WORKER_TAG" --label "org.opencontainers.image.revision=$rev" "$dir" >/dev/null
+	echo "images: $WORKER_TAG"
+	if ! docker image inspect sandfleet/sandbox:latest >/dev/null 2>&1; then
+		echo "images: warning: sandfleet/sandbox:latest is not on this host; workers need it (make sandbox-image)" >&2
+	fi
+}
+
+for t in "${targets[@]}"; do
+	case "$t" in
+	nats) build_nats ;;
+	worker) build_worker ;;
+	*) echo "images: unknown target $t (want nats or worker)" >&2; exit 2 ;;
+	esac
+done

@@ -1,0 +1,418 @@
+package compose
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// Test passwords: letters and digits, like secrets.sh makes.
+const (
+	testSubmitterPassword = "sTestSubmitter0"
+	testWorkerPassword    = "wTestWorker0"
+	testRoutePassword     = "rTestRoute0"
+)
+
+// startConfiguredServer starts an in-process nats-server from nats.conf, the
+// file the compose nodes run, with only what a test must change overridden:
+// a free port, a temporary store, no monitoring port and no cluster.
+func startConfiguredServer(t *testing.T) *server.Server {
+	t.Helper()
+	t.Setenv("NATS_SERVER_NAME", "security-test")
+	t.Setenv("NATS_ROUTE_PASSWORD", testRoutePassword)
+	t.Setenv("SANDFLEET_SUBMITTER_PASSWORD", testSubmitterPassword)
+	t.Setenv("SANDFLEET_WORKER_PASSWORD", testWorkerPassword)
+	opts, err := server.ProcessConfigFile("nats.conf")
+	if err != nil {
+		t.Fatalf("nats.conf: %v", err)
+	}
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.HTTPPort = 0
+	opts.Cluster = server.ClusterOpts{}
+	opts.Routes = nil
+	opts.StoreDir = t.TempDir()
+	opts.NoSigs, opts.NoLog = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// conn is one role's connection, with the permission violations the server
+// reported to it.
+type conn struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	violations chan error
+}
+
+func connect(t *testing.T, s *server.Server, user, password string) *conn {
+	t.Helper()
+	c := &conn{violations: make(chan error, 64)}
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, password), nats.Name(user),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				select {
+				case c.violations <- err:
+				default:
+				}
+			}
+		}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	c.nc = nc
+	if c.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// expectViolation waits for the server to report that this connection was
+// refused publishing to subject. A denied request gets no reply at all (the
+// caller only sees a timeout), so the violation is the proof that the
+// permissions, and nothing else, refused it.
+func (c *conn) expectViolation(t *testing.T, subject string) {
+	t.Helper()
+	want := fmt.Sprintf("Publish to %q", subject)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-c.violations:
+			if strings.Contains(err.Error(), want) {
+				return
+			}
+			t.Logf("other violation: %v", err)
+		case <-deadline:
+			t.Fatalf("no permissions violation for publish to %s", subject)
+		}
+	}
+}
+
+// noViolation fails if the server refused this connection anything so far.
+func (c *conn) noViolation(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-c.violations:
+		t.Fatalf("unexpected permissions violation: %v", err)
+	default:
+	}
+}
+
+// submitter is what a submitter needs of pkg/jobs, over stores bound (not
+// created) with the submitter's own credentials.
+//
+// TODO(fleet): use jobs.Client once pkg/jobs can open one without Ensure:
+// NewClient calls Topology.Ensure, whose CreateOrUpdate sends
+// $JS.API.STREAM.UPDATE.*, which a submitter must not have (a stream update
+// can add sources or subject transforms that write into RESULTS).
+type submitter struct {
+	js      jetstream.JetStream
+	results jetstream.KeyValue
+}
+
+func bindSubmitter(ctx context.Context, t *testing.T, js jetstream.JetStream) *submitter {
+	t.Helper()
+	if _, err := js.Stream(ctx, jobs.StreamName); err != nil {
+		t.Fatalf("bind stream %s: %v", jobs.StreamName, err)
+	}
+	results, err := js.KeyValue(ctx, jobs.ResultsBucket)
+	if err != nil {
+		t.Fatalf("bind bucket %s: %v", jobs.ResultsBucket, err)
+	}
+	return &submitter{js: js, results: results}
+}
+
+// Submit publishes the job as jobs.Client.Submit does.
+func (s *submitter) Submit(ctx context.Context, job *jobs.Job) (string, error) {
+	j, data, err := jobs.Encode(job, 0)
+	if err != nil {
+		return "", err
+	}
+	_, err = s.js.Publish(ctx, jobs.Subject(j.Queue, j.ID), data,
+		jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(jobs.StreamName))
+	return j.ID, err
+}
+
+// Wait watches RESULTS for the job's result, as jobs.Client.Wait does.
+func (s *submitter) Wait(ctx context.Context, id string) (*jobs.Result, error) {
+	w, err := s.results.Watch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-w.Updates():
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				return jobs.DecodeResult(e.Value())
+			}
+		}
+	}
+}
+
+// Get reads the stored result, as jobs.Client.Get does.
+func (s *submitter) Get(ctx context.Context, id string) (*jobs.Result, error) {
+	e, err := s.results.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return jobs.DecodeResult(e.Value())
+}
+
+// TestSecurityModel proves the roles of nats.conf on a real server: a
+// submitter can submit a job and read its result but cannot pull the job,
+// create a consumer on JOBS, forge a result or a heartbeat, or change the
+// topology; a worker can do what a worker does. Every denial is checked
+// twice: the operation fails and the server reports a permissions violation
+// for the exact subject. Remove a permission rule and a subtest fails.
+func TestSecurityModel(t *testing.T) {
+	s := startConfiguredServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	wrk := connect(t, s, "worker", testWorkerPassword)
+	sub := connect(t, s, "submitter", testSubmitterPassword)
+
+	// The worker owns the topology, as cmd/worker does at start.
+	topo := jobs.Topology{AckWait: 5 * time.Second}
+	stores, err := topo.Ensure(ctx, wrk.js)
+	if err != nil {
+		t.Fatalf("worker: ensure topology: %v", err)
+	}
+	if _, err := topo.EnsureConsumer(ctx, wrk.js, "default"); err != nil {
+		t.Fatalf("worker: ensure consumer: %v", err)
+	}
+	wrk.noViolation(t)
+
+	// Wrong credentials are refused outright.
+	if nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("submitter", testWorkerPassword)); err == nil {
+		nc.Close()
+		t.Fatal("connected with a wrong password")
+	}
+	if nc, err := nats.Connect(s.ClientURL()); err == nil {
+		nc.Close()
+		t.Fatal("connected without credentials")
+	}
+
+	client := bindSubmitter(ctx, t, sub.js)
+	const id = "security-1"
+	waited := make(chan *jobs.Result, 1)
+	waitErr := make(chan error, 1)
+	go func() {
+		r, err := client.Wait(ctx, id)
+		waited <- r
+		waitErr <- err
+	}()
+	if _, err := client.Submit(ctx, &jobs.Job{ID: id, Image: "python", Code: "print(6*7)"}); err != nil {
+		t.Fatalf("submitter: submit: %v", err)
+	}
+	sub.noViolation(t)
+
+	short := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, 1500*time.Millisecond)
+	}
+	consumer := jobs.ConsumerName("default")
+
+	t.Run("submitter cannot pull a job", func(t *testing.T) {
+		// Consumer info is allowed (status shows jobs in flight) ...
+		c, err := sub.js.Consumer(ctx, jobs.StreamName, consumer)
+		if err != nil {
+			t.Fatalf("consumer info: %v", err)
+		}
+		// ... but the pull request is refused.
+		batch, err := c.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				t.Fatalf("submitter pulled %s", m.Subject())
+			}
+		}
+		sub.expectViolation(t, "$JS.API.CONSUMER.MSG.NEXT.JOBS."+consumer)
+	})
+
+	t.Run("submitter cannot create a consumer on JOBS", func(t *testing.T) {
+		cctx, done := short()
+		defer done()
+		_, err := sub.js.CreateConsumer(cctx, jobs.StreamName, jetstream.ConsumerConfig{
+			Durable: "thief", AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		if err == nil {
+			t.Fatal("submitter created a durable consumer on JOBS")
+		}
+		sub.expectViolation(t, "$JS.API.CONSUMER.CREATE.JOBS.thief")
+		oc, err := sub.js.OrderedConsumer(cctx, jobs.StreamName, jetstream.OrderedConsumerConfig{})
+		if err == nil {
+			if _, err = oc.Fetch(1, jetstream.FetchMaxWait(time.Second)); err == nil {
+				t.Fatal("submitter read JOBS through an ordered consumer")
+			}
+		}
+		if _, err := wrk.js.Consumer(ctx, jobs.StreamName, "thief"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("consumer thief: want ErrConsumerNotFound, got %v", err)
+		}
+	})
+
+	t.Run("submitter cannot forge a result", func(t *testing.T) {
+		forged, _ := json.Marshal(jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "forged"})
+		cctx, done := short()
+		defer done()
+		if _, err := client.results.Create(cctx, id, forged); err == nil {
+			t.Fatal("submitter created a result")
+		}
+		sub.expectViolation(t, "$KV.RESULTS."+id)
+		cctx, done = short()
+		defer done()
+		if _, err := client.results.Put(cctx, id, forged); err == nil {
+			t.Fatal("submitter put a result")
+		}
+		sub.expectViolation(t, "$KV.RESULTS."+id)
+		if _, err := stores.Results.Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("RESULTS[%s] after the forgery: want ErrKeyNotFound, got %v", id, err)
+		}
+	})
+
+	t.Run("submitter cannot write WORKERS", func(t *testing.T) {
+		kv, err := sub.js.KeyValue(ctx, jobs.WorkersBucket)
+		if err != nil {
+			t.Fatalf("bind WORKERS (reading heartbeats is allowed): %v", err)
+		}
+		cctx, done := short()
+		defer done()
+		if _, err := kv.Put(cctx, "fake-worker", []byte(`{}`)); err == nil {
+			t.Fatal("submitter wrote a heartbeat")
+		}
+		sub.expectViolation(t, "$KV.WORKERS.fake-worker")
+	})
+
+	t.Run("submitter cannot change the topology", func(t *testing.T) {
+		for _, tc := range []struct {
+			subject string
+			op      func(context.Context) error
+		}{
+			{"$JS.API.STREAM.UPDATE.KV_RESULTS", func(ctx context.Context) error {
+				_, err := sub.js.UpdateStream(ctx, jetstream.StreamConfig{
+					Name: "KV_RESULTS", Subjects: []string{"$KV.RESULTS.>", "forge.>"},
+				})
+				return err
+			}},
+			{"$JS.API.STREAM.PURGE.JOBS", func(ctx context.Context) error {
+				st, err := sub.js.Stream(ctx, jobs.StreamName)
+				if err != nil {
+					return fmt.Errorf("stream info is allowed: %w", err)
+				}
+				return st.Purge(ctx)
+			}},
+			{"$JS.API.STREAM.DELETE.JOBS", func(ctx context.Context) error {
+				return sub.js.DeleteStream(ctx, jobs.StreamName)
+			}},
+		} {
+			cctx, done := short()
+			if err := tc.op(cctx); err == nil {
+				t.Errorf("%s: allowed", tc.subject)
+			}
+			done()
+			sub.expectViolation(t, tc.subject)
+		}
+	})
+
+	t.Run("submitter cannot answer on an inbox", func(t *testing.T) {
+		if err := sub.nc.Publish("_INBOX.someone", []byte("spoofed")); err != nil {
+			t.Fatal(err)
+		}
+		sub.expectViolation(t, "_INBOX.someone")
+	})
+
+	t.Run("worker cannot submit", func(t *testing.T) {
+		cctx, done := short()
+		defer done()
+		if _, err := wrk.js.Publish(cctx, jobs.Subject("default", "from-worker"), []byte(`{}`)); err == nil {
+			t.Fatal("worker published a job")
+		}
+		wrk.expectViolation(t, jobs.Subject("default", "from-worker"))
+	})
+
+	// After all that the job is untouched: queued, not in flight, no result.
+	info, err := stores.Stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("JOBS holds %d messages, want the 1 job", info.State.Msgs)
+	}
+
+	t.Run("worker pulls the job and stores its result", func(t *testing.T) {
+		c, err := wrk.js.Consumer(ctx, jobs.StreamName, consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("worker fetch: %v", err)
+		}
+		var msg jetstream.Msg
+		for m := range batch.Messages() {
+			msg = m
+		}
+		if msg == nil {
+			t.Fatalf("worker fetched nothing: %v", batch.Error())
+		}
+		job, err := jobs.Decode(msg.Data(), 0)
+		if err != nil || job.ID != id {
+			t.Fatalf("worker fetched %s (%v), want job %s", msg.Subject(), err, id)
+		}
+		if err := msg.InProgress(); err != nil {
+			t.Fatalf("in progress: %v", err)
+		}
+		stored, won, err := jobs.StoreResult(ctx, stores.Results,
+			&jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "42\n", Worker: "w1"})
+		if err != nil || !won {
+			t.Fatalf("worker store result: won=%v err=%v", won, err)
+		}
+		if stored.Stdout != "42\n" {
+			t.Fatalf("stored %+v", stored)
+		}
+		if err := msg.DoubleAck(ctx); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+		if _, err := stores.Workers.Put(ctx, "w1", []byte(`{"id":"w1"}`)); err != nil {
+			t.Fatalf("heartbeat: %v", err)
+		}
+		wrk.noViolation(t)
+	})
+
+	t.Run("submitter reads the result", func(t *testing.T) {
+		if err := <-waitErr; err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+		r := <-waited
+		if r.ID != id || r.Status != jobs.StatusSucceeded || r.Stdout != "42\n" {
+			t.Fatalf("waited for %+v", r)
+		}
+		got, err := client.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		if got.Stdout != "42\n" || got.Worker != "w1" {
+			t.Fatalf("got %+v", got)
+		}
+	})
+}
