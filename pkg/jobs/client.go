@@ -34,9 +34,11 @@ type Client struct {
 	stores *Stores
 }
 
-// NewClient ensures the topology (idempotently) and returns a client.
+// NewClient opens the topology, creating what is missing (Topology.Open),
+// and returns a client. topo's MaxJobBytes and CancelWait apply to the
+// client; its stream and bucket settings only when it creates them.
 func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Client, error) {
-	st, err := topo.Ensure(ctx, js)
+	st, err := topo.Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}

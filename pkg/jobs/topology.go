@@ -212,6 +212,37 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	return st, nil
 }
 
+// Open returns the stream and buckets, creating (with t's settings) those
+// that do not exist yet but leaving existing ones as they are: clients use
+// it, so that only workers decide the settings of a running fleet.
+func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	st := &Stores{}
+	var err error
+	st.Stream, err = js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return t.Ensure(ctx, js)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	for _, b := range []struct {
+		name string
+		kv   *jetstream.KeyValue
+	}{{ResultsBucket, &st.Results}, {WorkersBucket, &st.Workers}, {CancelsBucket, &st.Cancels}} {
+		*b.kv, err = js.KeyValue(ctx, b.name)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return t.Ensure(ctx, js)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", b.name, err)
+		}
+	}
+	return st, nil
+}
+
 // EnsureConsumer creates or updates the durable pull consumer of a queue,
 // workers-<queue>, filtered to jobs.<queue>.>.
 func (t Topology) EnsureConsumer(ctx context.Context, js jetstream.JetStream, queue string) (jetstream.Consumer, error) {

@@ -227,6 +227,15 @@ func (w *Worker) Run(stop, force context.Context) error {
 	}
 	w.stores, w.cons = st, cons
 
+	// An executor that is down at start is treated as one that failed:
+	// nothing is fetched until it answers.
+	if p, ok := w.exec.(Pinger); ok {
+		if err := p.Ping(stop); err != nil && stop.Err() == nil {
+			w.log.Error("executor not ready; not fetching until it is", "err", err)
+			w.health.down(err)
+		}
+	}
+
 	bg, cancelBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
 	bgWG.Go(func() { w.heartbeat(bg) })

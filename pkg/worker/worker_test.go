@@ -525,4 +525,3 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("zero config: %v", err)
 	}
 }
-
