@@ -6,4 +6,39 @@
 // returns an error only for infrastructure failures (daemon unreachable,
 // image missing), which wrap ErrInfrastructure so that the caller can back
 // off and retry instead of charging the job.
+//
+// # Lifecycle
+//
+// create → attach (stdin, stdout, stderr) → ContainerWait registered →
+// start → the envelope (argv, env, files, a nonce) and the job's stdin are
+// written to the container's stdin, then closed → stdout and stderr are
+// demultiplexed into buffers capped at the output limit → wait → inspect →
+// force remove, with a context of its own, on every path. The in-image
+// launcher (sandbox-image/launcher) unpacks the envelope into the tmpfs
+// working directory and runs the command; nothing about the job is in the
+// container's configuration but its limits and labels, so a container could
+// be started before its job is known.
+//
+// # Verdicts
+//
+// In order: the caller's context canceled → canceled (the container is
+// killed); the wall-clock limit, counted from start → timeout; the state's
+// OOMKilled flag (never exit 137 alone) → oom; more than the output limit on
+// either stream → output_limit (the container is killed at once, output is
+// kept up to the cap); exit 0 → succeeded; else failed with the exit code,
+// 128+N when the job's process was killed by signal N (Error says which).
+//
+// # Usage figures
+//
+// The launcher reports, in a trailer on stderr marked with a nonce that the
+// job cannot read, the cgroup's peak memory and CPU time (v1 or v2) and,
+// failing those, wait4's max RSS and CPU time. A job killed before it could
+// report (timeout, oom, output_limit, canceled) has null figures: they are
+// never estimated.
+//
+// # Leftovers
+//
+// Every container carries the labels sandfleet.managed=true,
+// sandfleet.job=<id> and sandfleet.worker=<Config.WorkerID>. A worker calls
+// Reap at start to remove what a crashed predecessor with the same ID left.
 package executor

@@ -313,16 +313,19 @@ func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID strin
 		}
 		_ = att.CloseWrite()
 	}()
-	copyDone := make(chan error, 1)
+	copyDone := make(chan struct{})
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
-		copyDone <- err
+		defer close(copyDone)
+		// Its error only says how the stream ended; the wait and the
+		// inspection say how the container did.
+		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
 	}()
 	// Every goroutine is waited for before run returns: closing the
 	// connection unblocks both.
 	defer func() {
 		att.Close()
 		<-feedDone
+		<-copyDone
 	}()
 
 	var killed jobs.Status // the first reason we killed for
