@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,14 +141,29 @@ func (c *cli) newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("submit "+name, flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: submit %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "usage: submit %s\n\nFlags:\n%s", synopsis, flagDefaults(fs))
 	}
 	return fs
 }
 
+var longFlag = regexp.MustCompile(`(?m)^(  )-(\w\w)`)
+
+// flagDefaults is fs.PrintDefaults with the GNU-style "--" the docs use
+// (the flag package accepts both).
+func flagDefaults(fs *flag.FlagSet) string {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	return longFlag.ReplaceAllString(b.String(), "$1--$2")
+}
+
 // parseOrExit parses args and returns the exit code to return now, if any.
 func (c *cli) parseOrExit(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+		fs.SetOutput(c.stdout) // help asked for is output, not an error
+	}
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, exitOK, true

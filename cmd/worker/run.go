@@ -6,11 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +67,8 @@ type fileConfig struct {
 	Runtime  string        `json:"runtime"`
 }
 
+var longFlag = regexp.MustCompile(`(?m)^(  )-(\w\w)`)
+
 type options struct {
 	natsURL, listen, dataDir string
 	embedded                 bool
@@ -83,9 +88,18 @@ type options struct {
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var out io.Writer = os.Stderr
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+		out = os.Stdout // help asked for is output, not an error
+	}
+	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
+		var b strings.Builder
+		fs.SetOutput(&b)
 		fs.PrintDefaults()
+		fs.SetOutput(out)
+		// The docs spell flags GNU-style; the flag package accepts both.
+		fmt.Fprint(out, usage, longFlag.ReplaceAllString(b.String(), "$1--$2"))
 	}
 	natsDefault := os.Getenv("NATS_URL")
 	if natsDefault == "" {

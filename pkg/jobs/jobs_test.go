@@ -1,0 +1,209 @@
+package jobs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+func setup(t *testing.T, topo jobs.Topology) (*jobs.Client, jetstream.JetStream) {
+	t.Helper()
+	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobs.NewClient(t.Context(), js, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, js
+}
+
+func TestTopologyIdempotent(t *testing.T) {
+	t.Parallel()
+	topo := jobs.Topology{MaxMsgs: 10, DuplicateWindow: time.Minute}
+	_, js := setup(t, topo)
+	for range 2 {
+		if _, err := topo.Ensure(t.Context(), js); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := topo.EnsureConsumer(t.Context(), js, "default"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := js.Stream(t.Context(), jobs.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.CachedInfo().Config
+	if cfg.Retention != jetstream.WorkQueuePolicy || cfg.Discard != jetstream.DiscardNew || cfg.MaxMsgs != 10 ||
+		cfg.Duplicates != time.Minute || cfg.Storage != jetstream.FileStorage || cfg.Subjects[0] != "jobs.>" {
+		t.Errorf("stream config: %+v", cfg)
+	}
+	cons, err := js.Consumer(t.Context(), jobs.StreamName, "workers-default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cons.CachedInfo().Config
+	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 || cc.FilterSubject != "jobs.default.>" {
+		t.Errorf("consumer config: %+v", cc)
+	}
+	// A client with other settings does not override the fleet's.
+	if _, err := (jobs.Topology{MaxMsgs: 99}).Open(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := js.Stream(t.Context(), jobs.StreamName)
+	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
+		t.Errorf("Open changed MaxMsgs to %d", got)
+	}
+}
+
+func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
+	t.Parallel()
+	c, _ := setup(t, jobs.Topology{MaxMsgs: 2})
+	job := &jobs.Job{Image: "python", Code: "print(1)"}
+	id, err := c.Submit(t.Context(), job)
+	if err != nil || !jobs.ValidID(id) || job.ID != "" {
+		t.Fatalf("Submit = %q, %v (job.ID %q must stay empty)", id, err, job.ID)
+	}
+	job.ID = id
+	if _, err := c.Submit(t.Context(), job); err != nil {
+		t.Fatalf("duplicate Submit: %v", err)
+	}
+	info, _ := c.Stores().Stream.Info(t.Context())
+	if info.State.Msgs != 1 {
+		t.Errorf("stream holds %d messages after a duplicate, want 1", info.State.Msgs)
+	}
+	if ok, err := c.Queued(t.Context(), id); !ok || err != nil {
+		t.Errorf("Queued(%s) = %v, %v", id, ok, err)
+	}
+	if _, err := c.Submit(t.Context(), &jobs.Job{Image: "python"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Submit(t.Context(), &jobs.Job{Image: "python"})
+	if !errors.Is(err, jobs.ErrQueueFull) {
+		t.Fatalf("third job: %v, want ErrQueueFull", err)
+	}
+}
+
+func TestSubmitRefusesInvalid(t *testing.T) {
+	t.Parallel()
+	c, _ := setup(t, jobs.Topology{MaxJobBytes: 1024})
+	for _, j := range []*jobs.Job{
+		{ID: "bad id", Image: "python"},
+		{Image: ""},
+		{Image: "python", Code: strings.Repeat("x", 2000)},
+	} {
+		if _, err := c.Submit(t.Context(), j); !errors.Is(err, jobs.ErrInvalidJob) {
+			t.Errorf("Submit(%.40v): %v, want ErrInvalidJob", j, err)
+		}
+	}
+}
+
+func TestParseSubject(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, queue, id string
+		ok            bool
+	}{
+		{"jobs.default.abc", "default", "abc", true},
+		{"jobs.q-1.x_y", "q-1", "x_y", true},
+		{"jobs.default", "", "", false},
+		{"jobs.default.a.b", "", "", false},
+		{"other.default.a", "", "", false},
+		{"jobs..a", "", "", false},
+	}
+	for _, tc := range tests {
+		q, id, err := jobs.ParseSubject(tc.in)
+		if (err == nil) != tc.ok || q != tc.queue || id != tc.id {
+			t.Errorf("ParseSubject(%q) = %q, %q, %v", tc.in, q, id, err)
+		}
+		if err != nil && !errors.Is(err, jobs.ErrBadSubject) {
+			t.Errorf("ParseSubject(%q): %v does not wrap ErrBadSubject", tc.in, err)
+		}
+	}
+	if got := jobs.Subject("default", "x"); got != "jobs.default.x" {
+		t.Errorf("Subject = %q", got)
+	}
+}
+
+func TestTopologyValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		topo  jobs.Topology
+		field string
+	}{
+		{jobs.Topology{Replicas: 7}, "Replicas"},
+		{jobs.Topology{AckWait: time.Millisecond}, "AckWait"},
+		{jobs.Topology{MaxDeliver: -1}, "MaxDeliver"},
+		{jobs.Topology{ResultTTL: -time.Hour}, "ResultTTL"},
+		{jobs.Topology{CancelWait: -1}, "CancelWait"},
+	}
+	for _, tc := range tests {
+		err := tc.topo.Validate()
+		if !errors.Is(err, jobs.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.topo, err, tc.field)
+		}
+	}
+	if err := (jobs.Topology{}).Validate(); err != nil {
+		t.Errorf("zero Topology: %v", err)
+	}
+}
+
+// FuzzDecode: Decode never panics, only returns ErrInvalidJob errors, and
+// a job it accepts and Validate passes survives an encode/decode round trip.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"eval-42","image":"python","code":"print(6*7)"}`,
+		`{"image":"python","limits":{"timeout":"30s","memory":"512m","cpus":1,"pids":64,"network":false,"output":"1m","tmpfs":"64m"}}`,
+		`{"image":"shell","files":{"a/b.txt":"x"},"env":{"K":"V"},"argv":["sh","main.sh"],"reply_to":"agent.7.results","labels":{"a":"b"}}`,
+		`{"image":"python"} {}`, `{"limits":{"memory":-1}}`, `[]`, `null`, ``, `{"id":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		j, err := jobs.Decode(data, 1<<16)
+		if err != nil {
+			if !errors.Is(err, jobs.ErrInvalidJob) {
+				t.Fatalf("error does not wrap ErrInvalidJob: %v", err)
+			}
+			return
+		}
+		j.Normalize()
+		if j.Validate() != nil {
+			return
+		}
+		again, data2, err := jobs.Encode(j, 1<<20)
+		if err != nil {
+			t.Fatalf("Encode of a valid job: %v", err)
+		}
+		j2, err := jobs.Decode(data2, 1<<20)
+		if err != nil {
+			t.Fatalf("re-decode of %s: %v", data2, err)
+		}
+		a, _ := json.Marshal(again)
+		b, _ := json.Marshal(j2)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("round trip changed the job:\n%s\n%s", a, b)
+		}
+	})
+}
