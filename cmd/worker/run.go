@@ -83,6 +83,9 @@ type options struct {
 	ackWait                  time.Duration
 	maxDeliver               int
 	replicas                 int
+
+	// ready, if set, is called with the NATS URL once connected (tests).
+	ready func(url string)
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -241,6 +244,9 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
+	}
+	if o.ready != nil {
+		o.ready(url)
 	}
 
 	w, err := worker.New(js, exec, worker.Config{

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	bad := [][]string{
+		{"--slots", "0"},
+		{"--listen", "127.0.0.1:1"},         // without --embedded
+		{"--embedded", "--nats", "nats://x"}, // both
+		{"--bogus"},
+		{"extra"},
+		{"--grace", "-1s"},
+		{"--max-memory", "lots"},
+	}
+	for _, args := range bad {
+		if _, err := parseFlags(args); !errors.Is(err, errUsage) {
+			t.Errorf("parseFlags(%q) = %v, want a usage error", args, err)
+		}
+	}
+	o, err := parseFlags([]string{"--embedded", "--data-dir", "d", "--slots", "3", "--queue", "q", "--max-memory", "1g", "--allow-network"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := executorConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.slots != 3 || o.queue != "q" || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network {
+		t.Errorf("options %+v, executor config %+v", o, cfg)
+	}
+	if _, err := parseFlags([]string{"--help"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`{"presets":{"py":{"image":"img","main_file":"m.py","argv":["python3","m.py"]}},
+		"caps":{"memory":"1g"},"runtime":"runsc"}`), 0o600)
+	o := &options{configFile: good}
+	cfg, err := executorConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Presets["py"].Image != "img" || cfg.Caps.Memory != 1<<30 || cfg.Runtime != "runsc" {
+		t.Errorf("config: %+v", cfg)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"prests":{}}`), 0o600)
+	if _, err := executorConfig(&options{configFile: bad}); !errors.Is(err, errUsage) {
+		t.Errorf("unknown field: %v", err)
+	}
+}
+
+// started is a serve running in the background.
+type started struct {
+	url  string
+	stop context.CancelFunc
+	done chan error
+}
+
+func startServe(t *testing.T, args []string, exec worker.Executor) *started {
+	t.Helper()
+	o, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := make(chan string, 1)
+	o.ready = func(url string) { urls <- url }
+	stop, cancel := context.WithCancel(context.Background())
+	s := &started{stop: cancel, done: make(chan error, 1)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { s.done <- serve(stop, context.Background(), o, log, exec) }()
+	select {
+	case s.url = <-urls:
+	case err := <-s.done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve not ready within 20s")
+	}
+	return s
+}
+
+func (s *started) Stop(t *testing.T) {
+	t.Helper()
+	s.stop()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func connect(t *testing.T, url string) *jobs.Client {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// --embedded keeps results in --data-dir: the same job ID submitted again
+// after a restart of server and worker runs once, and both callers get the
+// same result.
+func TestEmbeddedRestartKeepsResults(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exec := &fakeexec.Executor{}
+	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", dir, "--slots", "1", "--id", "e1"}
+	job := &jobs.Job{ID: "restart-1", Image: "python", Code: "print hi"}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	s := startServe(t, args, exec)
+	first, err := connect(t, s.url).SubmitAndWait(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop(t)
+
+	s = startServe(t, args, exec)
+	defer s.Stop(t)
+	second, err := connect(t, s.url).SubmitAndWait(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Stdout != "hi\n" || *first.FinishedAt != *second.FinishedAt || exec.Runs("restart-1") != 1 {
+		t.Errorf("first %+v second %+v runs %d", first, second, exec.Runs("restart-1"))
+	}
+}
+
+// TestDockerEndToEnd runs jobs through an embedded server, the worker and
+// the real executor. It needs Docker and the sandfleet/sandbox:latest image;
+// it is skipped without them unless SANDFLEET_REQUIRE_DOCKER=1.
+func TestDockerEndToEnd(t *testing.T) {
+	t.Parallel()
+	cfg, err := executorConfig(&options{id: "e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := executor.New(cfg)
+	if err == nil {
+		defer exec.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		err = exec.Check(ctx)
+		cancel()
+	}
+	if err != nil {
+		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
+		}
+		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
+	}
+	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "e2e"},
+		dockerExecutor{exec})
+	defer s.Stop(t)
+	c := connect(t, s.url)
+	tests := []struct {
+		code   string
+		status jobs.Status
+		exit   int
+		stdout string
+	}{
+		{"print(6*7)", jobs.StatusSucceeded, 0, "42\n"},
+		{"import sys; sys.exit(3)", jobs.StatusFailed, 3, ""},
+	}
+	for _, tc := range tests {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		res, err := c.SubmitAndWait(ctx, &jobs.Job{Image: "python", Code: tc.code})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != tc.status || res.ExitCode() != tc.exit || res.Stdout != tc.stdout || res.Worker != "e2e" || res.Attempt != 1 {
+			t.Errorf("%q: %+v", tc.code, res)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := c.SubmitAndWait(ctx, &jobs.Job{Image: "cobol", Code: "x"})
+	if err != nil || res.Status != jobs.StatusRejected || !strings.Contains(res.Error, "cobol") {
+		t.Errorf("unknown preset: %v %+v", err, res)
+	}
+}
