@@ -2,7 +2,7 @@ package executor
 
 // Integration tests against the real Docker engine and the real sandbox
 // image. They skip when either is absent, unless SANDFLEET_REQUIRE_DOCKER=1
-// (CI), where absence is a failure.
+// (CI), where absence is a failure. -short skips them all.
 
 import (
 	"context"
@@ -52,6 +52,9 @@ func sharedClient() (*client.Client, error) {
 
 func requireDocker(t testing.TB) *client.Client {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping the Docker integration test in -short mode")
+	}
 	cli, err := sharedClient()
 	if err != nil {
 		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
