@@ -25,7 +25,7 @@ func TestParseFlags(t *testing.T) {
 	t.Parallel()
 	bad := [][]string{
 		{"--slots", "0"},
-		{"--listen", "127.0.0.1:1"},         // without --embedded
+		{"--listen", "127.0.0.1:1"},          // without --embedded
 		{"--embedded", "--nats", "nats://x"}, // both
 		{"--bogus"},
 		{"extra"},

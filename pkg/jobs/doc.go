@@ -1,0 +1,19 @@
+// Package jobs is sandfleet's wire contract and client API.
+//
+// Wire: a Job is JSON published to jobs.<queue>.<id> with the header
+// Nats-Msg-Id: <id>; its Result is JSON in KV bucket RESULTS under <id> and,
+// when the job names one, on its reply_to subject. Any NATS client may speak
+// it; this package is a convenience, not a requirement.
+//
+// Topology: stream JOBS (work-queue retention, file storage, DiscardNew
+// with message and byte limits, a duplicate window keyed on the job ID), one
+// durable pull consumer workers-<queue> per queue (explicit ack, AckWait as
+// the lease, MaxDeliver, MaxAckPending), and the KV buckets RESULTS (first
+// writer wins, TTL), WORKERS (heartbeats, TTL) and CANCELS (cancel
+// requests). Workers create or update it (Topology.Ensure); clients create
+// only what is missing (Topology.Open).
+//
+// Client: Submit, Get, Wait (a KV watch), SubmitAndWait (the watch opened
+// before the publish), Queued and Cancel. Errors to test with errors.Is:
+// ErrQueueFull, ErrNotFound, ErrFinished, ErrInvalidJob.
+package jobs
