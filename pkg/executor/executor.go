@@ -292,10 +292,12 @@ func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID strin
 	stderrKeep := int(lim.Output) + envelope.MaxTrailerBytes
 	stderr := newCapture(stderrKeep, int64(stderrKeep), overflow)
 
-	out.started = time.Now()
 	if _, err := e.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		return e.startFailed(ctx, "start container", err)
 	}
+	// The job cannot begin before its envelope, written below: its clock,
+	// and the wall-clock limit, start here.
+	out.started = time.Now()
 	timer := time.NewTimer(lim.Timeout.D())
 	defer timer.Stop()
 
