@@ -183,6 +183,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		js:      js,
 		exec:    exec,
 		log:     cfg.Logger.With("worker", cfg.ID, "queue", cfg.Queue),
+		start:   time.Now().UTC(),
 		health:  newHealth(),
 		running: map[*run]struct{}{},
 	}, nil
@@ -216,7 +217,6 @@ func (w *Worker) Status() jobs.WorkerStatus {
 // nil. Canceling force cancels the jobs in flight, which are naked for
 // immediate redelivery, and Run returns once they are settled.
 func (w *Worker) Run(stop, force context.Context) error {
-	w.start = time.Now().UTC()
 	st, err := w.cfg.Topology.Ensure(stop, w.js)
 	if err != nil {
 		return stoppedOr(stop, err)
