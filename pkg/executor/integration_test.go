@@ -186,13 +186,19 @@ func TestIntegrationExitCodesAndStreams(t *testing.T) {
 			status: jobs.StatusFailed, exit: 128 + 15, errContains: "signal 15"},
 		{name: "command not found", image: "shell", argv: []string{"no-such-command"},
 			status: jobs.StatusFailed, exit: 127, errContains: "not found"},
+		{name: "background child outlives main", image: "shell", code: "sleep 300 &\necho bye",
+			status: jobs.StatusSucceeded, stdout: "bye\n"},
+		{name: "env and argv override", image: "shell", argv: []string{"sh", "-c", "echo \"$GREETING\" \"$0\"", "arg0"},
+			code: "exit 9", status: jobs.StatusSucceeded, stdout: "hi arg0\n"},
 		{name: "stderr without newline then trailer", image: "shell", code: "printf 'no newline' >&2",
 			status: jobs.StatusSucceeded, stderr: "no newline"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			res := run(t, e, job(tc.code, func(j *jobs.Job) { j.Image, j.Argv = tc.image, tc.argv }))
+			res := run(t, e, job(tc.code, func(j *jobs.Job) {
+				j.Image, j.Argv, j.Env = tc.image, tc.argv, map[string]string{"GREETING": "hi"}
+			}))
 			want(t, res, tc.status)
 			wantExit(t, res, tc.exit)
 			if tc.stdout != "" && res.Stdout != tc.stdout {
