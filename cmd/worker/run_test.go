@@ -163,9 +163,13 @@ func TestEmbeddedRestartKeepsResults(t *testing.T) {
 
 // TestDockerEndToEnd runs jobs through an embedded server, the worker and
 // the real executor. It needs Docker and the sandfleet/sandbox:latest image;
-// it is skipped without them unless SANDFLEET_REQUIRE_DOCKER=1.
+// it is skipped without them, or under -short, unless
+// SANDFLEET_REQUIRE_DOCKER=1.
 func TestDockerEndToEnd(t *testing.T) {
 	t.Parallel()
+	if testing.Short() && os.Getenv("SANDFLEET_REQUIRE_DOCKER") != "1" {
+		t.Skip("Docker end-to-end test skipped under -short")
+	}
 	cfg, err := executorConfig(&options{id: "e2e"})
 	if err != nil {
 		t.Fatal(err)
