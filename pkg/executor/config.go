@@ -69,6 +69,19 @@ type Config struct {
 	// a canceled job still gets cleaned up. 0 means 10s.
 	KillGrace time.Duration
 
+	// Pool is how many warm sandboxes are kept per distinct preset image
+	// (the default presets share one image, so Pool in all): started ahead
+	// of time with the default limits, the launcher waiting for its
+	// envelope, each serving a single job and then removed. A job whose
+	// limits differ from Defaults in anything but the timeout (which is
+	// the executor's timer, not the container's) gets a fresh container, as
+	// do all jobs when the pool is empty. 0: no pool.
+	Pool int
+
+	// PoolMaxAge retires an idle warm sandbox after this long, so that a
+	// rebuilt image or a changed host is picked up. 0 means 10m.
+	PoolMaxAge time.Duration
+
 	// Logger receives one line per job and every cleanup failure. Nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -112,6 +125,12 @@ func (c Config) resolved() (Config, error) {
 	}
 	if slices.Contains([]string{"0", "root", "0:0", "root:root"}, c.User) || len(c.User) >= 2 && c.User[:2] == "0:" {
 		return c, fmt.Errorf("executor: User %q: the sandbox never runs as root", c.User)
+	}
+	if c.Pool < 0 {
+		return c, fmt.Errorf("executor: Pool %d: want 0 (off) or more", c.Pool)
+	}
+	if c.PoolMaxAge <= 0 {
+		c.PoolMaxAge = 10 * time.Minute
 	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = 10 * time.Second

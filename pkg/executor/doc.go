@@ -19,10 +19,27 @@
 // container's configuration but its limits and labels, so a container could
 // be started before its job is known.
 //
+// # Warm pool
+//
+// With Config.Pool > 0 the executor keeps that many sandboxes per preset
+// image launched ahead of time (created, attached, watched, started: the
+// launcher blocks on stdin) with the default limits. A job whose resolved
+// limits equal the defaults in everything the container is configured with
+// (all but the timeout, which is the executor's timer) is handed the oldest
+// live one: only its envelope is written, and its clock starts then. Each
+// warm sandbox serves one job and is removed like any other, so nothing
+// of a job survives into the next. Other jobs, and every job while the pool
+// is empty, get a fresh container. The pool refills in the background, one
+// goroutine per missing sandbox; after a failed launch it pauses with an
+// exponential back-off (Check ends it early). Idle sandboxes whose stream
+// ended (the container died, the connection broke) or older than
+// Config.PoolMaxAge are retired. Close removes the pool.
+//
 // # Verdicts
 //
 // In order: the caller's context canceled → canceled (the container is
-// killed); the wall-clock limit, counted from start → timeout; the state's
+// killed); the wall-clock limit, counted from the hand-off of the envelope
+// → timeout; the state's
 // OOMKilled flag (never exit 137 alone) → oom; more than the output limit on
 // either stream → output_limit (the container is killed at once, output is
 // kept up to the cap); exit 0 → succeeded; else failed with the exit code,
@@ -39,6 +56,9 @@
 // # Leftovers
 //
 // Every container carries the labels sandfleet.managed=true,
-// sandfleet.job=<id> and sandfleet.worker=<Config.WorkerID>. A worker calls
-// Reap at start to remove what a crashed predecessor with the same ID left.
+// sandfleet.worker=<Config.WorkerID>, sandfleet.instance=<one per Executor>
+// and either sandfleet.job=<id> or, launched for the warm pool,
+// sandfleet.pool=true. A worker calls Reap at start to remove what a crashed
+// predecessor with the same ID left, its warm pool included; Reap spares the
+// calling Executor's own containers.
 package executor

@@ -31,8 +31,14 @@ var _ dockerAPI = (*client.Client)(nil)
 // Labels put on every sandbox container.
 const (
 	LabelManaged = "sandfleet.managed" // always "true"
-	LabelJob     = "sandfleet.job"     // the job's ID
+	LabelJob     = "sandfleet.job"     // the job's ID; absent on a warm pool's container
 	LabelWorker  = "sandfleet.worker"  // Config.WorkerID
+	// LabelPool is "true" on a container launched for the warm pool, before
+	// any job was known (it may have run one since).
+	LabelPool = "sandfleet.pool"
+	// LabelInstance names the Executor that made the container, so that Reap
+	// spares its own.
+	LabelInstance = "sandfleet.instance"
 )
 
 var (
@@ -51,7 +57,7 @@ func infraErr(op string, err error) error {
 // containerSpec is the one place a sandbox's configuration is built: the
 // hardening of DESIGN.md "Sandbox container". Nothing in it depends on the
 // job beyond its limits and labels, so a pre-started container can take any
-// job that fits them.
+// job that fits them: jobID "" builds one for the warm pool.
 func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.ContainerCreateOptions {
 	no := false
 	yes := true
@@ -76,10 +82,17 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 		Tty:             false,
 		NetworkDisabled: !l.Network,
 		Labels: map[string]string{
-			LabelManaged: "true",
-			LabelJob:     jobID,
-			LabelWorker:  e.cfg.WorkerID,
+			LabelManaged:  "true",
+			LabelWorker:   e.cfg.WorkerID,
+			LabelInstance: e.instance,
 		},
+	}
+	name := "sandfleet-" + jobID + "-" + randHex(4)
+	if jobID == "" {
+		cfg.Labels[LabelPool] = "true"
+		name = "sandfleet-pool-" + randHex(6)
+	} else {
+		cfg.Labels[LabelJob] = jobID
 	}
 	host := &container.HostConfig{
 		NetworkMode:    network,
@@ -115,6 +128,6 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 	return client.ContainerCreateOptions{
 		Config:     cfg,
 		HostConfig: host,
-		Name:       "sandfleet-" + jobID + "-" + randHex(4),
+		Name:       name,
 	}
 }

@@ -35,44 +35,57 @@ type Executor struct {
 	cfg       Config
 	api       dockerAPI
 	ownClient *client.Client // created by New, closed by Close
+	instance  string         // LabelInstance of this Executor's containers
+	pool      *pool          // nil when Config.Pool is 0
 }
 
-// New returns an Executor for cfg. It does not contact the engine: call
+// New returns an Executor for cfg. It does not wait for the engine: call
 // Check to verify that the daemon answers and the images exist, and Reap to
-// clean up after a crashed predecessor with the same WorkerID.
+// clean up after a crashed predecessor with the same WorkerID. With
+// Config.Pool > 0 it starts filling the warm pool in the background (backing
+// off while the engine fails); Close stops it and removes the pool.
 func New(cfg Config) (*Executor, error) {
-	cfg, err := cfg.resolved()
-	if err != nil {
-		return nil, err
-	}
-	e := &Executor{cfg: cfg}
 	if cfg.Client != nil {
-		e.api = cfg.Client
-		return e, nil
+		return newWithAPI(cfg, cfg.Client)
 	}
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, infraErr("docker client", err)
 	}
-	e.api, e.ownClient = cli, cli
+	e, err := newWithAPI(cfg, cli)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	e.ownClient = cli
 	return e, nil
 }
 
-// newWithAPI is New with a fake engine, for tests.
+// newWithAPI is New on any engine, a fake one in tests.
 func newWithAPI(cfg Config, api dockerAPI) (*Executor, error) {
 	cfg, err := cfg.resolved()
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, api: api}, nil
+	e := &Executor{cfg: cfg, api: api, instance: randHex(8)}
+	if cfg.Pool > 0 {
+		e.pool = newPool(e)
+	}
+	return e, nil
 }
 
-// Close releases the Docker client if New created it.
+// Close stops refilling the warm pool, removes its containers, and
+// releases the Docker client if New created it. Call it after the last Run
+// returned: a job's own container is Run's to remove.
 func (e *Executor) Close() error {
-	if e.ownClient != nil {
-		return e.ownClient.Close()
+	var err error
+	if e.pool != nil {
+		err = e.pool.close()
 	}
-	return nil
+	if e.ownClient != nil {
+		err = errors.Join(err, e.ownClient.Close())
+	}
+	return err
 }
 
 // Presets returns the names of the presets a job may use, sorted.
@@ -87,10 +100,17 @@ func (e *Executor) Presets() []string {
 
 // Check verifies that the engine answers and every preset's image is
 // present. Its errors wrap ErrInfrastructure (ErrImageMissing for images).
-func (e *Executor) Check(ctx context.Context) error {
+func (e *Executor) Check(ctx context.Context) (err error) {
 	if _, err := e.api.Ping(ctx, client.PingOptions{}); err != nil {
 		return infraErr("docker ping", err)
 	}
+	defer func() {
+		if err == nil && e.pool != nil {
+			// The engine is back: refill now rather than at the end of a
+			// back-off.
+			e.pool.retryNow()
+		}
+	}()
 	seen := map[string]bool{}
 	for _, name := range e.Presets() {
 		img := e.cfg.Presets[name].Image
@@ -108,9 +128,11 @@ func (e *Executor) Check(ctx context.Context) error {
 	return nil
 }
 
-// Reap force-removes every container labelled with this worker's ID: what a
-// crashed predecessor left behind. Call it at start, before running jobs,
-// since it would also remove this worker's running sandboxes.
+// Reap force-removes every container labelled with this worker's ID but not
+// made by this Executor: what a crashed predecessor left behind, running
+// sandboxes and warm pool alike. This Executor's own containers carry its
+// LabelInstance and are spared, so Reap is safe to call at any time,
+// though once at start is enough.
 func (e *Executor) Reap(ctx context.Context) (int, error) {
 	list, err := e.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -122,7 +144,7 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, c := range list.Items {
-		if c.Labels[LabelManaged] != "true" || c.Labels[LabelWorker] != e.cfg.WorkerID {
+		if c.Labels[LabelManaged] != "true" || c.Labels[LabelWorker] != e.cfg.WorkerID || c.Labels[LabelInstance] == e.instance {
 			continue
 		}
 		if _, err := e.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
@@ -131,7 +153,7 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 		}
 		n++
 		e.cfg.Logger.Info("reaped a leftover sandbox", "container", shortID(c.ID),
-			"job_id", c.Labels[LabelJob], "worker", e.cfg.WorkerID)
+			"job_id", c.Labels[LabelJob], "pooled", c.Labels[LabelPool] == "true", "worker", e.cfg.WorkerID)
 	}
 	if len(errs) > 0 {
 		return n, infraErr("reap", errors.Join(errs...))
@@ -178,13 +200,28 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 		return done(jobs.StatusCanceled, "canceled before it started"), nil
 	}
 
-	r, err := e.run(ctx, log, preset.Image, job.ID, lim, env, []byte(job.Stdin))
+	var s *sandbox
+	if e.pool != nil && e.pool.fits(lim) {
+		s = e.pool.take(preset.Image)
+	}
+	if s != nil {
+		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
+	} else {
+		s, err = e.launch(ctx, preset.Image, job.ID, lim)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The caller's cancellation is the job's outcome, not the engine's fault.
+				return done(jobs.StatusCanceled, "canceled before it started"), nil
+			}
+			log.Warn("sandbox failed", "error", err)
+			return nil, err
+		}
+	}
+	r, err := e.execute(ctx, log, s, lim, env, []byte(job.Stdin))
+	e.release(ctx, log, s)
 	if err != nil {
 		log.Warn("sandbox failed", "error", err)
 		return nil, err
-	}
-	if r.started.IsZero() {
-		return done(r.status, r.msg), nil
 	}
 	res.Status, res.Error = r.status, r.msg
 	res.Exit = r.exit
@@ -247,57 +284,116 @@ type outcome struct {
 	container                string
 }
 
-func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID string, lim limits.Limits, env sealed, stdin []byte) (*outcome, error) {
-	// Calls after the job ended or was killed use a context of their own, so
-	// that a canceled caller still gets its container killed and removed.
-	fresh := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
-	}
+// sandbox is a container that is created, attached (its stdin stream
+// exists), watched (ContainerWait registered) and started, with its output
+// already being demultiplexed into capped buffers: all a job needs but its
+// envelope. A fresh one is launched for a job; a pooled one was launched
+// ahead of time. Either serves exactly one job and is then released.
+type sandbox struct {
+	id, short      string
+	att            client.HijackedResponse
+	wait           client.ContainerWaitResult
+	stopWait       context.CancelFunc
+	overflow       chan struct{}
+	stdout, stderr *capture
+	copyDone       chan struct{} // closed when the output stream ended
+	born           time.Time
+}
 
+// alive reports whether the sandbox can still take a job: its attach
+// stream has not ended (which it does when the container exits or the
+// connection dies; the launcher writes nothing before its envelope).
+func (s *sandbox) alive() bool {
+	select {
+	case <-s.copyDone:
+		return false
+	default:
+		return true
+	}
+}
+
+// launch creates, attaches, watches and starts a sandbox for limits lim.
+// jobID is "" for a pooled sandbox. On error, nothing is left behind.
+func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.Limits) (_ *sandbox, err error) {
 	created, err := e.api.ContainerCreate(ctx, e.containerSpec(image, jobID, lim))
 	if err != nil {
-		if ctx.Err() != nil {
-			return &outcome{status: jobs.StatusCanceled, msg: "canceled before it started"}, nil
-		}
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
 		}
 		return nil, infraErr("create container", err)
 	}
-	id := created.ID
-	out := &outcome{container: shortID(id)}
+	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now()}
 	defer func() {
-		rctx, cancel := fresh()
-		defer cancel()
-		if _, err := e.api.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			log.Error("removing the sandbox failed; Reap will retry at the next start", "container", out.container, "error", err)
+		if err != nil {
+			e.remove(context.WithoutCancel(ctx), s)
 		}
 	}()
 
-	att, err := e.api.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	att, err := e.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return e.startFailed(ctx, "attach", err)
+		return nil, infraErr("attach", err)
 	}
-	defer att.Close()
+	s.att = att.HijackedResponse
+	// Registered before start, so that even an instant exit is seen. Its
+	// context is the sandbox's, not the caller's: a pooled sandbox outlives
+	// the call that launched it.
+	var waitCtx context.Context
+	waitCtx, s.stopWait = context.WithCancel(context.Background())
+	s.wait = e.api.ContainerWait(waitCtx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
-	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWait()
-	// Registered before start, so that even an instant exit is seen.
-	wait := e.api.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
-
-	overflow := make(chan struct{}, 2)
-	stdout := newCapture(int(lim.Output), int64(lim.Output), overflow)
+	s.overflow = make(chan struct{}, 2)
+	s.stdout = newCapture(int(lim.Output), int64(lim.Output), s.overflow)
 	// stderr ends with the launcher's trailer, which must not count against
 	// the job's cap.
 	stderrKeep := int(lim.Output) + envelope.MaxTrailerBytes
-	stderr := newCapture(stderrKeep, int64(stderrKeep), overflow)
+	s.stderr = newCapture(stderrKeep, int64(stderrKeep), s.overflow)
+	s.copyDone = make(chan struct{})
+	go func() {
+		defer close(s.copyDone)
+		// Its error only says how the stream ended; the wait and the
+		// inspection say how the container did.
+		_, _ = stdcopy.StdCopy(s.stdout, s.stderr, s.att.Reader)
+	}()
 
-	if _, err := e.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return e.startFailed(ctx, "start container", err)
+	if _, err := e.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
+		s.att.Close()
+		<-s.copyDone
+		s.stopWait()
+		return nil, infraErr("start container", err)
 	}
-	// The job cannot begin before its envelope, written below: its clock,
-	// and the wall-clock limit, start here.
-	out.started = time.Now()
+	return s, nil
+}
+
+// release ends a sandbox's streams and goroutines and force-removes its
+// container with a context of its own, whatever happened to its job.
+func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
+	s.att.Close()
+	<-s.copyDone
+	s.stopWait()
+	if err := e.remove(ctx, s); err != nil {
+		log.Error("removing the sandbox failed; Reap will retry at the next start", "container", s.short, "error", err)
+	}
+}
+
+func (e *Executor) remove(ctx context.Context, s *sandbox) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
+	defer cancel()
+	if _, err := e.api.ContainerRemove(rctx, s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// execute hands the job (its envelope and stdin) to a launched sandbox and
+// watches it to the end. The job's clock, and its wall-clock limit, start at
+// the hand-off: the job cannot begin before its envelope.
+func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte) (*outcome, error) {
+	// Calls after the job ended or was killed use a context of their own, so
+	// that a canceled caller still gets its container killed.
+	fresh := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
+	}
+	out := &outcome{container: s.short, started: time.Now()}
 	timer := time.NewTimer(lim.Timeout.D())
 	defer timer.Stop()
 
@@ -305,29 +401,21 @@ func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID strin
 	go func() {
 		defer close(feedDone)
 		// Errors here mean the container is gone, which the wait reports.
-		if _, err := att.Conn.Write(env.header); err != nil {
+		if _, err := s.att.Conn.Write(env.header); err != nil {
 			return
 		}
 		if len(stdin) > 0 {
-			if _, err := att.Conn.Write(stdin); err != nil {
+			if _, err := s.att.Conn.Write(stdin); err != nil {
 				return
 			}
 		}
-		_ = att.CloseWrite()
+		_ = s.att.CloseWrite()
 	}()
-	copyDone := make(chan struct{})
-	go func() {
-		defer close(copyDone)
-		// Its error only says how the stream ended; the wait and the
-		// inspection say how the container did.
-		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
-	}()
-	// Every goroutine is waited for before run returns: closing the
-	// connection unblocks both.
+	// Every goroutine is waited for before execute returns: closing the
+	// connection unblocks the feed (release waits for the copy).
 	defer func() {
-		att.Close()
+		s.att.Close()
 		<-feedDone
-		<-copyDone
 	}()
 
 	var killed jobs.Status // the first reason we killed for
@@ -339,7 +427,7 @@ func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID strin
 		killed = reason
 		kctx, cancel := fresh()
 		defer cancel()
-		if _, err := e.api.ContainerKill(kctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		if _, err := e.api.ContainerKill(kctx, s.id, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 			log.Warn("killing the sandbox failed", "container", out.container, "error", err)
 		}
 		killDeadline = time.After(e.cfg.KillGrace)
@@ -351,13 +439,13 @@ func (e *Executor) run(ctx context.Context, log *slog.Logger, image, jobID strin
 wait:
 	for {
 		select {
-		case r := <-wait.Result:
+		case r := <-s.wait.Result:
 			exitCode = r.StatusCode
 			if r.Error != nil && r.Error.Message != "" {
 				waitErr = errors.New(r.Error.Message)
 			}
 			break wait
-		case err := <-wait.Error:
+		case err := <-s.wait.Error:
 			waitErr = err
 			break wait
 		case <-done:
@@ -365,7 +453,7 @@ wait:
 			kill(jobs.StatusCanceled)
 		case <-timer.C:
 			kill(jobs.StatusTimeout)
-		case <-overflow:
+		case <-s.overflow:
 			kill(jobs.StatusOutputLimit)
 		case <-killDeadline:
 			return nil, infraErr("wait", fmt.Errorf("container %s still running %s after it was killed", out.container, e.cfg.KillGrace))
@@ -377,15 +465,15 @@ wait:
 	}
 
 	select {
-	case <-copyDone:
+	case <-s.copyDone:
 	case <-time.After(streamGrace):
 		log.Warn("output stream still open after the sandbox exited; cutting it", "container", out.container)
-		att.Close()
-		<-copyDone
+		s.att.Close()
+		<-s.copyDone
 	}
 
 	ictx, cancel := fresh()
-	info, ierr := e.api.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
+	info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
 	cancel()
 	oom := false
 	if ierr != nil {
@@ -394,10 +482,10 @@ wait:
 		oom = info.Container.State.OOMKilled
 	}
 
-	errBytes, trailer, haveTrailer := envelope.CutTrailer(stderr.buf, env.nonce)
-	out.stdout, out.stdoutTrunc = stdout.buf, stdout.exceeded()
+	errBytes, trailer, haveTrailer := envelope.CutTrailer(s.stderr.buf, env.nonce)
+	out.stdout, out.stdoutTrunc = s.stdout.buf, s.stdout.exceeded()
 	out.stderr = errBytes
-	if len(out.stderr) > int(lim.Output) || (stderr.exceeded() && !haveTrailer) {
+	if len(out.stderr) > int(lim.Output) || (s.stderr.exceeded() && !haveTrailer) {
 		out.stderr, out.stderrTrunc = out.stderr[:min(len(out.stderr), int(lim.Output))], true
 	}
 	if haveTrailer {
@@ -430,15 +518,6 @@ wait:
 		}
 	}
 	return out, nil
-}
-
-// startFailed classifies a failure between create and start: the caller's
-// cancellation is the job's outcome, anything else the engine's fault.
-func (e *Executor) startFailed(ctx context.Context, op string, err error) (*outcome, error) {
-	if ctx.Err() != nil {
-		return &outcome{status: jobs.StatusCanceled, msg: "canceled before it started"}, nil
-	}
-	return nil, infraErr(op, err)
 }
 
 func randHex(n int) string {

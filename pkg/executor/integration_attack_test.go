@@ -343,7 +343,16 @@ func TestIntegrationReap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-	n, err := e.Reap(ctx)
+	// The worker restarts: a new Executor with the same WorkerID. (e's own
+	// containers are spared by e.Reap: they carry e's instance label.)
+	if n, err := e.Reap(ctx); err != nil || n != 0 {
+		t.Fatalf("Reap by the executor that made them = %d, %v; want 0", n, err)
+	}
+	restarted, err := New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := restarted.Reap(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2", n, err)
 	}

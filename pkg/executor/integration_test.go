@@ -83,7 +83,12 @@ func setup(t testing.TB, mod func(*Config)) *Executor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { assertNoLeftovers(t, cli, e.cfg.WorkerID) })
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil { // removes a warm pool
+			t.Errorf("Close: %v", err)
+		}
+		assertNoLeftovers(t, cli, e.cfg.WorkerID)
+	})
 	return e
 }
 

@@ -1,0 +1,300 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+const (
+	// poolLaunchTimeout bounds the launch of one warm sandbox. It is not
+	// tied to Close: a create canceled half-way could leave a container the
+	// pool never learns about.
+	poolLaunchTimeout = time.Minute
+	// poolSweep is how often idle sandboxes are checked for death and age.
+	// The check only looks at channels and clocks, not at the engine.
+	poolSweep = 2 * time.Second
+)
+
+// PoolStats are the warm pool's counters.
+type PoolStats struct {
+	Size     int   // the target per image (Config.Pool)
+	Idle     int   // warm sandboxes ready now, all images
+	Launches int64 // launches of warm sandboxes attempted
+	Failures int64 // launches that failed
+	Hits     int64 // jobs handed to a warm sandbox
+	Misses   int64 // pool-eligible jobs that found none and got a fresh container
+	Retired  int64 // warm sandboxes removed unused: dead stream, too old
+}
+
+// PoolStats returns the counters of the warm pool; zero without one.
+func (e *Executor) PoolStats() PoolStats {
+	if e.pool == nil {
+		return PoolStats{}
+	}
+	p := e.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Size = p.size
+	for _, q := range p.idle {
+		st.Idle += len(q)
+	}
+	return st
+}
+
+// pool keeps up to size started, single-use sandboxes per preset image, all
+// with the executor's default limits. One filler goroutine decides when to
+// launch; each launch runs in a goroutine of its own, so refilling after a
+// burst is as parallel as the pool is large. All of them belong to wg,
+// which close waits for.
+type pool struct {
+	e      *Executor
+	size   int
+	images []string
+	lim    limits.Limits // what every warm sandbox is launched with
+
+	ctx    context.Context // canceled by close: stops the filler
+	cancel context.CancelFunc
+	kick   chan struct{} // a sandbox was taken or launched: reconsider
+	reset  chan struct{} // the engine answers again: end the back-off
+	result chan error    // one per finished launch, read by the filler
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	idle      map[string][]*sandbox // per image, oldest first
+	launching map[string]int
+	closed    bool
+	stats     PoolStats
+}
+
+func newPool(e *Executor) *pool {
+	seen := map[string]bool{}
+	var images []string
+	for _, name := range e.Presets() {
+		if img := e.cfg.Presets[name].Image; !seen[img] {
+			seen[img] = true
+			images = append(images, img)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pool{
+		e: e, size: e.cfg.Pool, images: images, lim: e.cfg.Defaults,
+		ctx: ctx, cancel: cancel,
+		kick:      make(chan struct{}, 1),
+		reset:     make(chan struct{}, 1),
+		result:    make(chan error, e.cfg.Pool*len(images)),
+		idle:      map[string][]*sandbox{},
+		launching: map[string]int{},
+	}
+	p.wg.Add(1)
+	go p.fill()
+	return p
+}
+
+// fits reports whether a job with these resolved limits can run in a warm
+// sandbox. The timeout is the executor's timer, not part of the container,
+// so it may differ; everything the container is configured with may not.
+func (p *pool) fits(l limits.Limits) bool {
+	l.Timeout = p.lim.Timeout
+	return l == p.lim
+}
+
+// take hands out the oldest live warm sandbox of image, or nil. A sandbox
+// taken is the caller's: it is never returned to the pool.
+func (p *pool) take(image string) *sandbox {
+	var dead []*sandbox
+	defer func() {
+		for _, s := range dead {
+			p.e.release(p.ctx, p.e.cfg.Logger, s)
+		}
+	}()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	defer notify(p.kick)
+	for q := p.idle[image]; len(q) > 0; q = p.idle[image] {
+		s := q[0]
+		p.idle[image] = q[1:]
+		if s.alive() && time.Since(s.born) < p.e.cfg.PoolMaxAge {
+			p.stats.Hits++
+			return s
+		}
+		dead = append(dead, s)
+		p.stats.Retired++
+	}
+	p.stats.Misses++
+	return nil
+}
+
+// retryNow ends a launch back-off (Check saw the engine answer).
+func (p *pool) retryNow() { notify(p.reset) }
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps every image's pool topped up. After a failed launch it stops
+// launching for an exponentially growing pause (so a dead engine costs a
+// call every few seconds, not a spin), until a launch succeeds or Check
+// reports the engine back.
+func (p *pool) fill() {
+	defer p.wg.Done()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 250 * time.Millisecond
+	bo.MaxInterval = 30 * time.Second
+	bo.MaxElapsedTime = 0 // never give up
+	var pause *time.Timer
+	paused := func() bool { return pause != nil }
+	resume := func() {
+		if pause != nil {
+			pause.Stop()
+			pause = nil
+		}
+	}
+	defer resume()
+	sweep := time.NewTicker(poolSweep)
+	defer sweep.Stop()
+	for {
+		if !paused() {
+			p.launchMissing()
+		}
+		var pauseC <-chan time.Time
+		if pause != nil {
+			pauseC = pause.C
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.kick:
+		case <-sweep.C:
+			p.retire()
+		case <-pauseC:
+			pause = nil
+		case <-p.reset:
+			resume()
+			bo.Reset()
+		case err := <-p.result:
+			if err == nil {
+				bo.Reset()
+			} else if !paused() {
+				d := bo.NextBackOff()
+				p.e.cfg.Logger.Warn("warm pool: launching a sandbox failed; backing off",
+					"worker", p.e.cfg.WorkerID, "retry_in", d.Round(time.Millisecond), "error", err)
+				pause = time.NewTimer(d)
+			}
+		}
+	}
+}
+
+// launchMissing starts a launch for every sandbox the pool lacks.
+func (p *pool) launchMissing() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for _, img := range p.images {
+		for n := len(p.idle[img]) + p.launching[img]; n < p.size; n++ {
+			p.launching[img]++
+			p.wg.Add(1)
+			go p.launch(img)
+		}
+	}
+}
+
+func (p *pool) launch(image string) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), poolLaunchTimeout)
+	defer cancel()
+	s, err := p.e.launch(ctx, image, "", p.lim)
+	p.mu.Lock()
+	p.launching[image]--
+	p.stats.Launches++
+	closed := p.closed
+	switch {
+	case err != nil:
+		p.stats.Failures++
+	case !closed:
+		p.idle[image] = append(p.idle[image], s)
+	}
+	p.mu.Unlock()
+	if err == nil && closed {
+		p.e.release(ctx, p.e.cfg.Logger, s)
+	}
+	select {
+	case p.result <- err:
+	case <-p.ctx.Done(): // the filler is gone
+	}
+}
+
+// retire removes idle sandboxes whose stream ended (the container died or
+// the connection broke) or that are older than PoolMaxAge.
+func (p *pool) retire() {
+	var old []*sandbox
+	p.mu.Lock()
+	for img, q := range p.idle {
+		keep := q[:0]
+		for _, s := range q {
+			if s.alive() && time.Since(s.born) < p.e.cfg.PoolMaxAge {
+				keep = append(keep, s)
+			} else {
+				old = append(old, s)
+			}
+		}
+		clear(q[len(keep):])
+		p.idle[img] = keep
+	}
+	p.stats.Retired += int64(len(old))
+	p.mu.Unlock()
+	for _, s := range old {
+		p.e.release(p.ctx, p.e.cfg.Logger, s)
+	}
+}
+
+// close stops the filler, waits for every launch in flight, and removes
+// every idle sandbox.
+func (p *pool) close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+
+	p.mu.Lock()
+	var all []*sandbox
+	for img, q := range p.idle {
+		all = append(all, q...)
+		delete(p.idle, img)
+	}
+	p.mu.Unlock()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, s := range all {
+		wg.Go(func() {
+			s.att.Close()
+			<-s.copyDone
+			s.stopWait()
+			errs[i] = p.e.remove(context.Background(), s)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return infraErr("removing the warm pool", err)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With the engine down, the pool backs off instead of spinning, Check
+// ends the back-off, jobs still get (infrastructure) errors from the fresh
+// path, and Close returns.
+func TestPoolBacksOffWhileTheEngineIsDown(t *testing.T) {
+	t.Parallel()
+	f := &fakeDocker{createErr: errors.New("daemon down")}
+	e, err := newWithAPI(Config{WorkerID: "w", Pool: 2}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first failed launches", func() bool { return e.PoolStats().Failures >= 2 })
+	// A spin would make thousands of calls in this second; the back-off
+	// (250 ms, growing) allows a handful.
+	time.Sleep(time.Second)
+	if st := e.PoolStats(); st.Failures > 12 {
+		t.Fatalf("%d launch attempts in about a second while the engine is down: the pool spins", st.Failures)
+	}
+	before := e.PoolStats().Failures
+	if err := e.Check(context.Background()); err != nil { // the fake's Ping answers
+		t.Fatal(err)
+	}
+	waitFor(t, "a launch right after Check", func() bool { return e.PoolStats().Failures > before })
+
+	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"})
+	if !errors.Is(err, ErrInfrastructure) {
+		t.Fatalf("Run with the engine down = %v, want ErrInfrastructure", err)
+	}
+	if st := e.PoolStats(); st.Misses != 1 || st.Hits != 0 || st.Idle != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPoolFits(t *testing.T) {
+	t.Parallel()
+	e, err := newWithAPI(Config{WorkerID: "w", Pool: 1}, &fakeDocker{createErr: errors.New("down")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	def := e.cfg.Defaults
+	mod := func(f func(*limits.Limits)) limits.Limits { l := def; f(&l); return l }
+	cases := []struct {
+		name string
+		l    limits.Limits
+		fits bool
+	}{
+		{"defaults", def, true},
+		{"other timeout", mod(func(l *limits.Limits) { l.Timeout = limits.Duration(time.Second) }), true},
+		{"memory", mod(func(l *limits.Limits) { l.Memory *= 2 }), false},
+		{"cpus", mod(func(l *limits.Limits) { l.CPUs = 0.5 }), false},
+		{"pids", mod(func(l *limits.Limits) { l.Pids++ }), false},
+		{"network", mod(func(l *limits.Limits) { l.Network = true }), false},
+		{"output", mod(func(l *limits.Limits) { l.Output++ }), false},
+		{"tmpfs", mod(func(l *limits.Limits) { l.Tmpfs *= 2 }), false},
+	}
+	for _, tc := range cases {
+		if got := e.pool.fits(tc.l); got != tc.fits {
+			t.Errorf("%s: fits = %v, want %v", tc.name, got, tc.fits)
+		}
+	}
+}
+
+func TestPoolConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := newWithAPI(Config{Pool: -1}, &fakeDocker{}); err == nil {
+		t.Fatal("Pool -1 accepted")
+	}
+	e, err := newWithAPI(Config{WorkerID: "w"}, &fakeDocker{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.pool != nil || e.PoolStats() != (PoolStats{}) {
+		t.Fatal("Pool 0 made a pool")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
