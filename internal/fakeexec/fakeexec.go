@@ -9,6 +9,9 @@
 //	block          wait until the job's context is canceled
 //	exit N         finish with exit code N (failed when N != 0)
 //	timeout        finish as timeout
+//	infra          fail as a broken infrastructure would (an error wrapping
+//	               ErrInfra), without the fake going down: the worker holds
+//	               the job, then hands it back, and its deliveries run out
 //
 // Images other than "python" and "shell" are rejected as unknown presets,
 // and limits are resolved against limits.Default() and Caps, as the real
@@ -30,6 +33,9 @@ import (
 
 // ErrDown is returned by Run and Ping while the fake is Down.
 var ErrDown = errors.New("fake infrastructure down")
+
+// ErrInfra is returned by Run for a job whose script says infra.
+var ErrInfra = errors.New("fake infrastructure failure")
 
 // Executor is the fake. The zero value is ready to use.
 type Executor struct {
@@ -166,6 +172,8 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 			return finish(jobs.StatusSucceeded, &n)
 		case "timeout":
 			return finish(jobs.StatusTimeout, nil)
+		case "infra":
+			return nil, ErrInfra
 		}
 	}
 	zero := 0

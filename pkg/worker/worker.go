@@ -71,6 +71,10 @@ type Config struct {
 	// Backoff returns the back-off of infrastructure probes and of NATS
 	// retries. Default: exponential from 250ms to 30s, never giving up.
 	Backoff func() backoff.BackOff
+	// SweepInterval is how often the worker looks for jobs given up after
+	// MaxDeliver whose advisory nobody handled (see deadletter.go); it also
+	// sweeps at start. Default 1m.
+	SweepInterval time.Duration
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -116,6 +120,9 @@ func (c Config) withDefaults() Config {
 			return b
 		}
 	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -140,6 +147,8 @@ func (c Config) Validate() error {
 		return bad("HoldMax", "%s is negative", c.HoldMax)
 	case c.NakDelay < 0:
 		return bad("NakDelay", "%s is negative", c.NakDelay)
+	case c.SweepInterval < 10*time.Millisecond:
+		return bad("SweepInterval", "%s is under 10ms", c.SweepInterval)
 	}
 	if err := c.Topology.Validate(); err != nil {
 		return fmt.Errorf("%w: Topology: %w", ErrInvalidConfig, err)
@@ -238,6 +247,15 @@ func (w *Worker) Run(stop, force context.Context) error {
 
 	bg, cancelBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
+	// Subscribed before the first fetch: a pull is what makes the server
+	// give up a job, and publish its advisory.
+	deadSub, err := w.subscribeDeadLetters(bg, &bgWG)
+	if err != nil {
+		cancelBg()
+		return stoppedOr(stop, err)
+	}
+	defer deadSub.Unsubscribe()
+	bgWG.Go(func() { w.sweepLoop(bg) })
 	bgWG.Go(func() { w.heartbeat(bg) })
 	bgWG.Go(func() { w.watchCancels(bg) })
 	bgWG.Go(func() { w.probe(bg) })

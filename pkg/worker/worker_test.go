@@ -35,6 +35,12 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10})
+}
+
+// setupWith starts an in-process server and opens topo on it.
+func setupWith(t *testing.T, topo jobs.Topology) *bundle {
+	t.Helper()
 	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +55,6 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10}
 	client, err := jobs.NewClient(t.Context(), js, topo)
 	if err != nil {
 		t.Fatal(err)

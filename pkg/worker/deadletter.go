@@ -1,0 +1,191 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// Dead letters. When a job's deliveries run out (MaxDeliver), the server
+// stops delivering it but, with WorkQueue retention, keeps its message in
+// the stream forever, and nobody stores a result: a client waiting on it
+// would wait forever. Two mechanisms close that gap:
+//
+//   - every worker subscribes to the server's MAX_DELIVERIES advisory of its
+//     queue's consumer and finalizes the job the advisory names;
+//   - a sweep (at start and every SweepInterval) finalizes the messages the
+//     consumer has delivered but no longer tracks, for advisories nobody got.
+//
+// The server gives a job up lazily, when a pull request arrives after its
+// last lease expired or it was naked; a worker subscribes before its first
+// pull, so the advisory of a job given up while no worker was running goes
+// to the worker whose pull triggers it. Advisories are core NATS messages,
+// though (at most once): the sweep covers a worker that dies or disconnects
+// between the advisory and its handling.
+//
+// Finalizing is idempotent across workers, so all of them handle every
+// advisory: read the message by sequence (gone: another worker finished it),
+// store an `error` result with Create (first writer wins: a result stored
+// by the last delivery's worker, or a cancel, stays), delete the message,
+// and, only for the worker whose delete removed it, publish the stored
+// result to reply_to.
+
+// AdvisorySubject is the subject of the server's advisory for a job of this
+// queue given up after MaxDeliver deliveries.
+func AdvisorySubject(queue string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + jobs.StreamName + "." + jobs.ConsumerName(queue)
+}
+
+// maxDeliverAdvisory is the part of the server's
+// io.nats.jetstream.advisory.v1.max_deliver advisory the worker reads.
+type maxDeliverAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// subscribeDeadLetters subscribes to the advisories of this queue and
+// handles them in a goroutine that wg owns, until ctx is done. Run calls it
+// before the first fetch; NATS re-subscribes after a reconnect.
+func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (*nats.Subscription, error) {
+	ch := make(chan *nats.Msg, 256)
+	sub, err := w.js.Conn().ChanSubscribe(AdvisorySubject(w.cfg.Queue), ch)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", AdvisorySubject(w.cfg.Queue), err)
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-ch:
+				var adv maxDeliverAdvisory
+				if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 ||
+					adv.Stream != jobs.StreamName || adv.Consumer != jobs.ConsumerName(w.cfg.Queue) {
+					w.log.Warn("ignoring a malformed max-deliveries advisory", "data", string(m.Data))
+					continue
+				}
+				w.deadLetter(ctx, adv.StreamSeq, int(adv.Deliveries), "advisory")
+			}
+		}
+	})
+	return sub, nil
+}
+
+// sweepDeadLetters finalizes the jobs of this queue that the consumer has
+// delivered and given up without an advisory being handled. It acts only
+// when the consumer has no message pending an ack: then every message of
+// the queue still in the stream at or below the consumer's delivered
+// sequence was given up (acked and termed ones are gone with WorkQueue
+// retention), and none can become pending again. It returns how many it
+// finalized.
+func (w *Worker) sweepDeadLetters(ctx context.Context) (int, error) {
+	info, err := w.cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("consumer info: %w", err)
+	}
+	if info.NumAckPending > 0 || info.Delivered.Stream == 0 {
+		return 0, nil
+	}
+	last := info.Delivered.Stream
+	filter := jobs.SubjectPrefix + w.cfg.Queue + ".>"
+	n := 0
+	for seq := uint64(1); seq <= last; {
+		m, err := w.stores.Stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("read stream at %d: %w", seq, err)
+		}
+		if m.Sequence > last {
+			return n, nil
+		}
+		if w.deadLetter(ctx, m.Sequence, info.Config.MaxDeliver, "sweep") {
+			n++
+		}
+		seq = m.Sequence + 1
+	}
+	return n, nil
+}
+
+// sweepLoop sweeps at start and every SweepInterval until ctx is done.
+func (w *Worker) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		if n, err := w.sweepDeadLetters(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("dead-letter sweep", "err", err)
+		} else if n > 0 {
+			w.log.Warn("dead-letter sweep finalized jobs given up without a handled advisory", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// deadLetter finalizes the job at stream sequence seq, given up after
+// deliveries deliveries. It reports whether this call removed the message.
+func (w *Worker) deadLetter(ctx context.Context, seq uint64, deliveries int, via string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	log := w.log.With("stream_seq", seq, "via", via)
+	m, err := w.stores.Stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		log.Debug("dead letter already removed")
+		return false
+	}
+	if err != nil {
+		log.Warn("read dead letter; the sweep will retry", "err", err)
+		return false
+	}
+	dl := delivery{attempt: deliveries}
+	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(m.Subject)
+	t := m.Time.UTC()
+	dl.queuedAt = &t
+	log = log.With("job_id", dl.id, "attempt", deliveries)
+	job, _ := w.decode(m.Data, dl) // best effort: for reply_to and labels
+
+	stored := (*jobs.Result)(nil)
+	if dl.subjErr == nil && kvKey.MatchString(dl.id) {
+		now := time.Now().UTC()
+		res := &jobs.Result{
+			Status:     jobs.StatusError,
+			Error:      fmt.Sprintf("gave up after %d deliveries (MaxDeliver): no worker finished the job", deliveries),
+			FinishedAt: &now,
+		}
+		w.fill(res, job, dl)
+		stored, _, err = jobs.StoreResult(ctx, w.stores.Results, res)
+		if err != nil {
+			// Keep the message: without a result, deleting it would lose the job.
+			log.Warn("store dead letter's result; the sweep will retry", "err", err)
+			return false
+		}
+	}
+	if err := w.stores.Stream.DeleteMsg(ctx, seq); err != nil {
+		if _, gerr := w.stores.Stream.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return false // another worker removed it and replied
+		}
+		log.Warn("remove dead letter; the sweep will retry", "err", err)
+		return false
+	}
+	if stored != nil {
+		w.reply(job, stored, log)
+		log.Warn("job given up", "status", string(stored.Status), "reason", stored.Error)
+	} else {
+		log.Warn("removed a given-up message with an invalid subject", "subject", m.Subject)
+	}
+	return true
+}
