@@ -298,4 +298,3 @@ func TestBrokerRestart(t *testing.T) {
 	})
 	t.Logf("%d jobs, %d executions, %d finished during the outage", n, b.exec.Total(), total)
 }
-
