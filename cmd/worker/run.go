@@ -35,7 +35,7 @@ var version = "dev"
 var errUsage = errors.New("usage")
 
 const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
-              [--queue NAME] [--slots N] [--id NAME] [--config FILE]
+              [--queue NAME] [--slots N] [--pool N] [--id NAME] [--config FILE]
               [--metrics ADDR] [--grace D] [cap flags]
 
 Pulls sandfleet jobs from NATS JetStream (stream JOBS, consumer
@@ -74,6 +74,7 @@ type options struct {
 	embedded                 bool
 	queue, id, configFile    string
 	slots                    int
+	pool                     int
 	metrics                  string
 	grace                    time.Duration
 	runtime                  string
@@ -114,6 +115,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dataDir, "data-dir", "./data", "with --embedded: `DIR` of the JetStream file store (queued jobs and results survive restarts)")
 	fs.StringVar(&o.queue, "queue", jobs.DefaultQueue, "queue `NAME` to serve (subjects jobs.NAME.<id>)")
 	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "jobs run at once (`N`)")
+	fs.IntVar(&o.pool, "pool", 0, "warm sandboxes kept per preset image, each used once (`N`; default --slots; 0 turns the pool off)")
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name)")
 	fs.StringVar(&o.configFile, "config", "", "JSON `FILE` with presets, defaults, caps and runtime")
 	fs.StringVar(&o.metrics, "metrics", "", "serve /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
@@ -149,6 +151,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.slots < 1 {
 		return nil, fmt.Errorf("%w: --slots %d: want at least 1", errUsage, o.slots)
+	}
+	if !explicit["pool"] {
+		o.pool = o.slots
+	}
+	if o.pool < 0 {
+		return nil, fmt.Errorf("%w: --pool %d: want 0 (off) or more", errUsage, o.pool)
 	}
 	if o.grace < 0 {
 		return nil, fmt.Errorf("%w: --grace %s is negative", errUsage, o.grace)
@@ -319,6 +327,7 @@ func executorConfig(o *options) (executor.Config, error) {
 		Caps:     limits.Caps(fc.Caps),
 		Runtime:  fc.Runtime,
 		WorkerID: o.id,
+		Pool:     o.pool,
 	}
 	if fc.Presets != nil {
 		cfg.Presets = map[string]executor.Preset{}
