@@ -38,6 +38,9 @@ Commands:
   get ID [--json]                    print a stored result
   wait ID [--json]                   wait for a job's result
   cancel ID [--json]                 cancel a queued or running job
+  batch FILE.jsonl [-o OUT] [flags]  run a file of jobs, resumable (exits 0 all
+                                     succeeded, 1 some did not, 2 bad input)
+  status [--json]                    show the workers and each queue's backlog
 
 Every command takes --nats URL (env NATS_URL, default nats://127.0.0.1:4222).
 Flags may come before or after arguments. "submit <command> --help" lists
@@ -51,7 +54,8 @@ Other exit codes:
   2   usage error, or a job submit refuses as invalid
   75  get: the job is queued or running, no result yet
   125 NATS unreachable, or the queue is full
-  130 interrupted while waiting (the job goes on: submit wait ID)
+  130 interrupted while waiting (the job goes on: submit wait ID); batch:
+      interrupted, the command to resume is printed
 `
 
 // Run runs the submit command line and returns its exit code.
@@ -70,6 +74,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.idCommand("wait", args[1:], c.wait)
 	case "cancel":
 		return c.idCommand("cancel", args[1:], c.cancel)
+	case "batch":
+		return c.batch(args[1:])
+	case "status":
+		return c.status(args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/sandfleet/sandfleet/pkg/batch"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// Exit codes of submit batch (with exitUsage 2, exitUnavailable 125 and
+// exitInterrupted 130 of run.go).
+const exitSomeFailed = 1 // a job did not succeed, or is pending
+
+const batchSynopsis = `batch FILE.jsonl [-o OUT.jsonl] [--json] [--name NAME] [--window N] [--strict] [--queue Q]
+
+Runs every line of FILE.jsonl (one job per line) and writes the results,
+one per line as they arrive, to OUT (default stdout, or nowhere with --json
+and no -o). Lines without an "id" get one derived from the batch name (default
+FILE's base name without extension) and the line's content, so running the
+same command again resumes: stored results are reused, queued and running
+jobs are waited for, the rest is published. Each result written gets the
+label batch_line, its line in FILE.
+
+Exit codes: 0 every job succeeded; 1 a job did not succeed (or is pending);
+2 bad input (bad lines are reported and skipped; with --strict nothing runs);
+125 NATS unreachable or OUT unwritable; 130 interrupted (the command to resume is printed).`
+
+// hiddenFlags are test knobs, left out of --help.
+var hiddenFlags = map[string]bool{"progress-interval": true}
+
+func (c *cli) batch(args []string) int {
+	fs := c.newFlagSet("batch", batchSynopsis)
+	c.commonFlags(fs)
+	fs.Lookup("json").Usage = "print the summary as one JSON object on stdout"
+	var (
+		out, name, queue string
+		window           int
+		strict           bool
+		interval         time.Duration
+	)
+	fs.StringVar(&out, "o", "", "write the results to `OUT.jsonl` (- is stdout)")
+	fs.StringVar(&name, "name", "", "batch `NAME` in derived job IDs (default FILE's base name)")
+	fs.IntVar(&window, "window", 0, "most jobs in flight `N` (default max(64, 2 x the slots of the live workers))")
+	fs.BoolVar(&strict, "strict", false, "publish nothing if any line is bad (exit 2)")
+	fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue `Q` of the lines that name none")
+	fs.DurationVar(&interval, "progress-interval", 0, "progress line interval (default 200ms on a terminal, 5s otherwise)")
+	fs.Usage = func() {
+		visible := flag.NewFlagSet("", flag.ContinueOnError)
+		fs.VisitAll(func(f *flag.Flag) {
+			if !hiddenFlags[f.Name] {
+				visible.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+		visible.SetOutput(fs.Output())
+		fmt.Fprintf(fs.Output(), "usage: submit %s\n\nFlags:\n%s", batchSynopsis, flagDefaults(visible))
+	}
+	pos, exit, done := c.parseOrExit(fs, args)
+	if done {
+		return exit
+	}
+	if len(pos) != 1 {
+		c.errorf("batch takes one FILE.jsonl, got %q", pos)
+		fmt.Fprintln(c.stderr, `run "submit batch --help" for the flags`)
+		return exitUsage
+	}
+	path := pos[0]
+	in, err := os.Open(path)
+	if err != nil {
+		c.errorf("%v", err)
+		return exitUsage
+	}
+	defer in.Close()
+	if st, err := in.Stat(); err == nil && !st.Mode().IsRegular() {
+		c.errorf("%s: not a regular file (batch reads its input twice)", path)
+		return exitUsage
+	}
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if batch.CleanName(name) == "" {
+		c.errorf("--name: empty batch name")
+		return exitUsage
+	}
+	if !jobs.ValidQueue(queue) {
+		c.errorf("--queue %q must match [A-Za-z0-9_-]{1,64}", queue)
+		return exitUsage
+	}
+	if window < 0 {
+		c.errorf("--window %d is negative", window)
+		return exitUsage
+	}
+	if out == "" && !c.json {
+		out = "-"
+	}
+
+	client, closeConn, exit := c.connect()
+	if closeConn == nil {
+		return exit
+	}
+	defer closeConn()
+	if window == 0 {
+		window = c.autoWindow(client)
+	}
+
+	sink := &resultSink{path: out, stdout: c.stdout}
+	defer sink.close()
+	var badMu sync.Mutex
+	runner, err := batch.New(client, batch.Config{
+		Name:   name,
+		Queue:  queue,
+		Window: window,
+		Strict: strict,
+		OnStart: func(int) error {
+			return sink.open()
+		},
+		OnBadLine: func(b batch.BadLine) {
+			badMu.Lock()
+			defer badMu.Unlock()
+			fmt.Fprintf(c.stderr, "submit: %s:%d: %v\n", path, b.Line, b.Err)
+		},
+		OnResult: sink.write,
+	})
+	if err != nil {
+		c.errorf("%v", err)
+		return exitUsage
+	}
+
+	tty := false
+	if f, ok := c.stderr.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	if interval <= 0 {
+		interval = 5 * time.Second
+		if tty {
+			interval = 200 * time.Millisecond
+		}
+	}
+	stopProgress := c.progress(runner, tty, interval, &badMu)
+	sum, err := runner.Run(c.ctx, in)
+	stopProgress()
+	if cerr := sink.close(); cerr != nil && err == nil {
+		c.errorf("write %s: %v", out, cerr)
+		return exitUnavailable
+	}
+	c.printSummary(sum, out)
+	interrupted := c.ctx.Err() != nil && sum.Interrupted
+	switch {
+	case errors.Is(err, batch.ErrBadInput):
+		c.errorf("%v (--strict)", err)
+		return exitUsage
+	case interrupted:
+		c.errorf("interrupted: %d of %d done, %d in flight go on in the fleet", sum.Done, sum.Total, sum.Pending)
+		wd, _ := os.Getwd()
+		c.errorf("resume with (in %s): %s", wd, resumeCommand(args))
+		return exitInterrupted
+	case err != nil: // batch.ErrUnavailable, errSink
+		c.errorf("%v", err)
+		return exitUnavailable
+	case sum.Bad > 0:
+		return exitUsage
+	case !sum.AllSucceeded():
+		return exitSomeFailed
+	}
+	return exitOK
+}
+
+// autoWindow sizes the window to keep every live worker's slots fed twice
+// over, and at least 64.
+func (c *cli) autoWindow(client *jobs.Client) int {
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	st, err := client.Status(ctx)
+	if err != nil {
+		return 64
+	}
+	slots := 0
+	for _, w := range st.Workers {
+		slots += w.Slots
+	}
+	return max(64, 2*slots)
+}
+
+var errSink = errors.New("write results")
+
+// resultSink writes results as JSONL, each line with one write of a
+// complete line: an interrupted run leaves whole lines only.
+type resultSink struct {
+	path   string // "" writes nowhere, "-" to stdout
+	stdout io.Writer
+	w      io.Writer
+	f      *os.File
+	buf    []byte
+}
+
+func (s *resultSink) open() error {
+	switch s.path {
+	case "":
+		s.w = io.Discard
+	case "-":
+		s.w = s.stdout
+	default:
+		// Truncated: a rerun writes every result again, reused ones first.
+		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errSink, err)
+		}
+		s.f, s.w = f, f
+	}
+	return nil
+}
+
+func (s *resultSink) write(o batch.Outcome) error {
+	res := *o.Result
+	labels := make(map[string]string, len(res.Labels)+1)
+	for k, v := range res.Labels {
+		labels[k] = v
+	}
+	labels["batch_line"] = strconv.Itoa(o.Line)
+	res.Labels = labels
+	data, err := json.Marshal(&res)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errSink, err)
+	}
+	s.buf = append(append(s.buf[:0], data...), '\n')
+	if _, err := s.w.Write(s.buf); err != nil {
+		return fmt.Errorf("%w: %w", errSink, err)
+	}
+	if cap(s.buf) > 1<<20 {
+		s.buf = nil
+	}
+	return nil
+}
+
+func (s *resultSink) close() error {
+	if s.f == nil {
+		return nil
+	}
+	f := s.f
+	s.f = nil
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// progress prints the batch's progress on stderr until the returned func
+// is called: redrawn in place on a terminal, a plain line otherwise.
+func (c *cli) progress(r *batch.Runner, tty bool, every time.Duration, mu *sync.Mutex) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				if tty {
+					mu.Lock()
+					fmt.Fprint(c.stderr, "\r\033[K")
+					mu.Unlock()
+				}
+				return
+			case <-t.C:
+			}
+			p := r.Progress()
+			if p.Total == 0 && p.Done == 0 {
+				continue // still validating
+			}
+			line := progressLine(p)
+			mu.Lock()
+			if tty {
+				fmt.Fprintf(c.stderr, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintf(c.stderr, "progress: %s\n", line)
+			}
+			mu.Unlock()
+		}
+	})
+	return func() { close(stop); wg.Wait() }
+}
+
+func progressLine(p batch.Progress) string {
+	pct := 100.0
+	if p.Total > 0 {
+		pct = float64(p.Done) * 100 / float64(p.Total)
+	}
+	eta := "?"
+	if p.ETA >= 0 {
+		eta = p.ETA.Round(time.Second).String()
+	}
+	return fmt.Sprintf("%d/%d done (%.0f%%), %d in flight, %.1f/s, ETA %s | %s",
+		p.Done, p.Total, pct, p.InFlight, p.Rate, eta, batch.FormatStatuses(p.Statuses))
+}
+
+func (c *cli) printSummary(s *batch.Summary, out string) {
+	if c.json {
+		data, _ := json.Marshal(s)
+		fmt.Fprintf(c.stdout, "%s\n", data)
+	}
+	ms := func(v *int64) string {
+		if v == nil {
+			return "-"
+		}
+		return (time.Duration(*v) * time.Millisecond).String()
+	}
+	w := c.stderr
+	fmt.Fprintf(w, "batch %s: %d of %d done (%d reused from an earlier run), %d pending, %d bad lines\n",
+		s.Name, s.Done, s.Total, s.Reused, s.Pending, s.Bad)
+	fmt.Fprintf(w, "  status:     %s\n", batch.FormatStatuses(s.Statuses))
+	fmt.Fprintf(w, "  duration:   p50 %s, p95 %s, max %s\n", ms(s.Duration.P50), ms(s.Duration.P95), ms(s.Duration.Max))
+	fmt.Fprintf(w, "  wall:       %s, %.2f jobs/s\n", (time.Duration(s.WallMS) * time.Millisecond).String(), s.Throughput)
+	if out != "" && out != "-" {
+		fmt.Fprintf(w, "  results:    %s\n", out)
+	}
+}
+
+// resumeCommand is the command line that resumes this batch.
+func resumeCommand(args []string) string {
+	prog := "submit"
+	if filepath.Base(os.Args[0]) == "submit" {
+		prog = os.Args[0]
+	}
+	parts := []string{shellQuote(prog), "batch"}
+	for _, a := range args {
+		parts = append(parts, shellQuote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

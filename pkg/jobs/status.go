@@ -1,0 +1,98 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FleetStatus is what `submit status` shows: the live workers, from their
+// heartbeats in WORKERS, and each queue's backlog, from its consumer.
+type FleetStatus struct {
+	Workers []WorkerStatus `json:"workers"`
+	Queues  []QueueStatus  `json:"queues"`
+	// Messages and Bytes are the whole JOBS stream: every queued or running
+	// job, including those of queues no worker has served yet.
+	Messages uint64 `json:"stream_messages"`
+	Bytes    uint64 `json:"stream_bytes"`
+}
+
+// QueueStatus is a queue's backlog as its consumer workers-<queue> sees it.
+type QueueStatus struct {
+	Queue string `json:"queue"`
+	// Pending jobs are queued, not yet delivered to a worker.
+	Pending uint64 `json:"pending"`
+	// InFlight jobs are delivered and not yet acknowledged: running, or
+	// held by a worker whose lease has not expired yet.
+	InFlight int `json:"in_flight"`
+	// Redelivered counts jobs in flight that were delivered more than once.
+	Redelivered int `json:"redelivered"`
+	// Waiting is the number of open pull requests: idle worker slots.
+	Waiting int `json:"waiting_pulls"`
+}
+
+// Status reads the fleet's status. Workers are sorted by ID, queues by name.
+// A heartbeat that cannot be decoded is skipped rather than failing the call:
+// the bucket is written by every worker version of the fleet.
+func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
+	fs := &FleetStatus{Workers: []WorkerStatus{}, Queues: []QueueStatus{}}
+	// One watch delivers every heartbeat with its value, then a nil marker.
+	w, err := c.stores.Workers.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read workers: %w", err)
+	}
+	defer w.Stop()
+heartbeats:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("read workers: watch closed")
+			}
+			if e == nil {
+				break heartbeats
+			}
+			var ws WorkerStatus
+			if json.Unmarshal(e.Value(), &ws) != nil {
+				continue
+			}
+			if ws.ID == "" {
+				ws.ID = e.Key()
+			}
+			fs.Workers = append(fs.Workers, ws)
+		}
+	}
+	slices.SortFunc(fs.Workers, func(a, b WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
+
+	info, err := c.stores.Stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	fs.Messages, fs.Bytes = info.State.Msgs, info.State.Bytes
+	cl := c.stores.Stream.ListConsumers(ctx)
+	for ci := range cl.Info() {
+		queue, ok := strings.CutPrefix(ci.Name, ConsumerName(""))
+		if !ok || !ValidQueue(queue) {
+			continue
+		}
+		fs.Queues = append(fs.Queues, QueueStatus{
+			Queue:       queue,
+			Pending:     ci.NumPending,
+			InFlight:    ci.NumAckPending,
+			Redelivered: ci.NumRedelivered,
+			Waiting:     ci.NumWaiting,
+		})
+	}
+	if err := cl.Err(); err != nil {
+		return nil, fmt.Errorf("list consumers: %w", err)
+	}
+	slices.SortFunc(fs.Queues, func(a, b QueueStatus) int { return strings.Compare(a.Queue, b.Queue) })
+	return fs, nil
+}
