@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -192,6 +193,13 @@ func Run(stop, force context.Context, args []string) error {
 	}
 	slog.SetDefault(log)
 
+	if fake, closeFake, err := fakeExecutorFromEnv(log); err != nil {
+		return err
+	} else if fake != nil {
+		defer closeFake()
+		return serve(stop, force, o, log, fake)
+	}
+
 	execCfg, err := executorConfig(o)
 	if err != nil {
 		return err
@@ -361,11 +369,44 @@ func executorConfig(o *options) (executor.Config, error) {
 }
 
 // dockerExecutor adapts pkg/executor to the worker: Check is its Ping.
-type dockerExecutor struct{ *executor.Executor }
+// It also reaps what a crashed predecessor with the same ID left behind,
+// before the first job runs: at start, or, when Docker is down at start, at
+// the first Ping that finds it up (the worker fetches nothing until then).
+type dockerExecutor struct {
+	*executor.Executor
+	ran    atomic.Bool // a Run has started: reaping now would kill our own jobs
+	reaped atomic.Bool
+}
 
-func (d dockerExecutor) Ping(ctx context.Context) error { return d.Check(ctx) }
+func (d *dockerExecutor) Ping(ctx context.Context) error {
+	if err := d.Check(ctx); err != nil {
+		return err
+	}
+	d.reapOnce(ctx)
+	return nil
+}
 
-var _ worker.Pinger = dockerExecutor{}
+func (d *dockerExecutor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+	d.ran.Store(true)
+	return d.Executor.Run(ctx, job)
+}
+
+func (d *dockerExecutor) reapOnce(ctx context.Context) {
+	if d.reaped.Load() || d.ran.Load() {
+		return
+	}
+	n, err := d.Reap(ctx)
+	if err != nil {
+		slog.Warn("reap leftover sandboxes", "err", err)
+		return
+	}
+	d.reaped.Store(true)
+	if n > 0 {
+		slog.Info("reaped leftover sandboxes", "count", n)
+	}
+}
+
+var _ worker.Pinger = (*dockerExecutor)(nil)
 
 // newExecutor is the one place that wires pkg/executor in.
 func newExecutor(cfg executor.Config) (interface {
@@ -376,14 +417,13 @@ func newExecutor(cfg executor.Config) (interface {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	d := &dockerExecutor{Executor: e}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := e.Check(ctx); err != nil {
 		slog.Warn("sandbox infrastructure not ready; the worker will wait for it", "err", err)
-	} else if n, err := e.Reap(ctx); err != nil {
-		slog.Warn("reap leftover sandboxes", "err", err)
-	} else if n > 0 {
-		slog.Info("reaped leftover sandboxes", "count", n)
+	} else {
+		d.reapOnce(ctx)
 	}
-	return dockerExecutor{e}, nil
+	return d, nil
 }

@@ -188,7 +188,7 @@ func TestDockerEndToEnd(t *testing.T) {
 		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
 	}
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "e2e"},
-		dockerExecutor{exec})
+		&dockerExecutor{Executor: exec})
 	defer s.Stop(t)
 	c := connect(t, s.url)
 	tests := []struct {

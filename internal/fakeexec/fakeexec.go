@@ -40,6 +40,9 @@ var ErrInfra = errors.New("fake infrastructure failure")
 // Executor is the fake. The zero value is ready to use.
 type Executor struct {
 	Caps *limits.Caps // default limits.DefaultCaps()
+	// OnRun, if set, is called with the job's ID each time a run starts
+	// (what Runs counts), from the goroutine calling Run.
+	OnRun func(id string)
 
 	mu      sync.Mutex
 	runs    map[string]int
@@ -135,6 +138,9 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 	e.running++
 	e.max = max(e.max, e.running)
 	e.mu.Unlock()
+	if e.OnRun != nil {
+		e.OnRun(job.ID)
+	}
 	defer func() {
 		e.mu.Lock()
 		e.running--

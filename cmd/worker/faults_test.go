@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// fakeWorker starts the binary on the fake executor (the test hook), with
+// the execution log at logPath.
+func fakeWorker(t *testing.T, url, id, logPath string, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"--nats", url, "--id", id, "--log-format", "json"}, extra...)
+	return startProc(t, id, args, envFakeExecutor+"=1", envFakeExecutorLog+"="+logPath)
+}
+
+func status(t *testing.T, addr string) (jobs.WorkerStatus, bool) {
+	code, body := httpGet("http://" + addr + "/status")
+	var st jobs.WorkerStatus
+	return st, code == 200 && json.Unmarshal([]byte(body), &st) == nil
+}
+
+// SIGTERM drains: the worker stops pulling (a job queued after the signal
+// goes to another worker), keeps the lease of the job in flight alive (it
+// runs three times longer than --ack-wait and is not redelivered to the
+// other worker), finishes and acks it, and exits 0.
+func TestBinaryDrain(t *testing.T) {
+	t.Parallel()
+	url, client, _ := natsServer(t)
+	execLog := filepath.Join(t.TempDir(), "exec.log")
+	metrics := freeAddr(t)
+	drainer := fakeWorker(t, url, "drainer", execLog, "--slots", "2", "--ack-wait", "1s", "--grace", "30s", "--metrics", metrics)
+	poll(t, 20*time.Second, "drainer ready", func() bool { c, _ := httpGet("http://" + metrics + "/readyz"); return c == 200 })
+
+	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "long", Image: "python", Code: "sleep 3s\nprint long"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "long job running", func() bool { r, _ := executions(t, execLog); return r["long"] == 1 })
+	spare := fakeWorker(t, url, "spare", execLog, "--slots", "2", "--ack-wait", "1s")
+
+	signaled := time.Now()
+	drainer.signal(t, syscall.SIGTERM)
+	poll(t, 10*time.Second, "status says draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining && st.Busy == 1 })
+	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "after", Image: "python", Code: "print after"}); err != nil {
+		t.Fatal(err)
+	}
+	if code := drainer.exited(t, 30*time.Second); code != 0 {
+		t.Errorf("drained worker exited %d, want 0", code)
+	}
+	t.Logf("drain took %s", time.Since(signaled).Round(time.Millisecond))
+
+	res, err := client.Get(t.Context(), "long")
+	if err != nil || res.Status != jobs.StatusSucceeded || res.Worker != "drainer" || res.Attempt != 1 || res.Stdout != "long\n" {
+		t.Errorf("drained job: %v %+v", err, res)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err = client.Wait(ctx, "after")
+	if err != nil || res.Status != jobs.StatusSucceeded || res.Worker != "spare" {
+		t.Errorf("job queued during the drain: %v %+v", err, res)
+	}
+	if runs, _ := executions(t, execLog); runs["long"] != 1 || runs["after"] != 1 {
+		t.Errorf("executions %v, want long and after once each", runs)
+	}
+	if logs := drainer.logs.String(); !strings.Contains(logs, `"msg":"draining"`) || !strings.Contains(logs, `"msg":"worker stopped"`) {
+		t.Errorf("drain not logged:\n%s", logs)
+	}
+	spare.signal(t, syscall.SIGTERM)
+	if code := spare.exited(t, 30*time.Second); code != 0 {
+		t.Errorf("spare exited %d", code)
+	}
+}
+
+// A second SIGTERM, or the end of --grace after the first, forces: the
+// job in flight is stopped and naked for immediate redelivery (the lease
+// is 30s; another worker gets it within seconds), no result is stored, the
+// worker exits 0. Nothing is lost: the job runs again elsewhere.
+func TestBinaryForce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		grace string
+		again bool
+	}{
+		{"second signal", "1m", true},
+		{"grace over", "500ms", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url, client, _ := natsServer(t)
+			execLog := filepath.Join(t.TempDir(), "exec.log")
+			metrics := freeAddr(t)
+			w := fakeWorker(t, url, "forced", execLog, "--slots", "1", "--ack-wait", "30s", "--grace", tc.grace, "--metrics", metrics)
+			if _, err := client.Submit(t.Context(), &jobs.Job{ID: "stuck", Image: "python", Code: "block"}); err != nil {
+				t.Fatal(err)
+			}
+			poll(t, 20*time.Second, "job running", func() bool { r, _ := executions(t, execLog); return r["stuck"] == 1 })
+			w.signal(t, syscall.SIGTERM)
+			poll(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
+			forced := time.Now()
+			if tc.again {
+				w.signal(t, syscall.SIGTERM)
+			}
+			if code := w.exited(t, 20*time.Second); code != 0 {
+				t.Errorf("forced worker exited %d, want 0", code)
+			}
+			t.Logf("exited %s after the force", time.Since(forced).Round(time.Millisecond))
+			if _, err := client.Get(t.Context(), "stuck"); !errors.Is(err, jobs.ErrNotFound) {
+				t.Fatalf("forced job has a result: %v", err)
+			}
+			if logs := w.logs.String(); !strings.Contains(logs, `"verdict":"nak"`) {
+				t.Errorf("no nak logged:\n%s", logs)
+			}
+
+			rescued := time.Now()
+			fakeWorker(t, url, "rescuer", execLog, "--slots", "1")
+			poll(t, 10*time.Second, "redelivered at once (lease is 30s)", func() bool { r, _ := executions(t, execLog); return r["stuck"] == 2 })
+			t.Logf("redelivered %s after the rescuer started", time.Since(rescued).Round(time.Millisecond))
+			res, err := client.Cancel(t.Context(), "stuck")
+			if err != nil || res.Status != jobs.StatusCanceled || res.Worker != "rescuer" || res.Attempt != 2 {
+				t.Errorf("redelivered job: %v %+v", err, res)
+			}
+		})
+	}
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// Tests that run the real worker binary: signals, SIGKILL and restarts
+// are only real in a real process. The binary is built once per test run.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// workerBinary builds cmd/worker into a temporary directory, once.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the worker binary; skipped under -short")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "sandfleet-worker-bin-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "worker")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec.Cmd
+// and the test's readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a worker process.
+type proc struct {
+	cmd     *exec.Cmd
+	logs    *syncBuffer
+	done    chan struct{}
+	waitErr error
+}
+
+// startProc starts the binary with args and extra environment. It is
+// SIGKILLed at the end of the test if still running; its logs are printed
+// when the test fails.
+func startProc(t *testing.T, name string, args []string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(workerBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", name, p.logs.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(t *testing.T, s syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatal(err)
+	}
+}
+
+// kill SIGKILLs the process and waits for it to be gone.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// exited waits up to d for the process to exit and returns its exit code.
+func (p *proc) exited(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("worker still running after %s", d)
+	}
+	var ee *exec.ExitError
+	if errors.As(p.waitErr, &ee) {
+		return ee.ExitCode()
+	}
+	if p.waitErr != nil {
+		t.Fatal(p.waitErr)
+	}
+	return 0
+}
+
+// natsServer starts an in-process JetStream server for the worker
+// processes and returns its URL and a connected client.
+func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
+	t.Helper()
+	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL(), c, js
+}
+
+// poll polls cond until it holds or the deadline passes.
+func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
+	}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// httpGet returns the status code and body of a GET, or 0 on error.
+func httpGet(url string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// executions reads a fake executor's log: job ID → runs.
+func executions(t *testing.T, path string) (map[string]int, int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	runs := map[string]int{}
+	total := 0
+	for line := range strings.Lines(string(data)) {
+		if id := strings.TrimSpace(line); id != "" {
+			runs[id]++
+			total++
+		}
+	}
+	return runs, total
+}
