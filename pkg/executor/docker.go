@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -130,4 +132,49 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 		HostConfig: host,
 		Name:       name,
 	}
+}
+
+// DockerRunArgs renders the container configuration of a job of preset
+// with the default limits as `docker run` arguments (after "run", without
+// the job), from the same containerSpec the executor uses: a baseline for
+// benchmarks that cannot drift from the real hardening. The container
+// reads its envelope on stdin (-i) and is removed on exit (--rm).
+func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
+	p, ok := e.cfg.Presets[preset]
+	if !ok {
+		return nil, fmt.Errorf("executor: unknown preset %q", preset)
+	}
+	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults)
+	c, h := spec.Config, spec.HostConfig
+	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir,
+		"--network", string(h.NetworkMode), "--ipc", string(h.IpcMode), "--runtime", h.Runtime,
+		"--log-driver", h.LogConfig.Type}
+	if h.ReadonlyRootfs {
+		args = append(args, "--read-only")
+	}
+	if h.Init != nil && *h.Init {
+		args = append(args, "--init")
+	}
+	for _, cp := range h.CapDrop {
+		args = append(args, "--cap-drop", cp)
+	}
+	for _, o := range h.SecurityOpt {
+		args = append(args, "--security-opt", o)
+	}
+	for _, path := range slices.Sorted(maps.Keys(h.Tmpfs)) {
+		args = append(args, "--tmpfs", path+":"+h.Tmpfs[path])
+	}
+	r := h.Resources
+	args = append(args, "--memory", fmt.Sprint(r.Memory), "--memory-swap", fmt.Sprint(r.MemorySwap),
+		"--cpus", fmt.Sprint(float64(r.NanoCPUs)/1e9))
+	if r.PidsLimit != nil {
+		args = append(args, "--pids-limit", fmt.Sprint(*r.PidsLimit))
+	}
+	for _, u := range r.Ulimits {
+		args = append(args, "--ulimit", fmt.Sprintf("%s=%d:%d", u.Name, u.Soft, u.Hard))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+		args = append(args, "--label", k+"="+c.Labels[k])
+	}
+	return append(args, c.Image), nil
 }

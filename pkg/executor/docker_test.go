@@ -1,0 +1,33 @@
+package executor
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDockerRunArgs(t *testing.T) {
+	t.Parallel()
+	e, err := newWithAPI(Config{WorkerID: "w"}, &fakeDocker{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := e.DockerRunArgs("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := " " + strings.Join(args, " ") + " "
+	for _, want := range []string{
+		" --rm -i ", " --user 10001:10001 ", " --network none ", " --read-only ", " --init ",
+		" --cap-drop ALL ", " --security-opt no-new-privileges ", " --memory 536870912 ",
+		" --memory-swap 536870912 ", " --cpus 1 ", " --pids-limit 64 ", " --ulimit core=0:0 ",
+		" --log-driver none ", " --tmpfs /tmp:rw,nosuid,nodev,", " --label sandfleet.worker=w ",
+		" " + DefaultImage + " ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("docker run args %q lack %q", got, want)
+		}
+	}
+	if _, err := e.DockerRunArgs("nope"); err == nil {
+		t.Error("unknown preset accepted")
+	}
+}
