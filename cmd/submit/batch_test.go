@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/pkg/batch"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// setupFleet is setup with the fake executor returned, to count runs.
+func setupFleet(t *testing.T, slots int) (string, *fakeexec.Executor) {
+	t.Helper()
+	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	exec := &fakeexec.Executor{}
+	w, err := worker.New(js, exec, worker.Config{
+		ID: "fleet-1", Slots: slots, FetchWait: 100 * time.Millisecond, Version: "v-test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(stop, context.Background()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	return srv.ClientURL(), exec
+}
+
+func writeLines(t *testing.T, name string, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// readResults reads OUT and fails on any line that is not a whole Result.
+func readResults(t *testing.T, path string) []jobs.Result {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		t.Errorf("%s ends in a partial line", path)
+	}
+	var out []jobs.Result
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 8<<20)
+	for sc.Scan() {
+		var r jobs.Result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.ID == "" || !r.Status.Final() {
+			t.Errorf("%s: bad line %q: %v", path, sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestBatchExitCodesAndOutput(t *testing.T) {
+	t.Parallel()
+	url, _ := setupFleet(t, 2)
+	ok := `{"image":"python","code":"print ok"}`
+	good := writeLines(t, "good.jsonl", ok, `{"id":"b-own","image":"python","code":"print 2"}`, `{"image":"shell","code":"print 3"}`)
+	failing := writeLines(t, "failing.jsonl", ok, `{"image":"python","code":"exit 1"}`)
+	bad := writeLines(t, "bad.jsonl", ok, `{"image":"python","code":"print x"}`, `nope`, ``, `{"id":"x y","image":"python"}`)
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		lines  int    // results in OUT
+		stderr string // contained in stderr
+	}{
+		{"all succeed", []string{"batch", good}, 0, 3, "3 of 3 done"},
+		{"one fails", []string{"batch", failing}, 1, 2, "failed 1"},
+		{"bad lines run the rest", []string{"batch", bad}, 2, 2, bad + ":3: invalid job: not a job object"},
+		{"bad line numbers", []string{"batch", bad}, 2, 2, bad + ":5: invalid job: id"},
+		{"strict", []string{"batch", "--strict", bad}, 2, -1, "nothing published"},
+		{"no file", []string{"batch"}, 2, -1, "one FILE"},
+		{"missing file", []string{"batch", filepath.Join(t.TempDir(), "none.jsonl")}, 2, -1, "no such file"},
+		{"bad queue", []string{"batch", good, "--queue", "a.b"}, 2, -1, "--queue"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			outPath := filepath.Join(t.TempDir(), "out.jsonl")
+			got := submit(t, url, "", append(tc.args, "-o", outPath, "--name", "t-"+strings.ReplaceAll(tc.name, " ", "-"))...)
+			if got.code != tc.code || !strings.Contains(got.stderr, tc.stderr) {
+				t.Errorf("exit %d, stderr %q; want %d, stderr containing %q", got.code, got.stderr, tc.code, tc.stderr)
+			}
+			if tc.lines < 0 {
+				if _, err := os.Stat(outPath); err == nil {
+					t.Errorf("%s written though nothing ran", outPath)
+				}
+				return
+			}
+			res := readResults(t, outPath)
+			if len(res) != tc.lines {
+				t.Errorf("%d results in OUT, want %d", len(res), tc.lines)
+			}
+			for _, r := range res {
+				if r.Labels["batch_line"] == "" {
+					t.Errorf("result %s without batch_line", r.ID)
+				}
+			}
+		})
+	}
+}
+
+func TestBatchJSONSummaryAndStdout(t *testing.T) {
+	t.Parallel()
+	url, _ := setupFleet(t, 2)
+	path := writeLines(t, "sum.jsonl", `{"image":"python","code":"print a"}`, `{"image":"python","code":"exit 4"}`)
+
+	got := submit(t, url, "", "batch", path, "--json")
+	var sum batch.Summary
+	if err := json.Unmarshal([]byte(got.stdout), &sum); err != nil || got.code != 1 {
+		t.Fatalf("--json: exit %d, stdout %q: %v", got.code, got.stdout, err)
+	}
+	if sum.Name != "sum" || sum.Total != 2 || sum.Done != 2 || sum.Statuses[jobs.StatusFailed] != 1 ||
+		sum.Duration.P95 == nil || sum.Interrupted {
+		t.Errorf("summary %+v", sum)
+	}
+
+	// Without -o or --json the results go to stdout; this rerun reuses them.
+	got = submit(t, url, "", "batch", path)
+	lines := strings.Split(strings.TrimSpace(got.stdout), "\n")
+	if got.code != 1 || len(lines) != 2 || !strings.Contains(got.stderr, "2 reused") {
+		t.Errorf("exit %d, stdout %q, stderr %q", got.code, got.stdout, got.stderr)
+	}
+}
+
+func TestBatchProgressLines(t *testing.T) {
+	t.Parallel()
+	url, _ := setupFleet(t, 1)
+	var lines []string
+	for i := range 6 {
+		lines = append(lines, fmt.Sprintf(`{"image":"python","code":"sleep 30ms\nprint %d"}`, i))
+	}
+	path := writeLines(t, "progress.jsonl", lines...)
+	got := submit(t, url, "", "batch", path, "--progress-interval", "10ms", "-o", filepath.Join(t.TempDir(), "o"))
+	if got.code != 0 || !strings.Contains(got.stderr, "progress: ") || !strings.Contains(got.stderr, "/6 done") {
+		t.Errorf("exit %d, stderr %q", got.code, got.stderr)
+	}
+	if strings.Contains(got.stderr, "\r") {
+		t.Error("progress redrawn in place on a non-terminal")
+	}
+	var o, e bytes.Buffer
+	Run(t.Context(), []string{"batch", "--help"}, strings.NewReader(""), &o, &e)
+	if strings.Contains(o.String(), "progress-interval") || !strings.Contains(o.String(), "--window") {
+		t.Errorf("help: %q", o.String())
+	}
+}
+
+// TestBatchInterruptResume cancels a batch (Ctrl-C) once OUT has a few
+// results, checks OUT holds whole lines only and the resume command is
+// printed, then runs that command: all results, each job run once.
+func TestBatchInterruptResume(t *testing.T) {
+	t.Parallel()
+	url, exec := setupFleet(t, 2)
+	const n = 30
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"image":"python","code":"sleep 20ms\nprint %d"}`, i))
+	}
+	path := writeLines(t, "resume.jsonl", lines...)
+	outPath := filepath.Join(t.TempDir(), "out.jsonl")
+	args := []string{"batch", path, "-o", outPath, "--window", "4", "--nats", url}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	runCtx, interrupt := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { // Ctrl-C once OUT has 5 results; polling with a deadline
+		defer close(watched)
+		for ctx.Err() == nil {
+			if data, _ := os.ReadFile(outPath); bytes.Count(data, []byte("\n")) >= 5 {
+				interrupt()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	var o, e bytes.Buffer
+	code := Run(runCtx, args, strings.NewReader(""), &o, &e)
+	interrupt()
+	<-watched
+	if code != 130 || !strings.Contains(e.String(), "resume with") || !strings.Contains(e.String(), "submit batch "+path+" -o "+outPath) {
+		t.Fatalf("interrupted: exit %d, stderr %q", code, e.String())
+	}
+	first := readResults(t, outPath)
+	if len(first) < 5 || len(first) >= n {
+		t.Fatalf("%d results after the interrupt, want 5..%d", len(first), n-1)
+	}
+
+	o.Reset()
+	e.Reset()
+	if code := Run(ctx, args, strings.NewReader(""), &o, &e); code != 0 {
+		t.Fatalf("resumed: exit %d, stderr %q", code, e.String())
+	}
+	all := readResults(t, outPath)
+	seen := map[string]bool{}
+	for _, r := range all {
+		if seen[r.ID] {
+			t.Errorf("%s twice in OUT", r.ID)
+		}
+		seen[r.ID] = true
+		if runs := exec.Runs(r.ID); runs != 1 {
+			t.Errorf("%s ran %d times", r.ID, runs)
+		}
+	}
+	for _, r := range first {
+		if !seen[r.ID] {
+			t.Errorf("%s of the first run missing after the resume", r.ID)
+		}
+	}
+	if len(all) != n || exec.Total() != n {
+		t.Errorf("%d results, %d runs; want %d", len(all), exec.Total(), n)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	url, _ := setupFleet(t, 3)
+	var st jobs.FleetStatus
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the first heartbeat is written as the worker starts
+		got := submit(t, url, "", "status", "--json")
+		if got.code != 0 {
+			t.Fatalf("status --json: %+v", got)
+		}
+		if err := json.Unmarshal([]byte(got.stdout), &st); err != nil {
+			t.Fatalf("%q: %v", got.stdout, err)
+		}
+		if len(st.Workers) > 0 && len(st.Queues) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
+	}
+	if len(st.Workers) != 1 || st.Workers[0].ID != "fleet-1" || st.Workers[0].Slots != 3 ||
+		st.Workers[0].Version != "v-test" || !st.Workers[0].Ready || st.Workers[0].LastSeen.IsZero() {
+		t.Errorf("workers %+v", st.Workers)
+	}
+	if len(st.Queues) != 1 || st.Queues[0].Queue != "default" {
+		t.Errorf("queues %+v", st.Queues)
+	}
+	got := submit(t, url, "", "status")
+	for _, want := range []string{"WORKER", "fleet-1", "0/3 busy", "v-test", "QUEUE", "PENDING", "default"} {
+		if !strings.Contains(got.stdout, want) {
+			t.Errorf("status table lacks %q:\n%s", want, got.stdout)
+		}
+	}
+}
+
+func TestStatusQueueDepth(t *testing.T) {
+	t.Parallel()
+	url := setup(t, true) // no worker: jobs stay queued
+	for i := range 3 {
+		if got := submit(t, url, "", "run", "--detach", "-c", fmt.Sprint("print ", i)); got.code != 0 {
+			t.Fatalf("%+v", got)
+		}
+	}
+	// A consumer, as a worker of queue "default" creates it.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := (jobs.Topology{}).EnsureConsumer(t.Context(), js, "default"); err != nil {
+		t.Fatal(err)
+	}
+	got := submit(t, url, "", "status", "--json")
+	var st jobs.FleetStatus
+	if err := json.Unmarshal([]byte(got.stdout), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Workers) != 0 || len(st.Queues) != 1 || st.Queues[0].Pending != 3 || st.Queues[0].InFlight != 0 || st.Messages != 3 {
+		t.Errorf("status %+v", st)
+	}
+}
