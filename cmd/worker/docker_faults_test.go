@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// requireDocker skips the test without Docker and the sandbox image, or
+// fails it when SANDFLEET_REQUIRE_DOCKER=1.
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("Docker fault test skipped under -short")
+	}
+	e, err := executor.New(executor.Config{WorkerID: "probe"})
+	if err == nil {
+		defer e.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		err = e.Check(ctx)
+		cancel()
+	}
+	if err != nil {
+		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
+		}
+		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
+	}
+}
+
+// containers lists the IDs of the containers, running or not, with these
+// labels (key=value).
+func containers(t *testing.T, labels ...string) []string {
+	t.Helper()
+	args := []string{"ps", "-aq", "--no-trunc"}
+	for _, l := range labels {
+		args = append(args, "--filter", "label="+l)
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// dockerWorker starts the binary on real Docker under a fresh worker ID,
+// and removes whatever containers carry that ID when the test ends.
+func dockerWorker(t *testing.T, url, id string, extra ...string) *proc {
+	t.Helper()
+	t.Cleanup(func() {
+		if ids := containers(t, executor.LabelWorker+"="+id); len(ids) > 0 {
+			t.Errorf("containers of %s left: %v", id, ids)
+			_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
+		}
+	})
+	args := append([]string{"--nats", url, "--id", id, "--log-format", "json", "--slots", "1"}, extra...)
+	return startProc(t, id, args)
+}
+
+func uniqueID(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), time.Now().UnixNano()%1e9)
+}
+
+// SIGKILL of the worker mid-job, on real Docker: the sandbox outlives the
+// worker. The worker restarted under the same ID reaps it before it runs
+// anything (and logs so); the job is redelivered when its lease (2s)
+// expires and completes on the restarted worker; exactly one result.
+func TestBinaryCrashDocker(t *testing.T) {
+	t.Parallel()
+	requireDocker(t)
+	url, client, js := natsServer(t)
+	id := uniqueID("crash")
+	args := []string{"--ack-wait", "2s", "--log-level", "debug"}
+	w := dockerWorker(t, url, id, args...)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	rw, err := client.Watch(ctx, "crashme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Stop()
+	if _, err := client.Submit(ctx, &jobs.Job{ID: "crashme", Image: "python", Code: "import time\ntime.sleep(5)\nprint('survived')"}); err != nil {
+		t.Fatal(err)
+	}
+	// Kill 1.5s into the job's 5s: the sandbox (fresh or from the warm
+	// pool, which carries no job label) is running it.
+	var running time.Time
+	poll(t, 60*time.Second, "job running", func() bool {
+		if running.IsZero() && strings.Contains(w.logs.String(), `"msg":"running","worker":"`+id) {
+			running = time.Now()
+		}
+		return !running.IsZero() && time.Since(running) > 1500*time.Millisecond
+	})
+	w.kill()
+	killed := time.Now()
+	orphans := containers(t, executor.LabelWorker+"="+id)
+	if len(orphans) == 0 {
+		t.Fatalf("after SIGKILL, no containers of %s are left: nothing to reap", id)
+	}
+
+	w = dockerWorker(t, url, id, args...)
+	res, err := rw.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("result %s attempt %d, started %s after the kill", res.Status, res.Attempt, res.StartedAt.Sub(killed).Round(time.Millisecond))
+	if res.Status != jobs.StatusSucceeded || res.Stdout != "survived\n" || res.Attempt != 2 || res.Worker != id {
+		t.Errorf("result after the crash: %+v", res)
+	}
+	if logs := w.logs.String(); !strings.Contains(logs, `"msg":"reaped a leftover sandbox"`) {
+		t.Errorf("the restarted worker did not log reaping:\n%s", logs)
+	}
+	for _, c := range orphans {
+		if err := exec.Command("docker", "inspect", c).Run(); err == nil {
+			t.Errorf("orphan %s of the killed worker still exists", c)
+		}
+	}
+	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := kv.Info(ctx); err != nil || info.State.LastSeq != 1 {
+		t.Errorf("RESULTS writes: %+v %v, want exactly 1", info.State, err)
+	}
+	w.signal(t, syscall.SIGTERM)
+	if code := w.exited(t, 30*time.Second); code != 0 {
+		t.Errorf("worker exited %d", code)
+	}
+	poll(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+}
+
+// Drain then force on real Docker: the second SIGTERM stops the sandbox,
+// removes it and naks the job, and the worker exits; no result is stored
+// and the job is queued for another worker.
+func TestBinaryForceDocker(t *testing.T) {
+	t.Parallel()
+	requireDocker(t)
+	url, client, _ := natsServer(t)
+	id := uniqueID("force")
+	w := dockerWorker(t, url, id, "--ack-wait", "30s", "--grace", "1m", "--log-level", "debug")
+	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "sleeper", Image: "python", Code: "import time\ntime.sleep(120)"}); err != nil {
+		t.Fatal(err)
+	}
+	// 2s into the job its sandbox (fresh, or from the warm pool, which
+	// carries no job label) is running it.
+	var running time.Time
+	poll(t, 60*time.Second, "job running", func() bool {
+		if running.IsZero() && strings.Contains(w.logs.String(), `"msg":"running","worker":"`+id) {
+			running = time.Now()
+		}
+		return !running.IsZero() && time.Since(running) > 2*time.Second
+	})
+	w.signal(t, syscall.SIGTERM)
+	poll(t, 10*time.Second, "draining logged", func() bool { return strings.Contains(w.logs.String(), `"msg":"draining"`) })
+	forced := time.Now()
+	w.signal(t, syscall.SIGTERM)
+	if code := w.exited(t, 20*time.Second); code != 0 {
+		t.Errorf("forced worker exited %d", code)
+	}
+	t.Logf("exited %s after the second signal", time.Since(forced).Round(time.Millisecond))
+	poll(t, 30*time.Second, "sandboxes removed", func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	if _, err := client.Get(t.Context(), "sleeper"); !errors.Is(err, jobs.ErrNotFound) {
+		t.Errorf("forced job has a result: %v", err)
+	}
+	if q, err := client.Queued(t.Context(), "sleeper"); !q || err != nil {
+		t.Errorf("forced job not queued: %v %v", q, err)
+	}
+	if logs := w.logs.String(); !strings.Contains(logs, `"verdict":"nak"`) || strings.Contains(logs, "canceled before it started") {
+		t.Errorf("no nak of a started job logged:\n%s", logs)
+	}
+}
