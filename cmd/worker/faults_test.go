@@ -4,12 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -128,5 +135,103 @@ func TestBinaryForce(t *testing.T) {
 				t.Errorf("redelivered job: %v %+v", err, res)
 			}
 		})
+	}
+}
+
+// The real executor against a Docker daemon that is not there: Check says
+// infrastructure (not a missing image), the worker reports not ready on
+// /readyz and /status, and fetches nothing, so no delivery is burnt while
+// a job waits.
+func TestDeadDockerDaemon(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "docker.sock") // nothing listens here
+	cli, err := client.New(client.WithHost("unix://"+sock), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := executor.New(executor.Config{Client: cli, WorkerID: "no-docker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := e.Check(ctx); !errors.Is(err, executor.ErrInfrastructure) || errors.Is(err, executor.ErrImageMissing) {
+		t.Fatalf("Check with no daemon: %v, want ErrInfrastructure and not ErrImageMissing", err)
+	}
+
+	metrics := freeAddr(t)
+	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--metrics", metrics, "--id", "no-docker"},
+		&dockerExecutor{Executor: e})
+	defer s.Stop(t)
+	poll(t, 10*time.Second, "/readyz 503", func() bool { c, _ := httpGet("http://" + metrics + "/readyz"); return c == 503 })
+	if c, _ := httpGet("http://" + metrics + "/healthz"); c != 200 {
+		t.Errorf("/healthz = %d: the process is alive", c)
+	}
+	st, ok := status(t, metrics)
+	if !ok || st.Ready || !strings.Contains(st.LastError, "docker ping") {
+		t.Errorf("/status: %+v", st)
+	}
+	c := connect(t, s.url)
+	if _, err := c.Submit(ctx, &jobs.Job{ID: "waits", Image: "python", Code: "print(1)"}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Several probe rounds (back-off from 250ms) pass without a delivery.
+	until := time.Now().Add(3 * time.Second)
+	poll(t, 10*time.Second, "3s without a delivery", func() bool {
+		info, err := cons.Info(ctx)
+		if err != nil || info.Delivered.Consumer != 0 || info.NumPending != 1 {
+			t.Fatalf("consumer while Docker is dead: %+v %v", info, err)
+		}
+		return time.Now().After(until)
+	})
+}
+
+// The embedded server's file store keeps queued jobs across a restart of
+// the worker and its server: jobs queued when it stops run after it starts
+// again on the same --data-dir.
+func TestEmbeddedRestartKeepsQueuedJobs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exec := &fakeexec.Executor{}
+	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", dir, "--slots", "1", "--id", "e1"}
+	s := startServe(t, args, exec)
+	c := connect(t, s.url)
+	const n = 5
+	for i := range n {
+		if _, err := c.Submit(t.Context(), &jobs.Job{ID: fmt.Sprintf("q-%d", i), Image: "python", Code: "sleep 300ms\nprint q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, 10*time.Second, "first job running", func() bool { return exec.Running() == 1 })
+	s.Stop(t) // drains the job in flight; the rest stay queued
+	ran := exec.Total()
+	if ran >= n {
+		t.Fatalf("all %d jobs ran before the stop", ran)
+	}
+
+	s = startServe(t, args, exec)
+	defer s.Stop(t)
+	c = connect(t, s.url)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		res, err := c.Wait(ctx, fmt.Sprintf("q-%d", i))
+		if err != nil || res.Status != jobs.StatusSucceeded {
+			t.Errorf("q-%d: %v %+v", i, err, res)
+		}
+	}
+	t.Logf("%d of %d jobs ran before the restart", ran, n)
+	if exec.Total() != n {
+		t.Errorf("%d executions, want %d", exec.Total(), n)
 	}
 }
