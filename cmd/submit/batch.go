@@ -162,7 +162,8 @@ func (c *cli) batch(args []string) int {
 		c.errorf("%v (--strict)", err)
 		return exitUsage
 	case interrupted:
-		c.errorf("interrupted: %d of %d done, %d in flight go on in the fleet", sum.Done, sum.Total, sum.Pending)
+		c.errorf("interrupted: %d of %d done; %d published jobs go on in the fleet, %d not published yet",
+			sum.Done, sum.Total, sum.InFlight, sum.Pending-sum.InFlight)
 		wd, _ := os.Getwd()
 		c.errorf("resume with (in %s): %s", wd, resumeCommand(args))
 		return exitInterrupted

@@ -108,11 +108,14 @@ type Progress struct {
 
 // Summary is the end of a batch. Its JSON form is `submit batch --json`.
 type Summary struct {
-	Name        string              `json:"batch"`
-	Total       int                 `json:"total"`
-	Done        int                 `json:"done"`
-	Reused      int                 `json:"reused"`
-	Pending     int                 `json:"pending"` // not finished when Run returned
+	Name    string `json:"batch"`
+	Total   int    `json:"total"`
+	Done    int    `json:"done"`
+	Reused  int    `json:"reused"`
+	Pending int    `json:"pending"` // not finished when Run returned
+	// InFlight are the pending jobs that were published (or found queued):
+	// they go on in the fleet after an interruption.
+	InFlight    int                 `json:"in_flight"`
 	Bad         int                 `json:"bad_lines"`
 	Statuses    map[jobs.Status]int `json:"statuses"`
 	Duration    Percentiles         `json:"duration_ms"`
@@ -140,7 +143,7 @@ type Runner struct {
 	cfg    Config
 
 	mu        sync.Mutex
-	inflight  map[string]int // job ID → line
+	inflight  map[string]*flight // by job ID
 	total     int
 	done      int
 	reused    int
@@ -201,7 +204,7 @@ func New(client *jobs.Client, cfg Config) (*Runner, error) {
 	return &Runner{
 		client:   client,
 		cfg:      cfg,
-		inflight: map[string]int{},
+		inflight: map[string]*flight{},
 		statuses: map[jobs.Status]int{},
 		allDone:  make(chan struct{}),
 		sem:      make(chan struct{}, cfg.Window),
@@ -210,6 +213,12 @@ func New(client *jobs.Client, cfg Config) (*Runner, error) {
 
 // Name returns the batch name used in derived IDs, once cleaned.
 func (r *Runner) Name() string { return r.cfg.Name }
+
+// flight is a job looked up or published, waiting for its result.
+type flight struct {
+	line      int
+	published bool // in the fleet: published now, or queued by an earlier run
+}
 
 // item is one valid line on its way to the fleet.
 type item struct {
@@ -297,7 +306,7 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 			return context.Cause(ctx)
 		}
 		r.mu.Lock()
-		r.inflight[job.ID] = line
+		r.inflight[job.ID] = &flight{line: line}
 		r.mu.Unlock()
 		select {
 		case work <- item{line, job}:
@@ -362,11 +371,12 @@ func (r *Runner) checkDoneLocked() {
 // lookup may both find it.
 func (r *Runner) complete(res *jobs.Result, reused bool) error {
 	r.mu.Lock()
-	line, ok := r.inflight[res.ID]
+	f, ok := r.inflight[res.ID]
 	r.mu.Unlock()
 	if !ok {
 		return nil
 	}
+	line := f.line
 	r.sinkMu.Lock()
 	defer r.sinkMu.Unlock()
 	r.mu.Lock()
@@ -449,6 +459,11 @@ func (r *Runner) submit(ctx context.Context, it item) error {
 		}
 		switch {
 		case err == nil:
+			r.mu.Lock()
+			if f, ok := r.inflight[it.job.ID]; ok {
+				f.published = true
+			}
+			r.mu.Unlock()
 			return nil
 		case ctx.Err() != nil:
 			return backoff.Permanent(context.Cause(ctx))
@@ -595,6 +610,16 @@ func DeriveID(name string, canonical []byte, k uint32) string {
 	return name + "-" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
+func (r *Runner) publishedLocked() int {
+	n := 0
+	for _, f := range r.inflight {
+		if f.published {
+			n++
+		}
+	}
+	return n
+}
+
 // Progress returns a snapshot of the batch.
 func (r *Runner) Progress() Progress {
 	r.mu.Lock()
@@ -631,6 +656,7 @@ func (r *Runner) summary(start time.Time, interrupted bool) *Summary {
 		Done:        r.done,
 		Reused:      r.reused,
 		Pending:     r.total - r.done,
+		InFlight:    r.publishedLocked(),
 		Bad:         r.bad,
 		Statuses:    map[jobs.Status]int{},
 		WallMS:      wall.Milliseconds(),

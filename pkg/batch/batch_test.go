@@ -257,7 +257,7 @@ func TestResumeRunsNothingTwice(t *testing.T) {
 	r1, _ := batch.New(b.client, cfg)
 	sum1, err := r1.Run(ctx, bytes.NewReader(in.Bytes()))
 	if !errors.Is(err, context.Canceled) || !sum1.Interrupted || sum1.Done < 10 || sum1.Pending == 0 ||
-		sum1.Done+sum1.Pending != n {
+		sum1.Done+sum1.Pending != n || sum1.InFlight > cfg.Window || sum1.InFlight > sum1.Pending {
 		t.Fatalf("interrupted run: %v, %+v", err, sum1)
 	}
 	published := func() uint64 {
