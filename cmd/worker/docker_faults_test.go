@@ -66,6 +66,18 @@ func dockerWorker(t *testing.T, url, id string, extra ...string) *proc {
 	return startProc(t, id, args)
 }
 
+// sandboxRunning reports whether worker id's sandbox runs job: a fresh
+// container with the job's label is up, or the job was handed to a warm
+// one (whose labels predate the job).
+func sandboxRunning(t *testing.T, w *proc, id, job string) bool {
+	if strings.Contains(w.logs.String(), `"msg":"job handed to a warm sandbox"`) {
+		return true
+	}
+	out, _ := exec.Command("docker", "ps", "-q", "--filter", "status=running",
+		"--filter", "label="+executor.LabelWorker+"="+id, "--filter", "label="+executor.LabelJob+"="+job).Output()
+	return len(strings.Fields(string(out))) > 0
+}
+
 func uniqueID(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), time.Now().UnixNano()%1e9)
 }
@@ -92,15 +104,8 @@ func TestBinaryCrashDocker(t *testing.T) {
 	if _, err := client.Submit(ctx, &jobs.Job{ID: "crashme", Image: "python", Code: "import time\ntime.sleep(5)\nprint('survived')"}); err != nil {
 		t.Fatal(err)
 	}
-	// Kill 1.5s into the job's 5s: the sandbox (fresh or from the warm
-	// pool, which carries no job label) is running it.
-	var running time.Time
-	poll(t, 60*time.Second, "job running", func() bool {
-		if running.IsZero() && strings.Contains(w.logs.String(), `"msg":"running","worker":"`+id) {
-			running = time.Now()
-		}
-		return !running.IsZero() && time.Since(running) > 1500*time.Millisecond
-	})
+	// The job sleeps 5s: killed once its sandbox runs, it dies mid-job.
+	poll(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "crashme") })
 	w.kill()
 	killed := time.Now()
 	orphans := containers(t, executor.LabelWorker+"="+id)
@@ -151,15 +156,7 @@ func TestBinaryForceDocker(t *testing.T) {
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "sleeper", Image: "python", Code: "import time\ntime.sleep(120)"}); err != nil {
 		t.Fatal(err)
 	}
-	// 2s into the job its sandbox (fresh, or from the warm pool, which
-	// carries no job label) is running it.
-	var running time.Time
-	poll(t, 60*time.Second, "job running", func() bool {
-		if running.IsZero() && strings.Contains(w.logs.String(), `"msg":"running","worker":"`+id) {
-			running = time.Now()
-		}
-		return !running.IsZero() && time.Since(running) > 2*time.Second
-	})
+	poll(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "sleeper") })
 	w.signal(t, syscall.SIGTERM)
 	poll(t, 10*time.Second, "draining logged", func() bool { return strings.Contains(w.logs.String(), `"msg":"draining"`) })
 	forced := time.Now()
