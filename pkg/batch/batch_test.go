@@ -33,7 +33,7 @@ type bundle struct {
 
 // setup starts an in-process JetStream server and a worker with slots
 // slots on the fake executor, and returns a client of it.
-func setup(t *testing.T, slots int, topo jobs.Topology) *bundle {
+func setup(t testing.TB, slots int, topo jobs.Topology) *bundle {
 	t.Helper()
 	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
@@ -405,4 +405,55 @@ func TestTenThousandLinesBoundedMemory(t *testing.T) {
 	if growth > int64(len(input))*3/4 {
 		t.Errorf("live heap grew by %d MiB during the batch", growth>>20)
 	}
+}
+
+// BenchmarkWaiting compares the runner (one RESULTS watch for the batch)
+// with the obvious alternative, a window of SubmitAndWait calls (one KV
+// watch, i.e. one ordered consumer, per job), on 2,000 jobs through the
+// fake executor:
+//
+//	go test ./pkg/batch -run '^$' -bench Waiting -benchtime 1x
+func BenchmarkWaiting(b *testing.B) {
+	const n, window = 2000, 64
+	lines := func(tag string) []byte {
+		var in bytes.Buffer
+		for i := range n {
+			fmt.Fprintf(&in, `{"id":"%s-%d-%d","image":"python","code":"print %d"}`+"\n", tag, b.N, i, i)
+		}
+		return in.Bytes()
+	}
+	b.Run("one-watch", func(b *testing.B) {
+		bb := setup(b, 8, jobs.Topology{})
+		for i := 0; b.Loop(); i++ {
+			r, _ := batch.New(bb.client, batch.Config{Name: "bench", Window: window})
+			sum, err := r.Run(b.Context(), bytes.NewReader(lines(fmt.Sprint("one", i))))
+			if err != nil || sum.Done != n {
+				b.Fatalf("%v %+v", err, sum)
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "jobs/s")
+	})
+	b.Run("watch-per-job", func(b *testing.B) {
+		bb := setup(b, 8, jobs.Topology{})
+		for i := 0; b.Loop(); i++ {
+			sem := make(chan struct{}, window)
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for j := range n {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					job := &jobs.Job{ID: fmt.Sprintf("per-%d-%d", i, j), Image: "python", Code: fmt.Sprint("print ", j)}
+					if _, err := bb.client.SubmitAndWait(b.Context(), job); err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if failed.Load() > 0 {
+				b.Fatalf("%d failed", failed.Load())
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "jobs/s")
+	})
 }
