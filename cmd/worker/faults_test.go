@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -46,16 +47,26 @@ func TestBinaryDrain(t *testing.T) {
 	drainer := fakeWorker(t, url, "drainer", execLog, "--slots", "2", "--ack-wait", "1s", "--grace", "30s", "--metrics", metrics)
 	poll(t, 20*time.Second, "drainer ready", func() bool { c, _ := httpGet("http://" + metrics + "/readyz"); return c == 200 })
 
-	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "long", Image: "python", Code: "sleep 3s\nprint long"}); err != nil {
+	// The job runs until the test releases it, so that the drain is
+	// observed while it is in flight however slow the machine is.
+	release := filepath.Join(t.TempDir(), "release")
+	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "long", Image: "python", Code: "waitfile " + release + "\nprint long"}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 10*time.Second, "long job running", func() bool { r, _ := executions(t, execLog); return r["long"] == 1 })
+	started := time.Now()
 	spare := fakeWorker(t, url, "spare", execLog, "--slots", "2", "--ack-wait", "1s")
 
 	signaled := time.Now()
 	drainer.signal(t, syscall.SIGTERM)
 	poll(t, 10*time.Second, "status says draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining && st.Busy == 1 })
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "after", Image: "python", Code: "print after"}); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the job for three leases (--ack-wait 1s): without the drainer's
+	// InProgress heartbeats the spare worker would get it a second time.
+	poll(t, 10*time.Second, "three leases gone by", func() bool { return time.Since(started) > 3*time.Second })
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code := drainer.exited(t, 30*time.Second); code != 0 {

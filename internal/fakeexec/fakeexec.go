@@ -7,6 +7,8 @@
 //	eprint TEXT    the same on stderr
 //	sleep DURATION sleep, or stop early with a canceled result
 //	block          wait until the job's context is canceled
+//	waitfile PATH  wait until PATH exists (a test releases the job), or
+//	               stop early with a canceled result
 //	exit N         finish with exit code N (failed when N != 0)
 //	timeout        finish as timeout
 //	infra          fail as a broken infrastructure would (an error wrapping
@@ -22,6 +24,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +172,20 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 			case <-wait:
 			case <-ctx.Done():
 				return finish(jobs.StatusCanceled, nil)
+			}
+		case "waitfile":
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				if _, err := os.Stat(arg); err == nil {
+					break
+				}
+				select {
+				case <-tick.C:
+					continue
+				case <-ctx.Done():
+					return finish(jobs.StatusCanceled, nil)
+				}
 			}
 		case "exit":
 			n, _ := strconv.Atoi(arg)
