@@ -51,10 +51,10 @@ build_worker() {
 		echo "images: cmd/worker does not exist yet; cannot build $WORKER_TAG" >&2
 		return 1
 	fi
-	echo "images: building cmd/worker"
-	(cd "$root" && "$GO" build -trimpath -ldflags '-s -w' -o "$dir/worker" ./cmd/worker)
+	rev=$(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)
+	echo "images: building cmd/worker $rev"
+	(cd "$root" && "$GO" build -trimpath -ldflags "-s -w -X main.version=$rev" -o "$dir/worker" ./cmd/worker)
 	cp "$here/worker.Dockerfile" "$dir/Dockerfile"
-	rev=$(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 	docker build -q -t "$WORKER_TAG" --label "org.opencontainers.image.revision=$rev" "$dir" >/dev/null
 	echo "images: $WORKER_TAG"
 	if ! docker image inspect sandfleet/sandbox:latest >/dev/null 2>&1; then

@@ -117,69 +117,6 @@ func (c *conn) noViolation(t *testing.T) {
 	}
 }
 
-// submitter is what a submitter needs of pkg/jobs, over stores bound (not
-// created) with the submitter's own credentials.
-//
-// TODO(fleet): use jobs.Client once pkg/jobs can open one without Ensure:
-// NewClient calls Topology.Ensure, whose CreateOrUpdate sends
-// $JS.API.STREAM.UPDATE.*, which a submitter must not have (a stream update
-// can add sources or subject transforms that write into RESULTS).
-type submitter struct {
-	js      jetstream.JetStream
-	results jetstream.KeyValue
-}
-
-func bindSubmitter(ctx context.Context, t *testing.T, js jetstream.JetStream) *submitter {
-	t.Helper()
-	if _, err := js.Stream(ctx, jobs.StreamName); err != nil {
-		t.Fatalf("bind stream %s: %v", jobs.StreamName, err)
-	}
-	results, err := js.KeyValue(ctx, jobs.ResultsBucket)
-	if err != nil {
-		t.Fatalf("bind bucket %s: %v", jobs.ResultsBucket, err)
-	}
-	return &submitter{js: js, results: results}
-}
-
-// Submit publishes the job as jobs.Client.Submit does.
-func (s *submitter) Submit(ctx context.Context, job *jobs.Job) (string, error) {
-	j, data, err := jobs.Encode(job, 0)
-	if err != nil {
-		return "", err
-	}
-	_, err = s.js.Publish(ctx, jobs.Subject(j.Queue, j.ID), data,
-		jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(jobs.StreamName))
-	return j.ID, err
-}
-
-// Wait watches RESULTS for the job's result, as jobs.Client.Wait does.
-func (s *submitter) Wait(ctx context.Context, id string) (*jobs.Result, error) {
-	w, err := s.results.Watch(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e := <-w.Updates():
-			if e != nil && e.Operation() == jetstream.KeyValuePut {
-				return jobs.DecodeResult(e.Value())
-			}
-		}
-	}
-}
-
-// Get reads the stored result, as jobs.Client.Get does.
-func (s *submitter) Get(ctx context.Context, id string) (*jobs.Result, error) {
-	e, err := s.results.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return jobs.DecodeResult(e.Value())
-}
-
 // TestSecurityModel proves the roles of nats.conf on a real server: a
 // submitter can submit a job and read its result but cannot pull the job,
 // create a consumer on JOBS, forge a result or a heartbeat, or change the
@@ -215,7 +152,12 @@ func TestSecurityModel(t *testing.T) {
 		t.Fatal("connected without credentials")
 	}
 
-	client := bindSubmitter(ctx, t, sub.js)
+	// The submitter's client opens the topology the worker made: with the
+	// submitter's credentials it could not create or change it.
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	if err != nil {
+		t.Fatalf("submitter: open client: %v", err)
+	}
 	const id = "security-1"
 	waited := make(chan *jobs.Result, 1)
 	waitErr := make(chan error, 1)
@@ -275,13 +217,13 @@ func TestSecurityModel(t *testing.T) {
 		forged, _ := json.Marshal(jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "forged"})
 		cctx, done := short()
 		defer done()
-		if _, err := client.results.Create(cctx, id, forged); err == nil {
+		if _, err := client.Stores().Results.Create(cctx, id, forged); err == nil {
 			t.Fatal("submitter created a result")
 		}
 		sub.expectViolation(t, "$KV.RESULTS."+id)
 		cctx, done = short()
 		defer done()
-		if _, err := client.results.Put(cctx, id, forged); err == nil {
+		if _, err := client.Stores().Results.Put(cctx, id, forged); err == nil {
 			t.Fatal("submitter put a result")
 		}
 		sub.expectViolation(t, "$KV.RESULTS."+id)
