@@ -176,3 +176,42 @@ func TestBinaryForceDocker(t *testing.T) {
 		t.Errorf("no nak logged:\n%s", logs)
 	}
 }
+
+// Cancel of a running job on real Docker: `submit cancel` reaches the
+// worker through the CANCELS bucket, the sandbox is killed and removed, and
+// the stored result is canceled with the worker's own figures. The test
+// logs how long the kill took; it asserts no duration.
+func TestBinaryCancelDocker(t *testing.T) {
+	t.Parallel()
+	requireDocker(t)
+	url, client, _ := natsServer(t)
+	id := uniqueID("cancel")
+	w := dockerWorker(t, url, id)
+	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "runaway", Image: "python", Code: "import time\ntime.sleep(120)"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "runaway") })
+	asked := time.Now()
+	res, err := client.Cancel(t.Context(), "runaway")
+	if err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	t.Logf("canceled result %s %.0fs after the request", res.Status, time.Since(asked).Seconds())
+	if res.Status != jobs.StatusCanceled || res.Worker != id || res.StartedAt == nil {
+		t.Errorf("result after cancel: %+v, want canceled by %s after it started", res, id)
+	}
+	poll(t, 30*time.Second, "sandbox removed", func() bool { return len(containers(t, executor.LabelJob+"=runaway", executor.LabelWorker+"="+id)) == 0 })
+	t.Logf("sandbox gone %s after the request", time.Since(asked).Round(time.Millisecond))
+
+	// The worker goes on serving.
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	next, err := client.SubmitAndWait(ctx, &jobs.Job{ID: "after-cancel", Image: "python", Code: "print('next')"})
+	if err != nil || next.Status != jobs.StatusSucceeded || next.Stdout != "next\n" {
+		t.Errorf("job after the cancel: %v %+v", err, next)
+	}
+	w.signal(t, syscall.SIGTERM)
+	if code := w.exited(t, 30*time.Second); code != 0 {
+		t.Errorf("worker exited %d", code)
+	}
+}
