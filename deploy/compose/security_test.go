@@ -357,4 +357,15 @@ func TestSecurityModel(t *testing.T) {
 			t.Fatalf("got %+v", got)
 		}
 	})
+
+	t.Run("submitter reads the fleet status", func(t *testing.T) {
+		st, err := client.Status(ctx)
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if len(st.Queues) != 1 || st.Queues[0].Queue != "default" || st.Messages != 0 {
+			t.Fatalf("status %+v, want queue default and an empty stream", st)
+		}
+		sub.noViolation(t)
+	})
 }
