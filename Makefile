@@ -30,6 +30,10 @@ test: build sandbox-image vet
 test-short:
 	CGO_ENABLED=1 $(GO) test -race -short ./...
 
+## humaneval: HumanEval as a batch, canonical solutions (all must succeed) and broken ones (all must fail)
+humaneval: build
+	./examples/humaneval/run.sh
+
 vet:
 	$(GO) vet ./...
 
