@@ -22,8 +22,20 @@ sandbox-image:
 run: build sandbox-image
 	$(BIN)/worker --embedded
 
-## test: vet and the whole suite with the race detector (real Docker, in-process JetStream)
-test: build sandbox-image vet
+## images: the fleet's images, built locally: sandfleet/nats:<go.mod version>, sandfleet/worker:latest
+images: sandbox-image
+	./deploy/compose/images.sh
+
+## up: the fleet on this host: a 3-node NATS JetStream cluster and 2 workers (deploy/compose)
+up: images
+	./deploy/compose/up.sh
+
+## down: stop the fleet (keeps the JetStream volumes; ./deploy/compose/down.sh -v drops them)
+down:
+	./deploy/compose/down.sh
+
+## test: vet and the whole suite with the race detector (real Docker, in-process JetStream, the compose images)
+test: build images vet
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-short: unit tests only, no Docker
