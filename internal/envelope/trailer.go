@@ -19,6 +19,11 @@ type Trailer struct {
 	// in the sandbox, tmpfs pages included, and is what the limits enforce.
 	CgroupPeakBytes *int64 `json:"cgroup_peak_bytes,omitempty"`
 	CgroupCPUNanos  *int64 `json:"cgroup_cpu_ns,omitempty"`
+	// CgroupOOMKills counts the OOM kills in the sandbox's cgroup so far
+	// (memory.events or memory.oom_control). With it, the executor can give
+	// the verdict as soon as the trailer arrives, without waiting for the
+	// engine to report the container's exit and its OOMKilled flag.
+	CgroupOOMKills *int64 `json:"cgroup_oom_kills,omitempty"`
 
 	// Error is set when the launcher could not run the job at all (a file
 	// that did not fit, a command not found).
@@ -39,6 +44,11 @@ func marker(nonce string) []byte {
 	return []byte("\x1e" + Magic + "-END " + nonce + " ")
 }
 
+// EndMarker is how a trailer for nonce begins. The launcher ends stdout
+// with a copy of the trailer too, so that the executor knows when both
+// streams are complete.
+func EndMarker(nonce string) []byte { return marker(nonce) }
+
 // AppendTrailer appends the encoded trailer to dst.
 func AppendTrailer(dst []byte, nonce string, t Trailer) []byte {
 	if len(t.Error) > maxErrorBytes {
@@ -50,7 +60,7 @@ func AppendTrailer(dst []byte, nonce string, t Trailer) []byte {
 	return append(dst, '\n')
 }
 
-// CutTrailer removes the trailer from the end of stderr. ok is false when
+// CutTrailer removes the trailer from the end of stderr (or stdout). ok is false when
 // stderr does not end with a well-formed trailer for nonce, for instance
 // because the launcher was killed.
 func CutTrailer(stderr []byte, nonce string) (rest []byte, t Trailer, ok bool) {

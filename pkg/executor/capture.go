@@ -1,24 +1,52 @@
 package executor
 
+import (
+	"bytes"
+	"sync"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+)
+
 // capture keeps the first keep bytes written to it and counts the rest.
 // When the count first passes limit it signals over, once, and keeps
 // accepting (and dropping) bytes, so that the other stream of the
 // multiplexed attach keeps flowing until the container is killed. Its memory
 // is bounded by keep whatever the job writes.
+//
+// Once watchEnd named the launcher's end marker, the capture also signals
+// end, once, when what it kept ends with a complete trailer line. The
+// marker is set by the goroutine handing the job over while the copy
+// goroutine writes, hence the mutex; buf is read only after the copy ended.
 type capture struct {
+	mu    sync.Mutex
 	buf   []byte
 	keep  int
 	limit int64
 	n     int64
 	over  chan<- struct{}
 	fired bool
+
+	marker []byte
+	end    chan<- struct{}
+	ended  bool
 }
 
 func newCapture(keep int, limit int64, over chan<- struct{}) *capture {
 	return &capture{keep: keep, limit: limit, over: over}
 }
 
+// watchEnd makes the capture signal end when it holds a trailer line
+// beginning with marker.
+func (c *capture) watchEnd(marker []byte, end chan<- struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.marker, c.end = marker, end
+	c.checkEnd()
+}
+
 func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.n += int64(len(p))
 	if room := c.keep - len(c.buf); room > 0 {
 		c.buf = append(c.buf, p[:min(room, len(p))]...)
@@ -30,7 +58,24 @@ func (c *capture) Write(p []byte) (int, error) {
 		default:
 		}
 	}
+	c.checkEnd()
 	return len(p), nil
+}
+
+func (c *capture) checkEnd() {
+	if c.marker == nil || c.ended || int64(len(c.buf)) != c.n || !bytes.HasSuffix(c.buf, []byte("\n")) {
+		return
+	}
+	tail := c.buf[max(0, len(c.buf)-envelope.MaxTrailerBytes):]
+	i := bytes.LastIndex(tail, c.marker)
+	if i < 0 || bytes.IndexByte(tail[i:], '\n') != len(tail)-i-1 {
+		return
+	}
+	c.ended = true
+	select {
+	case c.end <- struct{}{}:
+	default:
+	}
 }
 
 // exceeded reports whether more than limit bytes were written.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,7 +38,16 @@ type Executor struct {
 	ownClient *client.Client // created by New, closed by Close
 	instance  string         // LabelInstance of this Executor's containers
 	pool      *pool          // nil when Config.Pool is 0
+
+	// Removals of exited sandboxes run after Run returned, off the job's
+	// latency: at most cap(removeSlots) at once (past that, release
+	// removes inline, which bounds them), all waited for by Close.
+	removing    sync.WaitGroup
+	removeSlots chan struct{}
 }
+
+// maxBackgroundRemovals bounds the removals in flight behind returned jobs.
+const maxBackgroundRemovals = 16
 
 // New returns an Executor for cfg. It does not wait for the engine: call
 // Check to verify that the daemon answers and the images exist, and Reap to
@@ -67,21 +77,22 @@ func newWithAPI(cfg Config, api dockerAPI) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, api: api, instance: randHex(8)}
+	e := &Executor{cfg: cfg, api: api, instance: randHex(8), removeSlots: make(chan struct{}, maxBackgroundRemovals)}
 	if cfg.Pool > 0 {
 		e.pool = newPool(e)
 	}
 	return e, nil
 }
 
-// Close stops refilling the warm pool, removes its containers, and
-// releases the Docker client if New created it. Call it after the last Run
-// returned: a job's own container is Run's to remove.
+// Close stops refilling the warm pool, removes its containers, waits for
+// the removals of finished jobs' containers, and releases the Docker client
+// if New created it. Call it after the last Run returned.
 func (e *Executor) Close() error {
 	var err error
 	if e.pool != nil {
 		err = e.pool.close()
 	}
+	e.removing.Wait()
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())
 	}
@@ -342,11 +353,12 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	s.wait = e.api.ContainerWait(waitCtx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
 	s.overflow = make(chan struct{}, 2)
-	s.stdout = newCapture(int(lim.Output), int64(lim.Output), s.overflow)
-	// stderr ends with the launcher's trailer, which must not count against
-	// the job's cap.
-	stderrKeep := int(lim.Output) + envelope.MaxTrailerBytes
-	s.stderr = newCapture(stderrKeep, int64(stderrKeep), s.overflow)
+	// Both streams end with the launcher's trailer, which must not count
+	// against the job's cap: past the cap plus a trailer the job is killed;
+	// past the cap alone, once the trailer is cut, its output is truncated.
+	keep := int(lim.Output) + envelope.MaxTrailerBytes
+	s.stdout = newCapture(keep, int64(keep), s.overflow)
+	s.stderr = newCapture(keep, int64(keep), s.overflow)
 	s.copyDone = make(chan struct{})
 	go func() {
 		defer close(s.copyDone)
@@ -365,13 +377,27 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 }
 
 // release ends a sandbox's streams and goroutines and force-removes its
-// container with a context of its own, whatever happened to its job.
+// container with a context of its own, whatever happened to its job. The
+// removal runs in the background when a slot for it is free: the job's
+// verdict is known and its container stopped or being killed, so the
+// caller need not wait for the engine to unmount and delete it.
 func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 	s.att.Close()
 	<-s.copyDone
 	s.stopWait()
-	if err := e.remove(ctx, s); err != nil {
-		log.Error("removing the sandbox failed; Reap will retry at the next start", "container", s.short, "error", err)
+	removeLogged := func() {
+		if err := e.remove(ctx, s); err != nil {
+			log.Error("removing the sandbox failed; Reap will retry at the next start", "container", s.short, "error", err)
+		}
+	}
+	select {
+	case e.removeSlots <- struct{}{}:
+		e.removing.Go(func() {
+			defer func() { <-e.removeSlots }()
+			removeLogged()
+		})
+	default:
+		removeLogged()
 	}
 }
 
@@ -396,6 +422,17 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 	out := &outcome{container: s.short, started: time.Now()}
 	timer := time.NewTimer(lim.Timeout.D())
 	defer timer.Stop()
+	// The launcher ends both streams with its trailer once the job's
+	// process has ended. With both in, and the trailer saying whether the
+	// cgroup saw an OOM kill, the verdict is known: there is no need to wait
+	// for the engine to tear the container down and report its exit, which
+	// is most of a trivial job's time. release kills and removes it.
+	ends := make(chan struct{}, 2)
+	endMarker := envelope.EndMarker(env.nonce)
+	s.stdout.watchEnd(endMarker, ends)
+	s.stderr.watchEnd(endMarker, ends)
+	streamsEnded := 0
+	early := false
 
 	feedDone := make(chan struct{})
 	go func() {
@@ -439,6 +476,19 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 wait:
 	for {
 		select {
+		case <-ends:
+			if streamsEnded++; streamsEnded < 2 || killed != "" {
+				continue
+			}
+			// Output a lingering child writes from now on is not the job's.
+			s.att.Close()
+			<-s.copyDone
+			if _, t, ok := envelope.CutTrailer(s.stderr.buf, env.nonce); ok && t.CgroupOOMKills != nil {
+				early = true
+				break wait
+			}
+			// A launcher that cannot tell OOM kills: the exit and the
+			// inspection will.
 		case r := <-s.wait.Result:
 			exitCode = r.StatusCode
 			if r.Error != nil && r.Error.Message != "" {
@@ -464,27 +514,34 @@ wait:
 		return nil, infraErr("wait", waitErr)
 	}
 
-	select {
-	case <-s.copyDone:
-	case <-time.After(streamGrace):
-		log.Warn("output stream still open after the sandbox exited; cutting it", "container", out.container)
-		s.att.Close()
-		<-s.copyDone
-	}
-
-	ictx, cancel := fresh()
-	info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
-	cancel()
 	oom := false
-	if ierr != nil {
-		log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", out.container, "error", ierr)
-	} else if info.Container.State != nil {
-		oom = info.Container.State.OOMKilled
+	if !early {
+		select {
+		case <-s.copyDone:
+		case <-time.After(streamGrace):
+			log.Warn("output stream still open after the sandbox exited; cutting it", "container", out.container)
+			s.att.Close()
+			<-s.copyDone
+		}
+		ictx, cancel := fresh()
+		info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
+		cancel()
+		if ierr != nil {
+			log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", out.container, "error", ierr)
+		} else if info.Container.State != nil {
+			oom = info.Container.State.OOMKilled
+		}
 	}
 
 	errBytes, trailer, haveTrailer := envelope.CutTrailer(s.stderr.buf, env.nonce)
-	out.stdout, out.stdoutTrunc = s.stdout.buf, s.stdout.exceeded()
-	out.stderr = errBytes
+	if early {
+		oom = *trailer.CgroupOOMKills > 0
+	}
+	outBytes, _, haveEnd := envelope.CutTrailer(s.stdout.buf, env.nonce)
+	out.stdout, out.stderr = outBytes, errBytes
+	if len(out.stdout) > int(lim.Output) || (s.stdout.exceeded() && !haveEnd) {
+		out.stdout, out.stdoutTrunc = out.stdout[:min(len(out.stdout), int(lim.Output))], true
+	}
 	if len(out.stderr) > int(lim.Output) || (s.stderr.exceeded() && !haveTrailer) {
 		out.stderr, out.stderrTrunc = out.stderr[:min(len(out.stderr), int(lim.Output))], true
 	}

@@ -293,6 +293,9 @@ func TestRunLifecycle(t *testing.T) {
 					tc.check(t, res)
 				}
 			}
+			if err := e.Close(); err != nil { // waits for the background removal
+				t.Fatal(err)
+			}
 			if tc.fake.removed != tc.removed {
 				t.Errorf("removed %d times, want %d (calls %v)", tc.fake.removed, tc.removed, tc.fake.calls)
 			}

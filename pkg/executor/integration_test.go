@@ -278,12 +278,14 @@ func TestIntegrationTimeout(t *testing.T) {
 			const limit = 2 * time.Second
 			start := time.Now()
 			res := run(t, e, job(code, withLimits(limits.Limits{Timeout: limits.Duration(limit)})))
+			// Run returns once the container exited; its removal may still
+			// run in the background. Both are "gone".
+			e.removing.Wait()
 			took := time.Since(start)
 			want(t, res, jobs.StatusTimeout)
 			if res.Exit != nil {
 				t.Errorf("exit = %d, want null for a timeout", *res.Exit)
 			}
-			// Run returns after the container is removed: that is "gone".
 			if took > limit+3*time.Second {
 				t.Errorf("Run took %s for a %s limit: the container was not gone promptly", took, limit)
 			}

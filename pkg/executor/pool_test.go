@@ -3,9 +3,14 @@ package executor
 import (
 	"context"
 	"errors"
+	"io"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -100,5 +105,60 @@ func TestPoolConfig(t *testing.T) {
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A launcher that ends both streams with its trailer, OOM count included,
+// gets its verdict without the container's exit: this fake container never
+// exits on its own.
+func TestRunEndsOnTheTrailer(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		exit   int
+		ooms   int64
+		status jobs.Status
+	}{
+		{"succeeded", 0, 0, jobs.StatusSucceeded},
+		{"failed", 3, 0, jobs.StatusFailed},
+		{"oom", 137, 1, jobs.StatusOOM},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeDocker{behave: func(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64 {
+				h, err := envelope.Decode(stdin)
+				if err != nil {
+					return 125
+				}
+				io.WriteString(stdout, "partial line without newline")
+				tr := envelope.AppendTrailer(nil, h.Nonce, envelope.Trailer{Exit: tc.exit, CgroupOOMKills: &tc.ooms})
+				stdout.Write(tr)
+				io.WriteString(stderr, "err\n")
+				stderr.Write(tr)
+				<-killed // the engine's slow teardown, never reached
+				return 137
+			}}
+			e, err := newWithAPI(Config{WorkerID: "w"}, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.status || res.Stdout != "partial line without newline" || res.Stderr != "err\n" {
+				t.Fatalf("status %s stdout %q stderr %q", res.Status, res.Stdout, res.Stderr)
+			}
+			f.ContainerKill(context.Background(), "", client.ContainerKillOptions{}) // end the fake
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if slices.Contains(f.calls, "inspect") || f.removed != 1 {
+				t.Fatalf("calls %v removed %d: want no inspect and one removal", f.calls, f.removed)
+			}
+		})
 	}
 }

@@ -99,13 +99,17 @@ func run() int {
 		cpu := ru.Utime.Nano() + ru.Stime.Nano()
 		t.MaxRSSBytes, t.CPUNanos = &rss, &cpu
 	}
-	t.CgroupPeakBytes, t.CgroupCPUNanos = cgroupUsage()
+	t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
 	finish(h.Nonce, t)
 	return t.Exit
 }
 
+// finish ends both streams with the trailer: stdout first, so that the
+// trailer on stderr, the one the executor reads, comes last of all.
 func finish(nonce string, t envelope.Trailer) {
-	_, _ = os.Stderr.Write(envelope.AppendTrailer(nil, nonce, t))
+	tr := envelope.AppendTrailer(nil, nonce, t)
+	_, _ = os.Stdout.Write(tr)
+	_, _ = os.Stderr.Write(tr)
 }
 
 func unpack(dir string, files []envelope.File) error {
@@ -189,7 +193,12 @@ func lookPath(name string, env []string) (string, error) {
 
 // cgroupUsage reads the container's own cgroup: v2 first, then v1. A
 // figure the kernel does not offer (memory.peak needs Linux 5.19) is nil.
-func cgroupUsage() (peak, cpu *int64) {
+func cgroupUsage() (peak, cpu, ooms *int64) {
+	for _, p := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
+		if ooms = readField(p, "oom_kill "); ooms != nil {
+			break
+		}
+	}
 	peak = readInt("/sys/fs/cgroup/memory.peak")
 	if peak == nil {
 		peak = readInt("/sys/fs/cgroup/memory/memory.max_usage_in_bytes")
@@ -209,7 +218,23 @@ func cgroupUsage() (peak, cpu *int64) {
 			cpu = readInt(p)
 		}
 	}
-	return peak, cpu
+	return peak, cpu, ooms
+}
+
+// readField reads the number after key in a "key value" per line file.
+func readField(path, key string) *int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 {
+				return &n
+			}
+		}
+	}
+	return nil
 }
 
 func readInt(path string) *int64 {
