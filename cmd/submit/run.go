@@ -37,7 +37,10 @@ Commands:
   run [-c CODE | FILE | -] [flags]   run a job and print its output (exits as the job)
   get ID [--json]                    print a stored result
   wait ID [--json]                   wait for a job's result
-  cancel ID [--json]                 cancel a queued or running job
+  cancel ID [--json]                 cancel a queued or running job (exits 0
+                                     once canceled, or once the request is
+                                     recorded and the job will finish as
+                                     canceled when a worker takes it)
   batch FILE.jsonl [-o OUT] [flags]  run a file of jobs, resumable (exits 0 all
                                      succeeded, 1 some did not, 2 bad input)
   status [--json]                    show the workers and each queue's backlog
@@ -462,6 +465,16 @@ func (c *cli) cancel(client *jobs.Client, id string) int {
 	case errors.Is(err, jobs.ErrNotFound):
 		c.errorf("no job %s to cancel", id)
 		return exitNotFound
+	case errors.Is(err, jobs.ErrCancelPending):
+		// Recorded, not yet final: a fleet's submitter may not store the
+		// result itself, and no worker took the job within CancelWait.
+		msg := fmt.Sprintf("cancel of %s requested; it will finish as canceled when a worker takes it (submit wait %s)", id, id)
+		if c.json {
+			c.errorf("%s", msg) // stdout carries Result objects only
+		} else {
+			fmt.Fprintln(c.stdout, msg)
+		}
+		return exitOK
 	case errors.Is(err, jobs.ErrFinished):
 		c.errorf("job %s already finished: %s", id, res.Status)
 		if c.json {

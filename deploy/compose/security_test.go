@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // Test passwords: letters and digits, like secrets.sh makes.
@@ -368,4 +372,85 @@ func TestSecurityModel(t *testing.T) {
 		}
 		sub.noViolation(t)
 	})
+}
+
+// TestSubmitterCancel proves that cancel works with a submitter's
+// credentials, which may not write RESULTS. With no worker up, Cancel of a
+// queued job records the request and reports ErrCancelPending (its own
+// write of the result is refused); the worker that later takes the job
+// finishes it as canceled without running it. With a worker up, Cancel of
+// a job queued behind a busy slot returns the canceled result the worker
+// stores at once, and the submitter is refused nothing.
+func TestSubmitterCancel(t *testing.T) {
+	s := startConfiguredServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wrk := connect(t, s, "worker", testWorkerPassword)
+	sub := connect(t, s, "submitter", testSubmitterPassword)
+	topo := jobs.Topology{AckWait: 5 * time.Second, CancelWait: 500 * time.Millisecond}
+	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
+		t.Fatalf("worker: ensure topology: %v", err)
+	}
+	client, err := jobs.NewClient(ctx, sub.js, topo)
+	if err != nil {
+		t.Fatalf("submitter: open client: %v", err)
+	}
+	exec := &fakeexec.Executor{}
+
+	if _, err := client.Submit(ctx, &jobs.Job{ID: "cancel-early", Image: "python", Code: "print never"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.Cancel(ctx, "cancel-early")
+	if !errors.Is(err, jobs.ErrCancelPending) {
+		t.Fatalf("cancel with no worker up: %+v, %v; want ErrCancelPending", res, err)
+	}
+	sub.expectViolation(t, "$KV.RESULTS.cancel-early")
+
+	w, err := worker.New(wrk.js, exec, worker.Config{
+		ID: "w-sec", Slots: 1, Topology: topo, FetchWait: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, stopNow := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(stop, context.Background()) }()
+	defer func() {
+		stopNow()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+
+	res, err = client.Wait(ctx, "cancel-early")
+	if err != nil || res.Status != jobs.StatusCanceled || res.Worker != "w-sec" {
+		t.Fatalf("job canceled before a worker was up: %v %+v", err, res)
+	}
+
+	if _, err := client.Submit(ctx, &jobs.Job{ID: "busy", Image: "python", Code: "block"}); err != nil {
+		t.Fatal(err)
+	}
+	for exec.Running() != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("busy job not running")
+		case <-time.After(10 * time.Millisecond): // polling, not synchronisation
+		}
+	}
+	if _, err := client.Submit(ctx, &jobs.Job{ID: "behind", Image: "python", Code: "print never"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = client.Cancel(ctx, "behind")
+	if err != nil || res.Status != jobs.StatusCanceled || res.Worker != "w-sec" {
+		t.Fatalf("cancel of a job queued behind a busy worker: %v %+v", err, res)
+	}
+	if res, err = client.Cancel(ctx, "busy"); err != nil || res.Status != jobs.StatusCanceled {
+		t.Fatalf("cancel of the running job: %v %+v", err, res)
+	}
+	if n := exec.Runs("cancel-early") + exec.Runs("behind"); n != 0 {
+		t.Errorf("canceled queued jobs ran %d times", n)
+	}
+	sub.noViolation(t)
+	wrk.noViolation(t)
 }

@@ -19,6 +19,12 @@ var (
 	ErrNotFound = errors.New("job not found")
 	// ErrFinished: Cancel found the job already finished.
 	ErrFinished = errors.New("job already finished")
+	// ErrCancelPending: Cancel recorded the cancel request, but no canceled
+	// result was stored within Topology.CancelWait and the client could
+	// not store one itself (a fleet's submitter may not write RESULTS).
+	// The request stands: the worker that takes the job finishes it as
+	// canceled without running it. Wait returns that result.
+	ErrCancelPending = errors.New("cancel requested; the job will finish as canceled when a worker takes it")
 )
 
 // jsErrStoreFailed is the server's JSStreamStoreFailedF (10077): with
@@ -210,13 +216,20 @@ type CancelRequest struct {
 	RequestedAt time.Time `json:"requested_at"`
 }
 
-// Cancel cancels a job. It stores a cancel request in CANCELS, which the
-// worker running the job watches: it kills the sandbox and stores a
-// canceled result. If no result arrives within Topology.CancelWait the job
-// is taken to be queued and Cancel stores the canceled result itself; the
-// worker that later takes the job finds it and drops the job unrun. Cancel
-// returns the job's final result: canceled, or, with ErrFinished, the result
-// it had already reached. An unknown ID yields ErrNotFound.
+// Cancel cancels a job. It stores a cancel request in CANCELS, which every
+// worker of the job's queue watches: the worker running the job kills its
+// sandbox and stores a canceled result; a job still queued (never
+// delivered) is finished as canceled by a worker at once, and any later
+// delivery of it finds the request and drops the job unrun.
+//
+// Cancel waits up to Topology.CancelWait for that result. If none comes (no
+// worker is up, or the job waits for a redelivery) it stores the canceled
+// result itself; when that write fails too, within CancelWait (a fleet's
+// submitter may not write RESULTS), it returns ErrCancelPending: the
+// request is recorded and the job will finish as canceled.
+//
+// Cancel returns the job's final result: canceled, or, with ErrFinished,
+// the result it had already reached. An unknown ID yields ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	if r, err := c.Get(ctx, id); err == nil {
 		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
@@ -250,16 +263,25 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	now := time.Now().UTC()
-	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: "canceled by request"}
-	stored, won, err := StoreResult(ctx, c.stores.Results, res)
+	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: CancelReason}
+	// A refused publish gets no reply, only a timeout: bound the write.
+	sctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	defer cancel()
+	stored, won, err := StoreResult(sctx, c.stores.Results, res)
 	if err != nil {
-		return nil, fmt.Errorf("cancel %s: %w", id, err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("cancel %s: %w (storing the result: %w)", id, ErrCancelPending, err)
 	}
 	if !won && stored.Status != StatusCanceled {
 		return stored, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, stored.Status)
 	}
 	return stored, nil
 }
+
+// CancelReason is the error text of a result canceled by request.
+const CancelReason = "canceled by request"
 
 // StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
 // It returns the stored result (r, or the winner's) and whether r won.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -151,41 +152,56 @@ func (w *Worker) deadLetter(ctx context.Context, seq uint64, deliveries int, via
 		log.Warn("read dead letter; the sweep will retry", "err", err)
 		return false
 	}
-	dl := delivery{attempt: deliveries}
-	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(m.Subject)
-	t := m.Time.UTC()
-	dl.queuedAt = &t
-	log = log.With("job_id", dl.id, "attempt", deliveries)
-	job, _ := w.decode(m.Data, dl) // best effort: for reply_to and labels
-
-	stored := (*jobs.Result)(nil)
-	if dl.subjErr == nil && kvKey.MatchString(dl.id) {
-		now := time.Now().UTC()
-		res := &jobs.Result{
-			Status:     jobs.StatusError,
-			Error:      fmt.Sprintf("gave up after %d deliveries (MaxDeliver): no worker finished the job", deliveries),
-			FinishedAt: &now,
-		}
-		w.fill(res, job, dl)
-		stored, _, err = jobs.StoreResult(ctx, w.stores.Results, res)
-		if err != nil {
-			// Keep the message: without a result, deleting it would lose the job.
-			log.Warn("store dead letter's result; the sweep will retry", "err", err)
-			return false
-		}
-	}
-	if err := w.stores.Stream.DeleteMsg(ctx, seq); err != nil {
-		if _, gerr := w.stores.Stream.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
-			return false // another worker removed it and replied
-		}
-		log.Warn("remove dead letter; the sweep will retry", "err", err)
+	reason := fmt.Sprintf("gave up after %d deliveries (MaxDeliver): no worker finished the job", deliveries)
+	stored, removed := w.finalize(ctx, m, deliveries, jobs.StatusError, reason, log)
+	if !removed {
 		return false
 	}
 	if stored != nil {
-		w.reply(job, stored, log)
-		log.Warn("job given up", "status", string(stored.Status), "reason", stored.Error)
+		log.Warn("job given up", "job_id", stored.ID, "status", string(stored.Status), "reason", stored.Error)
 	} else {
 		log.Warn("removed a given-up message with an invalid subject", "subject", m.Subject)
 	}
 	return true
+}
+
+// finalize ends the job of stream message m without running it: it
+// stores a result of this status (Create: first writer wins, so a result
+// already stored, by a worker or a cancel, stays), deletes the message,
+// and, only when this call deleted it, publishes the stored result to
+// reply_to. Every worker may race to finalize the same message; one wins.
+// It returns the stored result (nil for a subject that is not
+// jobs.<queue>.<id>) and whether this call removed the message.
+func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attempt int, status jobs.Status, reason string, log *slog.Logger) (*jobs.Result, bool) {
+	dl := delivery{attempt: attempt}
+	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(m.Subject)
+	t := m.Time.UTC()
+	dl.queuedAt = &t
+	log = log.With("job_id", dl.id, "attempt", attempt)
+	job, _ := w.decode(m.Data, dl) // best effort: for reply_to and labels
+
+	var stored *jobs.Result
+	if dl.subjErr == nil && kvKey.MatchString(dl.id) {
+		now := time.Now().UTC()
+		res := &jobs.Result{Status: status, Error: reason, FinishedAt: &now}
+		w.fill(res, job, dl)
+		var err error
+		stored, _, err = jobs.StoreResult(ctx, w.stores.Results, res)
+		if err != nil {
+			// Keep the message: without a result, deleting it would lose the job.
+			log.Warn("store the result of a job ended unrun; keeping its message", "status", string(status), "err", err)
+			return nil, false
+		}
+	}
+	if err := w.stores.Stream.DeleteMsg(ctx, m.Sequence); err != nil {
+		if _, gerr := w.stores.Stream.GetMsg(ctx, m.Sequence); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return stored, false // another worker removed it and replied
+		}
+		log.Warn("remove the message of a job ended unrun", "status", string(status), "err", err)
+		return stored, false
+	}
+	if stored != nil {
+		w.reply(job, stored, log)
+	}
+	return stored, true
 }

@@ -41,7 +41,7 @@ var (
 	// immediate redelivery and no result is stored.
 	ErrForced = errors.New("worker forced to stop")
 	// ErrCancelRequested: a client asked to cancel the job (jobs.Client.Cancel).
-	ErrCancelRequested = errors.New("canceled by request")
+	ErrCancelRequested = errors.New(jobs.CancelReason)
 )
 
 // Config configures a Worker. The zero value of each field is its
@@ -361,7 +361,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
-// watchCancels cancels running jobs named in CANCELS.
+// watchCancels handles the cancel requests stored in CANCELS: a job
+// running here has its context canceled; a job of this queue still queued
+// is finished as canceled at once (cancelQueued).
 func (w *Worker) watchCancels(ctx context.Context) {
 	watch, err := w.stores.Cancels.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
@@ -380,15 +382,61 @@ func (w *Worker) watchCancels(ctx context.Context) {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			w.mu.Lock()
-			for r := range w.running {
-				if r.id == e.Key() {
-					w.log.Info("cancel requested", "job_id", r.id)
-					r.cancel(ErrCancelRequested)
-				}
+			if !w.cancelRunning(e.Key()) {
+				w.cancelQueued(ctx, e.Key())
 			}
-			w.mu.Unlock()
 		}
+	}
+}
+
+// cancelRunning cancels the job if it runs here, and reports whether it did.
+func (w *Worker) cancelRunning(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	found := false
+	for r := range w.running {
+		if r.id == id {
+			w.log.Info("cancel requested", "job_id", r.id)
+			r.cancel(ErrCancelRequested)
+			found = true
+		}
+	}
+	return found
+}
+
+// cancelQueued finishes as canceled a job of this queue that was never
+// delivered, so that a client need not wait for a free slot, nor be
+// allowed to write RESULTS itself. Every worker of the queue races to do it
+// (finalize: one result, one removal). A job already delivered is left to
+// its holder, who watches CANCELS too, or to its next delivery, which
+// finds the request before running it.
+func (w *Worker) cancelQueued(ctx context.Context, id string) {
+	if !jobs.ValidID(id) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	log := w.log.With("job_id", id)
+	m, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.Subject(w.cfg.Queue, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return // another queue's job, or finished
+	}
+	if err != nil {
+		log.Warn("cancel: look the job up; its next delivery will cancel it", "err", err)
+		return
+	}
+	// The consumer delivers in stream order: a message past its delivered
+	// sequence has never been handed to a worker.
+	info, err := w.cons.Info(ctx)
+	if err != nil {
+		log.Warn("cancel: consumer info; the job's delivery will cancel it", "err", err)
+		return
+	}
+	if m.Sequence <= info.Delivered.Stream {
+		return
+	}
+	if _, removed := w.finalize(ctx, m, 0, jobs.StatusCanceled, jobs.CancelReason, log); removed {
+		log.Info("queued job canceled", "status", string(jobs.StatusCanceled))
 	}
 }
 

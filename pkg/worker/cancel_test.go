@@ -1,0 +1,69 @@
+package worker_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// A job queued behind a busy worker is finished as canceled by the worker
+// as soon as the cancel request is stored, not when a slot frees: the
+// client's CancelWait is far longer than the test, so the result can only
+// be the worker's (it names it), and the job never runs.
+func TestCancelQueuedFinishedByWorker(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, CancelWait: time.Minute})
+	b.startWorker(t, worker.Config{Slots: 1})
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "busy", Image: "python", Code: "block"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "busy job running", func() bool { return b.exec.Running() == 1 })
+	reply, err := b.nc.SubscribeSync("results.behind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "behind", Image: "python", Code: "print no",
+		ReplyTo: "results.behind", Labels: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	res, err := b.client.Cancel(waitCtx(t), "behind")
+	if err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if res.Status != jobs.StatusCanceled || res.Worker != "w1" || res.Attempt != 0 || res.QueuedAt == nil ||
+		res.Labels["k"] != "v" || res.Error != jobs.CancelReason {
+		t.Errorf("canceled queued job: %+v", res)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("cancel took %s", d)
+	}
+	if _, err := reply.NextMsg(10 * time.Second); err != nil {
+		t.Errorf("no result on reply_to: %v", err)
+	}
+	// The message is gone from the stream; only the busy job is left.
+	if _, err := b.client.Stores().Stream.GetLastMsgForSubject(t.Context(), jobs.Subject("default", "behind")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("canceled job still in the stream: %v", err)
+	}
+	if b.exec.Runs("behind") != 0 || b.exec.Running() != 1 {
+		t.Errorf("runs of behind %d, running %d", b.exec.Runs("behind"), b.exec.Running())
+	}
+
+	// The busy job is then canceled where it runs.
+	if res, err := b.client.Cancel(waitCtx(t), "busy"); err != nil || res.Status != jobs.StatusCanceled || res.Attempt != 1 {
+		t.Errorf("cancel busy: %v %+v", err, res)
+	}
+	eventually(t, 10*time.Second, "stream empty", func() bool {
+		info, err := b.client.Stores().Stream.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
+	if n := b.exec.Runs("behind"); n != 0 {
+		t.Errorf("canceled queued job ran %d times", n)
+	}
+}
