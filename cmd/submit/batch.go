@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -336,7 +337,16 @@ func resumeCommand(args []string) string {
 		prog = os.Args[0]
 	}
 	parts := []string{shellQuote(prog), "batch"}
+	// A password in --nats is masked: the command is printed, maybe logged.
+	natsValue := false
 	for _, a := range args {
+		switch name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "="); {
+		case natsValue:
+			a = natsurl.Redact(a)
+		case strings.HasPrefix(a, "-") && name == "nats" && hasValue:
+			a = a[:len(a)-len(value)] + natsurl.Redact(value)
+		}
+		natsValue = a == "-nats" || a == "--nats"
 		parts = append(parts, shellQuote(a))
 	}
 	return strings.Join(parts, " ")

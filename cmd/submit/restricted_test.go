@@ -65,3 +65,28 @@ func TestCancelPendingExitsZero(t *testing.T) {
 		t.Errorf("cancel --json: %+v", got)
 	}
 }
+
+// No credential of --nats appears in what submit prints: errors name the
+// server with the password masked, and the resume command of an
+// interrupted batch masks it too.
+func TestCredentialsNotPrinted(t *testing.T) {
+	t.Parallel()
+	addr := restrictedServer(t)
+	for _, url := range []string{
+		"nats://submitter:" + testSubmitterPassword + "@127.0.0.1:1",                     // unreachable
+		"nats://submitter:" + testSubmitterPassword + "@127.0.0.1:badport",               // unparseable
+		"nats://127.0.0.1:1, nats://submitter:" + testSubmitterPassword + "@127.0.0.1:2", // a list
+		"nats://" + testSubmitterPassword + "@" + addr,                                   // a token that is wrong
+	} {
+		got := submit(t, url, "", "get", "x")
+		if strings.Contains(got.stdout+got.stderr, testSubmitterPassword) || !strings.Contains(got.stderr, "xxxxx") {
+			t.Errorf("%s: exit %d, stderr %q", url, got.code, got.stderr)
+		}
+	}
+	cmd := resumeCommand([]string{"f.jsonl", "--nats", "nats://u:" + testSubmitterPassword + "@h:4222",
+		"--nats=nats://" + testSubmitterPassword + "@h:4222", "-o", "out.jsonl"})
+	if strings.Contains(cmd, testSubmitterPassword) || !strings.Contains(cmd, "--nats nats://u:xxxxx@h:4222") ||
+		!strings.Contains(cmd, "--nats=nats://xxxxx@h:4222") || !strings.Contains(cmd, "-o out.jsonl") {
+		t.Errorf("resume command %q", cmd)
+	}
+}

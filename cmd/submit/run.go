@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -188,7 +189,8 @@ func (c *cli) parseOrExit(fs *flag.FlagSet, args []string) ([]string, int, bool)
 func (c *cli) connect() (*jobs.Client, func(), int) {
 	nc, err := nats.Connect(c.natsURL, nats.Name("sandfleet-submit"), nats.Timeout(5*time.Second))
 	if err != nil {
-		c.errorf("cannot reach NATS at %s: %v (start a worker with --embedded, or set --nats / NATS_URL)", c.natsURL, err)
+		c.errorf("cannot reach NATS at %s: %v (start a worker with --embedded, or set --nats / NATS_URL)",
+			natsurl.Redact(c.natsURL), natsurl.Error(err, c.natsURL))
 		return nil, nil, exitUnavailable
 	}
 	js, err := jetstream.New(nc)
@@ -202,7 +204,7 @@ func (c *cli) connect() (*jobs.Client, func(), int) {
 	client, err := jobs.NewClient(ctx, js, jobs.Topology{})
 	if err != nil {
 		nc.Close()
-		c.errorf("open the job stream at %s: %v", c.natsURL, err)
+		c.errorf("open the job stream at %s: %v", natsurl.Redact(c.natsURL), natsurl.Error(err, c.natsURL))
 		return nil, nil, exitUnavailable
 	}
 	return client, nc.Close, 0

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -251,10 +252,19 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 				log.Warn("NATS disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", natsurl.Redact(c.ConnectedUrl())) }),
+		// Asynchronous errors, permission violations above all, would
+		// otherwise only reach nats.go's default handler on stderr.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"err", natsurl.Error(err, url)}
+			if sub != nil {
+				attrs = append(attrs, "subject", sub.Subject)
+			}
+			log.Error("NATS async error", attrs...)
+		}),
 	)
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), natsurl.Error(err, url))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
