@@ -30,18 +30,30 @@
 // warm sandbox serves one job and is removed like any other, so nothing
 // of a job survives into the next. Other jobs, and every job while the pool
 // is empty, get a fresh container. The pool refills in the background, one
-// goroutine per missing sandbox; after a failed launch it pauses with an
+// goroutine per missing sandbox, once the job that took a sandbox is done
+// (launching during it would compete with it for the engine and the CPU);
+// after a failed launch it pauses with an
 // exponential back-off (Check ends it early). Idle sandboxes whose stream
 // ended (the container died, the connection broke) or older than
 // Config.PoolMaxAge are retired. Close removes the pool.
+//
+// # The end of a job
+//
+// The launcher ends stdout and stderr with its trailer, which carries the
+// exit status, the usage figures and the cgroup's OOM kill count. Once both
+// streams have it, the verdict is known: the executor does not wait for the
+// engine to tear the container down and report its exit (most of a trivial
+// job's time), and removes it in the background (Close waits for those
+// removals). When the trailer is missing or lacks the OOM count (a killed
+// launcher, an older image), it waits for the exit and inspects the state.
 //
 // # Verdicts
 //
 // In order: the caller's context canceled → canceled (the container is
 // killed); the wall-clock limit, counted from the hand-off of the envelope
-// → timeout; the state's
-// OOMKilled flag (never exit 137 alone) → oom; more than the output limit on
-// either stream → output_limit (the container is killed at once, output is
+// → timeout; an OOM kill in the sandbox's cgroup (the trailer's count, or
+// the state's OOMKilled flag; never exit 137 alone) → oom; more than the
+// output limit on either stream → output_limit (the container is killed at once, output is
 // kept up to the cap); exit 0 → succeeded; else failed with the exit code,
 // 128+N when the job's process was killed by signal N (Error says which).
 //

@@ -309,6 +309,7 @@ type sandbox struct {
 	stdout, stderr *capture
 	copyDone       chan struct{} // closed when the output stream ended
 	born           time.Time
+	pool           *pool // the pool it was taken from, if any
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -398,6 +399,9 @@ func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 		})
 	default:
 		removeLogged()
+	}
+	if s.pool != nil {
+		s.pool.done()
 	}
 }
 

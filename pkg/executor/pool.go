@@ -119,20 +119,29 @@ func (p *pool) take(image string) *sandbox {
 	if p.closed {
 		return nil
 	}
-	defer notify(p.kick)
+	// No refill now: launching competes with this job for the engine and
+	// the CPU. Its release kicks the filler (and the sweep would anyway).
 	for q := p.idle[image]; len(q) > 0; q = p.idle[image] {
 		s := q[0]
 		p.idle[image] = q[1:]
 		if s.alive() && time.Since(s.born) < p.e.cfg.PoolMaxAge {
 			p.stats.Hits++
+			s.pool = p
 			return s
 		}
 		dead = append(dead, s)
 		p.stats.Retired++
 	}
 	p.stats.Misses++
+	if len(dead) > 0 {
+		notify(p.kick)
+	}
 	return nil
 }
+
+// done is called when a sandbox taken from the pool was released: the
+// time to launch its successor.
+func (p *pool) done() { notify(p.kick) }
 
 // retryNow ends a launch back-off (Check saw the engine answer).
 func (p *pool) retryNow() { notify(p.reset) }
