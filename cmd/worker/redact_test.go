@@ -3,33 +3,112 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 const testPassword = "wS3cretPassw0rd"
 
-// A failed connect neither logs nor returns the password of --nats.
+// A --nats the worker cannot even parse is an error that hides the password.
 func TestConnectErrorHidesPassword(t *testing.T) {
 	t.Parallel()
-	for _, url := range []string{
-		"nats://worker:" + testPassword + "@127.0.0.1:1,nats://worker:" + testPassword + "@127.0.0.1:2",
-		"nats://worker:" + testPassword + "@127.0.0.1:badport",
-	} {
-		o, err := parseFlags([]string{"--nats", url})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var logs syncBuffer
-		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		err = serve(context.Background(), context.Background(), o, log, &fakeexec.Executor{})
-		if err == nil {
-			t.Fatalf("%s: connected", url)
-		}
-		if strings.Contains(err.Error()+logs.String(), testPassword) || !strings.Contains(err.Error(), "worker:xxxxx@") {
-			t.Errorf("%s: error %q, logs %q", url, err, logs.String())
-		}
+	url := "nats://worker:" + testPassword + "@127.0.0.1:badport"
+	o, err := parseFlags([]string{"--nats", url})
+	if err != nil {
+		t.Fatal(err)
 	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	err = serve(context.Background(), context.Background(), o, log, &fakeexec.Executor{})
+	if err == nil {
+		t.Fatal("connected")
+	}
+	if strings.Contains(err.Error()+logs.String(), testPassword) || !strings.Contains(err.Error(), "worker:xxxxx@") {
+		t.Errorf("error %q, logs %q", err, logs.String())
+	}
+}
+
+// A worker started before its NATS server waits for it instead of exiting:
+// it logs that NATS is not reachable (password masked), /readyz answers
+// 503, and once the server is up it connects, sets up the topology, turns
+// ready and runs jobs. No log line carries the password.
+func TestWorkerWaitsForNATS(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	url := "nats://worker:" + testPassword + "@" + addr
+	metrics := freeAddr(t)
+	o, err := parseFlags([]string{"--nats", url, "--id", "patient", "--slots", "1", "--metrics", metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	stop, stopNow := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(stop, context.Background(), o, log, &fakeexec.Executor{}) }()
+	defer func() {
+		stopNow()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if strings.Contains(logs.String(), testPassword) {
+			t.Errorf("the logs show the password:\n%s", logs.String())
+		}
+	}()
+
+	poll(t, 20*time.Second, "a failed connect logged", func() bool {
+		return strings.Contains(logs.String(), "NATS not reachable")
+	})
+	if !strings.Contains(logs.String(), "worker:xxxxx@"+addr) {
+		t.Errorf("logs do not name the server with the password masked:\n%s", logs.String())
+	}
+	poll(t, 10*time.Second, "/readyz 503 while NATS is down", func() bool {
+		c, _ := httpGet("http://" + metrics + "/readyz")
+		return c == 503
+	})
+
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	srv, err := server.NewServer(&server.Options{
+		Host: host, Port: p, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+		Users: []*server.User{{Username: "worker", Password: testPassword}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := client.SubmitAndWait(ctx, &jobs.Job{ID: "late-nats", Image: "python", Code: "print ok"})
+	if err != nil || res.Status != jobs.StatusSucceeded || res.Worker != "patient" {
+		t.Fatalf("job: %v %+v", err, res)
+	}
+	poll(t, 10*time.Second, "/readyz 200", func() bool {
+		c, _ := httpGet("http://" + metrics + "/readyz")
+		return c == 200
+	})
 }

@@ -243,10 +243,31 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		url = srv.ClientURL()
 		log.Info("embedded NATS JetStream server started", "url", url, "data_dir", o.dataDir)
 	}
+	log.Info("connecting to NATS", "url", natsurl.Redact(url))
+	var everConnected atomic.Bool
 	nc, err := nats.Connect(url,
 		nats.Name("sandfleet-worker"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
+		// At a fleet's start NATS may come up after the worker: keep
+		// trying (the topology set-up waits for it) instead of exiting.
+		nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(func(c *nats.Conn) {
+			everConnected.Store(true)
+			log.Info("NATS connected", "url", natsurl.Redact(c.ConnectedUrl()))
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			level := slog.LevelDebug // during an outage, "disconnected" said it
+			if !everConnected.Load() {
+				level = slog.LevelWarn
+			}
+			log.Log(context.Background(), level, "NATS not reachable; retrying", "url", natsurl.Redact(url), "err", natsurl.Error(err, url))
+		}),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			if err := c.LastError(); err != nil {
+				log.Error("NATS connection closed", "err", natsurl.Error(err, url))
+			}
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)
@@ -298,7 +319,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		if err != nil {
 			return fmt.Errorf("--metrics: %w", err)
 		}
-		hs := &http.Server{Handler: statusHandler(w), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: statusHandler(w, nc.IsConnected), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = hs.Serve(ln) })
 		defer hs.Close()
 		log.Info("serving /healthz, /readyz and /status", "addr", ln.Addr().String())
@@ -306,14 +327,20 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	return w.Run(stop, force)
 }
 
-func statusHandler(w *worker.Worker) http.Handler {
+// statusHandler serves /healthz (the process answers), /readyz (NATS
+// connected, topology set up, executor up) and /status (the heartbeat).
+func statusHandler(w *worker.Worker, natsUp func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(rw, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !natsUp() {
+			http.Error(rw, "NATS not connected", http.StatusServiceUnavailable)
+			return
+		}
 		if !w.Ready() {
-			http.Error(rw, "executor not ready", http.StatusServiceUnavailable)
+			http.Error(rw, "topology or executor not ready", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(rw, "ready")

@@ -168,6 +168,7 @@ type Worker struct {
 	cons   jetstream.Consumer
 
 	busy     atomic.Int64
+	setUp    atomic.Bool // the topology is ensured
 	draining atomic.Bool
 	health   *health
 
@@ -201,8 +202,9 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 // ID returns the worker's ID as used in results and WORKERS.
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// Ready reports whether the executor's infrastructure is believed up.
-func (w *Worker) Ready() bool { return w.health.ready() }
+// Ready reports whether the worker has set up its JetStream topology and
+// believes the executor's infrastructure up.
+func (w *Worker) Ready() bool { return w.setUp.Load() && w.health.ready() }
 
 // Status returns what the worker's heartbeat says.
 func (w *Worker) Status() jobs.WorkerStatus {
@@ -226,15 +228,12 @@ func (w *Worker) Status() jobs.WorkerStatus {
 // nil. Canceling force cancels the jobs in flight, which are naked for
 // immediate redelivery, and Run returns once they are settled.
 func (w *Worker) Run(stop, force context.Context) error {
-	st, err := w.cfg.Topology.Ensure(stop, w.js)
-	if err != nil {
-		return stoppedOr(stop, err)
-	}
-	cons, err := w.cfg.Topology.EnsureConsumer(stop, w.js, w.cfg.Queue)
+	st, cons, err := w.setup(stop)
 	if err != nil {
 		return stoppedOr(stop, err)
 	}
 	w.stores, w.cons = st, cons
+	w.setUp.Store(true)
 
 	// An executor that is down at start is treated as one that failed:
 	// nothing is fetched until it answers.
@@ -276,6 +275,40 @@ func (w *Worker) Run(stop, force context.Context) error {
 	}
 	w.log.Info("worker stopped")
 	return nil
+}
+
+// setup ensures the topology and the queue's consumer. It retries with
+// back-off until stop: when a fleet starts, NATS may not accept
+// connections yet, and JetStream may have no meta leader ("context deadline
+// exceeded") for a while. It gives up only on what no retry can fix: an
+// invalid configuration or a connection closed for good (nats.go closes it
+// after the same authentication error twice).
+func (w *Worker) setup(stop context.Context) (*jobs.Stores, jetstream.Consumer, error) {
+	type topo struct {
+		st   *jobs.Stores
+		cons jetstream.Consumer
+	}
+	attempt := 0
+	t, err := backoff.RetryNotifyWithData(func() (topo, error) {
+		attempt++
+		st, err := w.cfg.Topology.Ensure(stop, w.js)
+		if err == nil {
+			var cons jetstream.Consumer
+			if cons, err = w.cfg.Topology.EnsureConsumer(stop, w.js, w.cfg.Queue); err == nil {
+				if attempt > 1 {
+					w.log.Info("JetStream topology ready", "attempt", attempt)
+				}
+				return topo{st, cons}, nil
+			}
+		}
+		if errors.Is(err, jobs.ErrInvalidConfig) || errors.Is(err, nats.ErrConnectionClosed) {
+			return topo{}, backoff.Permanent(err)
+		}
+		return topo{}, err
+	}, backoff.WithContext(w.cfg.Backoff(), stop), func(err error, d time.Duration) {
+		w.log.Warn("JetStream topology not ready; retrying", "attempt", attempt, "err", err, "retry_in", d)
+	})
+	return t.st, t.cons, err
 }
 
 // fetchLoop takes a slot, then fetches one message for it, until stop.
