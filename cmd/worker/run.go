@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/natsurl"
@@ -120,7 +121,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pool, "pool", 0, "warm sandboxes kept per preset image, each used once (`N`; default --slots; 0 turns the pool off)")
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name)")
 	fs.StringVar(&o.configFile, "config", "", "JSON `FILE` with presets, defaults, caps and runtime")
-	fs.StringVar(&o.metrics, "metrics", "", "serve /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve /metrics (Prometheus), /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
 	fs.DurationVar(&o.grace, "grace", time.Minute, "after the first signal, how long jobs in flight may finish (`D`)")
 	fs.StringVar(&o.runtime, "runtime", "", "OCI runtime of the sandboxes: runc (default) or runsc (gVisor)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -296,6 +297,16 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		o.ready(url)
 	}
 
+	var m *metrics
+	var obs worker.Observer
+	if o.metrics != "" {
+		var presets []string
+		if pl, ok := exec.(presetLister); ok {
+			presets = pl.Presets()
+		}
+		m = newMetrics(prometheus.NewRegistry(), presets)
+		obs = m
+	}
 	w, err := worker.New(js, exec, worker.Config{
 		ID:      o.id,
 		Queue:   o.queue,
@@ -306,7 +317,8 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			MaxDeliver: o.maxDeliver,
 			Replicas:   o.replicas,
 		},
-		Logger: log,
+		Logger:   log,
+		Observer: obs,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -319,18 +331,21 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		if err != nil {
 			return fmt.Errorf("--metrics: %w", err)
 		}
-		hs := &http.Server{Handler: statusHandler(w, nc.IsConnected), ReadHeaderTimeout: 5 * time.Second}
+		m.watch(w, nc.IsConnected, exec)
+		hs := &http.Server{Handler: statusHandler(w, nc.IsConnected, m.handler()), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = hs.Serve(ln) })
 		defer hs.Close()
-		log.Info("serving /healthz, /readyz and /status", "addr", ln.Addr().String())
+		log.Info("serving /metrics, /healthz, /readyz and /status", "addr", ln.Addr().String())
 	}
 	return w.Run(stop, force)
 }
 
 // statusHandler serves /healthz (the process answers), /readyz (NATS
-// connected, topology set up, executor up) and /status (the heartbeat).
-func statusHandler(w *worker.Worker, natsUp func() bool) http.Handler {
+// connected, topology set up, executor up), /status (the heartbeat) and
+// /metrics (Prometheus).
+func statusHandler(w *worker.Worker, natsUp func() bool, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(rw, "ok")
 	})

@@ -94,6 +94,9 @@ func (e *Executor) SetDown(down bool) {
 	e.down = down
 }
 
+// Presets returns the images the fake accepts, as pkg/executor's Presets.
+func (e *Executor) Presets() []string { return []string{"python", "shell"} }
+
 // Ping fails while the fake is down.
 func (e *Executor) Ping(context.Context) error {
 	e.mu.Lock()

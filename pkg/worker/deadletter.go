@@ -157,6 +157,7 @@ func (w *Worker) deadLetter(ctx context.Context, seq uint64, deliveries int, via
 	if !removed {
 		return false
 	}
+	w.obs.DeadLettered()
 	if stored != nil {
 		log.Warn("job given up", "job_id", stored.ID, "status", string(stored.Status), "reason", stored.Error)
 	} else {
@@ -185,12 +186,16 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 		now := time.Now().UTC()
 		res := &jobs.Result{Status: status, Error: reason, FinishedAt: &now}
 		w.fill(res, job, dl)
+		var won bool
 		var err error
-		stored, _, err = jobs.StoreResult(ctx, w.stores.Results, res)
+		stored, won, err = jobs.StoreResult(ctx, w.stores.Results, res)
 		if err != nil {
 			// Keep the message: without a result, deleting it would lose the job.
 			log.Warn("store the result of a job ended unrun; keeping its message", "status", string(status), "err", err)
 			return nil, false
+		}
+		if won {
+			w.obs.Finished(stored, presetOf(job))
 		}
 	}
 	if err := w.stores.Stream.DeleteMsg(ctx, m.Sequence); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,8 @@ import (
 func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxDeliver: 3})
-	b.startWorker(t, worker.Config{Slots: 2, HoldMax: 100 * time.Millisecond})
+	obs := &recorder{}
+	b.startWorker(t, worker.Config{Slots: 2, HoldMax: 100 * time.Millisecond, Observer: obs})
 
 	replies, err := b.nc.SubscribeSync("replies.doomed")
 	if err != nil {
@@ -64,8 +66,17 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 		t.Errorf("Queued(doomed) = %v, %v after the dead letter", q, err)
 	}
 	// The worker is not wedged by it.
-	if res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{Image: "python", Code: "print ok"}); err != nil || res.Status != jobs.StatusSucceeded {
+	if res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "next", Image: "python", Code: "print ok"}); err != nil || res.Status != jobs.StatusSucceeded {
 		t.Errorf("next job: %v %+v", err, res)
+	}
+	// The observer (metrics) saw three deliveries of the doomed job, two
+	// of them redeliveries, one dead letter, and each outcome once.
+	// (A client may see the stored result before the observer is told.)
+	eventually(t, 10*time.Second, "next job observed", func() bool { _, f, _ := obs.snapshot(); return f["next"] != "" })
+	attempts, finished, dead := obs.snapshot()
+	if want := []int{1, 2, 3, 1}; !slices.Equal(attempts, want) || dead != 1 ||
+		finished["doomed"] != "error/python" || finished["next"] != "succeeded/python" || len(finished) != 2 {
+		t.Errorf("observer: attempts %v (want %v), dead letters %d, finished %v", attempts, want, dead, finished)
 	}
 }
 

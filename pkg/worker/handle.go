@@ -54,6 +54,7 @@ func (w *Worker) handle(stop, force context.Context, msg jetstream.Msg) {
 		dl.queuedAt = &t
 	}
 	log := w.log.With("job_id", dl.id, "attempt", dl.attempt)
+	w.obs.Delivered(dl.attempt)
 
 	// The lease is kept alive for the whole handling: running, holding
 	// while the executor is down, and storing the result.
@@ -202,6 +203,8 @@ func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, log *slog.
 			t := time.NewTimer(w.cfg.HoldMax)
 			defer t.Stop()
 			hold = t.C
+			w.held.Add(1)
+			defer w.held.Add(-1)
 		}
 		select {
 		case <-w.health.upCh():
@@ -285,6 +288,9 @@ func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, 
 		}
 	} else {
 		log.Warn("result not stored: the subject's ID is not a valid key", "status", res.Status)
+	}
+	if stored == res { // ours, not an earlier writer's
+		w.obs.Finished(res, presetOf(job))
 	}
 	w.reply(job, stored, log)
 	if stored.Status == jobs.StatusRejected {

@@ -77,6 +77,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Observer is told of deliveries and outcomes, for metrics. Default:
+	// none.
+	Observer Observer
 }
 
 // ErrInvalidConfig is wrapped by Config.Validate's errors.
@@ -126,6 +129,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
 	return c
 }
 
@@ -162,13 +168,15 @@ type Worker struct {
 	js    jetstream.JetStream
 	exec  Executor
 	log   *slog.Logger
+	obs   Observer
 	start time.Time
 
 	stores *jobs.Stores
 	cons   jetstream.Consumer
 
 	busy     atomic.Int64
-	setUp    atomic.Bool // the topology is ensured
+	held     atomic.Int64 // jobs held while the executor is down
+	setUp    atomic.Bool  // the topology is ensured
 	draining atomic.Bool
 	health   *health
 
@@ -193,6 +201,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		js:      js,
 		exec:    exec,
 		log:     cfg.Logger.With("worker", cfg.ID, "queue", cfg.Queue),
+		obs:     cfg.Observer,
 		start:   time.Now().UTC(),
 		health:  newHealth(),
 		running: map[*run]struct{}{},
@@ -205,6 +214,10 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // Ready reports whether the worker has set up its JetStream topology and
 // believes the executor's infrastructure up.
 func (w *Worker) Ready() bool { return w.setUp.Load() && w.health.ready() }
+
+// Held returns how many jobs are held, their leases kept alive, waiting for
+// the executor's infrastructure to come back.
+func (w *Worker) Held() int { return int(w.held.Load()) }
 
 // Status returns what the worker's heartbeat says.
 func (w *Worker) Status() jobs.WorkerStatus {
