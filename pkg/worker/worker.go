@@ -324,7 +324,8 @@ func (w *Worker) setup(stop context.Context) (*jobs.Stores, jetstream.Consumer, 
 	return t.st, t.cons, err
 }
 
-// fetchLoop takes a slot, then fetches one message for it, until stop.
+// fetchLoop takes every free slot (at least one), then fetches at most that
+// many messages in one pull, until stop.
 func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) {
 	slots := make(chan struct{}, w.cfg.Slots)
 	var retry backoff.BackOff
@@ -334,12 +335,24 @@ func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) 
 		case <-stop.Done():
 			return
 		}
+		free := 1
+	more:
+		for free < w.cfg.Slots {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
 		if err := w.health.wait(stop); err != nil {
 			return
 		}
-		msg, err := w.fetchOne()
-		if err != nil || msg == nil {
+		msgs, err := w.fetchUpTo(free)
+		for range free - len(msgs) {
 			<-slots
+		}
+		if err != nil || len(msgs) == 0 {
 			if err == nil {
 				retry = nil
 				continue
@@ -360,34 +373,50 @@ func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) 
 			continue
 		}
 		retry = nil
-		w.busy.Add(1)
-		jobsWG.Go(func() {
-			defer func() {
-				w.busy.Add(-1)
-				<-slots
-			}()
-			w.handle(stop, force, msg)
-		})
+		for _, msg := range msgs {
+			w.busy.Add(1)
+			jobsWG.Go(func() {
+				defer func() {
+					w.busy.Add(-1)
+					<-slots
+				}()
+				w.handle(stop, force, msg)
+			})
+		}
 	}
 }
 
-// fetchOne pulls at most one message. The pull is not canceled by stop: a
+// fetchUpTo pulls at most n messages: what is there now in one request,
+// or, when nothing is, waits for one. The pull is not canceled by stop: a
 // message in flight to a canceled pull would sit unacked until its lease
 // ran out, so a drain waits up to FetchWait instead.
-func (w *Worker) fetchOne() (jetstream.Msg, error) {
+func (w *Worker) fetchUpTo(n int) ([]jetstream.Msg, error) {
+	if n > 1 {
+		batch, err := w.cons.FetchNoWait(n)
+		if err != nil {
+			return nil, err
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+	}
 	batch, err := w.cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
 	if err != nil {
 		return nil, err
 	}
-	var msg jetstream.Msg
+	var msgs []jetstream.Msg
 	for m := range batch.Messages() {
-		msg = m
+		msgs = append(msgs, m)
 	}
-	if err := batch.Error(); err != nil && msg == nil &&
+	if err := batch.Error(); err != nil && len(msgs) == 0 &&
 		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
 		return nil, err
 	}
-	return msg, nil
+	return msgs, nil
 }
 
 // heartbeat keeps the worker's entry in WORKERS fresh.
