@@ -105,8 +105,8 @@ func (c Config) resolved() (Config, error) {
 			return c, fmt.Errorf("executor: Presets[%q]: Image, MainFile and Argv are all required", name)
 		}
 	}
-	c.Defaults = fill(c.Defaults, limits.Default())
-	c.Caps = limits.Caps(fill(limits.Limits(c.Caps), limits.Limits(limits.DefaultCaps())))
+	c.Defaults = c.Defaults.Fill(limits.Default())
+	c.Caps = limits.Caps(limits.Limits(c.Caps).Fill(limits.Limits(limits.DefaultCaps())))
 	if err := limits.ValidateCaps(c.Defaults, c.Caps); err != nil {
 		return c, fmt.Errorf("executor: Defaults: %w", err)
 	}
@@ -139,28 +139,4 @@ func (c Config) resolved() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
-}
-
-// fill sets the zero fields of l from def. Network is not filled: false is
-// its default and a meaningful value.
-func fill(l, def limits.Limits) limits.Limits {
-	if l.Timeout == 0 {
-		l.Timeout = def.Timeout
-	}
-	if l.Memory == 0 {
-		l.Memory = def.Memory
-	}
-	if l.CPUs == 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = def.Pids
-	}
-	if l.Output == 0 {
-		l.Output = def.Output
-	}
-	if l.Tmpfs == 0 {
-		l.Tmpfs = def.Tmpfs
-	}
-	return l
 }

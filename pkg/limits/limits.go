@@ -84,29 +84,35 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // Resolve fills the zero fields of req from def and checks the result
 // against caps. A value over a cap is an error, never silently clamped.
 func Resolve(req, def Limits, caps Caps) (Limits, error) {
-	out := req
-	if out.Timeout == 0 {
-		out.Timeout = def.Timeout
-	}
-	if out.Memory == 0 {
-		out.Memory = def.Memory
-	}
-	if out.CPUs == 0 {
-		out.CPUs = def.CPUs
-	}
-	if out.Pids == 0 {
-		out.Pids = def.Pids
-	}
-	if out.Output == 0 {
-		out.Output = def.Output
-	}
-	if out.Tmpfs == 0 {
-		out.Tmpfs = def.Tmpfs
-	}
+	out := req.Fill(def)
 	if err := out.Validate(caps); err != nil {
 		return Limits{}, err
 	}
 	return out, nil
+}
+
+// Fill returns l with its zero fields taken from def. Network is not
+// filled: false is its default and a meaningful value.
+func (l Limits) Fill(def Limits) Limits {
+	if l.Timeout == 0 {
+		l.Timeout = def.Timeout
+	}
+	if l.Memory == 0 {
+		l.Memory = def.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.Output == 0 {
+		l.Output = def.Output
+	}
+	if l.Tmpfs == 0 {
+		l.Tmpfs = def.Tmpfs
+	}
+	return l
 }
 
 // minMemory is the least memory Docker accepts for a container.
