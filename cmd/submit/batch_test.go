@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natstest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -27,17 +27,8 @@ import (
 // setupFleet is setup with the fake executor returned, to count runs.
 func setupFleet(t *testing.T, slots int) (string, *fakeexec.Executor) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
 	exec := &fakeexec.Executor{}
 	w, err := worker.New(js, exec, worker.Config{
 		ID: "fleet-1", Slots: slots, FetchWait: 100 * time.Millisecond, Version: "v-test",

@@ -12,11 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -25,20 +22,11 @@ import (
 // worker on the fake executor. It returns the server's URL.
 func setup(t *testing.T, noWorker bool) string {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv := natstest.Server(t)
 	if noWorker {
 		return srv.ClientURL()
 	}
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, srv.ClientURL())
 	w, err := worker.New(js, &fakeexec.Executor{}, worker.Config{
 		ID: "test", Slots: 2, FetchWait: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

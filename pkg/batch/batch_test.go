@@ -15,11 +15,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natstest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -35,17 +33,8 @@ type bundle struct {
 // slots on the fake executor, and returns a client of it.
 func setup(t testing.TB, slots int, topo jobs.Topology) *bundle {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
 	// The worker's topology is the fleet's: create it before the client.
 	if _, err := topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)

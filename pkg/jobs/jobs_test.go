@@ -8,29 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 func setup(t *testing.T, topo jobs.Topology) (*jobs.Client, jetstream.JetStream) {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
 	c, err := jobs.NewClient(t.Context(), js, topo)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -41,20 +41,8 @@ func setup(t *testing.T) *bundle {
 // setupWith starts an in-process server and opens topo on it.
 func setupWith(t *testing.T, topo jobs.Topology) *bundle {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := natstest.Server(t)
+	nc, js := natstest.Connect(t, srv.ClientURL())
 	client, err := jobs.NewClient(t.Context(), js, topo)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,42 @@
+// Package natstest gives tests an in-process JetStream server (the same
+// embedded server as worker --embedded) and connections to it, each torn
+// down when the test ends.
+package natstest
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/natsembed"
+)
+
+// Server starts a JetStream server on a free loopback port with its store
+// in a fresh temporary directory, and shuts it down at cleanup.
+func Server(t testing.TB) *server.Server {
+	t.Helper()
+	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv
+}
+
+// Connect connects to url and returns the connection and its JetStream
+// context; the connection is closed at cleanup.
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
