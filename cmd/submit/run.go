@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -235,6 +236,7 @@ func (c *cli) run(args []string) int {
 	var (
 		code, image, stdinFile, id, queue string
 		detach, network                   bool
+		waitRoom                          time.Duration
 		lim                               limits.Limits
 		files                             = kvFlag{what: "NAME=PATH"}
 		env                               = kvFlag{what: "K=V"}
@@ -255,6 +257,7 @@ func (c *cli) run(args []string) int {
 	fs.StringVar(&id, "id", "", "job `ID` ([A-Za-z0-9_-]{1,128}; default a UUIDv7); the same ID runs once")
 	fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue `NAME`")
 	fs.BoolVar(&detach, "detach", false, "print the job ID and exit without waiting (then: submit wait ID)")
+	fs.DurationVar(&waitRoom, "wait-room", 0, "when the queue is full, retry with backoff for up to `D` (default 0: fail at once, exit 125)")
 	pos, exit, done := c.parseOrExit(fs, args)
 	if done {
 		return exit
@@ -321,8 +324,18 @@ func (c *cli) run(args []string) int {
 		return exit
 	}
 	defer closeConn()
+	submit := func() (string, error) {
+		if waitRoom <= 0 {
+			return client.Submit(c.ctx, job)
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, waitRoom)
+		defer cancel()
+		b := backoff.NewExponentialBackOff()
+		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+		return client.SubmitWhenRoom(ctx, job, b)
+	}
 	if detach {
-		id, err := client.Submit(c.ctx, job)
+		id, err := submit()
 		if err != nil {
 			return c.submitFailed(err)
 		}
@@ -335,7 +348,7 @@ func (c *cli) run(args []string) int {
 		return exitUnavailable
 	}
 	defer rw.Stop()
-	if _, err := client.Submit(c.ctx, job); err != nil {
+	if _, err := submit(); err != nil {
 		return c.submitFailed(err)
 	}
 	return c.await(rw, job.ID)
@@ -347,7 +360,7 @@ func (c *cli) submitFailed(err error) int {
 		c.errorf("%v", err)
 		return exitUsage
 	case errors.Is(err, jobs.ErrQueueFull):
-		c.errorf("the queue is full; nothing was queued, try again later (%v)", err)
+		c.errorf("the queue is full; nothing was queued: try again later, or wait for room with --wait-room D (%v)", err)
 	default:
 		c.errorf("%v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -100,6 +101,38 @@ func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
 		return "", fmt.Errorf("submit %s: %w", j.ID, err)
 	}
 	return j.ID, nil
+}
+
+// SubmitWhenRoom is Submit that waits for room: while the queue is full it
+// retries after the delays b gives, until b stops or ctx ends, and then
+// returns the last ErrQueueFull. Other errors are returned at once.
+func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff) (string, error) {
+	b.Reset()
+	var full error
+	for {
+		id, err := c.Submit(ctx, job)
+		switch {
+		case err == nil:
+			return id, nil
+		case errors.Is(err, ErrQueueFull):
+			full = err
+		case full != nil && ctx.Err() != nil:
+			return "", full // the wait ran out: the queue was still full
+		default:
+			return "", err
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			return "", full
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", full
+		}
+	}
 }
 
 // Get returns the stored result of a job, or ErrNotFound when there is none

@@ -2,9 +2,11 @@ package jobs_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +91,58 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	_, err = c.Submit(t.Context(), &jobs.Job{Image: "python"})
 	if !errors.Is(err, jobs.ErrQueueFull) {
 		t.Fatalf("third job: %v, want ErrQueueFull", err)
+	}
+}
+
+// countingBackOff retries every millisecond and counts the retries.
+type countingBackOff struct{ n atomic.Int32 }
+
+func (b *countingBackOff) NextBackOff() time.Duration { b.n.Add(1); return time.Millisecond }
+func (b *countingBackOff) Reset()                     {}
+
+// SubmitWhenRoom waits while the queue is full and publishes once there is
+// room; with no room before its context ends it returns ErrQueueFull.
+func TestSubmitWhenRoom(t *testing.T) {
+	t.Parallel()
+	c, _ := setup(t, jobs.Topology{MaxMsgs: 1})
+	if _, err := c.Submit(t.Context(), &jobs.Job{ID: "first", Image: "python"}); err != nil {
+		t.Fatal(err)
+	}
+
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.SubmitWhenRoom(short, &jobs.Job{Image: "python"}, &countingBackOff{}); !errors.Is(err, jobs.ErrQueueFull) {
+		t.Fatalf("no room before the deadline: %v, want ErrQueueFull", err)
+	}
+
+	b := &countingBackOff{}
+	type outcome struct {
+		id  string
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		id, err := c.SubmitWhenRoom(t.Context(), &jobs.Job{ID: "second", Image: "python"}, b)
+		done <- outcome{id, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); b.n.Load() < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("SubmitWhenRoom did not retry while the queue was full")
+		}
+	}
+	select {
+	case o := <-done:
+		t.Fatalf("SubmitWhenRoom returned %+v while the queue was full", o)
+	default:
+	}
+	if err := c.Stores().Stream.DeleteMsg(t.Context(), 1); err != nil { // a worker took "first"
+		t.Fatal(err)
+	}
+	if o := <-done; o.err != nil || o.id != "second" {
+		t.Fatalf("after room was made: %+v", o)
+	}
+	if ok, _ := c.Queued(t.Context(), "second"); !ok {
+		t.Error("the job published after the wait is not queued")
 	}
 }
 
