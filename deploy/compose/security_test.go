@@ -329,7 +329,7 @@ func TestSecurityModel(t *testing.T) {
 			t.Fatalf("in progress: %v", err)
 		}
 		stored, won, err := jobs.StoreResult(ctx, stores.Results,
-			&jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "42\n", Worker: "w1"})
+			&jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "42\n", Worker: "w1"}, stores.MaxResultBytes)
 		if err != nil || !won {
 			t.Fatalf("worker store result: won=%v err=%v", won, err)
 		}

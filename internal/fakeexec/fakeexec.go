@@ -5,6 +5,7 @@
 //
 //	print TEXT     append TEXT and a newline to stdout
 //	eprint TEXT    the same on stderr
+//	flood N C      append N copies of the byte C to stdout and to stderr
 //	sleep DURATION sleep, or stop early with a canceled result
 //	block          wait until the job's context is canceled
 //	waitfile PATH  wait until PATH exists (a test releases the job), or
@@ -163,6 +164,11 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 			stdout.WriteString(arg + "\n")
 		case "eprint":
 			stderr.WriteString(arg + "\n")
+		case "flood":
+			n, c, _ := strings.Cut(arg, " ")
+			count, _ := strconv.Atoi(n)
+			stdout.WriteString(strings.Repeat(c, count))
+			stderr.WriteString(strings.Repeat(c, count))
 		case "sleep", "block":
 			var wait <-chan time.Time
 			if cmd == "sleep" {

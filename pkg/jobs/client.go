@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
@@ -300,7 +301,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	// A refused publish gets no reply, only a timeout: bound the write.
 	sctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
 	defer cancel()
-	stored, won, err := StoreResult(sctx, c.stores.Results, res)
+	stored, won, err := StoreResult(sctx, c.stores.Results, res, c.stores.MaxResultBytes)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -318,10 +319,12 @@ const CancelReason = "canceled by request"
 
 // StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
 // It returns the stored result (r, or the winner's) and whether r won.
-func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result) (stored *Result, won bool, err error) {
-	data, err := json.Marshal(r)
+//
+// The result is shortened in place to fit maxBytes first (see EncodeResult).
+func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result, maxBytes int) (stored *Result, won bool, err error) {
+	data, err := EncodeResult(r, maxBytes)
 	if err != nil {
-		return nil, false, fmt.Errorf("encode result: %w", err)
+		return nil, false, err
 	}
 	_, err = kv.Create(ctx, r.ID, data)
 	if err == nil {
@@ -339,6 +342,50 @@ func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result) (stored 
 		return nil, false, err
 	}
 	return w, false, nil
+}
+
+// EncodeResult encodes r, shortening its stdout and stderr (and marking
+// them truncated) until the encoding fits maxBytes (0: no limit). The output
+// caps count raw bytes, but JSON may take up to six bytes for one ('<',
+// control bytes, invalid UTF-8): without this, a job's own output could make
+// its result impossible to store, and the job would be run again and again.
+func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
+	for {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode result %s: %w", r.ID, err)
+		}
+		excess := len(data) - maxBytes
+		if maxBytes <= 0 || excess <= 0 {
+			return data, nil
+		}
+		// Shrink both streams by the share the encoding is over, so that
+		// each keeps its fair part; a few rounds converge.
+		f := float64(maxBytes) / float64(len(data)) * 0.98
+		cut := false
+		for _, st := range []struct {
+			s     *string
+			trunc *bool
+		}{{&r.Stdout, &r.StdoutTruncated}, {&r.Stderr, &r.StderrTruncated}} {
+			if n := int(float64(len(*st.s)) * f); n < len(*st.s) {
+				*st.s, *st.trunc, cut = cutRunes(*st.s, n), true, true
+			}
+		}
+		if !cut {
+			return nil, fmt.Errorf("encode result %s: %d bytes without any output, over the %d the server takes", r.ID, len(data), maxBytes)
+		}
+	}
+}
+
+// cutRunes returns s cut to at most n bytes, at a rune boundary.
+func cutRunes(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // ValidSubject reports whether s may be published to: non-empty tokens,

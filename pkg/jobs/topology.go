@@ -160,6 +160,20 @@ type Stores struct {
 	Results jetstream.KeyValue // job ID → Result JSON; first writer wins
 	Workers jetstream.KeyValue // worker ID → Heartbeat JSON, with a TTL
 	Cancels jetstream.KeyValue // job ID → cancel request, watched by workers
+
+	// MaxResultBytes is the most an encoded Result may take in RESULTS: the
+	// server's max_payload less room for the message's subject and headers.
+	// StoreResult shortens a result's output to fit it.
+	MaxResultBytes int
+}
+
+// resultRoom is what a stored result may take on the server js talks to.
+func resultRoom(js jetstream.JetStream) int {
+	const headroom = 8 << 10
+	if nc := js.Conn(); nc != nil && nc.MaxPayload() > 2*headroom {
+		return int(nc.MaxPayload()) - headroom
+	}
+	return 1<<20 - headroom // a stock server's max_payload
 }
 
 // Ensure creates or updates the stream JOBS and the buckets RESULTS, WORKERS
@@ -199,7 +213,7 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 		}
 		return b, nil
 	}
-	st := &Stores{Stream: stream}
+	st := &Stores{Stream: stream, MaxResultBytes: resultRoom(js)}
 	if st.Results, err = kv(ResultsBucket, "sandfleet results by job ID", t.ResultTTL); err != nil {
 		return nil, err
 	}
@@ -219,7 +233,7 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	st := &Stores{}
+	st := &Stores{MaxResultBytes: resultRoom(js)}
 	var err error
 	st.Stream, err = js.Stream(ctx, StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {

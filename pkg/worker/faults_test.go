@@ -170,7 +170,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	now := time.Now().UTC()
 	zero := 0
 	if _, _, err := jobs.StoreResult(t.Context(), b.client.Stores().Results,
-		&jobs.Result{ID: "done-then-died", Status: jobs.StatusSucceeded, Exit: &zero, Stdout: "x\n", Worker: "dead", Attempt: 1, FinishedAt: &now}); err != nil {
+		&jobs.Result{ID: "done-then-died", Status: jobs.StatusSucceeded, Exit: &zero, Stdout: "x\n", Worker: "dead", Attempt: 1, FinishedAt: &now}, 0); err != nil {
 		t.Fatal(err)
 	}
 	// Not acked. The worker's first pull after the lease makes the server

@@ -307,7 +307,7 @@ func (w *Worker) store(force context.Context, res *jobs.Result) (*jobs.Result, e
 	return backoff.RetryWithData(func() (*jobs.Result, error) {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		defer acancel()
-		stored, _, err := jobs.StoreResult(actx, w.stores.Results, res)
+		stored, _, err := jobs.StoreResult(actx, w.stores.Results, res, w.stores.MaxResultBytes)
 		if err != nil {
 			w.log.Warn("store result", "job_id", res.ID, "err", err)
 		}

@@ -131,6 +131,28 @@ func waitCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// Output within the caps can still encode to more than the server takes
+// ('<' is six bytes in JSON): the stored result is shortened to fit and
+// marked truncated, instead of the job failing to store and running again
+// until its deliveries run out.
+func TestOversizedResultIsTruncatedNotRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{})
+	res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "angle-brackets", Image: "python", Code: "flood 1048576 <"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != jobs.StatusSucceeded || res.Attempt != 1 || b.exec.Runs("angle-brackets") != 1 {
+		t.Fatalf("status %s attempt %d runs %d, want succeeded once", res.Status, res.Attempt, b.exec.Runs("angle-brackets"))
+	}
+	if !res.StdoutTruncated || !res.StderrTruncated || len(res.Stdout) == 0 || len(res.Stdout) >= 1<<20 ||
+		strings.Trim(res.Stdout, "<") != "" || strings.Trim(res.Stderr, "<") != "" {
+		t.Errorf("stored output: stdout %d bytes (truncated %v), stderr %d bytes (truncated %v)",
+			len(res.Stdout), res.StdoutTruncated, len(res.Stderr), res.StderrTruncated)
+	}
+}
+
 func TestSubmitAndWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
