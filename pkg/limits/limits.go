@@ -118,6 +118,11 @@ func (l Limits) Fill(def Limits) Limits {
 // minMemory is the least memory Docker accepts for a container.
 const minMemory = 6 * MiB
 
+// minCPUs is the least CPU share the kernel enforces (a CFS quota of 1 ms
+// per 100 ms period). Less would round to NanoCPUs 0, which means no limit
+// at all, or fail in runc as if Docker were broken.
+const minCPUs = 0.01
+
 // Validate checks fully resolved limits against caps, field by field, and
 // returns the first failure as a *FieldError.
 func (l Limits) Validate(caps Caps) error {
@@ -136,8 +141,8 @@ func (l Limits) Validate(caps Caps) error {
 		return invalid("memory", l.Memory.String()+" (the least is 6m)")
 	case l.Memory > caps.Memory:
 		return over("memory", l.Memory.String(), caps.Memory.String())
-	case l.CPUs <= 0 || l.CPUs != l.CPUs:
-		return invalid("cpus", fmt.Sprint(l.CPUs))
+	case !(l.CPUs >= minCPUs): // also NaN
+		return invalid("cpus", fmt.Sprint(l.CPUs)+" (the least is 0.01)")
 	case l.CPUs > caps.CPUs:
 		return over("cpus", fmt.Sprint(l.CPUs), fmt.Sprint(caps.CPUs))
 	case l.Pids <= 0:

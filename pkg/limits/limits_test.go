@@ -151,6 +151,8 @@ func TestResolveAndValidate(t *testing.T) {
 		{name: "cpus over cap", req: Limits{CPUs: 3}, field: "cpus", err: ErrOverCap},
 		{name: "cpus negative", req: Limits{CPUs: -1}, field: "cpus", err: ErrInvalid},
 		{name: "cpus NaN", req: Limits{CPUs: math.NaN()}, field: "cpus", err: ErrInvalid},
+		{name: "cpus below what the kernel enforces", req: Limits{CPUs: 1e-10}, field: "cpus", err: ErrInvalid},
+		{name: "cpus just under the least", req: Limits{CPUs: 0.009}, field: "cpus", err: ErrInvalid},
 		{name: "pids over cap", req: Limits{Pids: 5000}, field: "pids", err: ErrOverCap},
 		{name: "pids negative", req: Limits{Pids: -3}, field: "pids", err: ErrInvalid},
 		{name: "network not allowed", req: Limits{Network: true}, field: "network", err: ErrNotAllow},
