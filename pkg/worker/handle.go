@@ -166,12 +166,15 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	case errors.Is(cause, ErrForced):
 		return decision{verdict: verdictNak, reason: "forced stop"}
 	case errors.Is(cause, ErrCancelRequested):
-		if res == nil {
+		switch {
+		case res == nil: // canceled before it ran
 			now := time.Now().UTC()
-			res = &jobs.Result{FinishedAt: &now}
+			res = &jobs.Result{Status: jobs.StatusCanceled, Error: ErrCancelRequested.Error(), FinishedAt: &now}
+		case res.Status == jobs.StatusCanceled: // the executor stopped it
+			res.Error = ErrCancelRequested.Error()
 		}
-		res.Status = jobs.StatusCanceled
-		res.Error = ErrCancelRequested.Error()
+		// Otherwise the job ended on its own before the request landed:
+		// its result stands.
 	}
 	w.fill(res, job, dl)
 	return w.finish(force, job, res, log)
