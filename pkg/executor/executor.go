@@ -327,7 +327,13 @@ func (s *sandbox) alive() bool {
 // launch creates, attaches, watches and starts a sandbox for limits lim.
 // jobID is "" for a pooled sandbox. On error, nothing is left behind.
 func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.Limits) (_ *sandbox, err error) {
-	created, err := e.api.ContainerCreate(ctx, e.containerSpec(image, jobID, lim))
+	// Not canceled with ctx: a create canceled in flight may still make a
+	// container the engine never names to us, and nothing would remove it
+	// before this worker restarts. A canceled job fails at the next step
+	// instead, and the container is removed below.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	created, err := e.api.ContainerCreate(cctx, e.containerSpec(image, jobID, lim))
+	cancel()
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
