@@ -275,6 +275,10 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		return nil, err
 	}
 	if !queued {
+		// It may have finished between the two looks.
+		if r, err := c.Get(ctx, id); err == nil {
+			return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		}
 		return nil, fmt.Errorf("cancel: %w: %s", ErrNotFound, id)
 	}
 	req, _ := json.Marshal(CancelRequest{RequestedAt: time.Now().UTC()})
