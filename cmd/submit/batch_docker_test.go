@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/workertest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -69,20 +71,7 @@ func TestBatchHumanEvalDocker(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	w, err := worker.New(js, exec, worker.Config{ID: "batch-e2e", Slots: 2, FetchWait: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(stop, context.Background()) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}()
+	workertest.Start(t, js, exec, worker.Config{ID: "batch-e2e", Slots: 2, FetchWait: 200 * time.Millisecond})
 
 	// The batch: 10 problems with their solutions (no ids: derived), 3
 	// with a solution that returns None.

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/workertest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -30,22 +29,7 @@ func setupFleet(t *testing.T, slots int) (string, *fakeexec.Executor) {
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	exec := &fakeexec.Executor{}
-	w, err := worker.New(js, exec, worker.Config{
-		ID: "fleet-1", Slots: slots, FetchWait: 100 * time.Millisecond, Version: "v-test",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(stop, context.Background()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	workertest.Start(t, js, exec, worker.Config{ID: "fleet-1", Slots: slots, Version: "v-test"})
 	return srv.ClientURL(), exec
 }
 

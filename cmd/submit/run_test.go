@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -27,22 +26,7 @@ func setup(t *testing.T, noWorker bool) string {
 		return srv.ClientURL()
 	}
 	_, js := natstest.Connect(t, srv.ClientURL())
-	w, err := worker.New(js, &fakeexec.Executor{}, worker.Config{
-		ID: "test", Slots: 2, FetchWait: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(stop, context.Background()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	workertest.Start(t, js, &fakeexec.Executor{}, worker.Config{ID: "test", Slots: 2})
 	return srv.ClientURL()
 }
 

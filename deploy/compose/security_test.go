@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandfleet/sandfleet/internal/workertest"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -406,22 +406,7 @@ func TestSubmitterCancel(t *testing.T) {
 	}
 	sub.expectViolation(t, "$KV.RESULTS.cancel-early")
 
-	w, err := worker.New(wrk.js, exec, worker.Config{
-		ID: "w-sec", Slots: 1, Topology: topo, FetchWait: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, stopNow := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(stop, context.Background()) }()
-	defer func() {
-		stopNow()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}()
+	workertest.Start(t, wrk.js, exec, worker.Config{ID: "w-sec", Slots: 1, Topology: topo, FetchWait: 200 * time.Millisecond})
 
 	res, err = client.Wait(ctx, "cancel-early")
 	if err != nil || res.Status != jobs.StatusCanceled || res.Worker != "w-sec" {

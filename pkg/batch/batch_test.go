@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/workertest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -40,22 +39,7 @@ func setup(t testing.TB, slots int, topo jobs.Topology) *bundle {
 		t.Fatal(err)
 	}
 	exec := &fakeexec.Executor{}
-	w, err := worker.New(js, exec, worker.Config{
-		ID: "w1", Slots: slots, FetchWait: 100 * time.Millisecond, Topology: topo,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(stop, context.Background()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	workertest.Start(t, js, exec, worker.Config{ID: "w1", Slots: slots, Topology: topo})
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,41 @@
+// Package workertest runs a pkg/worker Worker for the length of a test.
+package workertest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// Start creates a worker on js and exec and runs it until the test ends,
+// when it is drained and its Run error reported. Zero fields of cfg get
+// test-friendly values: a 100 ms FetchWait and a silent logger.
+func Start(t testing.TB, js jetstream.JetStream, exec worker.Executor, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	w, err := worker.New(js, exec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, drain := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(stop, context.Background()) }()
+	t.Cleanup(func() {
+		drain()
+		if err := <-done; err != nil {
+			t.Errorf("worker %s: %v", cfg.ID, err)
+		}
+	})
+	return w
+}
