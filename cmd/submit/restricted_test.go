@@ -3,7 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sandfleet/sandfleet/internal/natstest"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -19,8 +20,8 @@ const testSubmitterPassword = "sEcretSubmitter7"
 // creates the topology as an admin, and returns host:port.
 func restrictedServer(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	s := natstest.ServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{
 			{Username: "admin", Password: "a"},
 			{Username: "submitter", Password: testSubmitterPassword, Permissions: &server.Permissions{
@@ -28,14 +29,6 @@ func restrictedServer(t *testing.T) string {
 			}},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
 	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("admin", "a"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,18 +81,10 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 
 	host, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
-	srv, err := server.NewServer(&server.Options{
-		Host: host, Port: p, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	natstest.ServerWith(t, &server.Options{
+		Host: host, Port: p, JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{{Username: "worker", Password: testPassword}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/natstest"
+
 	"github.com/sandfleet/sandfleet/internal/workertest"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,18 +47,7 @@ func startConfiguredServer(t *testing.T) *server.Server {
 	opts.Cluster = server.ClusterOpts{}
 	opts.Routes = nil
 	opts.StoreDir = t.TempDir()
-	opts.NoSigs, opts.NoLog = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return natstest.ServerWith(t, opts)
 }
 
 // conn is one role's connection, with the permission violations the server

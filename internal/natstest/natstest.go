@@ -5,6 +5,7 @@ package natstest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -23,6 +24,24 @@ func Server(t testing.TB) *server.Server {
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	return srv
+}
+
+// ServerWith starts a server with opts (users, permissions, JetStream or
+// not), waits until it accepts connections, and shuts it down at cleanup.
+// NoSigs and NoLog are always set.
+func ServerWith(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.NoSigs, opts.NoLog = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready within 10s")
+	}
+	return s
 }
 
 // Connect connects to url and returns the connection and its JetStream

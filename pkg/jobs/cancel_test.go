@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,8 +19,8 @@ import (
 // deploy/compose/nats.conf). It returns a JetStream context per user.
 func restrictedServer(t *testing.T) (admin, submitter jetstream.JetStream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	s := natstest.ServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{
 			{Username: "admin", Password: "a"},
 			{Username: "submitter", Password: "s", Permissions: &server.Permissions{
@@ -26,14 +28,6 @@ func restrictedServer(t *testing.T) (admin, submitter jetstream.JetStream) {
 			}},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
 	js := func(user, pass string) jetstream.JetStream {
 		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, pass),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusal is expected
