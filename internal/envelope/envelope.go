@@ -13,8 +13,11 @@
 // create time, which is what lets a warm pool start containers before their
 // jobs arrive.
 //
-// On its way out the launcher appends a Trailer to stderr, marked with the
-// nonce of the Header, which the job never sees; the executor cuts it off.
+// The launcher runs the job with pipes of its own for stdout and stderr and
+// copies them onto the container's streams, so the job never holds those
+// streams. On its way out it ends both with a Trailer, marked with the
+// Header's nonce and signed with its key (see Seal), which the job never
+// sees; the executor checks the signature and cuts the trailer off.
 package envelope
 
 import (
@@ -57,7 +60,11 @@ type Header struct {
 	Dir   string            `json:"dir,omitempty"` // "" means DefaultDir
 	Files []File            `json:"files,omitempty"`
 	Nonce string            `json:"nonce"` // marks the trailer; 16 to 64 hex digits
+	Key   string            `json:"key"`   // signs the trailer; 64 hex digits (see Seal)
 }
+
+// Seal returns the seal the header carries.
+func (h *Header) Seal() Seal { return Seal{Nonce: h.Nonce, Key: h.Key} }
 
 // ErrFormat is wrapped by every decoding and validation error.
 var ErrFormat = errors.New("envelope")
@@ -66,10 +73,13 @@ func errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
 }
 
-var nonceRE = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
+var (
+	nonceRE = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
+	keyRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
 
 // Validate checks what the launcher relies on: a command, safe file names,
-// no duplicate files, well-formed env and a nonce.
+// no duplicate files, well-formed env, a nonce and a key.
 func (h *Header) Validate() error {
 	if len(h.Argv) == 0 || h.Argv[0] == "" {
 		return errorf("argv: empty command")
@@ -111,6 +121,9 @@ func (h *Header) Validate() error {
 	}
 	if !nonceRE.MatchString(h.Nonce) {
 		return errorf("nonce must be 16 to 64 lowercase hex digits")
+	}
+	if !keyRE.MatchString(h.Key) {
+		return errorf("key must be 64 lowercase hex digits")
 	}
 	return nil
 }

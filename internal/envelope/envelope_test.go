@@ -11,7 +11,12 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-const nonce = "00112233445566778899aabbccddeeff"
+const (
+	nonce = "00112233445566778899aabbccddeeff"
+	key   = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+)
+
+var seal = Seal{Nonce: nonce, Key: key}
 
 func sample() *Header {
 	return &Header{
@@ -19,6 +24,7 @@ func sample() *Header {
 		Env:   map[string]string{"K": "v=1"},
 		Files: []File{{Name: "main.py", Data: []byte("print(1)")}, {Name: "bin/x", Data: []byte{0, 1, 2, 0xff}, Mode: 0o755}},
 		Nonce: nonce,
+		Key:   key,
 	}
 }
 
@@ -115,6 +121,9 @@ func TestValidate(t *testing.T) {
 		func(h *Header) { h.Files = []File{{Name: "a//b"}} },
 		func(h *Header) { h.Files = []File{{Name: "a", Mode: 0o4755}} },
 		func(h *Header) { h.Nonce = "short" },
+		func(h *Header) { h.Key = "" },
+		func(h *Header) { h.Key = strings.ToUpper(key) },
+		func(h *Header) { h.Key = key[:62] },
 	}
 	for i, mod := range bad {
 		h := sample()
@@ -141,25 +150,70 @@ func TestValidFileNameMatchesJobs(t *testing.T) {
 func TestTrailer(t *testing.T) {
 	t.Parallel()
 	rss, cpu := int64(1<<20), int64(5e6)
-	want := Trailer{Exit: 137, Signal: 9, MaxRSSBytes: &rss, CPUNanos: &cpu, Error: strings.Repeat("e", 2000)}
-	out := append([]byte("job said this, no newline"), AppendTrailer(nil, nonce, want)...)
-	if len(out)-len("job said this, no newline") > MaxTrailerBytes {
-		t.Fatalf("trailer is %d bytes, over MaxTrailerBytes", len(out))
+	job := "job said this, no newline"
+	want := Trailer{Exit: 137, Signal: 9, MaxRSSBytes: &rss, CPUNanos: &cpu, StderrBytes: int64(len(job)), Error: strings.Repeat("e", 2000)}
+	tr := seal.Append(nil, want)
+	if len(tr) > MaxTrailerBytes {
+		t.Fatalf("trailer is %d bytes, over MaxTrailerBytes", len(tr))
 	}
-	rest, got, ok := CutTrailer(out, nonce)
-	if !ok || string(rest) != "job said this, no newline" || got.Exit != 137 || got.Signal != 9 || *got.MaxRSSBytes != rss || got.CgroupPeakBytes != nil {
-		t.Fatalf("CutTrailer = %q %+v %v", rest, got, ok)
+	out := append([]byte(job), tr...)
+	rest, got, ok := seal.Cut(out, Stderr)
+	if !ok || string(rest) != job || got.Exit != 137 || got.Signal != 9 || *got.MaxRSSBytes != rss || got.CgroupPeakBytes != nil {
+		t.Fatalf("Cut = %q %+v %v", rest, got, ok)
 	}
-	// Another nonce, a trailer followed by more output, or a cut one: not a trailer.
-	for _, in := range [][]byte{
-		AppendTrailer(nil, "ffffffffffffffff", want),
-		append(AppendTrailer(nil, nonce, want), "more"...),
-		AppendTrailer(nil, nonce, want)[:40],
+	if _, _, ok := seal.Cut(out, Stdout); ok {
+		t.Fatal("Cut accepted a trailer whose stdout count does not match the bytes before it")
+	}
+
+	forged := want
+	forged.Exit, forged.Signal = 0, 0
+	good := seal.Append(nil, forged)
+	flip := func(b []byte, i int) []byte {
+		b = bytes.Clone(b)
+		b[i] ^= 1
+		return b
+	}
+	exitAt := bytes.Index(tr, []byte(`"exit":137`)) + len(`"exit":13`)
+	otherKey := Seal{Nonce: nonce, Key: strings.Repeat("f", 64)}
+	for name, in := range map[string][]byte{
+		"another nonce":           append([]byte(job), (Seal{Nonce: "ffffffffffffffff", Key: key}).Append(nil, want)...),
+		"another key":             append([]byte(job), otherKey.Append(nil, forged)...),
+		"no MAC":                  append([]byte(job), append(seal.Marker(), `{"exit":0,"stdout_bytes":0,"stderr_bytes":25}`+"\n"...)...),
+		"altered exit":            append([]byte(job), flip(tr, exitAt)...),
+		"altered MAC":             append([]byte(job), flip(tr, len(tr)-3)...),
+		"bytes added before":      append([]byte(job+"!"), tr...),
+		"bytes removed before":    append([]byte(job[1:]), tr...),
+		"more output after":       append(append([]byte(job), tr...), "more"...),
+		"cut short":               append([]byte(job), tr[:40]...),
+		"trailer repeated":        append(append([]byte(job), tr...), tr...),
+		"good but stdout counted": append([]byte(job), seal.Append(nil, Trailer{StdoutBytes: int64(len(job))})...),
 	} {
-		if rest, _, ok := CutTrailer(in, nonce); ok || !bytes.Equal(rest, in) {
-			t.Errorf("CutTrailer(%q) accepted it", in)
+		if rest, _, ok := seal.Cut(in, Stderr); ok || !bytes.Equal(rest, in) {
+			t.Errorf("%s: Cut accepted %q", name, in)
 		}
 	}
+	if _, got, ok := seal.Cut(append([]byte(job), good...), Stderr); !ok || got.Exit != 0 {
+		t.Fatalf("a well-formed trailer with exit 0 was refused: %+v %v", got, ok)
+	}
+}
+
+func FuzzCut(f *testing.F) {
+	f.Add([]byte("out"))
+	f.Add(seal.Append([]byte("x"), Trailer{StdoutBytes: 1}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		// Whatever the input, only a trailer signed with the key is taken,
+		// and then what is left is exactly the bytes it counted.
+		rest, tr, ok := seal.Cut(in, Stdout)
+		if ok && (int64(len(rest)) != tr.StdoutBytes || !bytes.HasPrefix(in, rest)) {
+			t.Fatalf("Cut(%q) = %q, %+v", in, rest, tr)
+		}
+		if ok {
+			again := seal.Append(bytes.Clone(rest), tr)
+			if _, tr2, ok2 := seal.Cut(again, Stdout); !ok2 || tr2.Exit != tr.Exit {
+				t.Fatalf("round trip of %+v failed", tr)
+			}
+		}
+	})
 }
 
 func FuzzDecode(f *testing.F) {

@@ -2,6 +2,10 @@ package envelope
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 )
 
@@ -25,53 +29,119 @@ type Trailer struct {
 	// engine to report the container's exit and its OOMKilled flag.
 	CgroupOOMKills *int64 `json:"cgroup_oom_kills,omitempty"`
 
+	// StdoutBytes and StderrBytes count what the launcher copied from the
+	// job's pipes onto the container's streams before this trailer. The
+	// executor checks them against what it received, so that bytes which
+	// did not come through the launcher cannot pass for the job's output.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+
 	// Error is set when the launcher could not run the job at all (a file
 	// that did not fit, a command not found).
 	Error string `json:"error,omitempty"`
 }
 
-// MaxTrailerBytes bounds an encoded trailer, marker included; the executor
-// keeps this much beyond a stream's output cap so that the trailer of a job
-// that wrote exactly up to the cap is not lost.
+// MaxTrailerBytes bounds an encoded trailer, marker and MAC included; the
+// executor keeps this much beyond a stream's output cap so that the trailer
+// of a job that wrote exactly up to the cap is not lost.
 const MaxTrailerBytes = 1024
 
 // maxErrorBytes bounds Trailer.Error, so that the trailer fits in MaxTrailerBytes.
 const maxErrorBytes = 512
 
-func marker(nonce string) []byte {
-	// The record separator makes an accidental match by job output unlikely;
-	// the nonce, which the job cannot read, makes a deliberate one impossible.
-	return []byte("\x1e" + Magic + "-END " + nonce + " ")
+// Stream names one of the container's two output streams.
+type Stream int
+
+const (
+	Stdout Stream = iota
+	Stderr
+)
+
+// Seal authenticates the trailers of one job. The executor makes a fresh
+// one per job and sends it in the Header; the launcher keeps it in memory
+// that nothing else in the sandbox can read (it is PID 1 and not dumpable)
+// and never passes it to the job. The nonce marks where a trailer begins;
+// the key signs it. A job that read or guessed the nonce still cannot make
+// a trailer the executor accepts, and one that replayed a real trailer
+// cannot change a figure in it or add a byte before it.
+type Seal struct {
+	Nonce string // 32 lowercase hex digits
+	Key   string // 64 lowercase hex digits: an HMAC-SHA256 key
 }
 
-// EndMarker is how a trailer for nonce begins. The launcher ends stdout
-// with a copy of the trailer too, so that the executor knows when both
-// streams are complete.
-func EndMarker(nonce string) []byte { return marker(nonce) }
+// NewSeal returns a seal with a random nonce and key.
+func NewSeal() Seal {
+	return Seal{Nonce: randomHex(16), Key: randomHex(32)}
+}
 
-// AppendTrailer appends the encoded trailer to dst.
-func AppendTrailer(dst []byte, nonce string, t Trailer) []byte {
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+// Marker is how a trailer sealed with s begins.
+func (s Seal) Marker() []byte {
+	// The record separator keeps a job's ordinary output from looking like
+	// the start of a trailer; the MAC, not the marker, is what a job cannot
+	// produce.
+	return []byte("\x1e" + Magic + "-END " + s.Nonce + " ")
+}
+
+// mac is the hex HMAC-SHA256 of the marker and body under s.Key.
+func (s Seal) mac(body []byte) []byte {
+	key, _ := hex.DecodeString(s.Key) // validated by Header.Validate
+	m := hmac.New(sha256.New, key)
+	m.Write(s.Marker())
+	m.Write(body)
+	return hex.AppendEncode(nil, m.Sum(nil))
+}
+
+// Append appends the trailer line for t to dst: the marker, the JSON body,
+// a space, the MAC over both, and a newline.
+func (s Seal) Append(dst []byte, t Trailer) []byte {
 	if len(t.Error) > maxErrorBytes {
 		t.Error = t.Error[:maxErrorBytes]
 	}
 	body, _ := json.Marshal(t) // cannot fail: plain fields only
-	dst = append(dst, marker(nonce)...)
+	dst = append(dst, s.Marker()...)
 	dst = append(dst, body...)
+	dst = append(dst, ' ')
+	dst = append(dst, s.mac(body)...)
 	return append(dst, '\n')
 }
 
-// CutTrailer removes the trailer from the end of stderr (or stdout). ok is false when
-// stderr does not end with a well-formed trailer for nonce, for instance
-// because the launcher was killed.
-func CutTrailer(stderr []byte, nonce string) (rest []byte, t Trailer, ok bool) {
-	m := marker(nonce)
-	i := bytes.LastIndex(stderr, m)
-	if i < 0 || len(stderr)-i > MaxTrailerBytes || !bytes.HasSuffix(stderr, []byte("\n")) {
-		return stderr, Trailer{}, false
+// macLen is the length of the hex MAC on a trailer line.
+const macLen = 2 * sha256.Size
+
+// Cut removes the trailer from the end of one of the container's streams.
+// ok is true only when the stream ends with a trailer line whose MAC checks
+// under s and whose byte count for stream equals the bytes before it:
+// output that did not pass through the launcher, or a trailer the launcher
+// did not write, is never a verdict. When ok is false, rest is buf.
+func (s Seal) Cut(buf []byte, stream Stream) (rest []byte, t Trailer, ok bool) {
+	m := s.Marker()
+	i := bytes.LastIndex(buf, m)
+	if i < 0 || len(buf)-i > MaxTrailerBytes || !bytes.HasSuffix(buf, []byte("\n")) {
+		return buf, Trailer{}, false
 	}
-	body := stderr[i+len(m) : len(stderr)-1]
+	line := buf[i+len(m) : len(buf)-1]
+	if len(line) < macLen+1 || line[len(line)-macLen-1] != ' ' {
+		return buf, Trailer{}, false
+	}
+	body, sum := line[:len(line)-macLen-1], line[len(line)-macLen:]
+	if !hmac.Equal(sum, s.mac(body)) {
+		return buf, Trailer{}, false
+	}
 	if err := json.Unmarshal(body, &t); err != nil {
-		return stderr, Trailer{}, false
+		return buf, Trailer{}, false
 	}
-	return stderr[:i], t, true
+	count := t.StdoutBytes
+	if stream == Stderr {
+		count = t.StderrBytes
+	}
+	if count != int64(i) {
+		return buf, Trailer{}, false
+	}
+	return buf[:i], t, true
 }

@@ -13,9 +13,9 @@ import (
 // multiplexed attach keeps flowing until the container is killed. Its memory
 // is bounded by keep whatever the job writes.
 //
-// Once watchEnd named the launcher's end marker, the capture also signals
-// end, once, when what it kept ends with a complete trailer line. The
-// marker is set by the goroutine handing the job over while the copy
+// Once watchEnd named the job's seal, the capture also signals end, once,
+// when what it kept ends with a trailer that checks under the seal. The
+// seal is set by the goroutine handing the job over while the copy
 // goroutine writes, hence the mutex; buf is read only after the copy ended.
 type capture struct {
 	mu    sync.Mutex
@@ -26,7 +26,8 @@ type capture struct {
 	over  chan<- struct{}
 	fired bool
 
-	marker []byte
+	seal   *envelope.Seal
+	stream envelope.Stream
 	end    chan<- struct{}
 	ended  bool
 }
@@ -35,12 +36,12 @@ func newCapture(keep int, limit int64, over chan<- struct{}) *capture {
 	return &capture{keep: keep, limit: limit, over: over}
 }
 
-// watchEnd makes the capture signal end when it holds a trailer line
-// beginning with marker.
-func (c *capture) watchEnd(marker []byte, end chan<- struct{}) {
+// watchEnd makes the capture signal end when it holds the whole of stream
+// ending with a trailer that checks under seal.
+func (c *capture) watchEnd(seal envelope.Seal, stream envelope.Stream, end chan<- struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.marker, c.end = marker, end
+	c.seal, c.stream, c.end = &seal, stream, end
 	c.checkEnd()
 }
 
@@ -63,12 +64,15 @@ func (c *capture) Write(p []byte) (int, error) {
 }
 
 func (c *capture) checkEnd() {
-	if c.marker == nil || c.ended || int64(len(c.buf)) != c.n || !bytes.HasSuffix(c.buf, []byte("\n")) {
+	if c.seal == nil || c.ended || int64(len(c.buf)) != c.n || !bytes.HasSuffix(c.buf, []byte("\n")) {
 		return
 	}
+	// The marker in the tail is a cheap test before the MAC is checked.
 	tail := c.buf[max(0, len(c.buf)-envelope.MaxTrailerBytes):]
-	i := bytes.LastIndex(tail, c.marker)
-	if i < 0 || bytes.IndexByte(tail[i:], '\n') != len(tail)-i-1 {
+	if !bytes.Contains(tail, c.seal.Marker()) {
+		return
+	}
+	if _, _, ok := c.seal.Cut(c.buf, c.stream); !ok {
 		return
 	}
 	c.ended = true

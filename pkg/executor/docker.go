@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -62,7 +63,6 @@ func infraErr(op string, err error) error {
 // job that fits them: jobID "" builds one for the warm pool.
 func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.ContainerCreateOptions {
 	no := false
-	yes := true
 	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), sandboxUID, sandboxGID)
 	network := container.NetworkMode("none")
@@ -100,13 +100,23 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 		NetworkMode:    network,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"}, // seccomp stays the engine's default profile
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(SeccompProfile())},
 		Tmpfs: map[string]string{
 			"/tmp":  tmpfs,
 			workDir: tmpfs,
 		},
-		Init:    &yes,
+		// No Init: the launcher is PID 1 (it reaps and forwards signals), so
+		// that no process in the sandbox but the job's own is the job's to
+		// reach.
 		Runtime: e.cfg.Runtime,
+		// Docker's defaults and what tells a job about the host it has no
+		// use for: the host's boot command line, its disks and devices.
+		MaskedPaths: maskedPaths,
+		// A cgroup namespace of its own: /proc/self/cgroup no longer names
+		// the container's full ID and the host's cgroup tree.
+		CgroupnsMode: container.CgroupnsModePrivate,
+		// /dev/shm is memory like the tmpfs mounts, and sized like them.
+		ShmSize: int64(l.Tmpfs),
 		// Logs off: the executor reads output through the attach stream,
 		// and a flood must not fill the host's disk.
 		LogConfig:  container.LogConfig{Type: "none"},
@@ -134,6 +144,19 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 	}
 }
 
+// maskedPaths are hidden from the job: Docker's own list (which setting
+// MaskedPaths replaces) and what else shows the host.
+var maskedPaths = []string{
+	// Docker 20.10's defaults.
+	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+	"/sys/firmware",
+	// The host's boot arguments, block devices and hardware.
+	"/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/modules",
+	"/sys/block", "/sys/class/block", "/sys/dev", "/sys/devices/virtual/dmi",
+	"/sys/kernel", "/sys/module",
+}
+
 // DockerRunArgs renders the container configuration of a job of preset
 // with the default limits as `docker run` arguments (after "run", without
 // the job), from the same containerSpec the executor uses: a baseline for
@@ -152,15 +175,23 @@ func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	if h.ReadonlyRootfs {
 		args = append(args, "--read-only")
 	}
-	if h.Init != nil && *h.Init {
-		args = append(args, "--init")
-	}
 	for _, cp := range h.CapDrop {
 		args = append(args, "--cap-drop", cp)
 	}
 	for _, o := range h.SecurityOpt {
+		if strings.HasPrefix(o, "seccomp=") {
+			// docker run takes the profile from a file.
+			path, err := seccompFile()
+			if err != nil {
+				return nil, fmt.Errorf("executor: seccomp profile: %w", err)
+			}
+			o = "seccomp=" + path
+		}
 		args = append(args, "--security-opt", o)
 	}
+	// docker run has no flag for masked paths: the baseline keeps Docker's
+	// default list, a difference that costs nothing at start.
+	args = append(args, "--cgroupns", string(h.CgroupnsMode), "--shm-size", fmt.Sprint(h.ShmSize))
 	for _, path := range slices.Sorted(maps.Keys(h.Tmpfs)) {
 		args = append(args, "--tmpfs", path+":"+h.Tmpfs[path])
 	}

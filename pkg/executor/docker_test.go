@@ -17,7 +17,8 @@ func TestDockerRunArgs(t *testing.T) {
 	}
 	got := " " + strings.Join(args, " ") + " "
 	for _, want := range []string{
-		" --rm -i ", " --user 10001:10001 ", " --network none ", " --read-only ", " --init ",
+		" --rm -i ", " --user 10001:10001 ", " --network none ", " --read-only ", " --cgroupns private ",
+		" --security-opt seccomp=/",
 		" --cap-drop ALL ", " --security-opt no-new-privileges ", " --memory 536870912 ",
 		" --memory-swap 536870912 ", " --cpus 1 ", " --pids-limit 64 ", " --ulimit core=0:0 ",
 		" --log-driver none ", " --tmpfs /tmp:rw,nosuid,nodev,", " --label sandfleet.worker=w ",
@@ -26,6 +27,9 @@ func TestDockerRunArgs(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("docker run args %q lack %q", got, want)
 		}
+	}
+	if strings.Contains(got, " --init ") {
+		t.Error("--init: the launcher is PID 1")
 	}
 	if _, err := e.DockerRunArgs("nope"); err == nil {
 		t.Error("unknown preset accepted")

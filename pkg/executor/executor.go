@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -247,11 +246,11 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 	return res, nil
 }
 
-// sealed is the envelope of one job: the header bytes and the nonce that
-// marks the launcher's trailer.
+// sealed is the envelope of one job: the header bytes and the seal of the
+// launcher's trailer.
 type sealed struct {
 	header []byte
-	nonce  string
+	seal   envelope.Seal
 }
 
 func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
@@ -263,7 +262,8 @@ func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
 	if mainInFiles && job.Code != "" {
 		return sealed{}, fmt.Errorf("files[%q]: collides with the preset's main file, which holds code", p.MainFile)
 	}
-	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Nonce: randHex(16)}
+	seal := envelope.NewSeal()
+	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Nonce: seal.Nonce, Key: seal.Key}
 	if !mainInFiles {
 		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
 	}
@@ -280,19 +280,7 @@ func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
 		// Marshal validates: what fails here is the job's input.
 		return sealed{}, errors.New(strings.TrimPrefix(err.Error(), "envelope: "))
 	}
-	return sealed{header: b, nonce: h.Nonce}, nil
-}
-
-// outcome is what run observed, before it becomes a Result.
-type outcome struct {
-	status                   jobs.Status
-	msg                      string
-	exit                     *int
-	stdout, stderr           []byte
-	stdoutTrunc, stderrTrunc bool
-	started, finished        time.Time
-	cpuMS, peakBytes         *int64
-	container                string
+	return sealed{header: b, seal: seal}, nil
 }
 
 // sandbox is a container that is created, attached (its stdin stream
@@ -418,173 +406,6 @@ func (e *Executor) remove(ctx context.Context, s *sandbox) error {
 		return err
 	}
 	return nil
-}
-
-// execute hands the job (its envelope and stdin) to a launched sandbox and
-// watches it to the end. The job's clock, and its wall-clock limit, start at
-// the hand-off: the job cannot begin before its envelope.
-func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte) (*outcome, error) {
-	// Calls after the job ended or was killed use a context of their own, so
-	// that a canceled caller still gets its container killed.
-	fresh := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
-	}
-	out := &outcome{container: s.short, started: time.Now()}
-	timer := time.NewTimer(lim.Timeout.D())
-	defer timer.Stop()
-	// The launcher ends both streams with its trailer once the job's
-	// process has ended. With both in, and the trailer saying whether the
-	// cgroup saw an OOM kill, the verdict is known: there is no need to wait
-	// for the engine to tear the container down and report its exit, which
-	// is most of a trivial job's time. release kills and removes it.
-	ends := make(chan struct{}, 2)
-	endMarker := envelope.EndMarker(env.nonce)
-	s.stdout.watchEnd(endMarker, ends)
-	s.stderr.watchEnd(endMarker, ends)
-	streamsEnded := 0
-	early := false
-
-	feedDone := make(chan struct{})
-	go func() {
-		defer close(feedDone)
-		// Errors here mean the container is gone, which the wait reports.
-		if _, err := s.att.Conn.Write(env.header); err != nil {
-			return
-		}
-		if len(stdin) > 0 {
-			if _, err := s.att.Conn.Write(stdin); err != nil {
-				return
-			}
-		}
-		_ = s.att.CloseWrite()
-	}()
-	// Every goroutine is waited for before execute returns: closing the
-	// connection unblocks the feed (release waits for the copy).
-	defer func() {
-		s.att.Close()
-		<-feedDone
-	}()
-
-	var killed jobs.Status // the first reason we killed for
-	var killDeadline <-chan time.Time
-	kill := func(reason jobs.Status) {
-		if killed != "" {
-			return
-		}
-		killed = reason
-		kctx, cancel := fresh()
-		defer cancel()
-		if _, err := e.api.ContainerKill(kctx, s.id, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-			log.Warn("killing the sandbox failed", "container", out.container, "error", err)
-		}
-		killDeadline = time.After(e.cfg.KillGrace)
-	}
-
-	done := ctx.Done()
-	var exitCode int64
-	var waitErr error
-wait:
-	for {
-		select {
-		case <-ends:
-			if streamsEnded++; streamsEnded < 2 || killed != "" {
-				continue
-			}
-			// Output a lingering child writes from now on is not the job's.
-			s.att.Close()
-			<-s.copyDone
-			if _, t, ok := envelope.CutTrailer(s.stderr.buf, env.nonce); ok && t.CgroupOOMKills != nil {
-				early = true
-				break wait
-			}
-			// A launcher that cannot tell OOM kills: the exit and the
-			// inspection will.
-		case r := <-s.wait.Result:
-			exitCode = r.StatusCode
-			if r.Error != nil && r.Error.Message != "" {
-				waitErr = errors.New(r.Error.Message)
-			}
-			break wait
-		case err := <-s.wait.Error:
-			waitErr = err
-			break wait
-		case <-done:
-			done = nil
-			kill(jobs.StatusCanceled)
-		case <-timer.C:
-			kill(jobs.StatusTimeout)
-		case <-s.overflow:
-			kill(jobs.StatusOutputLimit)
-		case <-killDeadline:
-			return nil, infraErr("wait", fmt.Errorf("container %s still running %s after it was killed", out.container, e.cfg.KillGrace))
-		}
-	}
-	out.finished = time.Now()
-	if waitErr != nil {
-		return nil, infraErr("wait", waitErr)
-	}
-
-	oom := false
-	if !early {
-		select {
-		case <-s.copyDone:
-		case <-time.After(streamGrace):
-			log.Warn("output stream still open after the sandbox exited; cutting it", "container", out.container)
-			s.att.Close()
-			<-s.copyDone
-		}
-		ictx, cancel := fresh()
-		info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
-		cancel()
-		if ierr != nil {
-			log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", out.container, "error", ierr)
-		} else if info.Container.State != nil {
-			oom = info.Container.State.OOMKilled
-		}
-	}
-
-	errBytes, trailer, haveTrailer := envelope.CutTrailer(s.stderr.buf, env.nonce)
-	if early {
-		oom = *trailer.CgroupOOMKills > 0
-	}
-	outBytes, _, haveEnd := envelope.CutTrailer(s.stdout.buf, env.nonce)
-	out.stdout, out.stderr = outBytes, errBytes
-	if len(out.stdout) > int(lim.Output) || (s.stdout.exceeded() && !haveEnd) {
-		out.stdout, out.stdoutTrunc = out.stdout[:min(len(out.stdout), int(lim.Output))], true
-	}
-	if len(out.stderr) > int(lim.Output) || (s.stderr.exceeded() && !haveTrailer) {
-		out.stderr, out.stderrTrunc = out.stderr[:min(len(out.stderr), int(lim.Output))], true
-	}
-	if haveTrailer {
-		exitCode = int64(trailer.Exit)
-		out.cpuMS = nanosToMS(firstNonNil(trailer.CgroupCPUNanos, trailer.CPUNanos))
-		out.peakBytes = firstNonNil(trailer.CgroupPeakBytes, trailer.MaxRSSBytes)
-	}
-	code := int(exitCode)
-
-	switch {
-	case killed == jobs.StatusCanceled:
-		out.status, out.msg = killed, "canceled while running"
-	case killed == jobs.StatusTimeout:
-		out.status, out.msg = killed, fmt.Sprintf("killed at the wall-clock limit of %s", lim.Timeout)
-	case oom:
-		out.status, out.exit = jobs.StatusOOM, &code
-		out.msg = fmt.Sprintf("killed at the memory limit of %s", lim.Memory)
-	case killed == jobs.StatusOutputLimit || out.stdoutTrunc || out.stderrTrunc:
-		out.status = jobs.StatusOutputLimit
-		out.msg = fmt.Sprintf("wrote more than the output limit of %s per stream", lim.Output)
-	case code == 0:
-		out.status, out.exit = jobs.StatusSucceeded, &code
-	default:
-		out.status, out.exit = jobs.StatusFailed, &code
-		switch {
-		case haveTrailer && trailer.Error != "":
-			out.msg = trailer.Error
-		case haveTrailer && trailer.Signal != 0:
-			out.msg = fmt.Sprintf("killed by signal %d (%s)", trailer.Signal, syscall.Signal(trailer.Signal))
-		}
-	}
-	return out, nil
 }
 
 func randHex(n int) string {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -167,11 +168,26 @@ func launcher(job func(stdin io.Reader, stdout, stderr io.Writer) int) func(<-ch
 			io.WriteString(stderr, err.Error())
 			return 125
 		}
-		code := job(stdin, stdout, stderr)
+		var out, errs countingWriter
+		out.w, errs.w = stdout, stderr
+		code := job(stdin, &out, &errs)
 		cpu := int64(42e6)
-		stderr.Write(envelope.AppendTrailer(nil, h.Nonce, envelope.Trailer{Exit: code, CPUNanos: &cpu}))
+		tr := h.Seal().Append(nil, envelope.Trailer{Exit: code, CPUNanos: &cpu, StdoutBytes: out.n, StderrBytes: errs.n})
+		stdout.Write(tr)
+		stderr.Write(tr)
 		return int64(code)
 	}
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func blockUntilKilled(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64 {
@@ -245,8 +261,18 @@ func TestRunLifecycle(t *testing.T) {
 		{name: "exit 137 alone is not oom", fake: &fakeDocker{behave: func(<-chan struct{}, io.Reader, io.Writer, io.Writer) int64 { return 137 }},
 			status: jobs.StatusFailed, removed: 1,
 			check: func(t *testing.T, r *jobs.Result) {
-				if r.Exit == nil || *r.Exit != 137 || r.CPUMS != nil {
-					t.Errorf("exit %v cpu %v, want 137 and null", derefInt(r.Exit), derefInt64(r.CPUMS))
+				if r.Exit != nil || r.CPUMS != nil || !strings.Contains(r.Error, errNoVerdict) {
+					t.Errorf("exit %v cpu %v error %q, want nulls and no verdict", derefInt(r.Exit), derefInt64(r.CPUMS), r.Error)
+				}
+			}},
+		{name: "exit 0 without a trailer is not success", fake: &fakeDocker{behave: func(_ <-chan struct{}, _ io.Reader, stdout, _ io.Writer) int64 {
+			io.WriteString(stdout, "all tests passed\n")
+			return 0
+		}},
+			status: jobs.StatusFailed, removed: 1,
+			check: func(t *testing.T, r *jobs.Result) {
+				if r.Exit != nil || !strings.Contains(r.Error, errNoVerdict) || r.Stdout != "all tests passed\n" {
+					t.Errorf("exit %v error %q stdout %q", derefInt(r.Exit), r.Error, r.Stdout)
 				}
 			}},
 	}
@@ -368,9 +394,13 @@ func TestContainerSpecHardening(t *testing.T) {
 	h := o.HostConfig
 	if !h.ReadonlyRootfs || h.NetworkMode != "none" || !o.Config.NetworkDisabled || h.CapDrop[0] != "ALL" ||
 		h.SecurityOpt[0] != "no-new-privileges" || h.Memory != h.MemorySwap || h.Memory != int64(l.Memory) ||
-		*h.PidsLimit != 64 || h.NanoCPUs != 1e9 || !*h.Init || h.LogConfig.Type != "none" || h.Runtime != "runsc" ||
+		*h.PidsLimit != 64 || h.NanoCPUs != 1e9 || h.Init != nil || h.LogConfig.Type != "none" || h.Runtime != "runsc" ||
 		len(h.Binds) != 0 || len(h.Mounts) != 0 || len(h.Devices) != 0 || h.Privileged {
 		t.Fatalf("spec not hardened: %+v", h)
+	}
+	if len(h.SecurityOpt) != 2 || !strings.HasPrefix(h.SecurityOpt[1], "seccomp={") || h.ShmSize != int64(l.Tmpfs) ||
+		!slices.Contains(h.MaskedPaths, "/proc/cmdline") || !slices.Contains(h.MaskedPaths, "/proc/kcore") || h.CgroupnsMode != "private" {
+		t.Fatalf("seccomp, /dev/shm, masked paths or cgroupns: %+v", h)
 	}
 	if !strings.Contains(h.Tmpfs["/workspace"], "size=67108864") || !strings.Contains(h.Tmpfs["/tmp"], "uid=10001") {
 		t.Fatalf("tmpfs %v", h.Tmpfs)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -253,7 +254,8 @@ func TestIntegrationInspectAndCancel(t *testing.T) {
 		{"PidsLimit 40", h.PidsLimit != nil && *h.PidsLimit == 40},
 		{"NanoCPUs 0.5", h.NanoCPUs == 5e8},
 		{"non-root user", c.User != "" && c.User != "0" && !strings.HasPrefix(c.User, "root") && !strings.HasPrefix(c.User, "0:")},
-		{"Init", h.Init != nil && *h.Init},
+		{"no Init: the launcher is PID 1", h.Init == nil || !*h.Init},
+		{"seccomp profile of our own", slices.ContainsFunc(h.SecurityOpt, func(o string) bool { return strings.HasPrefix(o, "seccomp=") })},
 		{"log driver none", h.LogConfig.Type == "none"},
 		{"no log file", info.Container.LogPath == ""},
 		{"no binds or mounts", len(h.Binds) == 0 && len(h.Mounts) == 0},

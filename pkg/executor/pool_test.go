@@ -132,7 +132,8 @@ func TestRunEndsOnTheTrailer(t *testing.T) {
 					return 125
 				}
 				io.WriteString(stdout, "partial line without newline")
-				tr := envelope.AppendTrailer(nil, h.Nonce, envelope.Trailer{Exit: tc.exit, CgroupOOMKills: &tc.ooms})
+				tr := h.Seal().Append(nil, envelope.Trailer{Exit: tc.exit, CgroupOOMKills: &tc.ooms,
+					StdoutBytes: int64(len("partial line without newline")), StderrBytes: int64(len("err\n"))})
 				stdout.Write(tr)
 				io.WriteString(stderr, "err\n")
 				stderr.Write(tr)

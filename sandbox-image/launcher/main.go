@@ -1,9 +1,21 @@
-// Command launcher is the entrypoint of a sandbox container. It blocks on
-// stdin until an envelope arrives (so a container may be started before its
-// job is known), unpacks the files into the working directory, runs the
-// command with the rest of stdin as the job's stdin, and reports the exit
-// status and usage figures in a trailer on stderr. It exits with the job's
-// exit status, or 128+N when the job was killed by signal N.
+// Command launcher is the entrypoint of a sandbox container and its PID 1.
+// It blocks on stdin until an envelope arrives (so a container may be
+// started before its job is known), unpacks the files into the working
+// directory, and runs the command with the rest of stdin as the job's stdin
+// and pipes of its own as the job's stdout and stderr, which it copies onto
+// the container's streams. When the job's process has ended it reports the
+// exit status, the usage figures and the bytes it copied in a trailer
+// signed with the envelope's key, at the end of both streams (see
+// envelope.Seal). It exits with the job's exit status, or 128+N when the job
+// was killed by signal N.
+//
+// Everything that makes the verdict the launcher's and not the job's rests
+// on three facts: the job never holds the container's streams (only its
+// pipes); the launcher is not dumpable, so a process of the same uid cannot
+// open its /proc/1/fd, read its memory (the key) or trace it; and as PID 1
+// of the sandbox's pid namespace it receives only the signals it handles
+// (never SIGKILL or SIGSTOP from inside), and it handles each by forwarding
+// or ignoring it. The sandbox's seccomp profile denies ptrace besides.
 //
 // It must be built static (CGO_ENABLED=0): the image may have no libc the
 // host's Go toolchain would link against.
@@ -12,13 +24,17 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 )
@@ -30,25 +46,66 @@ const (
 	exitNotFound = 127 // the command does not exist
 )
 
-func main() {
-	// The job runs as the same uid; without this it could read this process's
-	// memory through /proc and learn the nonce that marks the trailer.
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
-	os.Exit(run())
+// lingerGrace is how long output may still arrive after the job's process
+// ended: what its pipes held, or what a descendant that outlived it writes.
+// Past it the pipes are cut; what came later is not the job's.
+const lingerGrace = 100 * time.Millisecond
+
+// forwarded are the signals passed on to the job: the polite stops an
+// engine or an operator sends to a container.
+var forwarded = map[os.Signal]bool{
+	syscall.SIGTERM: true, syscall.SIGINT: true, syscall.SIGHUP: true, syscall.SIGQUIT: true,
+	syscall.SIGUSR1: true, syscall.SIGUSR2: true,
 }
 
-func run() int {
+func main() {
+	// Not dumpable before anything else: the job runs as the same uid.
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+	// Every signal comes here, so that none sent by the job (a SIGSEGV, say)
+	// reaches the Go runtime's default of crashing. Faults of the launcher's
+	// own still crash it: the kernel marks those as not sent by a process.
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
+	os.Exit(run(sigs))
+}
+
+// stream is one of the container's output streams, counting what was
+// written to it. Only the launcher writes to it.
+type stream struct {
+	f  *os.File
+	mu sync.Mutex
+	n  atomic.Int64
+}
+
+func (s *stream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.f.Write(p)
+	s.n.Add(int64(n))
+	return n, err
+}
+
+func run(sigs <-chan os.Signal) int {
 	h, err := envelope.Decode(os.Stdin)
 	if err != nil {
-		// No nonce to mark a trailer with: the executor sees a bare 125.
+		// No key to sign a trailer with: the executor finds no verdict.
 		fmt.Fprintf(os.Stderr, "sandfleet launcher: %v\n", err)
 		return exitLauncher
 	}
+	seal := h.Seal()
+	stdout, stderr := &stream{f: os.Stdout}, &stream{f: os.Stderr}
+	finish := func(t envelope.Trailer) int {
+		t.StdoutBytes, t.StderrBytes = stdout.n.Load(), stderr.n.Load()
+		// Stdout first, so that the trailer on stderr comes last of all.
+		tr := seal.Append(nil, t)
+		_, _ = os.Stdout.Write(tr)
+		_, _ = os.Stderr.Write(tr)
+		return t.Exit
+	}
 	fail := func(code int, format string, args ...any) int {
 		msg := fmt.Sprintf(format, args...)
-		fmt.Fprintf(os.Stderr, "sandfleet: %s\n", msg)
-		finish(h.Nonce, envelope.Trailer{Exit: code, Error: msg})
-		return code
+		fmt.Fprintf(stderr, "sandfleet: %s\n", msg)
+		return finish(envelope.Trailer{Exit: code, Error: msg})
 	}
 	dir := h.Dir
 	if dir == "" {
@@ -62,54 +119,109 @@ func run() int {
 	if err != nil {
 		return fail(exitNotFound, "%s: command not found", h.Argv[0])
 	}
-	proc, err := os.StartProcess(path, h.Argv, &os.ProcAttr{
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fail(exitLauncher, "stdout pipe: %v", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return fail(exitLauncher, "stderr pipe: %v", err)
+	}
+	pid, err := syscall.ForkExec(path, h.Argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: []uintptr{0, outW.Fd(), errW.Fd()},
 	})
+	outW.Close()
+	errW.Close()
 	if err != nil {
+		outR.Close()
+		errR.Close()
 		code := exitNoExec
 		if errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
 		}
 		return fail(code, "%s: %v", h.Argv[0], err)
 	}
-	// Docker's init forwards signals to this process only; pass them on so
-	// that a polite stop reaches the job.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2)
-	go func() {
-		for s := range sigs {
-			_ = proc.Signal(s)
+	var pumps sync.WaitGroup
+	pumps.Go(func() { pump(stdout, outR) })
+	pumps.Go(func() { pump(stderr, errR) })
+	exited := reap(pid)
+
+	var st waited
+wait:
+	for {
+		select {
+		case st = <-exited:
+			break wait
+		case s := <-sigs:
+			if forwarded[s] {
+				_ = syscall.Kill(pid, s.(syscall.Signal))
+			}
 		}
-	}()
-	state, err := proc.Wait()
-	signal.Stop(sigs)
-	if err != nil {
-		return fail(exitLauncher, "waiting for the job: %v", err)
 	}
-	t := envelope.Trailer{Exit: state.ExitCode()}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		t.Signal = int(ws.Signal())
+	deadline := time.Now().Add(lingerGrace)
+	_ = outR.SetReadDeadline(deadline)
+	_ = errR.SetReadDeadline(deadline)
+	pumps.Wait()
+
+	t := envelope.Trailer{Exit: st.status.ExitStatus()}
+	if st.status.Signaled() {
+		t.Signal = int(st.status.Signal())
 		t.Exit = 128 + t.Signal
 	}
-	if ru, ok := state.SysUsage().(*syscall.Rusage); ok && ru != nil {
-		rss := ru.Maxrss * 1024 // kilobytes on Linux
-		cpu := ru.Utime.Nano() + ru.Stime.Nano()
-		t.MaxRSSBytes, t.CPUNanos = &rss, &cpu
-	}
+	rss := st.usage.Maxrss * 1024 // kilobytes on Linux
+	cpu := st.usage.Utime.Nano() + st.usage.Stime.Nano()
+	t.MaxRSSBytes, t.CPUNanos = &rss, &cpu
 	t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
-	finish(h.Nonce, t)
-	return t.Exit
+	return finish(t)
 }
 
-// finish ends both streams with the trailer: stdout first, so that the
-// trailer on stderr, the one the executor reads, comes last of all.
-func finish(nonce string, t envelope.Trailer) {
-	tr := envelope.AppendTrailer(nil, nonce, t)
-	_, _ = os.Stdout.Write(tr)
-	_, _ = os.Stderr.Write(tr)
+// pump copies the job's pipe r onto the container's stream w until the
+// pipe ends or its read deadline passes. Reads and writes alternate, so the
+// count is exact whenever it stops.
+func pump(w io.Writer, r *os.File) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+type waited struct {
+	status syscall.WaitStatus
+	usage  syscall.Rusage
+}
+
+// reap waits for every child of this process, as PID 1 must: the job and
+// whatever of its descendants outlive their parents and are handed to PID
+// 1. The job's own status is sent on the returned channel.
+func reap(job int) <-chan waited {
+	ch := make(chan waited, 1)
+	go func() {
+		for {
+			var w waited
+			pid, err := syscall.Wait4(-1, &w.status, 0, &w.usage)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				return // ECHILD: no children left
+			}
+			if pid == job {
+				ch <- w
+			}
+		}
+	}()
+	return ch
 }
 
 func unpack(dir string, files []envelope.File) error {

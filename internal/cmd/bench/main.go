@@ -166,7 +166,8 @@ func dockerRun(ctx context.Context, o options, r *report) error {
 	}
 	args = append([]string{"run"}, args...)
 	once := func() error {
-		h := &envelope.Header{Argv: []string{"python3", "main.py"}, Dir: "/workspace", Nonce: "0123456789abcdef0123456789abcdef",
+		seal := envelope.NewSeal()
+		h := &envelope.Header{Argv: []string{"python3", "main.py"}, Dir: "/workspace", Nonce: seal.Nonce, Key: seal.Key,
 			Files: []envelope.File{{Name: "main.py", Data: []byte(o.code)}}}
 		env, err := envelope.Marshal(h)
 		if err != nil {

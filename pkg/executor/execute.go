@@ -1,0 +1,165 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// observed is what execute saw of one job, before any judgement: verdict
+// turns it into an outcome.
+type observed struct {
+	killed         jobs.Status // the first reason the executor killed the sandbox; "" if it did not
+	exitCode       int64       // the container's, as the engine reported it (0 when it did not)
+	engineOOM      bool        // the engine reported an OOM kill
+	stdout, stderr []byte      // as captured, trailers included
+	stdoutOver     bool        // more than the capture's limit was written
+	stderrOver     bool
+	started        time.Time
+	finished       time.Time
+}
+
+// execute hands the job (its envelope and stdin) to a launched sandbox and
+// watches it to the end. The job's clock, and its wall-clock limit, start at
+// the hand-off: the job cannot begin before its envelope.
+func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte) (*outcome, error) {
+	obs, err := e.watch(ctx, log, s, lim, env, stdin)
+	if err != nil {
+		return nil, err
+	}
+	out := verdict(obs, env.seal, lim)
+	out.container = s.short
+	return out, nil
+}
+
+// watch runs the job to its end and records what happened: the trailers on
+// both streams, or the container's exit, or the executor's own kill at a
+// limit or a cancellation.
+func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte) (observed, error) {
+	// Calls after the job ended or was killed use a context of their own, so
+	// that a canceled caller still gets its container killed.
+	fresh := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
+	}
+	obs := observed{started: time.Now()}
+	timer := time.NewTimer(lim.Timeout.D())
+	defer timer.Stop()
+	// The launcher ends both streams with its signed trailer once the job's
+	// process has ended. With both in, and the trailer saying whether the
+	// cgroup saw an OOM kill, the verdict is known: there is no need to wait
+	// for the engine to tear the container down and report its exit, which
+	// is most of a trivial job's time. release kills and removes it.
+	ends := make(chan struct{}, 2)
+	s.stdout.watchEnd(env.seal, envelope.Stdout, ends)
+	s.stderr.watchEnd(env.seal, envelope.Stderr, ends)
+	streamsEnded := 0
+	early := false
+
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		// Errors here mean the container is gone, which the wait reports.
+		if _, err := s.att.Conn.Write(env.header); err != nil {
+			return
+		}
+		if len(stdin) > 0 {
+			if _, err := s.att.Conn.Write(stdin); err != nil {
+				return
+			}
+		}
+		_ = s.att.CloseWrite()
+	}()
+	// Every goroutine is waited for before watch returns: closing the
+	// connection unblocks the feed (release waits for the copy).
+	defer func() {
+		s.att.Close()
+		<-feedDone
+	}()
+
+	var killDeadline <-chan time.Time
+	kill := func(reason jobs.Status) {
+		if obs.killed != "" {
+			return
+		}
+		obs.killed = reason
+		kctx, cancel := fresh()
+		defer cancel()
+		if _, err := e.api.ContainerKill(kctx, s.id, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			log.Warn("killing the sandbox failed", "container", s.short, "error", err)
+		}
+		killDeadline = time.After(e.cfg.KillGrace)
+	}
+
+	done := ctx.Done()
+	var waitErr error
+wait:
+	for {
+		select {
+		case <-ends:
+			if streamsEnded++; streamsEnded < 2 || obs.killed != "" {
+				continue
+			}
+			// Both streams end with a trailer that checks: nothing more
+			// can be the job's.
+			s.att.Close()
+			<-s.copyDone
+			if _, t, ok := env.seal.Cut(s.stderr.buf, envelope.Stderr); ok && t.CgroupOOMKills != nil {
+				early = true
+				break wait
+			}
+			// A launcher that cannot tell OOM kills: the exit and the
+			// inspection will.
+		case r := <-s.wait.Result:
+			obs.exitCode = r.StatusCode
+			if r.Error != nil && r.Error.Message != "" {
+				waitErr = errors.New(r.Error.Message)
+			}
+			break wait
+		case err := <-s.wait.Error:
+			waitErr = err
+			break wait
+		case <-done:
+			done = nil
+			kill(jobs.StatusCanceled)
+		case <-timer.C:
+			kill(jobs.StatusTimeout)
+		case <-s.overflow:
+			kill(jobs.StatusOutputLimit)
+		case <-killDeadline:
+			return obs, infraErr("wait", fmt.Errorf("container %s still running %s after it was killed", s.short, e.cfg.KillGrace))
+		}
+	}
+	obs.finished = time.Now()
+	if waitErr != nil {
+		return obs, infraErr("wait", waitErr)
+	}
+	if !early {
+		select {
+		case <-s.copyDone:
+		case <-time.After(streamGrace):
+			log.Warn("output stream still open after the sandbox exited; cutting it", "container", s.short)
+			s.att.Close()
+			<-s.copyDone
+		}
+		ictx, cancel := fresh()
+		info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
+		cancel()
+		if ierr != nil {
+			log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", s.short, "error", ierr)
+		} else if info.Container.State != nil {
+			obs.engineOOM = info.Container.State.OOMKilled
+		}
+	}
+	obs.stdout, obs.stderr = s.stdout.buf, s.stderr.buf
+	obs.stdoutOver, obs.stderrOver = s.stdout.exceeded(), s.stderr.exceeded()
+	return obs, nil
+}

@@ -1,0 +1,87 @@
+package executor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DeniedSyscalls are the calls the sandbox's seccomp profile refuses with
+// EPERM although Docker's default profile allows them, some only on newer
+// kernels or with a capability a sandbox never has. A job has no use for
+// any of them, and each has been a way to reach another process or the
+// kernel's less-travelled paths:
+//   - ptrace, process_vm_readv/writev, kcmp, pidfd_getfd: reach into
+//     another process (the launcher is PID 1 and not dumpable besides);
+//   - io_uring_*: a second syscall surface that seccomp cannot filter
+//     (Docker 20.10's default profile still allows it);
+//   - userfaultfd: the usual tool for widening kernel race windows;
+//   - bpf, perf_event_open: kernel attack surface, and perf reads the host's
+//     counters;
+//   - keyctl, add_key, request_key: the kernel keyrings are not namespaced;
+//   - unshare, setns, mount, umount2, pivot_root, chroot: namespaces and
+//     mounts (already tied to capabilities the sandbox drops; listed so
+//     the profile says so itself).
+var DeniedSyscalls = []string{
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"userfaultfd",
+	"bpf", "perf_event_open",
+	"keyctl", "add_key", "request_key",
+	"unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
+}
+
+// SeccompProfile returns the sandbox's seccomp profile as the JSON Docker
+// takes: Docker's default profile (github.com/moby/profiles/seccomp, the
+// one the engine itself would apply, kept current by its maintainers)
+// without DeniedSyscalls, which a last rule refuses explicitly.
+var SeccompProfile = sync.OnceValue(func() []byte {
+	p := seccomp.DefaultProfile()
+	kept := p.Syscalls[:0]
+	for _, rule := range p.Syscalls {
+		rule.Names = slices.DeleteFunc(rule.Names, func(n string) bool { return slices.Contains(DeniedSyscalls, n) })
+		if len(rule.Names) > 0 || rule.Name != "" {
+			kept = append(kept, rule)
+		}
+	}
+	eperm := uint(1)
+	p.Syscalls = append(kept, &seccomp.Syscall{LinuxSyscall: specs.LinuxSyscall{
+		Names:    slices.Clone(DeniedSyscalls),
+		Action:   specs.ActErrno,
+		ErrnoRet: &eperm,
+	}})
+	b, _ := json.Marshal(p) // plain data: cannot fail
+	return b
+})
+
+// seccompFile writes SeccompProfile to a file named by its hash in the
+// temporary directory and returns the path, for `docker run
+// --security-opt seccomp=PATH`, which takes a file where the API takes the
+// JSON itself.
+func seccompFile() (string, error) {
+	b := SeccompProfile()
+	sum := sha256.Sum256(b)
+	path := filepath.Join(os.TempDir(), "sandfleet-seccomp-"+hex.EncodeToString(sum[:8])+".json")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	tmp, err := os.CreateTemp(os.TempDir(), "sandfleet-seccomp-*")
+	if err != nil {
+		return "", err
+	}
+	_, werr := tmp.Write(b)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return path, os.Rename(tmp.Name(), path)
+}

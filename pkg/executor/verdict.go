@@ -1,0 +1,85 @@
+package executor
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// outcome is what a job's run amounts to, before it becomes a Result.
+type outcome struct {
+	status                   jobs.Status
+	msg                      string
+	exit                     *int
+	stdout, stderr           []byte
+	stdoutTrunc, stderrTrunc bool
+	started, finished        time.Time
+	cpuMS, peakBytes         *int64
+	container                string
+}
+
+// errNoVerdict is the message of a job whose launcher gave no trailer that
+// checks under its seal: killed, crashed, or impersonated. What the job's
+// own processes did then is not known, so the job failed.
+const errNoVerdict = "the sandbox's launcher gave no verdict"
+
+// verdict judges what watch observed. Who decides what, in order:
+//   - the executor's own kills (cancel, wall clock) decide first;
+//   - an OOM kill seen by the engine or the sandbox's cgroup comes next;
+//   - output past the cap, as counted by the executor, is output_limit;
+//   - only then the launcher's trailer, and only one signed with the job's
+//     seal whose byte counts match what arrived: its exit status is the
+//     job's. Without one the job failed, whatever the container's exit
+//     status was, since a job that silenced the launcher could choose that.
+func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
+	out := &outcome{started: o.started, finished: o.finished}
+	outBytes, _, haveOut := seal.Cut(o.stdout, envelope.Stdout)
+	errBytes, t, haveErr := seal.Cut(o.stderr, envelope.Stderr)
+	signed := haveOut && haveErr
+	out.stdout, out.stderr = outBytes, errBytes
+	capped := int(lim.Output)
+	if len(out.stdout) > capped || (o.stdoutOver && !haveOut) {
+		out.stdout, out.stdoutTrunc = out.stdout[:min(len(out.stdout), capped)], true
+	}
+	if len(out.stderr) > capped || (o.stderrOver && !haveErr) {
+		out.stderr, out.stderrTrunc = out.stderr[:min(len(out.stderr), capped)], true
+	}
+	code := int(o.exitCode)
+	if signed {
+		code = t.Exit
+		out.cpuMS = nanosToMS(firstNonNil(t.CgroupCPUNanos, t.CPUNanos))
+		out.peakBytes = firstNonNil(t.CgroupPeakBytes, t.MaxRSSBytes)
+	}
+	oom := o.engineOOM || (signed && t.CgroupOOMKills != nil && *t.CgroupOOMKills > 0)
+
+	switch {
+	case o.killed == jobs.StatusCanceled:
+		out.status, out.msg = o.killed, "canceled while running"
+	case o.killed == jobs.StatusTimeout:
+		out.status, out.msg = o.killed, fmt.Sprintf("killed at the wall-clock limit of %s", lim.Timeout)
+	case oom:
+		out.status, out.exit = jobs.StatusOOM, &code
+		out.msg = fmt.Sprintf("killed at the memory limit of %s", lim.Memory)
+	case o.killed == jobs.StatusOutputLimit || out.stdoutTrunc || out.stderrTrunc:
+		out.status = jobs.StatusOutputLimit
+		out.msg = fmt.Sprintf("wrote more than the output limit of %s per stream", lim.Output)
+	case !signed:
+		out.status = jobs.StatusFailed
+		out.msg = fmt.Sprintf("%s (the container exited with status %d)", errNoVerdict, o.exitCode)
+	case code == 0:
+		out.status, out.exit = jobs.StatusSucceeded, &code
+	default:
+		out.status, out.exit = jobs.StatusFailed, &code
+		switch {
+		case t.Error != "":
+			out.msg = t.Error
+		case t.Signal != 0:
+			out.msg = fmt.Sprintf("killed by signal %d (%s)", t.Signal, syscall.Signal(t.Signal))
+		}
+	}
+	return out
+}
