@@ -6,7 +6,7 @@ TEST_TIMEOUT ?= 30m
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image run test test-short vet bench humaneval soak up down clean
+.PHONY: all build sandbox-image runsc run test test-short vet bench humaneval soak up down clean
 
 all: build
 
@@ -17,6 +17,10 @@ build:
 ## sandbox-image: sandfleet/sandbox:latest (online base if pullable, else a local Debian base)
 sandbox-image:
 	./sandbox-image/build.sh
+
+## runsc: install gVisor (Debian's runsc) and register it with the running Docker daemon (no restart)
+runsc:
+	./deploy/runsc.sh
 
 ## run: build everything and start one worker with an embedded JetStream server
 run: build sandbox-image
