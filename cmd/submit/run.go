@@ -389,8 +389,8 @@ func (c *cli) report(res *jobs.Result) int {
 		fmt.Fprintf(c.stdout, "%s\n", data)
 		return res.ExitCode()
 	}
-	io.WriteString(c.stdout, res.Stdout)
-	io.WriteString(c.stderr, res.Stderr)
+	c.stdout.Write(res.StdoutBytes())
+	c.stderr.Write(res.StderrBytes())
 	switch res.Status {
 	case jobs.StatusSucceeded, jobs.StatusFailed:
 	default:

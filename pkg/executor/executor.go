@@ -235,7 +235,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 	}
 	res.Status, res.Error = r.status, r.msg
 	res.Exit = r.exit
-	res.Stdout, res.Stderr = string(r.stdout), string(r.stderr)
+	res.SetOutput(r.stdout, r.stderr)
 	res.StdoutTruncated, res.StderrTruncated = r.stdoutTrunc, r.stderrTrunc
 	started, finished := r.started.UTC(), r.finished.UTC()
 	ms := finished.Sub(started).Milliseconds()

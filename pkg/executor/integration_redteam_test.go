@@ -303,3 +303,25 @@ print("setuid", suid)
 		t.Logf("%s: %s", e.cfg.Runtime, out)
 	})
 }
+
+func TestIntegrationRedTeamBinaryOutput(t *testing.T) {
+	t.Parallel()
+	// Finding 6: output that is not UTF-8 comes back byte for byte.
+	code := `import os
+os.write(1, bytes(range(256)))
+os.write(2, b"\xff\xfe caf\xc3\xa9 \xc3")
+`
+	e := setup(t, nil)
+	res := run(t, e, job(code))
+	want(t, res, jobs.StatusSucceeded)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	if res.StdoutEncoding != jobs.EncodingBase64 || string(res.StdoutBytes()) != string(all) {
+		t.Errorf("stdout %q (encoding %q), want the 256 bytes as written", res.StdoutBytes(), res.StdoutEncoding)
+	}
+	if res.StderrEncoding != jobs.EncodingBase64 || string(res.StderrBytes()) != "\xff\xfe caf\xc3\xa9 \xc3" {
+		t.Errorf("stderr %q (encoding %q)", res.StderrBytes(), res.StderrEncoding)
+	}
+}

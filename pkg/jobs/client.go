@@ -368,10 +368,14 @@ func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
 		f := float64(maxBytes) / float64(len(data)) * 0.98
 		cut := false
 		for _, st := range []struct {
-			s     *string
-			trunc *bool
-		}{{&r.Stdout, &r.StdoutTruncated}, {&r.Stderr, &r.StderrTruncated}} {
+			s        *string
+			trunc    *bool
+			encoding string
+		}{{&r.Stdout, &r.StdoutTruncated, r.StdoutEncoding}, {&r.Stderr, &r.StderrTruncated, r.StderrEncoding}} {
 			if n := int(float64(len(*st.s)) * f); n < len(*st.s) {
+				if st.encoding == EncodingBase64 {
+					n -= n % 4 // whole base64 quanta, so that it still decodes
+				}
 				*st.s, *st.trunc, cut = cutRunes(*st.s, n), true, true
 			}
 		}

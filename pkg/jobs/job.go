@@ -2,11 +2,13 @@ package jobs
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -77,13 +79,19 @@ func (r *Result) ExitCode() int {
 // Result is the outcome of a job, stored in KV RESULTS under the job's ID and
 // published to its reply subject. A figure the platform cannot give is null.
 type Result struct {
-	ID              string            `json:"id"`
-	Status          Status            `json:"status"`
-	Exit            *int              `json:"exit_code"`
-	Stdout          string            `json:"stdout"`
-	Stderr          string            `json:"stderr"`
-	StdoutTruncated bool              `json:"stdout_truncated"`
-	StderrTruncated bool              `json:"stderr_truncated"`
+	ID              string `json:"id"`
+	Status          Status `json:"status"`
+	Exit            *int   `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	// StdoutEncoding and StderrEncoding are "base64" when the stream was not
+	// valid UTF-8: it then holds the exact bytes in standard base64 rather
+	// than text with replacement characters. Empty means UTF-8 text. Use
+	// StdoutBytes and StderrBytes to get the bytes either way.
+	StdoutEncoding  string            `json:"stdout_encoding,omitempty"`
+	StderrEncoding  string            `json:"stderr_encoding,omitempty"`
 	DurationMS      *int64            `json:"duration_ms"`
 	CPUMS           *int64            `json:"cpu_ms"`
 	PeakMemoryBytes *int64            `json:"peak_memory_bytes"`
@@ -94,6 +102,39 @@ type Result struct {
 	FinishedAt      *time.Time        `json:"finished_at"`
 	Error           string            `json:"error,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
+}
+
+// EncodingBase64 marks a stream of a Result held as base64.
+const EncodingBase64 = "base64"
+
+// SetOutput stores the job's stdout and stderr: as text when they are valid
+// UTF-8, which JSON carries as is, and as base64 otherwise, so that no byte
+// is altered on its way to the user.
+func (r *Result) SetOutput(stdout, stderr []byte) {
+	r.Stdout, r.StdoutEncoding = encodeStream(stdout)
+	r.Stderr, r.StderrEncoding = encodeStream(stderr)
+}
+
+func encodeStream(b []byte) (text, encoding string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return base64.StdEncoding.EncodeToString(b), EncodingBase64
+}
+
+// StdoutBytes returns the job's stdout as it wrote it.
+func (r *Result) StdoutBytes() []byte { return decodeStream(r.Stdout, r.StdoutEncoding) }
+
+// StderrBytes returns the job's stderr as it wrote it.
+func (r *Result) StderrBytes() []byte { return decodeStream(r.Stderr, r.StderrEncoding) }
+
+func decodeStream(s, encoding string) []byte {
+	if encoding == EncodingBase64 {
+		if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+			return b
+		}
+	}
+	return []byte(s)
 }
 
 // Final reports whether the status is one a job ends in.
