@@ -29,6 +29,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/sandfleet/sandfleet/internal/field"
 )
 
 // Magic starts every envelope; the digit is the format's version.
@@ -81,26 +83,22 @@ var (
 // Validate checks what the launcher relies on: a command, safe file names,
 // no duplicate files, well-formed env, a nonce and a key.
 func (h *Header) Validate() error {
-	if len(h.Argv) == 0 || h.Argv[0] == "" {
+	if len(h.Argv) == 0 {
 		return errorf("argv: empty command")
 	}
-	for i, a := range h.Argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return errorf("argv[%d] contains a NUL byte", i)
-		}
+	if err := field.Argv(h.Argv); err != nil {
+		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	for k, v := range h.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return errorf("env %q: names must be non-empty without '=' or NUL, values without NUL", k)
-		}
+	if err := field.Env(h.Env); err != nil {
+		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	if h.Dir != "" && (!strings.HasPrefix(h.Dir, "/") || strings.IndexByte(h.Dir, 0) >= 0) {
 		return errorf("dir %q must be an absolute path", h.Dir)
 	}
 	seen := make(map[string]bool, len(h.Files))
 	for _, f := range h.Files {
-		if err := ValidFileName(f.Name); err != nil {
-			return errorf("file %q: %v", f.Name, err)
+		if err := field.FileName(f.Name); err != nil {
+			return fmt.Errorf("%w: %w", ErrFormat, err)
 		}
 		if seen[f.Name] {
 			return errorf("file %q given twice", f.Name)
@@ -124,28 +122,6 @@ func (h *Header) Validate() error {
 	}
 	if !keyRE.MatchString(h.Key) {
 		return errorf("key must be 64 lowercase hex digits")
-	}
-	return nil
-}
-
-// ValidFileName reports whether name may be written into the working
-// directory: a relative path of at most 255 bytes, without empty, "." or
-// ".." parts and without NUL. It mirrors jobs.ValidFileName (a test keeps
-// them in step) so that the launcher does not link the job package.
-func ValidFileName(name string) error {
-	if name == "" || len(name) > 255 {
-		return errors.New("name must be 1 to 255 bytes")
-	}
-	if name[0] == '/' {
-		return errors.New("name must be relative")
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == "" || part == "." || part == ".." {
-			return errors.New("name must not contain empty, '.' or '..' parts")
-		}
-	}
-	if strings.IndexByte(name, 0) >= 0 {
-		return errors.New("name contains a NUL byte")
 	}
 	return nil
 }

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 const (
@@ -133,16 +131,6 @@ func TestValidate(t *testing.T) {
 		}
 		if _, err := Marshal(h); err == nil {
 			t.Errorf("case %d: Marshal accepted an invalid header", i)
-		}
-	}
-}
-
-// The launcher cannot import pkg/jobs; this keeps the two name checks in step.
-func TestValidFileNameMatchesJobs(t *testing.T) {
-	t.Parallel()
-	for _, n := range []string{"a", "a/b", "a.py", ".hidden", "..x", "", "/a", "a/", "a//b", "./a", "a/..", "a\x00", strings.Repeat("x", 255), strings.Repeat("x", 256)} {
-		if (ValidFileName(n) == nil) != (jobs.ValidFileName(n) == nil) {
-			t.Errorf("%q: envelope says %v, jobs says %v", n, ValidFileName(n), jobs.ValidFileName(n))
 		}
 	}
 }

@@ -427,7 +427,7 @@ func (r *Runner) dispatch(ctx context.Context, fail context.CancelCauseFunc, w j
 			if !mine {
 				continue // another client's job, or one already done
 			}
-			res, err := jobs.DecodeResult(e.Value())
+			res, err := jobs.DecodeStoredResult(e.Key(), e.Value())
 			if err != nil {
 				continue // not ours to repair; the job stays pending
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -277,8 +278,12 @@ func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
 	}
 	b, err := envelope.Marshal(h)
 	if err != nil {
-		// Marshal validates: what fails here is the job's input.
-		return sealed{}, errors.New(strings.TrimPrefix(err.Error(), "envelope: "))
+		// Marshal validates: what fails here is the job's input, and a
+		// field's error names the field as the user wrote it.
+		if fe := (*field.Error)(nil); errors.As(err, &fe) {
+			return sealed{}, fe
+		}
+		return sealed{}, err
 	}
 	return sealed{header: b, seal: seal}, nil
 }

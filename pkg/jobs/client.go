@@ -146,7 +146,7 @@ func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", id, err)
 	}
-	return DecodeResult(e.Value())
+	return DecodeStoredResult(id, e.Value())
 }
 
 // Queued reports whether a job with this ID is in the stream: queued, or
@@ -165,13 +165,30 @@ func (c *Client) Queued(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
-// DecodeResult parses a stored or published result.
+// ErrForeignResult is returned for a stored result that names another job
+// than the key it is stored under: the workers never write one, so it was
+// written by someone else and is not trusted.
+var ErrForeignResult = errors.New("result names another job")
+
+// DecodeResult parses a result as published to a reply subject.
 func DecodeResult(data []byte) (*Result, error) {
 	var r Result
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode result: %w", err)
 	}
 	return &r, nil
+}
+
+// DecodeStoredResult parses the result stored in RESULTS under key id.
+func DecodeStoredResult(id string, data []byte) (*Result, error) {
+	r, err := DecodeResult(data)
+	if err != nil {
+		return nil, err
+	}
+	if r.ID != id {
+		return nil, fmt.Errorf("%w: stored for %s, names %s", ErrForeignResult, truncate(id, 140), truncate(r.ID, 140))
+	}
+	return r, nil
 }
 
 // ResultWatch waits for one job's result. Open it before publishing the job
@@ -209,7 +226,7 @@ func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue // end of initial values, or a deleted/expired result
 			}
-			return DecodeResult(e.Value())
+			return DecodeStoredResult(e.Key(), e.Value())
 		}
 	}
 }
@@ -341,7 +358,7 @@ func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result, maxBytes
 	if err != nil {
 		return nil, false, fmt.Errorf("read stored result %s: %w", r.ID, err)
 	}
-	w, err := DecodeResult(e.Value())
+	w, err := DecodeStoredResult(r.ID, e.Value())
 	if err != nil {
 		return nil, false, err
 	}
@@ -396,6 +413,8 @@ func cutRunes(s string, n int) string {
 	return s[:n]
 }
 
-// ValidSubject reports whether s may be published to: non-empty tokens,
-// no wildcards, no whitespace or control characters.
-func ValidSubject(s string) bool { return validSubject(s) }
+// ValidReplyTo reports why s may not be a job's reply subject, or nil:
+// it must be a subject one can publish to (non-empty tokens, no wildcards,
+// whitespace or control characters), outside the server's "$" subjects and
+// outside the job queue.
+func ValidReplyTo(s string) error { return validReplyTo(s) }

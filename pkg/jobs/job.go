@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -204,46 +208,37 @@ func (j *Job) Validate() error {
 	if j.Image == "" {
 		return invalid("image: missing (name a preset such as \"python\")")
 	}
-	for name := range j.Files {
-		if err := ValidFileName(name); err != nil {
-			return invalid("files[%q]: %v", truncate(name, 140), err)
+	for _, err := range []error{
+		field.FileNames(slices.Collect(maps.Keys(j.Files)), 0),
+		field.Argv(j.Argv),
+		field.Env(j.Env),
+		field.Labels(j.Labels),
+	} {
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
-	for i, a := range j.Argv {
-		if bytes.IndexByte([]byte(a), 0) >= 0 {
-			return invalid("argv[%d] contains a NUL byte", i)
+	if j.ReplyTo != "" {
+		if err := validReplyTo(j.ReplyTo); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
-	}
-	if len(j.Argv) > 0 && j.Argv[0] == "" {
-		return invalid("argv[0] is empty")
-	}
-	for k, v := range j.Env {
-		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(v), 0) >= 0 {
-			return invalid("env[%q]: names must be non-empty without '=' or NUL, values without NUL", truncate(k, 140))
-		}
-	}
-	if j.ReplyTo != "" && !validSubject(j.ReplyTo) {
-		return invalid("reply_to %q is not a valid NATS subject", truncate(j.ReplyTo, 140))
 	}
 	return nil
 }
 
-// ValidFileName reports whether name may be written into the working
-// directory: a relative path with no "..", no absolute part and no NUL.
-func ValidFileName(name string) error {
-	if name == "" || len(name) > 255 {
-		return errors.New("name must be 1 to 255 bytes")
-	}
-	if name[0] == '/' {
-		return errors.New("name must be relative")
-	}
-	for _, part := range bytes.Split([]byte(name), []byte("/")) {
-		if len(part) == 0 || string(part) == "." || string(part) == ".." {
-			return errors.New("name must not contain empty, '.' or '..' parts")
-		}
-	}
-	if bytes.IndexByte([]byte(name), 0) >= 0 {
-		return errors.New("name contains a NUL byte")
+// validReplyTo checks a reply subject: a publishable subject outside the
+// server's own ($JS, $KV, $SYS and every other "$" subject: a result
+// published there would be an API request made with the worker's
+// permissions) and outside the job queue (a result there would be a job).
+func validReplyTo(s string) error {
+	const at = "reply_to"
+	switch {
+	case !validSubject(s):
+		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is not a NATS subject one can publish to (no wildcards, spaces or empty tokens, at most 255 bytes)", field.Quote(s))}
+	case strings.HasPrefix(s, "$"):
+		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is a system subject (those starting with $ are the server's)", field.Quote(s))}
+	case strings.HasPrefix(s, SubjectPrefix):
+		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is in the job queue (%s>)", field.Quote(s), SubjectPrefix)}
 	}
 	return nil
 }
@@ -272,6 +267,20 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
+// notUTF8 names the field of a job that is not valid UTF-8. A JSON decoder
+// replaces such bytes with U+FFFD without a word, so the job would run
+// other code than was sent.
+func notUTF8(data []byte) error {
+	var top map[string]json.RawMessage
+	_ = json.Unmarshal(data, &top) // it decoded as a Job a moment ago
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if err := field.UTF8(k, top[k]); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidJob, field.UTF8("job", data))
+}
+
 // Decode parses one job from its wire form, rejecting unknown fields,
 // trailing data and anything over maxBytes (0 means MaxJobBytes). The ID and
 // queue the message was published under are the caller's to reconcile.
@@ -287,6 +296,9 @@ func Decode(data []byte, maxBytes int) (*Job, error) {
 	var j Job
 	if err := dec.Decode(&j); err != nil {
 		return nil, invalid("not a job object: %v", err)
+	}
+	if !utf8.Valid(data) {
+		return nil, notUTF8(data)
 	}
 	if dec.More() {
 		return nil, invalid("trailing data after the job object")

@@ -328,7 +328,7 @@ func (w *Worker) lookup(id string) (*jobs.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jobs.DecodeResult(e.Value())
+	return jobs.DecodeStoredResult(e.Key(), e.Value())
 }
 
 func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
@@ -345,9 +345,11 @@ func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
 }
 
 // reply publishes the result to the job's reply subject, if it has a valid
-// one. Best effort: the result is in RESULTS either way.
+// one. Best effort: the result is in RESULTS either way. A rejected job's
+// reply_to is checked here too: published to $KV.RESULTS.<id> it would
+// overwrite another job's result, to $JS.API.* it would be an API call.
 func (w *Worker) reply(job *jobs.Job, res *jobs.Result, log *slog.Logger) {
-	if job == nil || job.ReplyTo == "" || !jobs.ValidSubject(job.ReplyTo) {
+	if job == nil || job.ReplyTo == "" || jobs.ValidReplyTo(job.ReplyTo) != nil {
 		return
 	}
 	data, err := json.Marshal(res)

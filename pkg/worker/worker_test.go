@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -310,6 +312,21 @@ func TestBareClientPublish(t *testing.T) {
 	}
 }
 
+// manyEntries returns n JSON object entries "<prefix>0":"", ...
+func manyEntries(n int, prefix string) string {
+	e := make([]string, n)
+	for i := range e {
+		e[i] = fmt.Sprintf("%q:%q", prefix+strconv.Itoa(i), "")
+	}
+	return strings.Join(e, ",")
+}
+
+// sized returns a valid shell job of exactly n bytes.
+func sized(n int) string {
+	head, tail := `{"image":"shell","code":"print ok\n#`, `"}`
+	return head + strings.Repeat("p", n-len(head)-len(tail)) + tail
+}
+
 func TestInvalidJobsRejected(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -326,7 +343,24 @@ func TestInvalidJobsRejected(t *testing.T) {
 		{"oversized", "oversized", `{"image":"python","code":"` + strings.Repeat("a", 65<<10) + `"}`, "over the cap of 65536"},
 		{"ID too long", long, `{"image":"python"}`, "must match"},
 		{"ID mismatch", "subject-id", `{"id":"body-id","image":"python"}`, "does not match the subject"},
-		{"bad file name", "bad-file", `{"image":"python","files":{"../x":""}}`, "files["},
+		{"bad file name", "bad-file", `{"image":"python","files":{"../x":""}}`, "files[\"../x\"]"},
+		{"absolute file name", "abs-file", `{"image":"python","files":{"/etc/passwd":""}}`, "files[\"/etc/passwd\"]: a name must be relative"},
+		{"NUL in a file name", "nul-file", `{"image":"python","files":{"a\u0000b":""}}`, "NUL"},
+		{"file name too long", "long-file", `{"image":"python","files":{"` + strings.Repeat("f", 256) + `":""}}`, "1 to 255 bytes"},
+		{"too many files", "many-files", `{"image":"python","files":{` + manyEntries(1001, "f") + `}}`, "files: 1001 files, over the limit of 1000"},
+		{"too many env", "many-env", `{"image":"python","env":{` + manyEntries(257, "E") + `}}`, "env: 257 entries"},
+		{"env name with =", "env-eq", `{"image":"python","env":{"A=B":"c"}}`, "env[\"A=B\"]"},
+		{"too many labels", "many-labels", `{"image":"python","labels":{` + manyEntries(65, "l") + `}}`, "labels: 65 entries"},
+		{"label value too long", "long-label", `{"image":"python","labels":{"k":"` + strings.Repeat("v", 1025) + `"}}`, "labels[\"k\"]: the value is 1025 bytes"},
+		{"control character in a label", "ctl-label", `{"image":"python","labels":{"k":"a\u001b[2J"}}`, "control characters"},
+		{"invalid UTF-8 in code", "utf8-code", "{\"image\":\"python\",\"code\":\"print(\xff)\"}", "code: not valid UTF-8"},
+		{"invalid UTF-8 in stdin", "utf8-stdin", "{\"image\":\"python\",\"stdin\":\"\xc3\"}", "stdin: not valid UTF-8"},
+		{"reply_to wildcard", "reply-gt", `{"image":"python","reply_to":">"}`, "reply_to"},
+		{"reply_to JetStream API wildcard", "reply-js", `{"image":"python","reply_to":"$JS.API.>"}`, "reply_to"},
+		{"reply_to JetStream API", "reply-js-delete", `{"image":"python","reply_to":"$JS.API.STREAM.DELETE.JOBS"}`, "system subject"},
+		{"reply_to the job queue", "reply-queue", `{"image":"python","reply_to":"jobs.default.x"}`, "in the job queue"},
+		{"reply_to another job's result", "reply-kv", `{"image":"shell","code":"print forged","reply_to":"$KV.RESULTS.victim"}`, "system subject"},
+		{"one byte over the size cap", "over-by-one", sized(65<<10 + 1), "over the cap of 65536"},
 		{"no image", "no-image", `{"code":"print 1"}`, "image: missing"},
 	}
 	for _, tc := range tests {
@@ -348,13 +382,28 @@ func TestInvalidJobsRejected(t *testing.T) {
 			}
 		})
 	}
-	// Still serving, and nothing invalid reached the sandbox.
+	// No result was written for another job through a reply subject.
+	if res, err := b.client.Get(t.Context(), "victim"); err == nil {
+		t.Errorf("a job wrote the result of another: %+v", res)
+	}
+	// Still serving, and nothing invalid reached the sandbox; a job of
+	// exactly the size cap runs.
+	if _, err := b.js.Publish(t.Context(), "jobs.default.at-cap", []byte(sized(64<<10))); err != nil {
+		t.Fatal(err)
+	}
 	res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{Image: "shell", Code: "print ok"})
 	if err != nil || res.Status != jobs.StatusSucceeded {
 		t.Fatalf("after rejections: %v %+v", err, res)
 	}
-	if n := b.exec.Total(); n != 1 {
-		t.Errorf("sandbox runs = %d, want 1", n)
+	eventually(t, 10*time.Second, "a result for the job at the size cap", func() bool {
+		res, err = b.client.Get(t.Context(), "at-cap")
+		return err == nil
+	})
+	if res.Status != jobs.StatusSucceeded {
+		t.Errorf("a job of exactly the size cap: %s %q", res.Status, res.Error)
+	}
+	if n := b.exec.Total(); n != 2 {
+		t.Errorf("sandbox runs = %d, want 2", n)
 	}
 	eventually(t, 10*time.Second, "rejected jobs removed from the stream", func() bool {
 		info, err := b.client.Stores().Stream.Info(t.Context())
