@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/term"
+	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/batch"
@@ -22,12 +21,26 @@ import (
 )
 
 // Exit codes of submit batch (with exitUsage 2, exitUnavailable 125 and
-// exitInterrupted 130 of run.go).
+// exitInterrupted 130 of cli.go).
 const exitSomeFailed = 1 // a job did not succeed, or is pending
 
-const batchSynopsis = `batch FILE.jsonl [-o OUT.jsonl] [--json] [--name NAME] [--window N] [--strict] [--queue Q]
+// batchCommand is "submit batch": a file of jobs, resumable.
+type batchCommand struct {
+	m   *Main
+	out output
 
-Runs every line of FILE.jsonl (one job per line) and writes the results,
+	outPath, name, queue string
+	window               int
+	strict               bool
+	interval             time.Duration
+}
+
+func (c *batchCommand) synopsis() string {
+	return "batch FILE.jsonl [-o OUT.jsonl] [--json] [--name NAME] [--window N] [--strict] [--queue Q]"
+}
+
+func (c *batchCommand) about() string {
+	return `Runs every line of FILE.jsonl (one job per line) and writes the results,
 one per line as they arrive, to OUT (default stdout, or nowhere with --json
 and no -o). Lines without an "id" get one derived from the batch name (default
 FILE's base name without extension) and the line's content, so running the
@@ -37,112 +50,88 @@ label batch_line, its line in FILE.
 
 Exit codes: 0 every job succeeded; 1 a job did not succeed (or is pending);
 2 bad input (bad lines are reported and skipped; with --strict nothing runs);
-125 NATS unreachable or OUT unwritable; 130 interrupted (the command to resume is printed).`
+125 NATS unreachable or OUT unwritable; 130 interrupted (the command to resume is printed).
+`
+}
 
-// hiddenFlags are test knobs, left out of --help.
-var hiddenFlags = map[string]bool{"progress-interval": true}
+func (c *batchCommand) define(fs *pflag.FlagSet) {
+	fs.StringVarP(&c.outPath, "out", "o", "", "write the results to `OUT.jsonl` (- is stdout)")
+	fs.StringVar(&c.name, "name", "", "batch `NAME` in derived job IDs (default FILE's base name)")
+	fs.IntVar(&c.window, "window", 0, "most jobs in flight `N` (default max(64, 2 x the slots of the live workers))")
+	fs.BoolVar(&c.strict, "strict", false, "publish nothing if any line is bad (exit 2)")
+	fs.StringVar(&c.queue, "queue", jobs.DefaultQueue, "queue `Q` of the lines that name none")
+	fs.DurationVar(&c.interval, "progress-interval", 0, "progress line interval (default 200ms on a terminal, 5s otherwise)")
+	fs.MarkHidden("progress-interval") // a test knob
+	c.out = output{m: c.m}
+	c.out.define(fs, "print the summary as one JSON object on stdout", false)
+}
 
-func (c *cli) batch(args []string) int {
-	fs := c.newFlagSet("batch", batchSynopsis)
-	c.commonFlags(fs)
-	fs.Lookup("json").Usage = "print the summary as one JSON object on stdout"
-	var (
-		out, name, queue string
-		window           int
-		strict           bool
-		interval         time.Duration
-	)
-	fs.StringVar(&out, "o", "", "write the results to `OUT.jsonl` (- is stdout)")
-	fs.StringVar(&name, "name", "", "batch `NAME` in derived job IDs (default FILE's base name)")
-	fs.IntVar(&window, "window", 0, "most jobs in flight `N` (default max(64, 2 x the slots of the live workers))")
-	fs.BoolVar(&strict, "strict", false, "publish nothing if any line is bad (exit 2)")
-	fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue `Q` of the lines that name none")
-	fs.DurationVar(&interval, "progress-interval", 0, "progress line interval (default 200ms on a terminal, 5s otherwise)")
-	fs.Usage = func() {
-		visible := flag.NewFlagSet("", flag.ContinueOnError)
-		fs.VisitAll(func(f *flag.Flag) {
-			if !hiddenFlags[f.Name] {
-				visible.Var(f.Value, f.Name, f.Usage)
-			}
-		})
-		visible.SetOutput(fs.Output())
-		fmt.Fprintf(fs.Output(), "usage: submit %s\n\nFlags:\n%s", batchSynopsis, flagDefaults(visible))
+func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
+	m := c.m
+	usage := func(format string, args ...any) error { return usageError("batch", format, args...) }
+	if fs.NArg() != 1 {
+		return usage("batch takes one FILE.jsonl, got %q", fs.Args())
 	}
-	pos, exit, done := c.parseOrExit(fs, args)
-	if done {
-		return exit
-	}
-	if len(pos) != 1 {
-		c.errorf("batch takes one FILE.jsonl, got %q", pos)
-		fmt.Fprintln(c.stderr, `run "submit batch --help" for the flags`)
-		return exitUsage
-	}
-	path := pos[0]
+	path := fs.Arg(0)
 	in, err := os.Open(path)
 	if err != nil {
-		c.errorf("%v", err)
-		return exitUsage
+		return fail(exitUsage, "%w", err)
 	}
 	defer in.Close()
 	if st, err := in.Stat(); err == nil && !st.Mode().IsRegular() {
-		c.errorf("%s: not a regular file (batch reads its input twice)", path)
-		return exitUsage
+		return fail(exitUsage, "%s: not a regular file (batch reads its input twice)", path)
 	}
+	name, out, window := c.name, c.outPath, c.window
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	}
 	if batch.CleanName(name) == "" {
-		c.errorf("--name: empty batch name")
-		return exitUsage
+		return usage("--name: empty batch name")
 	}
-	if !jobs.ValidQueue(queue) {
-		c.errorf("--queue %q must match [A-Za-z0-9_-]{1,64}", queue)
-		return exitUsage
+	if !jobs.ValidQueue(c.queue) {
+		return usage("--queue %q must match [A-Za-z0-9_-]{1,64}", c.queue)
 	}
 	if window < 0 {
-		c.errorf("--window %d is negative", window)
-		return exitUsage
+		return usage("--window %d is negative", window)
 	}
-	if out == "" && !c.json {
+	if out == "" && !c.out.json {
 		out = "-"
 	}
 
-	client, closeConn, exit := c.connect()
-	if closeConn == nil {
-		return exit
+	client, closeConn, err := m.connect(ctx)
+	if err != nil {
+		return err
 	}
 	defer closeConn()
 	if window == 0 {
-		window = c.autoWindow(client)
+		window = autoWindow(ctx, client)
 	}
 
-	sink := &resultSink{path: out, stdout: c.stdout}
+	// Results on a terminal are JSON shown safe, as --json's are.
+	sink := &resultSink{path: out, stdout: m.Stdout, visible: m.IsTerminal(m.Stdout)}
 	defer sink.close()
 	var badMu sync.Mutex
 	runner, err := batch.New(client, batch.Config{
 		Name:   name,
-		Queue:  queue,
+		Queue:  c.queue,
 		Window: window,
-		Strict: strict,
+		Strict: c.strict,
 		OnStart: func(int) error {
 			return sink.open()
 		},
 		OnBadLine: func(b batch.BadLine) {
 			badMu.Lock()
 			defer badMu.Unlock()
-			fmt.Fprintf(c.stderr, "submit: %s:%d: %v\n", path, b.Line, b.Err)
+			m.warnf("%s:%d: %v", path, b.Line, b.Err)
 		},
 		OnResult: sink.write,
 	})
 	if err != nil {
-		c.errorf("%v", err)
-		return exitUsage
+		return fail(exitUsage, "%w", err)
 	}
 
-	tty := false
-	if f, ok := c.stderr.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
+	tty := m.IsTerminal(m.Stderr)
+	interval := c.interval
 	if interval <= 0 {
 		interval = 5 * time.Second
 		if tty {
@@ -150,39 +139,35 @@ func (c *cli) batch(args []string) int {
 		}
 	}
 	stopProgress := c.progress(runner, tty, interval, &badMu)
-	sum, err := runner.Run(c.ctx, in)
+	sum, err := runner.Run(ctx, in)
 	stopProgress()
 	if cerr := sink.close(); cerr != nil && err == nil {
-		c.errorf("write %s: %v", out, cerr)
-		return exitUnavailable
+		return fail(exitUnavailable, "write %s: %w", out, cerr)
 	}
 	c.printSummary(sum, out)
-	interrupted := c.ctx.Err() != nil && sum.Interrupted
+	interrupted := ctx.Err() != nil && sum.Interrupted
 	switch {
 	case errors.Is(err, batch.ErrBadInput):
-		c.errorf("%v (--strict)", err)
-		return exitUsage
+		return fail(exitUsage, "%w (--strict)", err)
 	case interrupted:
-		c.errorf("interrupted: %d of %d done; %d published jobs go on in the fleet, %d not published yet",
+		m.warnf("interrupted: %d of %d done; %d published jobs go on in the fleet, %d not published yet",
 			sum.Done, sum.Total, sum.InFlight, sum.Pending-sum.InFlight)
 		wd, _ := os.Getwd()
-		c.errorf("resume with (in %s): %s", wd, resumeCommand(args))
-		return exitInterrupted
+		return fail(exitInterrupted, "resume with (in %s): %s", wd, resumeCommand(m.args))
 	case err != nil: // batch.ErrUnavailable, errSink
-		c.errorf("%v", err)
-		return exitUnavailable
+		return fail(exitUnavailable, "%w", err)
 	case sum.Bad > 0:
-		return exitUsage
+		return exitWith(exitUsage)
 	case !sum.AllSucceeded():
-		return exitSomeFailed
+		return exitWith(exitSomeFailed)
 	}
-	return exitOK
+	return nil
 }
 
 // autoWindow sizes the window to keep every live worker's slots fed twice
 // over, and at least 64.
-func (c *cli) autoWindow(client *jobs.Client) int {
-	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+func autoWindow(ctx context.Context, client *jobs.Client) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := client.Status(ctx)
 	if err != nil {
@@ -200,11 +185,12 @@ var errSink = errors.New("write results")
 // resultSink writes results as JSONL, each line with one write of a
 // complete line: an interrupted run leaves whole lines only.
 type resultSink struct {
-	path   string // "" writes nowhere, "-" to stdout
-	stdout io.Writer
-	w      io.Writer
-	f      *os.File
-	buf    []byte
+	path    string // "" writes nowhere, "-" to stdout
+	stdout  io.Writer
+	visible bool // stdout is a terminal: visibleJSON
+	w       io.Writer
+	f       *os.File
+	buf     []byte
 }
 
 func (s *resultSink) open() error {
@@ -214,6 +200,7 @@ func (s *resultSink) open() error {
 	case "-":
 		s.w = s.stdout
 	default:
+		s.visible = false
 		// Truncated: a rerun writes every result again, reused ones first.
 		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
@@ -235,6 +222,9 @@ func (s *resultSink) write(o batch.Outcome) error {
 	data, err := json.Marshal(&res)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errSink, err)
+	}
+	if s.visible {
+		data = visibleJSON(data)
 	}
 	s.buf = append(append(s.buf[:0], data...), '\n')
 	if _, err := s.w.Write(s.buf); err != nil {
@@ -261,7 +251,7 @@ func (s *resultSink) close() error {
 
 // progress prints the batch's progress on stderr until the returned func
 // is called: redrawn in place on a terminal, a plain line otherwise.
-func (c *cli) progress(r *batch.Runner, tty bool, every time.Duration, mu *sync.Mutex) func() {
+func (c *batchCommand) progress(r *batch.Runner, tty bool, every time.Duration, mu *sync.Mutex) func() {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -272,7 +262,7 @@ func (c *cli) progress(r *batch.Runner, tty bool, every time.Duration, mu *sync.
 			case <-stop:
 				if tty {
 					mu.Lock()
-					fmt.Fprint(c.stderr, "\r\033[K")
+					fmt.Fprint(c.m.Stderr, "\r\033[K")
 					mu.Unlock()
 				}
 				return
@@ -285,9 +275,9 @@ func (c *cli) progress(r *batch.Runner, tty bool, every time.Duration, mu *sync.
 			line := progressLine(p)
 			mu.Lock()
 			if tty {
-				fmt.Fprintf(c.stderr, "\r\033[K%s", line)
+				fmt.Fprintf(c.m.Stderr, "\r\033[K%s", line)
 			} else {
-				fmt.Fprintf(c.stderr, "progress: %s\n", line)
+				fmt.Fprintf(c.m.Stderr, "progress: %s\n", line)
 			}
 			mu.Unlock()
 		}
@@ -308,10 +298,9 @@ func progressLine(p batch.Progress) string {
 		p.Done, p.Total, pct, p.InFlight, p.Rate, eta, batch.FormatStatuses(p.Statuses))
 }
 
-func (c *cli) printSummary(s *batch.Summary, out string) {
-	if c.json {
-		data, _ := json.Marshal(s)
-		fmt.Fprintf(c.stdout, "%s\n", data)
+func (c *batchCommand) printSummary(s *batch.Summary, out string) {
+	if c.out.json {
+		c.out.printJSON(s)
 	}
 	ms := func(v *int64) string {
 		if v == nil {
@@ -319,7 +308,7 @@ func (c *cli) printSummary(s *batch.Summary, out string) {
 		}
 		return (time.Duration(*v) * time.Millisecond).String()
 	}
-	w := c.stderr
+	w := c.m.Stderr
 	fmt.Fprintf(w, "batch %s: %d of %d done (%d reused from an earlier run), %d pending, %d bad lines\n",
 		s.Name, s.Done, s.Total, s.Reused, s.Pending, s.Bad)
 	fmt.Fprintf(w, "  status:     %s\n", batch.FormatStatuses(s.Statuses))
@@ -330,23 +319,24 @@ func (c *cli) printSummary(s *batch.Summary, out string) {
 	}
 }
 
-// resumeCommand is the command line that resumes this batch.
+// resumeCommand is the command line that resumes this batch: submit's
+// arguments as given, which name the batch command.
 func resumeCommand(args []string) string {
 	prog := "submit"
 	if filepath.Base(os.Args[0]) == "submit" {
 		prog = os.Args[0]
 	}
-	parts := []string{shellQuote(prog), "batch"}
+	parts := []string{shellQuote(prog)}
 	// A password in --nats is masked: the command is printed, maybe logged.
 	natsValue := false
 	for _, a := range args {
-		switch name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "="); {
+		switch name, value, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "="); {
 		case natsValue:
 			a = natsurl.Redact(a)
-		case strings.HasPrefix(a, "-") && name == "nats" && hasValue:
+		case strings.HasPrefix(a, "--") && name == "nats" && hasValue:
 			a = a[:len(a)-len(value)] + natsurl.Redact(value)
 		}
-		natsValue = a == "-nats" || a == "--nats"
+		natsValue = a == "--nats"
 		parts = append(parts, shellQuote(a))
 	}
 	return strings.Join(parts, " ")

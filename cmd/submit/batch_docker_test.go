@@ -95,7 +95,7 @@ func TestBatchHumanEvalDocker(t *testing.T) {
 	for run, wantReused := range []int{0, 13} {
 		ctx, cancelRun := context.WithTimeout(t.Context(), 5*time.Minute)
 		var o, e bytes.Buffer
-		code := Run(ctx, []string{"batch", path, "-o", outPath, "--json", "--nats", srv.ClientURL()}, strings.NewReader(""), &o, &e)
+		code := runCLI(ctx, []string{"batch", path, "-o", outPath, "--json", "--nats", srv.ClientURL()}, strings.NewReader(""), &o, &e)
 		cancelRun()
 		var sum batch.Summary
 		if err := json.Unmarshal(o.Bytes(), &sum); err != nil || code != 1 {

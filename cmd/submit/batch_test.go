@@ -154,7 +154,7 @@ func TestBatchProgressLines(t *testing.T) {
 		t.Error("progress redrawn in place on a non-terminal")
 	}
 	var o, e bytes.Buffer
-	Run(t.Context(), []string{"batch", "--help"}, strings.NewReader(""), &o, &e)
+	runCLI(t.Context(), []string{"batch", "--help"}, strings.NewReader(""), &o, &e)
 	if strings.Contains(o.String(), "progress-interval") || !strings.Contains(o.String(), "--window") {
 		t.Errorf("help: %q", o.String())
 	}
@@ -190,7 +190,7 @@ func TestBatchInterruptResume(t *testing.T) {
 		}
 	}()
 	var o, e bytes.Buffer
-	code := Run(runCtx, args, strings.NewReader(""), &o, &e)
+	code := runCLI(runCtx, args, strings.NewReader(""), &o, &e)
 	interrupt()
 	<-watched
 	if code != 130 || !strings.Contains(e.String(), "resume with") || !strings.Contains(e.String(), "submit batch "+path+" -o "+outPath) {
@@ -203,7 +203,7 @@ func TestBatchInterruptResume(t *testing.T) {
 
 	o.Reset()
 	e.Reset()
-	if code := Run(ctx, args, strings.NewReader(""), &o, &e); code != 0 {
+	if code := runCLI(ctx, args, strings.NewReader(""), &o, &e); code != 0 {
 		t.Fatalf("resumed: exit %d, stderr %q", code, e.String())
 	}
 	all := readResults(t, outPath)

@@ -1,5 +1,5 @@
 // Command submit sends jobs to a sandfleet fleet and reads their results.
-// See Run for the subcommands and exit codes.
+// See Main.Run for the commands and exitCode for how it ends.
 package main
 
 import (
@@ -11,7 +11,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	err := NewMain().Run(ctx, os.Args[1:])
 	stop()
-	os.Exit(code)
+	os.Exit(exitCode(err, os.Stderr))
 }

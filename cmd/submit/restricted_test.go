@@ -76,10 +76,15 @@ func TestCredentialsNotPrinted(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q", url, got.code, got.stderr)
 		}
 	}
-	cmd := resumeCommand([]string{"f.jsonl", "--nats", "nats://u:" + testSubmitterPassword + "@h:4222",
+	cmd := resumeCommand([]string{"batch", "f.jsonl", "--nats", "nats://u:" + testSubmitterPassword + "@h:4222",
 		"--nats=nats://" + testSubmitterPassword + "@h:4222", "-o", "out.jsonl"})
 	if strings.Contains(cmd, testSubmitterPassword) || !strings.Contains(cmd, "--nats nats://u:xxxxx@h:4222") ||
 		!strings.Contains(cmd, "--nats=nats://xxxxx@h:4222") || !strings.Contains(cmd, "-o out.jsonl") {
+		t.Errorf("resume command %q", cmd)
+	}
+	// Global flags before the command are kept, masked, in their place.
+	cmd = resumeCommand([]string{"--nats", "nats://u:" + testSubmitterPassword + "@h:4222", "batch", "f.jsonl"})
+	if cmd != "submit --nats nats://u:xxxxx@h:4222 batch f.jsonl" {
 		t.Errorf("resume command %q", cmd)
 	}
 }

@@ -2,290 +2,132 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
 
-	"github.com/sandfleet/sandfleet/internal/natsurl"
+	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
-// Exit codes of submit besides the status table of DESIGN.md (which run,
-// get and wait exit with once they have a result).
-const (
-	exitOK          = 0
-	exitNotFound    = 1   // get, wait, cancel: no job with this ID; cancel: already finished
-	exitUsage       = 2   // bad command line or invalid job (as the rejected status)
-	exitPending     = 75  // get: the job is queued or running, no result yet (EX_TEMPFAIL)
-	exitUnavailable = 125 // NATS unreachable, queue full (as the error status)
-	exitInterrupted = 130 // interrupted while waiting; the job goes on
-)
+// runCommand is "submit run": one job, its output, its exit code.
+type runCommand struct {
+	m   *Main
+	out output
 
-const usageText = `usage: submit <command> [flags] [args]
+	code, image, stdinFile, id, queue string
+	detach, network                   bool
+	waitRoom                          time.Duration
+	lim                               limits.Limits
+	files, env, labels                kvFlag
+}
 
-Commands:
-  run [-c CODE | FILE | -] [flags]   run a job and print its output (exits as the job)
-  get ID [--json]                    print a stored result
-  wait ID [--json]                   wait for a job's result
-  cancel ID [--json]                 cancel a queued or running job (exits 0
-                                     once canceled, or once the request is
-                                     recorded and the job will finish as
-                                     canceled when a worker takes it)
-  batch FILE.jsonl [-o OUT] [flags]  run a file of jobs, resumable (exits 0 all
-                                     succeeded, 1 some did not, 2 bad input)
-  status [--json]                    show the workers and each queue's backlog
+func (c *runCommand) synopsis() string { return "run [-c CODE | FILE | -] [flags]" }
 
-Every command takes --nats URL (env NATS_URL, default nats://127.0.0.1:4222).
-Flags may come before or after arguments. "submit <command> --help" lists
-a command's flags.
+func (c *runCommand) about() string {
+	return `Runs one job and waits for its result: the code given with -c, read from
+FILE, or read from stdin (-). Prints the job's stdout on stdout and its
+stderr on stderr; for any status but succeeded and failed, one more line
+on stderr says what happened. Exits as the job: 0 succeeded, its exit code
+when it failed, 124 timeout, 137 oom, 1 output_limit, 130 canceled,
+2 rejected, 125 error. On a terminal the job's control characters are
+shown (ESC as ^[) rather than acted on; pipes and files get its bytes.
 
-Exit codes of run, get and wait, from the job's status:
-  succeeded 0, failed the job's exit code, timeout 124, oom 137,
-  output_limit 1, canceled 130, rejected 2, error 125.
-Other exit codes:
-  1   get/wait/cancel: no job with this ID; cancel: the job already finished
-  2   usage error, or a job submit refuses as invalid
-  75  get: the job is queued or running, no result yet
-  125 NATS unreachable, or the queue is full
-  130 interrupted while waiting (the job goes on: submit wait ID); batch:
-      interrupted, the command to resume is printed
+The same --id runs once: submitting it again returns the stored result.
+With --detach, prints the job ID and exits; "submit wait ID" gets the result.
 `
-
-// Run runs the submit command line and returns its exit code.
-func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return exitUsage
-	}
-	switch args[0] {
-	case "run":
-		return c.run(args[1:])
-	case "get":
-		return c.idCommand("get", args[1:], c.get)
-	case "wait":
-		return c.idCommand("wait", args[1:], c.wait)
-	case "cancel":
-		return c.idCommand("cancel", args[1:], c.cancel)
-	case "batch":
-		return c.batch(args[1:])
-	case "status":
-		return c.status(args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usageText)
-		return exitOK
-	}
-	fmt.Fprintf(stderr, "submit: unknown command %q\n\n%s", args[0], usageText)
-	return exitUsage
 }
 
-type cli struct {
-	ctx            context.Context
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	natsURL        string
-	json           bool
+func (c *runCommand) define(fs *pflag.FlagSet) {
+	c.files.what, c.env.what, c.labels.what = "NAME=PATH", "K=V", "K=V"
+	fs.StringVarP(&c.code, "code", "c", "", "the job's `CODE` (instead of a FILE or -)")
+	fs.StringVar(&c.image, "image", "", "preset `NAME` of the worker (python, shell; default shell for a .sh FILE, else python)")
+	fs.Var(cmdline.Value(&c.lim.Timeout, "duration"), "timeout", "wall-clock limit `D`, e.g. 30s (default the worker's, 30s)")
+	fs.Var(cmdline.Value(&c.lim.Memory, "size"), "memory", "memory limit `SIZE`, e.g. 512m (default the worker's, 512m)")
+	fs.Float64Var(&c.lim.CPUs, "cpus", 0, "CPU limit `N`, e.g. 1.5 (default the worker's, 1)")
+	fs.Int64Var(&c.lim.Pids, "pids", 0, "process limit `N` (default the worker's, 64)")
+	fs.Var(cmdline.Value(&c.lim.Output, "size"), "output", "output cap per stream `SIZE` (default the worker's, 1m)")
+	fs.BoolVar(&c.network, "network", false, "ask for a network (the worker must allow it)")
+	fs.StringVar(&c.stdinFile, "stdin", "", "`FILE` fed to the job's stdin")
+	fs.Var(&c.files, "file", "extra file `NAME=PATH` in the working directory (repeatable)")
+	fs.Var(&c.env, "env", "environment variable `K=V` (repeatable)")
+	fs.Var(&c.labels, "label", "label `K=V` copied into the result (repeatable)")
+	fs.StringVar(&c.id, "id", "", "job `ID` ([A-Za-z0-9_-]{1,128}; default a UUIDv7); the same ID runs once")
+	fs.StringVar(&c.queue, "queue", jobs.DefaultQueue, "queue `NAME`")
+	fs.BoolVar(&c.detach, "detach", false, "print the job ID and exit without waiting (then: submit wait ID)")
+	fs.DurationVar(&c.waitRoom, "wait-room", 0, "when the queue is full, retry with backoff for up to `D` (default 0: fail at once, exit 125)")
+	c.out = output{m: c.m}
+	c.out.define(fs, "print the Result object as JSON on stdout", true)
 }
 
-func (c *cli) errorf(format string, args ...any) {
-	fmt.Fprintf(c.stderr, "submit: "+format+"\n", args...)
-}
-
-func (c *cli) commonFlags(fs *flag.FlagSet) {
-	def := os.Getenv("NATS_URL")
-	if def == "" {
-		def = nats.DefaultURL
-	}
-	fs.StringVar(&c.natsURL, "nats", def, "NATS server `URL` (env NATS_URL)")
-	fs.BoolVar(&c.json, "json", false, "print the Result object as JSON on stdout")
-}
-
-// parse parses interspersed flags and arguments: Go's flag package stops
-// at the first argument, so flags are moved before the arguments first.
-// "--" ends the flags; "-" is an argument (stdin).
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
-		}
-		if len(a) < 2 || a[0] != '-' {
-			pos = append(pos, a)
-			continue
-		}
-		flags = append(flags, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		f := fs.Lookup(name)
-		if f == nil {
-			continue // fs.Parse reports it
-		}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			continue
-		}
-		if i+1 < len(args) {
-			i++
-			flags = append(flags, args[i])
-		}
-	}
-	if err := fs.Parse(flags); err != nil {
-		return nil, err
-	}
-	return pos, nil
-}
-
-func (c *cli) newFlagSet(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet("submit "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: submit %s\n\nFlags:\n%s", synopsis, flagDefaults(fs))
-	}
-	return fs
-}
-
-var longFlag = regexp.MustCompile(`(?m)^(  )-(\w\w)`)
-
-// flagDefaults is fs.PrintDefaults with the GNU-style "--" the docs use
-// (the flag package accepts both).
-func flagDefaults(fs *flag.FlagSet) string {
-	var b strings.Builder
-	out := fs.Output()
-	fs.SetOutput(&b)
-	fs.PrintDefaults()
-	fs.SetOutput(out)
-	return longFlag.ReplaceAllString(b.String(), "$1--$2")
-}
-
-// parseOrExit parses args and returns the exit code to return now, if any.
-func (c *cli) parseOrExit(fs *flag.FlagSet, args []string) ([]string, int, bool) {
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
-		fs.SetOutput(c.stdout) // help asked for is output, not an error
-	}
-	pos, err := parse(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil, exitOK, true
-	}
+func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
+	job, err := c.job(fs)
 	if err != nil {
-		return nil, exitUsage, true // the flag package printed the error and usage
+		return err
 	}
-	return pos, 0, false
-}
-
-func (c *cli) connect() (*jobs.Client, func(), int) {
-	nc, err := nats.Connect(c.natsURL, nats.Name("sandfleet-submit"), nats.Timeout(5*time.Second))
+	client, closeConn, err := c.m.connect(ctx)
 	if err != nil {
-		c.errorf("cannot reach NATS at %s: %v (start a worker with --embedded, or set --nats / NATS_URL)",
-			natsurl.Redact(c.natsURL), natsurl.Error(err, c.natsURL))
-		return nil, nil, exitUnavailable
+		return err
 	}
-	js, err := jetstream.New(nc)
+	defer closeConn()
+	submit := func() (string, error) {
+		if c.waitRoom <= 0 {
+			return client.Submit(ctx, job)
+		}
+		ctx, cancel := context.WithTimeout(ctx, c.waitRoom)
+		defer cancel()
+		b := backoff.NewExponentialBackOff()
+		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+		return client.SubmitWhenRoom(ctx, job, b)
+	}
+	if c.detach {
+		id, err := submit()
+		if err != nil {
+			return submitFailed(err)
+		}
+		fmt.Fprintln(c.m.Stdout, id)
+		return nil
+	}
+	rw, err := client.Watch(ctx, job.ID)
 	if err != nil {
-		nc.Close()
-		c.errorf("%v", err)
-		return nil, nil, exitUnavailable
+		return fail(exitUnavailable, "%w", err)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-	defer cancel()
-	client, err := jobs.NewClient(ctx, js, jobs.Topology{})
-	if err != nil {
-		nc.Close()
-		c.errorf("open the job stream at %s: %v", natsurl.Redact(c.natsURL), natsurl.Error(err, c.natsURL))
-		return nil, nil, exitUnavailable
+	defer rw.Stop()
+	if _, err := submit(); err != nil {
+		return submitFailed(err)
 	}
-	return client, nc.Close, 0
+	return c.out.await(ctx, rw, job.ID)
 }
 
-// kvFlag collects repeated NAME=VALUE flags.
-type kvFlag struct {
-	m    map[string]string
-	what string
-}
-
-func (f *kvFlag) String() string { return "" }
-func (f *kvFlag) Set(s string) error {
-	k, v, ok := strings.Cut(s, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("want %s, got %q", f.what, s)
-	}
-	if f.m == nil {
-		f.m = map[string]string{}
-	}
-	f.m[k] = v
-	return nil
-}
-
-func (c *cli) run(args []string) int {
-	fs := c.newFlagSet("run", "run [-c CODE | FILE | -] [flags]")
-	c.commonFlags(fs)
-	var (
-		code, image, stdinFile, id, queue string
-		detach, network                   bool
-		waitRoom                          time.Duration
-		lim                               limits.Limits
-		files                             = kvFlag{what: "NAME=PATH"}
-		env                               = kvFlag{what: "K=V"}
-		labels                            = kvFlag{what: "K=V"}
-	)
-	fs.StringVar(&code, "c", "", "the job's `CODE` (instead of a FILE or -)")
-	fs.StringVar(&image, "image", "", "preset `NAME` of the worker (python, shell; default from the FILE's extension, else python)")
-	fs.Var(&lim.Timeout, "timeout", "wall-clock limit `D`, e.g. 30s (default the worker's, 30s)")
-	fs.Var(&lim.Memory, "memory", "memory limit `SIZE`, e.g. 512m (default the worker's, 512m)")
-	fs.Float64Var(&lim.CPUs, "cpus", 0, "CPU limit `N`, e.g. 1.5 (default the worker's, 1)")
-	fs.Int64Var(&lim.Pids, "pids", 0, "process limit `N` (default the worker's, 64)")
-	fs.Var(&lim.Output, "output", "output cap per stream `SIZE` (default the worker's, 1m)")
-	fs.BoolVar(&network, "network", false, "ask for a network (the worker must allow it)")
-	fs.StringVar(&stdinFile, "stdin", "", "`FILE` fed to the job's stdin")
-	fs.Var(&files, "file", "extra file `NAME=PATH` in the working directory (repeatable)")
-	fs.Var(&env, "env", "environment variable `K=V` (repeatable)")
-	fs.Var(&labels, "label", "label `K=V` copied into the result (repeatable)")
-	fs.StringVar(&id, "id", "", "job `ID` ([A-Za-z0-9_-]{1,128}; default a UUIDv7); the same ID runs once")
-	fs.StringVar(&queue, "queue", jobs.DefaultQueue, "queue `NAME`")
-	fs.BoolVar(&detach, "detach", false, "print the job ID and exit without waiting (then: submit wait ID)")
-	fs.DurationVar(&waitRoom, "wait-room", 0, "when the queue is full, retry with backoff for up to `D` (default 0: fail at once, exit 125)")
-	pos, exit, done := c.parseOrExit(fs, args)
-	if done {
-		return exit
-	}
-	usage := func(format string, args ...any) int {
-		c.errorf(format, args...)
-		fmt.Fprintln(c.stderr, `run "submit run --help" for the flags`)
-		return exitUsage
-	}
-	codeSet := false
-	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
+// job builds the job of the command line.
+func (c *runCommand) job(fs *pflag.FlagSet) (*jobs.Job, error) {
+	usage := func(format string, args ...any) error { return usageError("run", format, args...) }
+	pos := fs.Args()
+	code, image := c.code, c.image
 	switch {
 	case len(pos) > 1:
-		return usage("run takes one FILE (or -), got %q", pos)
-	case codeSet && len(pos) == 1:
-		return usage("give -c CODE or a FILE, not both")
-	case !codeSet && len(pos) == 0:
-		return usage("no code: give -c CODE, a FILE, or - to read it from stdin")
+		return nil, usage("run takes one FILE (or -), got %q", pos)
+	case fs.Changed("code") && len(pos) == 1:
+		return nil, usage("give -c CODE or a FILE, not both")
+	case !fs.Changed("code") && len(pos) == 0:
+		return nil, usage("no code: give -c CODE, a FILE, or - to read it from stdin")
 	case len(pos) == 1 && pos[0] == "-":
-		data, err := io.ReadAll(c.stdin)
+		data, err := io.ReadAll(c.m.Stdin)
 		if err != nil {
-			return usage("read code from stdin: %v", err)
+			return nil, usage("read code from stdin: %v", err)
 		}
 		code = string(data)
 	case len(pos) == 1:
 		data, err := os.ReadFile(pos[0])
 		if err != nil {
-			return usage("%v", err)
+			return nil, usage("%v", err)
 		}
 		code = string(data)
 		if image == "" && strings.HasSuffix(pos[0], ".sh") {
@@ -295,19 +137,20 @@ func (c *cli) run(args []string) int {
 	if image == "" {
 		image = "python"
 	}
-	lim.Network = network
-	job := &jobs.Job{ID: id, Queue: queue, Image: image, Code: code, Env: env.m, Labels: labels.m, Limits: lim}
-	if stdinFile != "" {
-		data, err := os.ReadFile(stdinFile)
+	lim := c.lim
+	lim.Network = c.network
+	job := &jobs.Job{ID: c.id, Queue: c.queue, Image: image, Code: code, Env: c.env.m, Labels: c.labels.m, Limits: lim}
+	if c.stdinFile != "" {
+		data, err := os.ReadFile(c.stdinFile)
 		if err != nil {
-			return usage("--stdin: %v", err)
+			return nil, usage("--stdin: %v", err)
 		}
 		job.Stdin = string(data)
 	}
-	for name, path := range files.m {
+	for name, path := range c.files.m {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return usage("--file %s=%s: %v", name, path, err)
+			return nil, usage("--file %s=%s: %v", name, path, err)
 		}
 		if job.Files == nil {
 			job.Files = map[string]string{}
@@ -316,196 +159,184 @@ func (c *cli) run(args []string) int {
 	}
 	job.Normalize()
 	if err := job.Validate(); err != nil {
-		return usage("%v", err)
+		return nil, usage("%v", err)
 	}
-
-	client, closeConn, exit := c.connect()
-	if closeConn == nil {
-		return exit
-	}
-	defer closeConn()
-	submit := func() (string, error) {
-		if waitRoom <= 0 {
-			return client.Submit(c.ctx, job)
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, waitRoom)
-		defer cancel()
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
-		return client.SubmitWhenRoom(ctx, job, b)
-	}
-	if detach {
-		id, err := submit()
-		if err != nil {
-			return c.submitFailed(err)
-		}
-		fmt.Fprintln(c.stdout, id)
-		return exitOK
-	}
-	rw, err := client.Watch(c.ctx, job.ID)
-	if err != nil {
-		c.errorf("%v", err)
-		return exitUnavailable
-	}
-	defer rw.Stop()
-	if _, err := submit(); err != nil {
-		return c.submitFailed(err)
-	}
-	return c.await(rw, job.ID)
+	return job, nil
 }
 
-func (c *cli) submitFailed(err error) int {
+func submitFailed(err error) error {
 	switch {
 	case errors.Is(err, jobs.ErrInvalidJob):
-		c.errorf("%v", err)
-		return exitUsage
+		return fail(exitUsage, "%w", err)
 	case errors.Is(err, jobs.ErrQueueFull):
-		c.errorf("the queue is full; nothing was queued: try again later, or wait for room with --wait-room D (%v)", err)
-	default:
-		c.errorf("%v", err)
+		return fail(exitUnavailable, "the queue is full; nothing was queued: try again later, or wait for room with --wait-room D (%w)", err)
 	}
-	return exitUnavailable
+	return fail(exitUnavailable, "%w", err)
 }
 
 // await waits on an open watch and reports the result.
-func (c *cli) await(rw *jobs.ResultWatch, id string) int {
-	res, err := rw.Next(c.ctx)
+func (o *output) await(ctx context.Context, rw *jobs.ResultWatch, id string) error {
+	res, err := rw.Next(ctx)
 	if err != nil {
-		if c.ctx.Err() != nil {
-			c.errorf("interrupted; job %s goes on: submit wait %s", id, id)
-			return exitInterrupted
+		if ctx.Err() != nil {
+			return fail(exitInterrupted, "interrupted; job %s goes on: submit wait %s", id, id)
 		}
-		c.errorf("wait for %s: %v", id, err)
-		return exitUnavailable
+		return fail(exitUnavailable, "wait for %s: %w", id, err)
 	}
-	return c.report(res)
+	return o.report(res)
 }
 
 // report prints a result (the job's output, or the Result as JSON) and
-// returns the exit code of its status.
-func (c *cli) report(res *jobs.Result) int {
-	if c.json {
-		data, _ := json.Marshal(res)
-		fmt.Fprintf(c.stdout, "%s\n", data)
-		return res.ExitCode()
+// ends with the exit code of its status.
+func (o *output) report(res *jobs.Result) error {
+	if o.json {
+		o.printJSON(res)
+		return exitWith(res.ExitCode())
 	}
-	c.stdout.Write(res.StdoutBytes())
-	c.stderr.Write(res.StderrBytes())
+	// The bytes as the job wrote them (a stream that was not UTF-8 travels
+	// as base64), made visible on a terminal.
+	o.text(o.m.Stdout, string(res.StdoutBytes()))
+	o.text(o.m.Stderr, string(res.StderrBytes()))
 	switch res.Status {
 	case jobs.StatusSucceeded, jobs.StatusFailed:
 	default:
-		msg := fmt.Sprintf("job %s: %s", res.ID, res.Status)
+		msg := fmt.Sprintf("submit: job %s: %s", res.ID, res.Status)
 		if res.Error != "" {
 			msg += ": " + res.Error
 		}
-		c.errorf("%s", msg)
+		o.text(o.m.Stderr, msg+"\n")
 	}
-	return res.ExitCode()
+	return exitWith(res.ExitCode())
 }
 
-func (c *cli) idCommand(name string, args []string, fn func(*jobs.Client, string) int) int {
-	fs := c.newFlagSet(name, name+" ID [--json]")
-	c.commonFlags(fs)
-	pos, exit, done := c.parseOrExit(fs, args)
-	if done {
-		return exit
+// idCommand is "submit get", "wait" and "cancel": one job ID each.
+type idCommand struct {
+	m    *Main
+	name string
+	out  output
+}
+
+func (c *idCommand) synopsis() string { return c.name + " ID [--json]" }
+
+func (c *idCommand) about() string {
+	switch c.name {
+	case "get":
+		return `Prints the stored result of job ID as "submit run" does, and exits as the
+job. Exits 75 while the job is queued or running, 1 for an unknown ID
+(results are kept 24h).
+`
+	case "wait":
+		return `Waits for the result of job ID (a job submitted with "submit run --detach"),
+prints it as "submit run" does, and exits as the job. Exits 1 for an
+unknown ID; interrupted, 130 (the job goes on).
+`
 	}
-	if len(pos) != 1 {
-		c.errorf("%s takes one job ID", name)
-		fs.Usage()
-		return exitUsage
+	return `Cancels job ID. A queued job finishes as canceled without running; a
+running one's sandbox is killed. Prints "canceled ID" and exits 0; when no
+worker is up and this client may not write results, prints that the
+request is recorded (the job finishes as canceled when a worker takes it)
+and exits 0. Exits 1 for an unknown or already finished job.
+`
+}
+
+func (c *idCommand) define(fs *pflag.FlagSet) {
+	c.out = output{m: c.m}
+	if c.name == "cancel" {
+		c.out.define(fs, "print the canceled Result object as JSON on stdout", false)
+		return
 	}
-	client, closeConn, exit := c.connect()
-	if closeConn == nil {
-		return exit
+	c.out.define(fs, "print the Result object as JSON on stdout", true)
+}
+
+func (c *idCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
+	if fs.NArg() != 1 {
+		return usageError(c.name, "%s takes one job ID, got %q", c.name, fs.Args())
+	}
+	id := fs.Arg(0)
+	client, closeConn, err := c.m.connect(ctx)
+	if err != nil {
+		return err
 	}
 	defer closeConn()
-	return fn(client, pos[0])
+	switch c.name {
+	case "get":
+		return c.get(ctx, client, id)
+	case "wait":
+		return c.wait(ctx, client, id)
+	}
+	return c.cancel(ctx, client, id)
 }
 
-func (c *cli) get(client *jobs.Client, id string) int {
-	res, err := client.Get(c.ctx, id)
+func (c *idCommand) get(ctx context.Context, client *jobs.Client, id string) error {
+	res, err := client.Get(ctx, id)
 	if err == nil {
-		return c.report(res)
+		return c.out.report(res)
 	}
 	if !errors.Is(err, jobs.ErrNotFound) {
-		c.errorf("%v", err)
-		return exitUnavailable
+		return fail(exitUnavailable, "%w", err)
 	}
-	queued, qerr := client.Queued(c.ctx, id)
-	if qerr != nil {
-		c.errorf("%v", qerr)
-		return exitUnavailable
+	queued, err := client.Queued(ctx, id)
+	switch {
+	case err != nil:
+		return fail(exitUnavailable, "%w", err)
+	case queued:
+		return fail(exitPending, "job %s is queued or running; no result yet (submit wait %s)", id, id)
 	}
-	if queued {
-		c.errorf("job %s is queued or running; no result yet (submit wait %s)", id, id)
-		return exitPending
-	}
-	c.errorf("no job %s: no result and nothing queued (results are kept 24h)", id)
-	return exitNotFound
+	return fail(exitNotFound, "no job %s: no result and nothing queued (results are kept 24h)", id)
 }
 
-func (c *cli) wait(client *jobs.Client, id string) int {
+func (c *idCommand) wait(ctx context.Context, client *jobs.Client, id string) error {
 	if !jobs.ValidID(id) {
-		c.errorf("no job %q: IDs match [A-Za-z0-9_-]{1,128}", id)
-		return exitNotFound
+		return fail(exitNotFound, "no job %q: IDs match [A-Za-z0-9_-]{1,128}", id)
 	}
-	rw, err := client.Watch(c.ctx, id)
+	rw, err := client.Watch(ctx, id)
 	if err != nil {
-		c.errorf("%v", err)
-		return exitUnavailable
+		return fail(exitUnavailable, "%w", err)
 	}
 	defer rw.Stop()
 	// Opened the watch first: a job finishing now is not missed, and one
 	// that is neither stored nor queued is unknown.
-	if _, err := client.Get(c.ctx, id); errors.Is(err, jobs.ErrNotFound) {
-		queued, err := client.Queued(c.ctx, id)
+	if _, err := client.Get(ctx, id); errors.Is(err, jobs.ErrNotFound) {
+		queued, err := client.Queued(ctx, id)
 		if err != nil {
-			c.errorf("%v", err)
-			return exitUnavailable
+			return fail(exitUnavailable, "%w", err)
 		}
 		if !queued {
-			if _, err := client.Get(c.ctx, id); errors.Is(err, jobs.ErrNotFound) {
-				c.errorf("no job %s: no result and nothing queued", id)
-				return exitNotFound
+			if _, err := client.Get(ctx, id); errors.Is(err, jobs.ErrNotFound) {
+				return fail(exitNotFound, "no job %s: no result and nothing queued", id)
 			}
 		}
 	}
-	return c.await(rw, id)
+	return c.out.await(ctx, rw, id)
 }
 
-func (c *cli) cancel(client *jobs.Client, id string) int {
-	res, err := client.Cancel(c.ctx, id)
+func (c *idCommand) cancel(ctx context.Context, client *jobs.Client, id string) error {
+	res, err := client.Cancel(ctx, id)
 	switch {
 	case errors.Is(err, jobs.ErrNotFound):
-		c.errorf("no job %s to cancel", id)
-		return exitNotFound
+		return fail(exitNotFound, "no job %s to cancel", id)
 	case errors.Is(err, jobs.ErrCancelPending):
 		// Recorded, not yet final: a fleet's submitter may not store the
 		// result itself, and no worker took the job within CancelWait.
 		msg := fmt.Sprintf("cancel of %s requested; it will finish as canceled when a worker takes it (submit wait %s)", id, id)
-		if c.json {
-			c.errorf("%s", msg) // stdout carries Result objects only
+		if c.out.json {
+			c.m.warnf("%s", msg) // stdout carries Result objects only
 		} else {
-			fmt.Fprintln(c.stdout, msg)
+			fmt.Fprintln(c.m.Stdout, msg)
 		}
-		return exitOK
+		return nil
 	case errors.Is(err, jobs.ErrFinished):
-		c.errorf("job %s already finished: %s", id, res.Status)
-		if c.json {
-			data, _ := json.Marshal(res)
-			fmt.Fprintf(c.stdout, "%s\n", data)
+		if c.out.json {
+			c.out.printJSON(res)
 		}
-		return exitNotFound
+		return fail(exitNotFound, "job %s already finished: %s", id, res.Status)
 	case err != nil:
-		c.errorf("%v", err)
-		return exitUnavailable
+		return fail(exitUnavailable, "%w", err)
 	}
-	if c.json {
-		data, _ := json.Marshal(res)
-		fmt.Fprintf(c.stdout, "%s\n", data)
+	if c.out.json {
+		c.out.printJSON(res)
 	} else {
-		fmt.Fprintf(c.stdout, "canceled %s\n", id)
+		fmt.Fprintf(c.m.Stdout, "canceled %s\n", id)
 	}
-	return exitOK
+	return nil
 }

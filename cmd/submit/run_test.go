@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,13 @@ func setup(t *testing.T, noWorker bool) string {
 	return srv.ClientURL()
 }
 
+// runCLI runs submit's command line as main does, on the given streams,
+// none of them a terminal.
+func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	m := &Main{Stdin: stdin, Stdout: stdout, Stderr: stderr, IsTerminal: func(io.Writer) bool { return false }}
+	return exitCode(m.Run(ctx, args), stderr)
+}
+
 type out struct {
 	code           int
 	stdout, stderr string
@@ -41,7 +49,7 @@ func submit(t *testing.T, url, stdin string, args ...string) out {
 	defer cancel()
 	var o, e bytes.Buffer
 	args = append(args, "--nats", url) // also proves flags after arguments work
-	code := Run(ctx, args, strings.NewReader(stdin), &o, &e)
+	code := runCLI(ctx, args, strings.NewReader(stdin), &o, &e)
 	return out{code, o.String(), e.String()}
 }
 
@@ -135,18 +143,84 @@ func TestGetPendingAndCancel(t *testing.T) {
 	}
 }
 
+// Every command's --help (and "submit help CMD") explains the command,
+// lists its flags and the global ones, on stdout, exit 0.
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"run", "get", "wait", "cancel"} {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"usage: submit [--nats URL] <command>", "Commands:", "batch FILE.jsonl", "--nats URL", "$NATS_URL", "Exit codes"}},
+		{[]string{"help"}, []string{"Commands:"}},
+		{[]string{"-h"}, []string{"Commands:"}},
+		{[]string{"run", "--help"}, []string{"Runs one job", "-c, --code CODE", "--memory SIZE", "--detach", "--raw", "--json", "Global flags:", "--nats URL"}},
+		{[]string{"help", "run"}, []string{"Runs one job", "--detach"}},
+		{[]string{"--nats", "nats://x:1", "run", "-h"}, []string{"Runs one job"}},
+		{[]string{"get", "--help"}, []string{"usage: submit get ID", "stored result", "Exits 75", "--json", "--raw", "--nats URL"}},
+		{[]string{"wait", "--help"}, []string{"Waits for the result", "--json", "--raw", "--nats URL"}},
+		{[]string{"cancel", "--help"}, []string{"Cancels job ID", "--json", "--nats URL"}},
+		{[]string{"status", "--help"}, []string{"live workers", "--json", "--nats URL"}},
+		{[]string{"batch", "--help"}, []string{"Runs every line", "-o, --out OUT.jsonl", "--window N", "--strict", "--nats URL"}},
+	}
+	for _, tc := range tests {
 		var o, e bytes.Buffer
-		code := Run(t.Context(), []string{cmd, "--help"}, strings.NewReader(""), &o, &e)
-		if code != 0 || !strings.Contains(o.String(), "--nats URL") || !strings.Contains(o.String(), "--json") {
-			t.Errorf("%s --help: exit %d, stdout %q", cmd, code, o.String())
+		code := runCLI(t.Context(), tc.args, strings.NewReader(""), &o, &e)
+		if code != 0 || e.Len() != 0 {
+			t.Errorf("%q: exit %d, stderr %q", tc.args, code, e.String())
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(o.String(), want) {
+				t.Errorf("%q: help lacks %q:\n%s", tc.args, want, o.String())
+			}
 		}
 	}
-	var o, e bytes.Buffer
-	if code := Run(t.Context(), []string{"run", "--help"}, strings.NewReader(""), &o, &e); code != 0 || !strings.Contains(o.String(), "--detach") {
-		t.Errorf("run --help: %d %q", code, o.String())
+}
+
+// Usage errors exit 2, say what is wrong and where help is.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "Commands:"},
+		{[]string{"frobnicate"}, "unknown command \"frobnicate\"\nrun \"submit --help\""},
+		{[]string{"--nats"}, "flag needs an argument: --nats"},
+		{[]string{"--bogus", "run"}, "unknown flag: --bogus"},
+		{[]string{"run", "-json", "-c", "x"}, "long flags take two dashes: --json)\nrun \"submit run --help\" for the flags"},
+		{[]string{"get"}, "get takes one job ID"},
+		{[]string{"status", "extra"}, "status takes no arguments"},
+		{[]string{"batch"}, "batch takes one FILE.jsonl"},
+		{[]string{"help", "frobnicate"}, "help takes one command"},
+		{[]string{"run", "--timeout", "soon", "-c", "x"}, "invalid argument \"soon\" for \"--timeout\""},
+		{[]string{"run", "--env", "novalue", "-c", "x"}, "want K=V"},
+	}
+	for _, tc := range tests {
+		var o, e bytes.Buffer
+		code := runCLI(t.Context(), tc.args, strings.NewReader(""), &o, &e)
+		if code != 2 || !strings.Contains(e.String(), tc.want) || o.Len() != 0 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, o.String(), e.String(), tc.want)
+		}
+	}
+}
+
+// Global flags go before or after the command, as in docker, git and
+// nats; given twice, the last one wins.
+func TestGlobalFlagsAnywhere(t *testing.T) {
+	t.Parallel()
+	url := setup(t, false)
+	for _, args := range [][]string{
+		{"--nats", url, "run", "-c", "print 1"},
+		{"--nats=" + url, "run", "-c", "print 1"},
+		{"run", "--nats", url, "-c", "print 1"},
+		{"run", "-c", "print 1", "--nats=" + url},
+		{"--nats", "nats://127.0.0.1:1", "run", "-c", "print 1", "--nats", url},
+	} {
+		var o, e bytes.Buffer
+		if code := runCLI(t.Context(), args, strings.NewReader(""), &o, &e); code != 0 || o.String() != "1\n" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, o.String(), e.String())
+		}
 	}
 }
 

@@ -2,42 +2,65 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-func (c *cli) status(args []string) int {
-	fs := c.newFlagSet("status", "status [--json]")
-	c.commonFlags(fs)
-	fs.Lookup("json").Usage = "print the status as one JSON object on stdout"
-	pos, exit, done := c.parseOrExit(fs, args)
-	if done {
-		return exit
+// statusCommand is "submit status": the fleet from its heartbeats.
+type statusCommand struct {
+	m   *Main
+	out output
+}
+
+func (c *statusCommand) synopsis() string { return "status [--json]" }
+
+func (c *statusCommand) about() string {
+	return `Shows the live workers (from their heartbeats: queue, busy slots,
+readiness, version) and each queue's backlog (pending, in flight,
+redelivered).
+`
+}
+
+func (c *statusCommand) define(fs *pflag.FlagSet) {
+	c.out = output{m: c.m}
+	c.out.define(fs, "print the status as one JSON object on stdout", false)
+}
+
+func (c *statusCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
+	if fs.NArg() != 0 {
+		return usageError("status", "status takes no arguments, got %q", fs.Args())
 	}
-	if len(pos) != 0 {
-		c.errorf("status takes no arguments, got %q", pos)
-		return exitUsage
-	}
-	client, closeConn, exit := c.connect()
-	if closeConn == nil {
-		return exit
+	client, closeConn, err := c.m.connect(ctx)
+	if err != nil {
+		return err
 	}
 	defer closeConn()
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := client.Status(ctx)
 	if err != nil {
-		c.errorf("%v", err)
-		return exitUnavailable
+		return fail(exitUnavailable, "%w", err)
 	}
-	if c.json {
-		data, _ := json.Marshal(st)
-		fmt.Fprintf(c.stdout, "%s\n", data)
-		return exitOK
+	if c.out.json {
+		c.out.printJSON(st)
+		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	var table strings.Builder
+	c.table(&table, st)
+	c.out.text(c.m.Stdout, table.String())
+	return nil
+}
+
+// table writes st as the tables of "submit status".
+func (c *statusCommand) table(w io.Writer, st *jobs.FleetStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tQUEUE\tSLOTS\tREADY\tSTATE\tVERSION\tLAST SEEN\tUP")
 	now := time.Now()
 	for _, w := range st.Workers {
@@ -67,8 +90,7 @@ func (c *cli) status(args []string) int {
 		fmt.Fprintln(tw, "(no queue has been served yet)")
 	}
 	tw.Flush()
-	fmt.Fprintf(c.stdout, "\nstream JOBS: %d jobs queued or running, %d bytes\n", st.Messages, st.Bytes)
-	return exitOK
+	fmt.Fprintf(w, "\nstream JOBS: %d jobs queued or running, %d bytes\n", st.Messages, st.Bytes)
 }
 
 func ago(now, t time.Time) string {

@@ -5,11 +5,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sandfleet/sandfleet/internal/cmdline"
 )
 
 func main() {
@@ -26,11 +27,11 @@ func main() {
 		<-sigs
 		forceNow()
 	}()
-	err := Run(stop, force, os.Args[1:])
+	err := Run(stop, force, os.Args[1:], os.Stdout)
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil:
 		os.Exit(0)
-	case errors.Is(err, errUsage):
+	case errors.Is(err, cmdline.ErrUsage):
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
 	default:

@@ -4,25 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"regexp"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 
+	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -31,15 +30,13 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-// errUsage marks errors of the command line; main exits 2 on them.
-var errUsage = errors.New("usage")
+// version is set at build time with -ldflags "-X main.version=..."; when
+// it is not, cmdline.Version reads what the Go toolchain recorded.
+var version string
 
 const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
               [--queue NAME] [--slots N] [--pool N] [--id NAME] [--config FILE]
-              [--metrics ADDR] [--grace D] [cap flags]
+              [--metrics ADDR] [--grace D] [cap flags] [fleet-wide flags]
 
 Pulls sandfleet jobs from NATS JetStream (stream JOBS, consumer
 workers-<queue>) and runs each in a fresh, locked-down Docker sandbox.
@@ -48,6 +45,8 @@ The first SIGINT/SIGTERM drains: no more jobs are fetched, the jobs in flight
 finish (for at most --grace) and are acked. A second signal, SIGQUIT or the
 end of the grace period stops the sandboxes and hands their jobs back for
 immediate redelivery.
+
+Exit codes: 0 clean stop, 2 usage or configuration error, 1 anything else.
 
 Flags:
 `
@@ -70,107 +69,102 @@ type fileConfig struct {
 	Runtime  string        `json:"runtime"`
 }
 
-var longFlag = regexp.MustCompile(`(?m)^(  )-(\w\w)`)
-
 type options struct {
 	natsURL, listen, dataDir string
 	embedded                 bool
-	queue, id, configFile    string
-	slots                    int
-	pool                     int
-	metrics                  string
-	grace                    time.Duration
-	runtime                  string
-	logFormat, logLevel      string
-	caps                     limits.Limits
-	allowNetwork             bool
-	ackWait                  time.Duration
-	maxDeliver               int
-	replicas                 int
+	queue, configFile        string
+	// id is the worker's name, normalised (worker.NormalizeID): results,
+	// logs, heartbeats and container labels all show this value.
+	id                  string
+	slots               int
+	pool                int
+	metrics             string
+	grace               time.Duration
+	runtime             string
+	logFormat, logLevel string
+	caps                limits.Limits
+	allowNetwork        bool
+	ackWait             time.Duration
+	maxDeliver          int
+	replicas            int
+	version             bool
 
 	// ready, if set, is called with the NATS URL once connected (tests).
 	ready func(url string)
 }
 
-func parseFlags(args []string) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	var out io.Writer = os.Stderr
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
-		out = os.Stdout // help asked for is output, not an error
-	}
-	fs.SetOutput(out)
-	fs.Usage = func() {
-		var b strings.Builder
-		fs.SetOutput(&b)
-		fs.PrintDefaults()
-		fs.SetOutput(out)
-		// The docs spell flags GNU-style; the flag package accepts both.
-		fmt.Fprint(out, usage, longFlag.ReplaceAllString(b.String(), "$1--$2"))
-	}
-	natsDefault := os.Getenv("NATS_URL")
-	if natsDefault == "" {
-		natsDefault = nats.DefaultURL
-	}
-	fs.StringVar(&o.natsURL, "nats", natsDefault, "NATS server `URL` (env NATS_URL)")
+// flagSet defines the worker's flags on o.
+func flagSet(o *options) *pflag.FlagSet {
+	fs := cmdline.NewFlagSet("worker")
+	fs.StringVar(&o.natsURL, "nats", "", natsconn.URLHelp)
 	fs.BoolVar(&o.embedded, "embedded", false, "run an in-process NATS JetStream server instead of connecting to --nats")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:4222", "with --embedded: `ADDR` the server listens on")
 	fs.StringVar(&o.dataDir, "data-dir", "./data", "with --embedded: `DIR` of the JetStream file store (queued jobs and results survive restarts)")
 	fs.StringVar(&o.queue, "queue", jobs.DefaultQueue, "queue `NAME` to serve (subjects jobs.NAME.<id>)")
-	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "jobs run at once (`N`)")
-	fs.IntVar(&o.pool, "pool", 0, "warm sandboxes kept per preset image, each used once (`N`; default --slots; 0 turns the pool off)")
-	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name)")
+	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "run `N` jobs at once (default the number of CPUs)")
+	fs.IntVar(&o.pool, "pool", 0, "keep `N` warm sandboxes per preset image, each used once (default --slots; 0 turns the pool off)")
+	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name; characters other than A-Z a-z 0-9 - _ / = become -)")
 	fs.StringVar(&o.configFile, "config", "", "JSON `FILE` with presets, defaults, caps and runtime")
 	fs.StringVar(&o.metrics, "metrics", "", "serve /metrics (Prometheus), /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
-	fs.DurationVar(&o.grace, "grace", time.Minute, "after the first signal, how long jobs in flight may finish (`D`)")
-	fs.StringVar(&o.runtime, "runtime", "", "OCI runtime of the sandboxes: runc (default) or runsc (gVisor)")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.Var(&o.caps.Timeout, "max-timeout", "cap on a job's wall-clock timeout (`D`, default 10m)")
-	fs.Var(&o.caps.Memory, "max-memory", "cap on a job's memory (`SIZE`, default 4g)")
-	fs.Float64Var(&o.caps.CPUs, "max-cpus", 0, "cap on a job's CPUs (`N`, default 2)")
-	fs.Int64Var(&o.caps.Pids, "max-pids", 0, "cap on a job's processes (`N`, default 1024)")
-	fs.Var(&o.caps.Output, "max-output", "cap on a job's output per stream (`SIZE`, default 2m)")
+	fs.DurationVar(&o.grace, "grace", time.Minute, "after the first signal, jobs in flight may finish for `D` (default 1m)")
+	fs.StringVar(&o.runtime, "runtime", "", "OCI runtime `NAME` of the sandboxes: runc (default) or runsc (gVisor)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text (default) or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info (default), warn or error")
+	fs.Var(cmdline.Value(&o.caps.Timeout, "duration"), "max-timeout", "cap `D` on a job's wall-clock timeout (default 10m)")
+	fs.Var(cmdline.Value(&o.caps.Memory, "size"), "max-memory", "cap `SIZE` on a job's memory (default 4g)")
+	fs.Float64Var(&o.caps.CPUs, "max-cpus", 0, "cap `N` on a job's CPUs (default 2)")
+	fs.Int64Var(&o.caps.Pids, "max-pids", 0, "cap `N` on a job's processes and threads (default 1024)")
+	fs.Var(cmdline.Value(&o.caps.Output, "size"), "max-output", "cap `SIZE` on a job's output per stream (default 2m)")
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for a network (limits.network)")
-	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease of a job, extended while it runs (`D`, default 30s; fleet-wide)")
-	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "deliveries before a job is given up (`N`, default 5; fleet-wide)")
-	fs.IntVar(&o.replicas, "replicas", 0, "replicas of the stream and buckets (`N`, default 1; 3 on a cluster)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
+	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
+	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	return fs
+}
+
+// writeHelp writes what --help prints.
+func writeHelp(w io.Writer) {
+	fmt.Fprint(w, usage, cmdline.Usages(flagSet(&options{})))
+}
+
+// parseFlags parses and checks the command line. It returns
+// cmdline.ErrHelp for --help, and errors matching cmdline.ErrUsage.
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flagSet(o)
+	if err := cmdline.Parse(fs, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected argument %q (see --help)", errUsage, fs.Arg(0))
+		return nil, cmdline.Usagef("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	explicit := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	if !o.embedded && (explicit["listen"] || explicit["data-dir"]) {
-		return nil, fmt.Errorf("%w: --listen and --data-dir go with --embedded", errUsage)
+	if !o.embedded && (fs.Changed("listen") || fs.Changed("data-dir")) {
+		return nil, cmdline.Usagef("--listen and --data-dir go with --embedded")
 	}
-	if o.embedded && explicit["nats"] {
-		return nil, fmt.Errorf("%w: --nats and --embedded exclude each other", errUsage)
+	if o.embedded && fs.Changed("nats") {
+		return nil, cmdline.Usagef("--nats and --embedded exclude each other")
 	}
 	if o.slots < 1 {
-		return nil, fmt.Errorf("%w: --slots %d: want at least 1", errUsage, o.slots)
+		return nil, cmdline.Usagef("--slots %d: want at least 1", o.slots)
 	}
-	if !explicit["pool"] {
+	if !fs.Changed("pool") {
 		o.pool = o.slots
 	}
 	if o.pool < 0 {
-		return nil, fmt.Errorf("%w: --pool %d: want 0 (off) or more", errUsage, o.pool)
+		return nil, cmdline.Usagef("--pool %d: want 0 (off) or more", o.pool)
 	}
 	if o.grace < 0 {
-		return nil, fmt.Errorf("%w: --grace %s is negative", errUsage, o.grace)
+		return nil, cmdline.Usagef("--grace %s is negative", o.grace)
 	}
+	o.id = worker.NormalizeID(o.id)
 	return o, nil
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
+		return nil, cmdline.Usagef("--log-level %q: want debug, info, warn or error", level)
 	}
 	ho := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -179,15 +173,25 @@ func newLogger(format, level string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
 	}
-	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
+	return nil, cmdline.Usagef("--log-format %q: want text or json", format)
 }
 
 // Run runs the worker until stop is canceled, then drains; force (or the
-// end of --grace after stop) cancels the jobs in flight.
-func Run(stop, force context.Context, args []string) error {
+// end of --grace after stop) cancels the jobs in flight. --help and
+// --version print on stdout and return nil; errors of the command line
+// and of the configuration match cmdline.ErrUsage.
+func Run(stop, force context.Context, args []string, stdout io.Writer) error {
 	o, err := parseFlags(args)
+	if errors.Is(err, cmdline.ErrHelp) {
+		writeHelp(stdout)
+		return nil
+	}
 	if err != nil {
 		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "worker", cmdline.Version(version))
+		return nil
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -228,7 +232,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		context.AfterFunc(force, func() { t.Stop() })
 	})()
 
-	url := o.natsURL
+	url := natsconn.ServerURL(o.natsURL)
 	if o.embedded {
 		if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
@@ -245,48 +249,9 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		log.Info("embedded NATS JetStream server started", "url", url, "data_dir", o.dataDir)
 	}
 	log.Info("connecting to NATS", "url", natsurl.Redact(url))
-	var everConnected atomic.Bool
-	nc, err := nats.Connect(url,
-		nats.Name("sandfleet-worker"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		// At a fleet's start NATS may come up after the worker: keep
-		// trying (the topology set-up waits for it) instead of exiting.
-		nats.RetryOnFailedConnect(true),
-		nats.ConnectHandler(func(c *nats.Conn) {
-			everConnected.Store(true)
-			log.Info("NATS connected", "url", natsurl.Redact(c.ConnectedUrl()))
-		}),
-		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			level := slog.LevelDebug // during an outage, "disconnected" said it
-			if !everConnected.Load() {
-				level = slog.LevelWarn
-			}
-			log.Log(context.Background(), level, "NATS not reachable; retrying", "url", natsurl.Redact(url), "err", natsurl.Error(err, url))
-		}),
-		nats.ClosedHandler(func(c *nats.Conn) {
-			if err := c.LastError(); err != nil {
-				log.Error("NATS connection closed", "err", natsurl.Error(err, url))
-			}
-		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("NATS disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", natsurl.Redact(c.ConnectedUrl())) }),
-		// Asynchronous errors, permission violations above all, would
-		// otherwise only reach nats.go's default handler on stderr.
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			attrs := []any{"err", natsurl.Error(err, url)}
-			if sub != nil {
-				attrs = append(attrs, "subject", sub.Subject)
-			}
-			log.Error("NATS async error", attrs...)
-		}),
-	)
+	nc, err := natsconn.Connect(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", natsurl.Redact(url), natsurl.Error(err, url))
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -311,7 +276,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		ID:      o.id,
 		Queue:   o.queue,
 		Slots:   o.slots,
-		Version: version,
+		Version: cmdline.Version(version),
 		Topology: jobs.Topology{
 			AckWait:    o.ackWait,
 			MaxDeliver: o.maxDeliver,
@@ -321,7 +286,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		Observer: obs,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return cmdline.Usagef("%w", err)
 	}
 
 	var wg sync.WaitGroup
@@ -379,12 +344,11 @@ func executorConfig(o *options) (executor.Config, error) {
 		dec := json.NewDecoder(strings.NewReader(string(data)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&fc); err != nil {
-			return executor.Config{}, fmt.Errorf("%w: --config %s: %v", errUsage, o.configFile, err)
+			return executor.Config{}, cmdline.Usagef("--config %s: %w", o.configFile, err)
 		}
 	}
 	cfg := executor.Config{
 		Defaults: fc.Defaults,
-		Caps:     limits.Caps(fc.Caps),
 		Runtime:  fc.Runtime,
 		WorkerID: o.id,
 		Pool:     o.pool,
@@ -398,25 +362,9 @@ func executorConfig(o *options) (executor.Config, error) {
 	if o.runtime != "" {
 		cfg.Runtime = o.runtime
 	}
-	c := &cfg.Caps
-	if o.caps.Timeout != 0 {
-		c.Timeout = o.caps.Timeout
-	}
-	if o.caps.Memory != 0 {
-		c.Memory = o.caps.Memory
-	}
-	if o.caps.CPUs != 0 {
-		c.CPUs = o.caps.CPUs
-	}
-	if o.caps.Pids != 0 {
-		c.Pids = o.caps.Pids
-	}
-	if o.caps.Output != 0 {
-		c.Output = o.caps.Output
-	}
-	if o.allowNetwork {
-		c.Network = true
-	}
+	// The cap flags win over the file's caps, field by field.
+	cfg.Caps = limits.Caps(o.caps.Fill(fc.Caps))
+	cfg.Caps.Network = o.allowNetwork || fc.Caps.Network
 	return cfg, nil
 }
 
@@ -467,7 +415,7 @@ func newExecutor(cfg executor.Config) (interface {
 }, error) {
 	e, err := executor.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, cmdline.Usagef("%w", err)
 	}
 	d := &dockerExecutor{Executor: e}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -31,9 +32,10 @@ func TestParseFlags(t *testing.T) {
 		{"extra"},
 		{"--grace", "-1s"},
 		{"--max-memory", "lots"},
+		{"-slots", "2"}, // GNU style: long flags take two dashes
 	}
 	for _, args := range bad {
-		if _, err := parseFlags(args); !errors.Is(err, errUsage) {
+		if _, err := parseFlags(args); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("parseFlags(%q) = %v, want a usage error", args, err)
 		}
 	}
@@ -48,8 +50,67 @@ func TestParseFlags(t *testing.T) {
 	if o.slots != 3 || o.queue != "q" || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network {
 		t.Errorf("options %+v, executor config %+v", o, cfg)
 	}
-	if _, err := parseFlags([]string{"--help"}); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseFlags([]string{"--help"}); !errors.Is(err, cmdline.ErrHelp) {
 		t.Errorf("--help: %v", err)
+	}
+}
+
+// --help and --version print on stdout and stop there; neither needs
+// NATS or Docker.
+func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := Run(t.Context(), t.Context(), []string{"--help"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"usage: worker", "drains", "--nats URL", "$NATS_URL", "--max-memory SIZE", "--grace D", "--version"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := Run(t.Context(), t.Context(), []string{"--version"}, &out); err != nil || out.String() != "worker dev\n" {
+		t.Errorf("--version: %v, %q", err, out.String())
+	}
+}
+
+// The worker's name is normalised once: the worker (results, logs,
+// heartbeats) and the executor (container labels) get the same value.
+func TestIDNormalisedOnce(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags([]string{"--id", "gpu box#1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := executorConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.id != "gpu-box-1" || cfg.WorkerID != o.id || worker.NormalizeID(o.id) != o.id {
+		t.Errorf("worker %q, executor %q", o.id, cfg.WorkerID)
+	}
+	o, err = parseFlags(nil)
+	if host, _ := os.Hostname(); err != nil || o.id != worker.NormalizeID(host) {
+		t.Errorf("default id %q (%v), host %q", o.id, err, host)
+	}
+}
+
+// Cap flags win over --config's caps field by field; the rest of the
+// file's caps stay.
+func TestCapsFlagsOverFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "caps.json")
+	os.WriteFile(path, []byte(`{"caps":{"memory":"1g","cpus":1.5,"network":true}}`), 0o600)
+	o, err := parseFlags([]string{"--config", path, "--max-memory", "2g", "--max-pids", "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := executorConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Caps; c.Memory != 2<<30 || c.CPUs != 1.5 || c.Pids != 7 || !c.Network {
+		t.Errorf("caps %+v", c)
 	}
 }
 
@@ -69,7 +130,7 @@ func TestConfigFile(t *testing.T) {
 	}
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"prests":{}}`), 0o600)
-	if _, err := executorConfig(&options{configFile: bad}); !errors.Is(err, errUsage) {
+	if _, err := executorConfig(&options{configFile: bad}); !errors.Is(err, cmdline.ErrUsage) {
 		t.Errorf("unknown field: %v", err)
 	}
 }

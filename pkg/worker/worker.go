@@ -87,14 +87,21 @@ var ErrInvalidConfig = errors.New("invalid worker configuration")
 
 var badKeyChars = regexp.MustCompile(`[^-/_=a-zA-Z0-9]`)
 
-func (c Config) withDefaults() Config {
-	if c.ID == "" {
-		c.ID, _ = os.Hostname()
-		if c.ID == "" {
-			c.ID = "worker"
+// NormalizeID returns the ID a worker configured with id goes by (see
+// Config.ID). A process that also names the worker elsewhere, such as the
+// executor's container labels, uses it so that every place shows one name.
+func NormalizeID(id string) string {
+	if id == "" {
+		id, _ = os.Hostname()
+		if id == "" {
+			id = "worker"
 		}
 	}
-	c.ID = badKeyChars.ReplaceAllString(c.ID, "-")
+	return badKeyChars.ReplaceAllString(id, "-")
+}
+
+func (c Config) withDefaults() Config {
+	c.ID = NormalizeID(c.ID)
 	if c.Queue == "" {
 		c.Queue = jobs.DefaultQueue
 	}
