@@ -3,7 +3,7 @@
 //
 // The executor writes, on the container's stdin:
 //
-//	SANDFLEET1 <n>\n
+//	SANDFLEET2 <n>\n
 //	<n bytes of JSON Header>
 //	<the job's own stdin, raw, until EOF>
 //
@@ -14,10 +14,10 @@
 // jobs arrive.
 //
 // The launcher runs the job with pipes of its own for stdout and stderr and
-// copies them onto the container's streams, so the job never holds those
-// streams. On its way out it ends both with a Trailer, marked with the
-// Header's nonce and signed with its key (see Seal), which the job never
-// sees; the executor checks the signature and cuts the trailer off.
+// frames what they carry onto the container's stdout (see frame.go), so the
+// job never holds the container's streams. Its last frame is a Trailer
+// signed with the Header's key (see Seal), which the job never sees; the
+// executor checks the signature and the byte counts.
 package envelope
 
 import (
@@ -34,7 +34,7 @@ import (
 )
 
 // Magic starts every envelope; the digit is the format's version.
-const Magic = "SANDFLEET1"
+const Magic = "SANDFLEET2"
 
 // MaxHeaderBytes bounds the JSON header, so that a corrupt length cannot make
 // the launcher allocate without limit. It is well above jobs.MaxJobBytes
@@ -61,12 +61,11 @@ type Header struct {
 	Env   map[string]string `json:"env,omitempty"`
 	Dir   string            `json:"dir,omitempty"` // "" means DefaultDir
 	Files []File            `json:"files,omitempty"`
-	Nonce string            `json:"nonce"` // marks the trailer; 16 to 64 hex digits
-	Key   string            `json:"key"`   // signs the trailer; 64 hex digits (see Seal)
+	Key   string            `json:"key"` // signs the trailer; 64 hex digits (see Seal)
 }
 
 // Seal returns the seal the header carries.
-func (h *Header) Seal() Seal { return Seal{Nonce: h.Nonce, Key: h.Key} }
+func (h *Header) Seal() Seal { return Seal{Key: h.Key} }
 
 // ErrFormat is wrapped by every decoding and validation error.
 var ErrFormat = errors.New("envelope")
@@ -75,13 +74,10 @@ func errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
 }
 
-var (
-	nonceRE = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
-	keyRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
+var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Validate checks what the launcher relies on: a command, safe file names,
-// no duplicate files, well-formed env, a nonce and a key.
+// no duplicate files, well-formed env and a key.
 func (h *Header) Validate() error {
 	if len(h.Argv) == 0 {
 		return errorf("argv: empty command")
@@ -116,9 +112,6 @@ func (h *Header) Validate() error {
 				return errorf("file %q is also a directory of %q", name[:i], name)
 			}
 		}
-	}
-	if !nonceRE.MatchString(h.Nonce) {
-		return errorf("nonce must be 16 to 64 lowercase hex digits")
 	}
 	if !keyRE.MatchString(h.Key) {
 		return errorf("key must be 64 lowercase hex digits")

@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"strconv"
@@ -9,19 +10,15 @@ import (
 	"testing"
 )
 
-const (
-	nonce = "00112233445566778899aabbccddeeff"
-	key   = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-)
+const key = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
-var seal = Seal{Nonce: nonce, Key: key}
+var seal = Seal{Key: key}
 
 func sample() *Header {
 	return &Header{
 		Argv:  []string{"python3", "main.py"},
 		Env:   map[string]string{"K": "v=1"},
 		Files: []File{{Name: "main.py", Data: []byte("print(1)")}, {Name: "bin/x", Data: []byte{0, 1, 2, 0xff}, Mode: 0o755}},
-		Nonce: nonce,
 		Key:   key,
 	}
 }
@@ -118,7 +115,6 @@ func TestValidate(t *testing.T) {
 		func(h *Header) { h.Files = []File{{Name: "/etc/passwd"}} },
 		func(h *Header) { h.Files = []File{{Name: "a//b"}} },
 		func(h *Header) { h.Files = []File{{Name: "a", Mode: 0o4755}} },
-		func(h *Header) { h.Nonce = "short" },
 		func(h *Header) { h.Key = "" },
 		func(h *Header) { h.Key = strings.ToUpper(key) },
 		func(h *Header) { h.Key = key[:62] },
@@ -138,68 +134,107 @@ func TestValidate(t *testing.T) {
 func TestTrailer(t *testing.T) {
 	t.Parallel()
 	rss, cpu := int64(1<<20), int64(5e6)
-	job := "job said this, no newline"
-	want := Trailer{Exit: 137, Signal: 9, MaxRSSBytes: &rss, CPUNanos: &cpu, StderrBytes: int64(len(job)), Error: strings.Repeat("e", 2000)}
-	tr := seal.Append(nil, want)
+	want := Trailer{Exit: 137, Signal: 9, MaxRSSBytes: &rss, CPUNanos: &cpu, StderrBytes: 25, Error: strings.Repeat("e", 2000)}
+	tr := seal.Sign(want)
 	if len(tr) > MaxTrailerBytes {
 		t.Fatalf("trailer is %d bytes, over MaxTrailerBytes", len(tr))
 	}
-	out := append([]byte(job), tr...)
-	rest, got, ok := seal.Cut(out, Stderr)
-	if !ok || string(rest) != job || got.Exit != 137 || got.Signal != 9 || *got.MaxRSSBytes != rss || got.CgroupPeakBytes != nil {
-		t.Fatalf("Cut = %q %+v %v", rest, got, ok)
+	got, ok := seal.Open(tr)
+	if !ok || got.Exit != 137 || got.Signal != 9 || *got.MaxRSSBytes != rss || got.CgroupPeakBytes != nil || got.StderrBytes != 25 {
+		t.Fatalf("Open = %+v %v", got, ok)
 	}
-	if _, _, ok := seal.Cut(out, Stdout); ok {
-		t.Fatal("Cut accepted a trailer whose stdout count does not match the bytes before it")
-	}
-
-	forged := want
-	forged.Exit, forged.Signal = 0, 0
-	good := seal.Append(nil, forged)
 	flip := func(b []byte, i int) []byte {
 		b = bytes.Clone(b)
 		b[i] ^= 1
 		return b
 	}
 	exitAt := bytes.Index(tr, []byte(`"exit":137`)) + len(`"exit":13`)
-	otherKey := Seal{Nonce: nonce, Key: strings.Repeat("f", 64)}
+	otherKey := Seal{Key: strings.Repeat("f", 64)}
 	for name, in := range map[string][]byte{
-		"another nonce":           append([]byte(job), (Seal{Nonce: "ffffffffffffffff", Key: key}).Append(nil, want)...),
-		"another key":             append([]byte(job), otherKey.Append(nil, forged)...),
-		"no MAC":                  append([]byte(job), append(seal.Marker(), `{"exit":0,"stdout_bytes":0,"stderr_bytes":25}`+"\n"...)...),
-		"altered exit":            append([]byte(job), flip(tr, exitAt)...),
-		"altered MAC":             append([]byte(job), flip(tr, len(tr)-3)...),
-		"bytes added before":      append([]byte(job+"!"), tr...),
-		"bytes removed before":    append([]byte(job[1:]), tr...),
-		"more output after":       append(append([]byte(job), tr...), "more"...),
-		"cut short":               append([]byte(job), tr[:40]...),
-		"trailer repeated":        append(append([]byte(job), tr...), tr...),
-		"good but stdout counted": append([]byte(job), seal.Append(nil, Trailer{StdoutBytes: int64(len(job))})...),
+		"another key":  otherKey.Sign(Trailer{Exit: 0}),
+		"no MAC":       []byte(`{"exit":0,"stdout_bytes":0,"stderr_bytes":25}`),
+		"altered exit": flip(tr, exitAt),
+		"altered MAC":  flip(tr, len(tr)-3),
+		"cut short":    tr[:40],
+		"extended":     append(bytes.Clone(tr), ' '),
+		"empty":        nil,
 	} {
-		if rest, _, ok := seal.Cut(in, Stderr); ok || !bytes.Equal(rest, in) {
-			t.Errorf("%s: Cut accepted %q", name, in)
+		if _, ok := seal.Open(in); ok {
+			t.Errorf("%s: Open accepted %q", name, in)
 		}
-	}
-	if _, got, ok := seal.Cut(append([]byte(job), good...), Stderr); !ok || got.Exit != 0 {
-		t.Fatalf("a well-formed trailer with exit 0 was refused: %+v %v", got, ok)
 	}
 }
 
-func FuzzCut(f *testing.F) {
-	f.Add([]byte("out"))
-	f.Add(seal.Append([]byte("x"), Trailer{StdoutBytes: 1}))
-	f.Fuzz(func(t *testing.T, in []byte) {
-		// Whatever the input, only a trailer signed with the key is taken,
-		// and then what is left is exactly the bytes it counted.
-		rest, tr, ok := seal.Cut(in, Stdout)
-		if ok && (int64(len(rest)) != tr.StdoutBytes || !bytes.HasPrefix(in, rest)) {
-			t.Fatalf("Cut(%q) = %q, %+v", in, rest, tr)
+func TestDeframer(t *testing.T) {
+	t.Parallel()
+	var stream []byte
+	stream = AppendFrame(stream, FrameStdout, []byte("out"))
+	stream = AppendFrame(stream, FrameStderr, []byte("err"))
+	stream = AppendFrame(stream, FrameStdout, nil)
+	stream = AppendFrame(stream, FrameTrailer, []byte("t"))
+	// Fed in every split: one byte at a time and all at once give the same frames.
+	for _, step := range []int{1, 2, 3, 7, len(stream)} {
+		var got []string
+		d := &Deframer{Handle: func(kind byte, p []byte) { got = append(got, string(kind)+":"+string(p)) }}
+		for i := 0; i < len(stream); i += step {
+			d.Write(stream[i:min(i+step, len(stream))])
 		}
-		if ok {
-			again := seal.Append(bytes.Clone(rest), tr)
-			if _, tr2, ok2 := seal.Cut(again, Stdout); !ok2 || tr2.Exit != tr.Exit {
-				t.Fatalf("round trip of %+v failed", tr)
+		if strings.Join(got, ",") != "o:out,e:err,o:,t:t" || !d.Complete() {
+			t.Errorf("step %d: frames %q complete %v err %v", step, got, d.Complete(), d.Err())
+		}
+	}
+	for name, in := range map[string][]byte{
+		"after the trailer": append(bytes.Clone(stream), 'x'),
+		"unknown kind":      AppendFrame(nil, 'z', nil),
+		"oversized":         {FrameStdout, 0xff, 0xff, 0xff, 0xff},
+		"cut short":         stream[:len(stream)-1],
+		"no trailer":        AppendFrame(nil, FrameStdout, []byte("x")),
+	} {
+		d := &Deframer{Handle: func(byte, []byte) {}}
+		d.Write(in)
+		if d.Complete() {
+			t.Errorf("%s: complete", name)
+		}
+	}
+}
+
+func FuzzDeframer(f *testing.F) {
+	f.Add(AppendFrame(AppendFrame(nil, FrameStdout, []byte("x")), FrameTrailer, []byte("t")), 3)
+	f.Add([]byte{FrameStdout, 0, 0, 0}, 1)
+	f.Fuzz(func(t *testing.T, in []byte, step int) {
+		step = 1 + (step&0xff)%17
+		// Any input, in any split, gives the same frames; payloads are
+		// never over the limit.
+		var a, b []string
+		da := &Deframer{Handle: func(k byte, p []byte) {
+			if len(p) > MaxFramePayload {
+				t.Fatalf("payload of %d bytes", len(p))
 			}
+			a = append(a, string(k)+string(p))
+		}}
+		da.Write(in)
+		db := &Deframer{Handle: func(k byte, p []byte) { b = append(b, string(k)+string(p)) }}
+		for i := 0; i < len(in); i += step {
+			db.Write(in[i:min(i+step, len(in))])
+		}
+		if strings.Join(a, "\x00") != strings.Join(b, "\x00") || da.Complete() != db.Complete() {
+			t.Fatalf("split %d changed the frames: %q vs %q", step, a, b)
+		}
+	})
+}
+
+func FuzzOpen(f *testing.F) {
+	f.Add(seal.Sign(Trailer{Exit: 1}))
+	f.Add([]byte(`{"exit":0} 00`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		// Whatever the input, only a trailer signed with the key opens, and
+		// what opens signs again to the same payload.
+		tr, ok := seal.Open(in)
+		if ok && !bytes.Equal(seal.Sign(tr), in) && !json.Valid(in[:len(in)-65]) {
+			t.Fatalf("opened %q", in)
+		}
+		if _, ok := (Seal{Key: strings.Repeat("a", 64)}).Open(in); ok && bytes.Equal(in, seal.Sign(tr)) {
+			t.Fatalf("opened under another key: %q", in)
 		}
 	})
 }

@@ -1,86 +1,130 @@
 package executor
 
 import (
-	"bytes"
 	"sync"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 )
 
-// capture keeps the first keep bytes written to it and counts the rest.
-// When the count first passes limit it signals over, once, and keeps
-// accepting (and dropping) bytes, so that the other stream of the
-// multiplexed attach keeps flowing until the container is killed. Its memory
-// is bounded by keep whatever the job writes.
+// maxDiagBytes bounds what is kept of the container's stderr, where the
+// launcher speaks only before it has a seal (an envelope it could not read).
+const maxDiagBytes = 4 << 10
+
+// capture takes a sandbox's attach stream apart: the launcher's frames on
+// the container's stdout become the job's two streams, each kept up to the
+// output cap and counted beyond it, and the trailer; the container's stderr
+// is kept a little, for the error message. Its memory is bounded whatever
+// the sandbox writes.
 //
-// Once watchEnd named the job's seal, the capture also signals end, once,
-// when what it kept ends with a trailer that checks under the seal. The
-// seal is set by the goroutine handing the job over while the copy
-// goroutine writes, hence the mutex; buf is read only after the copy ended.
+// It signals over, once, when either stream passes the cap, and closes
+// ended when the trailer arrived or the framing broke: after either,
+// nothing more on the stream can be the job's. The attach copy writes while
+// the executor reads the flags, hence the mutex; the buffers are read only
+// after the copy ended.
 type capture struct {
-	mu    sync.Mutex
-	buf   []byte
-	keep  int
-	limit int64
-	n     int64
-	over  chan<- struct{}
-	fired bool
-
-	seal   *envelope.Seal
-	stream envelope.Stream
-	end    chan<- struct{}
-	ended  bool
+	mu             sync.Mutex
+	frames         envelope.Deframer
+	stdout, stderr stream
+	trailer        []byte
+	diag           []byte
+	limit          int64
+	over           chan<- struct{}
+	fired          bool
+	ended          chan struct{}
+	closed         bool
+	onOutput       func(kind byte, p []byte) // set at the hand-off; nil for none
 }
 
-func newCapture(keep int, limit int64, over chan<- struct{}) *capture {
-	return &capture{keep: keep, limit: limit, over: over}
+// stream is one of the job's streams: the first limit bytes, and a count.
+type stream struct {
+	buf []byte
+	n   int64
 }
 
-// watchEnd makes the capture signal end when it holds the whole of stream
-// ending with a trailer that checks under seal.
-func (c *capture) watchEnd(seal envelope.Seal, stream envelope.Stream, end chan<- struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seal, c.stream, c.end = &seal, stream, end
-	c.checkEnd()
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n += int64(len(p))
-	if room := c.keep - len(c.buf); room > 0 {
-		c.buf = append(c.buf, p[:min(room, len(p))]...)
+func (s *stream) add(p []byte, limit int64) {
+	s.n += int64(len(p))
+	if room := limit - int64(len(s.buf)); room > 0 {
+		s.buf = append(s.buf, p[:min(room, int64(len(p)))]...)
 	}
-	if c.n > c.limit && !c.fired {
+}
+
+func newCapture(limit int64, over chan<- struct{}) *capture {
+	c := &capture{limit: limit, over: over, ended: make(chan struct{})}
+	c.frames.Handle = c.frame
+	return c
+}
+
+// frame is called by the deframer, under c.mu.
+func (c *capture) frame(kind byte, p []byte) {
+	switch kind {
+	case envelope.FrameStdout:
+		c.stdout.add(p, c.limit)
+	case envelope.FrameStderr:
+		c.stderr.add(p, c.limit)
+	case envelope.FrameTrailer:
+		c.trailer = append([]byte(nil), p...)
+		c.end()
+		return
+	}
+	if c.onOutput != nil {
+		c.onOutput(kind, p)
+	}
+	if (c.stdout.n > c.limit || c.stderr.n > c.limit) && !c.fired {
 		c.fired = true
 		select {
 		case c.over <- struct{}{}:
 		default:
 		}
 	}
-	c.checkEnd()
-	return len(p), nil
 }
 
-func (c *capture) checkEnd() {
-	if c.seal == nil || c.ended || int64(len(c.buf)) != c.n || !bytes.HasSuffix(c.buf, []byte("\n")) {
-		return
-	}
-	// The marker in the tail is a cheap test before the MAC is checked.
-	tail := c.buf[max(0, len(c.buf)-envelope.MaxTrailerBytes):]
-	if !bytes.Contains(tail, c.seal.Marker()) {
-		return
-	}
-	if _, _, ok := c.seal.Cut(c.buf, c.stream); !ok {
-		return
-	}
-	c.ended = true
-	select {
-	case c.end <- struct{}{}:
-	default:
+func (c *capture) end() {
+	if !c.closed {
+		c.closed = true
+		close(c.ended)
 	}
 }
 
-// exceeded reports whether more than limit bytes were written.
-func (c *capture) exceeded() bool { return c.n > c.limit }
+// stdoutWriter is where the attach copy writes the container's stdout.
+func (c *capture) stdoutWriter() writerFunc {
+	return func(p []byte) (int, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n, _ := c.frames.Write(p)
+		if c.frames.Err() != nil {
+			c.end()
+		}
+		return n, nil
+	}
+}
+
+// stderrWriter is where the attach copy writes the container's stderr.
+func (c *capture) stderrWriter() writerFunc {
+	return func(p []byte) (int, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if room := maxDiagBytes - len(c.diag); room > 0 {
+			c.diag = append(c.diag, p[:min(room, len(p))]...)
+		}
+		return len(p), nil
+	}
+}
+
+// watch sets what is told of the job's output as it arrives, from the
+// attach copy's goroutine: it must not block.
+func (c *capture) watch(onOutput func(kind byte, p []byte)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onOutput = onOutput
+}
+
+// frameErr reports whether the framing broke, and why.
+func (c *capture) frameErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames.Err()
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

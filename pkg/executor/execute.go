@@ -10,7 +10,6 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -18,14 +17,16 @@ import (
 // observed is what execute saw of one job, before any judgement: verdict
 // turns it into an outcome.
 type observed struct {
-	killed         jobs.Status // the first reason the executor killed the sandbox; "" if it did not
-	exitCode       int64       // the container's, as the engine reported it (0 when it did not)
-	engineOOM      bool        // the engine reported an OOM kill
-	stdout, stderr []byte      // as captured, trailers included
-	stdoutOver     bool        // more than the capture's limit was written
-	stderrOver     bool
-	started        time.Time
-	finished       time.Time
+	killed           jobs.Status // the first reason the executor killed the sandbox; "" if it did not
+	exitCode         int64       // the container's, as the engine reported it (0 when it did not)
+	engineOOM        bool        // the engine reported an OOM kill
+	stdout, stderr   []byte      // the job's streams as framed by the launcher, up to the cap
+	stdoutN, stderrN int64       // their full sizes
+	trailer          []byte      // the trailer frame's payload, nil if none came
+	framesBroken     error       // why the framing broke, if it did
+	diag             []byte      // the container's stderr: the launcher before it had a seal
+	started          time.Time
+	finished         time.Time
 }
 
 // execute hands the job (its envelope and stdin) to a launched sandbox and
@@ -53,15 +54,12 @@ func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim 
 	obs := observed{started: time.Now()}
 	timer := time.NewTimer(lim.Timeout.D())
 	defer timer.Stop()
-	// The launcher ends both streams with its signed trailer once the job's
-	// process has ended. With both in, and the trailer saying whether the
-	// cgroup saw an OOM kill, the verdict is known: there is no need to wait
-	// for the engine to tear the container down and report its exit, which
-	// is most of a trivial job's time. release kills and removes it.
-	ends := make(chan struct{}, 2)
-	s.stdout.watchEnd(env.seal, envelope.Stdout, ends)
-	s.stderr.watchEnd(env.seal, envelope.Stderr, ends)
-	streamsEnded := 0
+	// The launcher's last frame is its signed trailer, sent once the job's
+	// process has ended. With it in, and saying whether the cgroup saw an
+	// OOM kill, the verdict is known: there is no need to wait for the
+	// engine to tear the container down and report its exit, which is most
+	// of a trivial job's time. release kills and removes it.
+	ended := s.out.ended
 	early := false
 
 	feedDone := make(chan struct{})
@@ -104,20 +102,21 @@ func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim 
 wait:
 	for {
 		select {
-		case <-ends:
-			if streamsEnded++; streamsEnded < 2 || obs.killed != "" {
+		case <-ended:
+			ended = nil
+			if obs.killed != "" {
 				continue
 			}
-			// Both streams end with a trailer that checks: nothing more
-			// can be the job's.
+			// The trailer came, or the framing broke: nothing more on the
+			// stream can be the job's.
 			s.att.Close()
 			<-s.copyDone
-			if _, t, ok := env.seal.Cut(s.stderr.buf, envelope.Stderr); ok && t.CgroupOOMKills != nil {
+			if t, ok := env.seal.Open(s.out.trailer); ok && t.CgroupOOMKills != nil {
 				early = true
 				break wait
 			}
-			// A launcher that cannot tell OOM kills: the exit and the
-			// inspection will.
+			// No verdict, or a launcher that cannot tell OOM kills: the
+			// exit and the inspection will tell the rest.
 		case r := <-s.wait.Result:
 			obs.exitCode = r.StatusCode
 			if r.Error != nil && r.Error.Message != "" {
@@ -159,7 +158,10 @@ wait:
 			obs.engineOOM = info.Container.State.OOMKilled
 		}
 	}
-	obs.stdout, obs.stderr = s.stdout.buf, s.stderr.buf
-	obs.stdoutOver, obs.stderrOver = s.stdout.exceeded(), s.stderr.exceeded()
+	c := s.out // the copy has ended: no lock needed
+	obs.stdout, obs.stderr = c.stdout.buf, c.stderr.buf
+	obs.stdoutN, obs.stderrN = c.stdout.n, c.stderr.n
+	obs.trailer, obs.diag = c.trailer, c.diag
+	obs.framesBroken = c.frames.Err()
 	return obs, nil
 }

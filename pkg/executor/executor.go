@@ -264,7 +264,7 @@ func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
 		return sealed{}, fmt.Errorf("files[%q]: collides with the preset's main file, which holds code", p.MainFile)
 	}
 	seal := envelope.NewSeal()
-	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Nonce: seal.Nonce, Key: seal.Key}
+	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key}
 	if !mainInFiles {
 		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
 	}
@@ -294,15 +294,15 @@ func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
 // envelope. A fresh one is launched for a job; a pooled one was launched
 // ahead of time. Either serves exactly one job and is then released.
 type sandbox struct {
-	id, short      string
-	att            client.HijackedResponse
-	wait           client.ContainerWaitResult
-	stopWait       context.CancelFunc
-	overflow       chan struct{}
-	stdout, stderr *capture
-	copyDone       chan struct{} // closed when the output stream ended
-	born           time.Time
-	pool           *pool // the pool it was taken from, if any
+	id, short string
+	att       client.HijackedResponse
+	wait      client.ContainerWaitResult
+	stopWait  context.CancelFunc
+	overflow  chan struct{}
+	out       *capture
+	copyDone  chan struct{} // closed when the output stream ended
+	born      time.Time
+	pool      *pool // the pool it was taken from, if any
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -352,19 +352,14 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	waitCtx, s.stopWait = context.WithCancel(context.Background())
 	s.wait = e.api.ContainerWait(waitCtx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 
-	s.overflow = make(chan struct{}, 2)
-	// Both streams end with the launcher's trailer, which must not count
-	// against the job's cap: past the cap plus a trailer the job is killed;
-	// past the cap alone, once the trailer is cut, its output is truncated.
-	keep := int(lim.Output) + envelope.MaxTrailerBytes
-	s.stdout = newCapture(keep, int64(keep), s.overflow)
-	s.stderr = newCapture(keep, int64(keep), s.overflow)
+	s.overflow = make(chan struct{}, 1)
+	s.out = newCapture(int64(lim.Output), s.overflow)
 	s.copyDone = make(chan struct{})
 	go func() {
 		defer close(s.copyDone)
 		// Its error only says how the stream ended; the wait and the
 		// inspection say how the container did.
-		_, _ = stdcopy.StdCopy(s.stdout, s.stderr, s.att.Reader)
+		_, _ = stdcopy.StdCopy(s.out.stdoutWriter(), s.out.stderrWriter(), s.att.Reader)
 	}()
 
 	if _, err := e.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
@@ -443,4 +438,4 @@ func derefInt(p *int) any {
 	return *p
 }
 
-var _ io.Writer = (*capture)(nil)
+var _ io.Writer = writerFunc(nil)

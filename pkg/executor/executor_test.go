@@ -168,26 +168,28 @@ func launcher(job func(stdin io.Reader, stdout, stderr io.Writer) int) func(<-ch
 			io.WriteString(stderr, err.Error())
 			return 125
 		}
-		var out, errs countingWriter
-		out.w, errs.w = stdout, stderr
-		code := job(stdin, &out, &errs)
+		out, errs := &framed{w: stdout, kind: envelope.FrameStdout}, &framed{w: stdout, kind: envelope.FrameStderr}
+		code := job(stdin, out, errs)
 		cpu := int64(42e6)
-		tr := h.Seal().Append(nil, envelope.Trailer{Exit: code, CPUNanos: &cpu, StdoutBytes: out.n, StderrBytes: errs.n})
-		stdout.Write(tr)
-		stderr.Write(tr)
+		tr := h.Seal().Sign(envelope.Trailer{Exit: code, CPUNanos: &cpu, StdoutBytes: out.n, StderrBytes: errs.n})
+		stdout.Write(envelope.AppendFrame(nil, envelope.FrameTrailer, tr))
 		return int64(code)
 	}
 }
 
-type countingWriter struct {
-	w io.Writer
-	n int64
+// framed writes frames of one kind, as the launcher does, counting them.
+type framed struct {
+	w    io.Writer
+	kind byte
+	n    int64
 }
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+func (f *framed) Write(p []byte) (int, error) {
+	if _, err := f.w.Write(envelope.AppendFrame(nil, f.kind, p)); err != nil {
+		return 0, err
+	}
+	f.n += int64(len(p))
+	return len(p), nil
 }
 
 func blockUntilKilled(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64 {
@@ -240,7 +242,7 @@ func TestRunLifecycle(t *testing.T) {
 		{name: "canceled while running", fake: &fakeDocker{behave: blockUntilKilled}, cancel: true, status: jobs.StatusCanceled, removed: 1},
 		{name: "output over the cap", limits: limits.Limits{Output: 1024},
 			fake: &fakeDocker{behave: func(killed <-chan struct{}, _ io.Reader, stdout, _ io.Writer) int64 {
-				chunk := []byte(strings.Repeat("x", 100))
+				chunk := envelope.AppendFrame(nil, envelope.FrameStdout, []byte(strings.Repeat("x", 100)))
 				for {
 					select {
 					case <-killed:
@@ -266,7 +268,7 @@ func TestRunLifecycle(t *testing.T) {
 				}
 			}},
 		{name: "exit 0 without a trailer is not success", fake: &fakeDocker{behave: func(_ <-chan struct{}, _ io.Reader, stdout, _ io.Writer) int64 {
-			io.WriteString(stdout, "all tests passed\n")
+			stdout.Write(envelope.AppendFrame(nil, envelope.FrameStdout, []byte("all tests passed\n")))
 			return 0
 		}},
 			status: jobs.StatusFailed, removed: 1,
@@ -417,16 +419,43 @@ func TestContainerSpecHardening(t *testing.T) {
 func TestCapture(t *testing.T) {
 	t.Parallel()
 	over := make(chan struct{}, 1)
-	c := newCapture(4, 4, over)
-	c.Write([]byte("ab"))
-	c.Write([]byte("cd"))
-	if c.exceeded() || len(over) != 0 {
-		t.Fatal("exactly at the cap is not over it")
+	c := newCapture(4, over)
+	var seen []string
+	c.watch(func(kind byte, p []byte) { seen = append(seen, string(kind)+string(p)) })
+	w := c.stdoutWriter()
+	stream := envelope.AppendFrame(nil, envelope.FrameStdout, []byte("ab"))
+	stream = envelope.AppendFrame(stream, envelope.FrameStderr, []byte("xyzw"))
+	stream = envelope.AppendFrame(stream, envelope.FrameStdout, []byte("cd"))
+	for i := range stream { // a byte at a time: frames arrive in pieces
+		w.Write(stream[i : i+1])
 	}
-	c.Write([]byte("e"))
-	c.Write([]byte("fgh"))
-	if !c.exceeded() || len(over) != 1 || string(c.buf) != "abcd" {
-		t.Fatalf("buf %q exceeded %v signals %d", c.buf, c.exceeded(), len(over))
+	if len(over) != 0 || string(c.stdout.buf) != "abcd" || string(c.stderr.buf) != "xyzw" {
+		t.Fatalf("exactly at the cap is not over it: stdout %q stderr %q over %d", c.stdout.buf, c.stderr.buf, len(over))
+	}
+	w.Write(envelope.AppendFrame(nil, envelope.FrameStdout, []byte("efgh")))
+	if len(over) != 1 || string(c.stdout.buf) != "abcd" || c.stdout.n != 8 {
+		t.Fatalf("buf %q n %d signals %d", c.stdout.buf, c.stdout.n, len(over))
+	}
+	if strings.Join(seen, ",") != "oab,exyzw,ocd,oefgh" {
+		t.Fatalf("watched %q", seen)
+	}
+	select {
+	case <-c.ended:
+		t.Fatal("ended before the trailer")
+	default:
+	}
+	w.Write(envelope.AppendFrame(nil, envelope.FrameTrailer, []byte("t")))
+	<-c.ended
+	c.stderrWriter().Write([]byte(strings.Repeat("d", 2*maxDiagBytes)))
+	if string(c.trailer) != "t" || len(c.diag) != maxDiagBytes {
+		t.Fatalf("trailer %q diag %d bytes", c.trailer, len(c.diag))
+	}
+
+	broken := newCapture(4, over)
+	broken.stdoutWriter().Write([]byte("raw bytes, not frames"))
+	<-broken.ended
+	if broken.frameErr() == nil {
+		t.Fatal("raw bytes did not break the framing")
 	}
 }
 

@@ -131,12 +131,11 @@ func TestRunEndsOnTheTrailer(t *testing.T) {
 				if err != nil {
 					return 125
 				}
-				io.WriteString(stdout, "partial line without newline")
-				tr := h.Seal().Append(nil, envelope.Trailer{Exit: tc.exit, CgroupOOMKills: &tc.ooms,
-					StdoutBytes: int64(len("partial line without newline")), StderrBytes: int64(len("err\n"))})
-				stdout.Write(tr)
-				io.WriteString(stderr, "err\n")
-				stderr.Write(tr)
+				out, errs := &framed{w: stdout, kind: envelope.FrameStdout}, &framed{w: stdout, kind: envelope.FrameStderr}
+				io.WriteString(out, "partial line without newline")
+				io.WriteString(errs, "err\n")
+				tr := h.Seal().Sign(envelope.Trailer{Exit: tc.exit, CgroupOOMKills: &tc.ooms, StdoutBytes: out.n, StderrBytes: errs.n})
+				stdout.Write(envelope.AppendFrame(nil, envelope.FrameTrailer, tr))
 				<-killed // the engine's slow teardown, never reached
 				return 137
 			}}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,22 +33,16 @@ const errNoVerdict = "the sandbox's launcher gave no verdict"
 //   - an OOM kill seen by the engine or the sandbox's cgroup comes next;
 //   - output past the cap, as counted by the executor, is output_limit;
 //   - only then the launcher's trailer, and only one signed with the job's
-//     seal whose byte counts match what arrived: its exit status is the
-//     job's. Without one the job failed, whatever the container's exit
-//     status was, since a job that silenced the launcher could choose that.
+//     seal, in a stream whose framing held, whose byte counts match what
+//     arrived: its exit status is the job's. Without one the job failed,
+//     whatever the container's exit status was, since a job that silenced
+//     the launcher could choose that.
 func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
-	out := &outcome{started: o.started, finished: o.finished}
-	outBytes, _, haveOut := seal.Cut(o.stdout, envelope.Stdout)
-	errBytes, t, haveErr := seal.Cut(o.stderr, envelope.Stderr)
-	signed := haveOut && haveErr
-	out.stdout, out.stderr = outBytes, errBytes
-	capped := int(lim.Output)
-	if len(out.stdout) > capped || (o.stdoutOver && !haveOut) {
-		out.stdout, out.stdoutTrunc = out.stdout[:min(len(out.stdout), capped)], true
-	}
-	if len(out.stderr) > capped || (o.stderrOver && !haveErr) {
-		out.stderr, out.stderrTrunc = out.stderr[:min(len(out.stderr), capped)], true
-	}
+	out := &outcome{started: o.started, finished: o.finished, stdout: o.stdout, stderr: o.stderr}
+	capped := int64(lim.Output)
+	out.stdoutTrunc, out.stderrTrunc = o.stdoutN > capped, o.stderrN > capped
+	t, signed := seal.Open(o.trailer)
+	signed = signed && o.framesBroken == nil && t.StdoutBytes == o.stdoutN && t.StderrBytes == o.stderrN
 	code := int(o.exitCode)
 	if signed {
 		code = t.Exit
@@ -70,6 +65,9 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	case !signed:
 		out.status = jobs.StatusFailed
 		out.msg = fmt.Sprintf("%s (the container exited with status %d)", errNoVerdict, o.exitCode)
+		if d := strings.TrimSpace(string(o.diag)); d != "" {
+			out.msg += ": " + strings.ToValidUTF8(d, "?")
+		}
 	case code == 0:
 		out.status, out.exit = jobs.StatusSucceeded, &code
 	default:

@@ -2,12 +2,12 @@
 // It blocks on stdin until an envelope arrives (so a container may be
 // started before its job is known), unpacks the files into the working
 // directory, and runs the command with the rest of stdin as the job's stdin
-// and pipes of its own as the job's stdout and stderr, which it copies onto
-// the container's streams. When the job's process has ended it reports the
-// exit status, the usage figures and the bytes it copied in a trailer
-// signed with the envelope's key, at the end of both streams (see
-// envelope.Seal). It exits with the job's exit status, or 128+N when the job
-// was killed by signal N.
+// and pipes of its own as the job's stdout and stderr, which it frames onto
+// the container's stdout (see envelope.AppendFrame). When the job's process
+// has ended it reports the exit status, the usage figures and the bytes it
+// framed of each stream in a trailer signed with the envelope's key, the
+// last frame (see envelope.Seal). It exits with the job's exit status, or
+// 128+N when the job was killed by signal N.
 //
 // Everything that makes the verdict the launcher's and not the job's rests
 // on three facts: the job never holds the container's streams (only its
@@ -32,7 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,20 +68,43 @@ func main() {
 	os.Exit(run(sigs))
 }
 
-// stream is one of the container's output streams, counting what was
-// written to it. Only the launcher writes to it.
-type stream struct {
-	f  *os.File
-	mu sync.Mutex
-	n  atomic.Int64
+// framer writes frames to the container's stdout, whole, one at a time,
+// counting the payload bytes of each kind. Only the launcher writes there.
+type framer struct {
+	mu  sync.Mutex
+	out *os.File
+	buf []byte
+	n   map[byte]int64
 }
 
-func (s *stream) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, err := s.f.Write(p)
-	s.n.Add(int64(n))
-	return n, err
+func (f *framer) frame(kind byte, p []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for first := true; first || len(p) > 0; first = false {
+		chunk := p[:min(len(p), envelope.MaxFramePayload)]
+		p = p[len(chunk):]
+		f.buf = envelope.AppendFrame(f.buf[:0], kind, chunk)
+		if _, err := f.out.Write(f.buf); err != nil {
+			return err
+		}
+		f.n[kind] += int64(len(chunk))
+	}
+	return nil
+}
+
+// writer is what frames of one kind look like to io.Writer users.
+func (f *framer) writer(kind byte) io.Writer { return frameWriter{f, kind} }
+
+type frameWriter struct {
+	f    *framer
+	kind byte
+}
+
+func (w frameWriter) Write(p []byte) (int, error) {
+	if err := w.f.frame(w.kind, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func run(sigs <-chan os.Signal) int {
@@ -93,13 +115,13 @@ func run(sigs <-chan os.Signal) int {
 		return exitLauncher
 	}
 	seal := h.Seal()
-	stdout, stderr := &stream{f: os.Stdout}, &stream{f: os.Stderr}
+	fr := &framer{out: os.Stdout, n: map[byte]int64{}}
+	stdout, stderr := fr.writer(envelope.FrameStdout), fr.writer(envelope.FrameStderr)
 	finish := func(t envelope.Trailer) int {
-		t.StdoutBytes, t.StderrBytes = stdout.n.Load(), stderr.n.Load()
-		// Stdout first, so that the trailer on stderr comes last of all.
-		tr := seal.Append(nil, t)
-		_, _ = os.Stdout.Write(tr)
-		_, _ = os.Stderr.Write(tr)
+		fr.mu.Lock()
+		t.StdoutBytes, t.StderrBytes = fr.n[envelope.FrameStdout], fr.n[envelope.FrameStderr]
+		fr.mu.Unlock()
+		_ = fr.frame(envelope.FrameTrailer, seal.Sign(t))
 		return t.Exit
 	}
 	fail := func(code int, format string, args ...any) int {
@@ -177,9 +199,9 @@ wait:
 	return finish(t)
 }
 
-// pump copies the job's pipe r onto the container's stream w until the
-// pipe ends or its read deadline passes. Reads and writes alternate, so the
-// count is exact whenever it stops.
+// pump frames the job's pipe r onto the container's stdout through w until
+// the pipe ends or its read deadline passes. Reads and writes alternate, so
+// the count is exact whenever it stops.
 func pump(w io.Writer, r *os.File) {
 	defer r.Close()
 	buf := make([]byte, 32<<10)

@@ -167,7 +167,7 @@ func dockerRun(ctx context.Context, o options, r *report) error {
 	args = append([]string{"run"}, args...)
 	once := func() error {
 		seal := envelope.NewSeal()
-		h := &envelope.Header{Argv: []string{"python3", "main.py"}, Dir: "/workspace", Nonce: seal.Nonce, Key: seal.Key,
+		h := &envelope.Header{Argv: []string{"python3", "main.py"}, Dir: "/workspace", Key: seal.Key,
 			Files: []envelope.File{{Name: "main.py", Data: []byte(o.code)}}}
 		env, err := envelope.Marshal(h)
 		if err != nil {
