@@ -97,6 +97,15 @@ func (w *Worker) settle(msg jetstream.Msg, d decision, log *slog.Logger) {
 	case verdictNakDelay:
 		err = msg.NakWithDelay(w.cfg.NakDelay)
 	}
+	if err == nil && d.verdict != verdictAck {
+		// Nak and term are publishes nobody answers: flushed, they have
+		// reached the server before the worker goes on, and maybe closes
+		// its connection. A forced nak lost that way left the job in
+		// flight for a whole AckWait (issue 11).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = w.js.Conn().FlushWithContext(ctx)
+		cancel()
+	}
 	attrs := []any{"verdict", d.verdict.String()}
 	if d.result != nil {
 		attrs = append(attrs, "status", string(d.result.Status))
@@ -286,6 +295,9 @@ func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, 
 	if kvKey.MatchString(res.ID) {
 		var err error
 		stored, err = w.store(force, res)
+		if err != nil && force.Err() != nil {
+			return decision{verdict: verdictNak, result: res, reason: "forced stop while storing the result: " + err.Error()}
+		}
 		if err != nil {
 			return decision{verdict: verdictNakDelay, result: res, reason: "store result: " + err.Error()}
 		}
@@ -303,12 +315,14 @@ func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, 
 }
 
 // store writes the result with retries; on a conflict the winner's result
-// is returned. It gives up after HoldMax or on force.
+// is returned. It gives up after HoldMax or on force, but lets a write
+// under way finish: a job that ended a moment before a force keeps its
+// result instead of running again.
 func (w *Worker) store(force context.Context, res *jobs.Result) (*jobs.Result, error) {
 	ctx, cancel := context.WithTimeout(force, w.cfg.HoldMax)
 	defer cancel()
 	return backoff.RetryWithData(func() (*jobs.Result, error) {
-		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer acancel()
 		stored, _, err := jobs.StoreResult(actx, w.stores.Results, res, w.stores.MaxResultBytes)
 		if err != nil {

@@ -58,8 +58,10 @@ type Config struct {
 	Version string
 	// Topology of the stream, consumer and buckets; zero fields default.
 	Topology jobs.Topology
-	// FetchWait is how long one pull waits for a job; it bounds how long a
-	// drain waits for the fetcher. Default 2s.
+	// FetchWait is how long a pull request waits at the server for a job
+	// before the worker renews it; under 1s (nats.go's minimum) it counts
+	// as 1s. A stop does not wait for it: pulls are withdrawn at once.
+	// Default 2s.
 	FetchWait time.Duration
 	// HoldMax is how long a job is held (its lease kept alive) while the
 	// executor's infrastructure is down, waiting to run it here, before it
@@ -244,10 +246,27 @@ func (w *Worker) Status() jobs.WorkerStatus {
 }
 
 // Run ensures the topology and serves jobs until stop is canceled, then
-// drains: it fetches no more, lets the jobs in flight finish and returns
-// nil. Canceling force cancels the jobs in flight, which are naked for
-// immediate redelivery, and Run returns once they are settled.
+// drains: it withdraws its pull requests, lets the jobs in flight finish and
+// returns nil. Canceling force (which implies stop) cancels the jobs in
+// flight, which are naked for immediate redelivery, and Run returns once
+// they are settled.
 func (w *Worker) Run(stop, force context.Context) error {
+	stop, stopNow := context.WithCancel(stop)
+	defer stopNow()
+	// Jobs learn of force only once no pull request of this worker is
+	// outstanding: a forced job is handed back once, to another worker,
+	// instead of landing in a pull of its own and being naked again.
+	jobForce, forceJobs := context.WithCancel(context.Background())
+	defer forceJobs()
+	fetched := make(chan struct{})
+	fetchDone := sync.OnceFunc(func() { close(fetched) })
+	defer fetchDone()
+	defer context.AfterFunc(force, func() {
+		stopNow()
+		<-fetched
+		forceJobs()
+	})()
+
 	st, cons, err := w.setup(stop)
 	if err != nil {
 		return stoppedOr(stop, err)
@@ -281,7 +300,8 @@ func (w *Worker) Run(stop, force context.Context) error {
 
 	w.log.Info("worker started", "slots", w.cfg.Slots, "ack_wait", w.cfg.Topology.AckWait)
 	var jobsWG sync.WaitGroup
-	w.fetchLoop(stop, force, &jobsWG)
+	w.fetchLoop(stop, jobForce, &jobsWG)
+	fetchDone()
 	w.draining.Store(true)
 	w.log.Info("draining", "in_flight", w.busy.Load())
 	jobsWG.Wait()
@@ -331,56 +351,98 @@ func (w *Worker) setup(stop context.Context) (*jobs.Stores, jetstream.Consumer, 
 	return t.st, t.cons, err
 }
 
-// fetchLoop takes every free slot (at least one), then fetches at most that
-// many messages in one pull, until stop.
+// fetchLoop hands jobs to free slots until stop, and returns once no pull
+// request of this worker is outstanding at the server. While the executor
+// is down it pulls nothing (pullWhileUp returns when it goes down).
 func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) {
 	slots := make(chan struct{}, w.cfg.Slots)
 	var retry backoff.BackOff
 	for {
-		select {
-		case slots <- struct{}{}:
-		case <-stop.Done():
-			return
-		}
-		free := 1
-	more:
-		for free < w.cfg.Slots {
-			select {
-			case slots <- struct{}{}:
-				free++
-			default:
-				break more
-			}
-		}
 		if err := w.health.wait(stop); err != nil {
 			return
 		}
-		msgs, err := w.fetchUpTo(free)
+		handed, err := w.pullWhileUp(stop, force, slots, jobsWG)
+		if stop.Err() != nil {
+			return
+		}
+		if handed > 0 {
+			retry = nil
+		}
+		if err == nil {
+			continue // the executor went down
+		}
+		if retry == nil {
+			retry = w.cfg.Backoff()
+		}
+		d := retry.NextBackOff()
+		if d == backoff.Stop {
+			d = 30 * time.Second
+		}
+		w.log.Warn("fetch failed", "err", err, "retry_in", d)
+		select {
+		case <-time.After(d):
+		case <-stop.Done():
+			return
+		}
+	}
+}
+
+// pullWhileUp serves free slots until stop, the executor going down or a
+// failed pull, and returns how many messages it handed out. It takes
+// every free slot (at least one), then pulls at most that many messages:
+// what is there now, in one request that the server answers at once
+// (FetchNoWait), or, when nothing is, one message from an iterator that
+// waits for it (Consumer.Messages, one message per pull, pulling only
+// while a slot waits in Next).
+//
+// On the way out the iterator is drained, neither stopped nor left to
+// expire. Draining unsubscribes its inbox and flushes, so the server,
+// which hands nothing to a pull request whose subscriber is gone, has seen
+// the unsubscribe when Next reports the iterator closed; a message it sent
+// before still comes out of Next, and is run. A stopped iterator would
+// drop that message, leaving it unacked until AckWait; a pull left to
+// expire would keep taking work while the worker stops, a forced job's
+// nak included (issue 11: naked back into its own worker's pulls as
+// attempts 2 and 3).
+func (w *Worker) pullWhileUp(stop, force context.Context, slots chan struct{}, jobsWG *sync.WaitGroup) (int, error) {
+	it, err := w.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(max(w.cfg.FetchWait, time.Second)))
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(stop)
+	var drainer sync.WaitGroup
+	drainer.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-w.health.downCh():
+			cancel()
+		}
+		it.Drain()
+	})
+	defer func() {
+		cancel()
+		drainer.Wait()
+		w.handBack(it)
+	}()
+
+	handed := 0
+	for {
+		free, ok := takeSlots(ctx, slots, w.cfg.Slots)
+		if !ok {
+			return handed, nil
+		}
+		msgs, err := w.fetchNow(free)
+		if err == nil && len(msgs) == 0 {
+			var msg jetstream.Msg
+			if msg, err = it.Next(); err == nil {
+				msgs = append(msgs, msg)
+			}
+		}
 		for range free - len(msgs) {
 			<-slots
 		}
-		if err != nil || len(msgs) == 0 {
-			if err == nil {
-				retry = nil
-				continue
-			}
-			if retry == nil {
-				retry = w.cfg.Backoff()
-			}
-			d := retry.NextBackOff()
-			if d == backoff.Stop {
-				d = 30 * time.Second
-			}
-			w.log.Warn("fetch failed", "err", err, "retry_in", d)
-			select {
-			case <-time.After(d):
-			case <-stop.Done():
-				return
-			}
-			continue
-		}
-		retry = nil
 		for _, msg := range msgs {
+			handed++
 			w.busy.Add(1)
 			jobsWG.Go(func() {
 				defer func() {
@@ -390,28 +452,48 @@ func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) 
 				w.handle(stop, force, msg)
 			})
 		}
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return handed, nil // drained by us
+			}
+			return handed, err
+		}
 	}
 }
 
-// fetchUpTo pulls at most n messages: what is there now in one request,
-// or, when nothing is, waits for one. The pull is not canceled by stop: a
-// message in flight to a canceled pull would sit unacked until its lease
-// ran out, so a drain waits up to FetchWait instead.
-func (w *Worker) fetchUpTo(n int) ([]jetstream.Msg, error) {
-	if n > 1 {
-		batch, err := w.cons.FetchNoWait(n)
-		if err != nil {
-			return nil, err
-		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if len(msgs) > 0 {
-			return msgs, nil
+// takeSlots takes every free slot, at least one, and returns how many; it
+// returns false, holding none, once ctx is done.
+func takeSlots(ctx context.Context, slots chan struct{}, n int) (int, bool) {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	// A free slot and a done ctx may both be ready: select picks at random.
+	if ctx.Err() != nil {
+		<-slots
+		return 0, false
+	}
+	free := 1
+	for free < n {
+		select {
+		case slots <- struct{}{}:
+			free++
+		default:
+			return free, true
 		}
 	}
-	batch, err := w.cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.FetchWait))
+	return free, true
+}
+
+// fetchNow pulls at most n messages that are there now, in one request,
+// when more than one slot is free: it leaves no request waiting at the
+// server.
+func (w *Worker) fetchNow(n int) ([]jetstream.Msg, error) {
+	if n < 2 {
+		return nil, nil
+	}
+	batch, err := w.cons.FetchNoWait(n)
 	if err != nil {
 		return nil, err
 	}
@@ -424,6 +506,24 @@ func (w *Worker) fetchUpTo(n int) ([]jetstream.Msg, error) {
 		return nil, err
 	}
 	return msgs, nil
+}
+
+// handBack naks, at once, what a drained iterator still holds: nothing,
+// unless a pull was renewed after missed heartbeats while one was still
+// answered. No slot waits for it.
+func (w *Worker) handBack(it jetstream.MessagesContext) {
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(max(w.cfg.FetchWait, time.Second)))
+		if err != nil {
+			return
+		}
+		var dl delivery
+		_, dl.id, _ = jobs.ParseSubject(msg.Subject())
+		if meta, err := msg.Metadata(); err == nil {
+			dl.attempt = int(meta.NumDelivered)
+		}
+		w.settle(msg, decision{verdict: verdictNak, reason: "pulled with no free slot"}, w.log.With("job_id", dl.id, "attempt", dl.attempt))
+	}
 }
 
 // heartbeat keeps the worker's entry in WORKERS fresh.
@@ -563,6 +663,7 @@ func (w *Worker) probe(ctx context.Context) {
 type health struct {
 	mu   sync.Mutex
 	ok   chan struct{} // closed while up
+	gone chan struct{} // closed while down
 	err  error
 	kick chan struct{} // wakes the prober
 }
@@ -570,7 +671,7 @@ type health struct {
 func newHealth() *health {
 	ok := make(chan struct{})
 	close(ok)
-	return &health{ok: ok, kick: make(chan struct{}, 1)}
+	return &health{ok: ok, gone: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
 
 func (h *health) down(err error) {
@@ -580,6 +681,7 @@ func (h *health) down(err error) {
 	select {
 	case <-h.ok:
 		h.ok = make(chan struct{})
+		close(h.gone)
 		select {
 		case h.kick <- struct{}{}:
 		default:
@@ -595,6 +697,7 @@ func (h *health) up() {
 	case <-h.ok:
 	default:
 		close(h.ok)
+		h.gone = make(chan struct{})
 	}
 }
 
@@ -602,6 +705,13 @@ func (h *health) upCh() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ok
+}
+
+// downCh is closed when the executor is (next) reported down.
+func (h *health) downCh() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gone
 }
 
 func (h *health) ready() bool {

@@ -93,7 +93,9 @@ func (b *bundle) startWorker(t *testing.T, cfg worker.Config) *running {
 		cfg.ID = "w1"
 	}
 	cfg.Topology = b.topo
-	cfg.FetchWait = 200 * time.Millisecond
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = 200 * time.Millisecond
+	}
 	if cfg.Slots == 0 {
 		cfg.Slots = 2
 	}
