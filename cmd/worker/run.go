@@ -386,9 +386,9 @@ func (d *dockerExecutor) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (d *dockerExecutor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+func (d *dockerExecutor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
 	d.ran.Store(true)
-	return d.Executor.Run(ctx, job)
+	return d.Executor.Run(ctx, job, opts)
 }
 
 func (d *dockerExecutor) reapOnce(ctx context.Context) {

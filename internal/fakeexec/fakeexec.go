@@ -3,7 +3,7 @@
 //
 // A job's code is a tiny script, one command per line:
 //
-//	print TEXT     append TEXT and a newline to stdout
+//	print TEXT     append TEXT and a newline to stdout (and tell OnOutput)
 //	eprint TEXT    the same on stderr
 //	flood N C      append N copies of the byte C to stdout and to stderr
 //	sleep DURATION sleep, or stop early with a canceled result
@@ -109,7 +109,7 @@ func (e *Executor) Ping(context.Context) error {
 }
 
 // Run runs the job's script.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
 	start := time.Now().UTC()
 	res := &jobs.Result{ID: job.ID, StartedAt: &start, Labels: job.Labels}
 	finish := func(s jobs.Status, code *int) (*jobs.Result, error) {
@@ -162,13 +162,17 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 		switch cmd {
 		case "print":
 			stdout.WriteString(arg + "\n")
+			tell(opts, jobs.Stdout, arg+"\n")
 		case "eprint":
 			stderr.WriteString(arg + "\n")
+			tell(opts, jobs.Stderr, arg+"\n")
 		case "flood":
 			n, c, _ := strings.Cut(arg, " ")
 			count, _ := strconv.Atoi(n)
 			stdout.WriteString(strings.Repeat(c, count))
 			stderr.WriteString(strings.Repeat(c, count))
+			tell(opts, jobs.Stdout, strings.Repeat(c, count))
+			tell(opts, jobs.Stderr, strings.Repeat(c, count))
 		case "sleep", "block":
 			var wait <-chan time.Time
 			if cmd == "sleep" {
@@ -210,4 +214,12 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 	}
 	zero := 0
 	return finish(jobs.StatusSucceeded, &zero)
+}
+
+// tell passes output to opts.OnOutput as the real executor does, as the
+// script writes it.
+func tell(opts jobs.RunOptions, s jobs.Stream, text string) {
+	if opts.OnOutput != nil {
+		opts.OnOutput(s, []byte(text))
+	}
 }

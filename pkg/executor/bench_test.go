@@ -18,7 +18,7 @@ import (
 func BenchmarkTrivialJob(b *testing.B) {
 	e := setup(b, nil)
 	for b.Loop() {
-		res, err := e.Run(context.Background(), job("print(6*7)"))
+		res, err := e.Run(context.Background(), job("print(6*7)"), jobs.RunOptions{})
 		if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != "42\n" {
 			b.Fatalf("%+v %v", res, err)
 		}
@@ -61,7 +61,7 @@ func BenchmarkPooledJob(b *testing.B) {
 		b.StopTimer()
 		waitIdle(b, e, 1, 0)
 		b.StartTimer()
-		res, err := e.Run(context.Background(), job("print(6*7)"))
+		res, err := e.Run(context.Background(), job("print(6*7)"), jobs.RunOptions{})
 		if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != "42\n" {
 			b.Fatalf("%+v %v", res, err)
 		}

@@ -10,6 +10,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -32,7 +33,17 @@ type observed struct {
 // execute hands the job (its envelope and stdin) to a launched sandbox and
 // watches it to the end. The job's clock, and its wall-clock limit, start at
 // the hand-off: the job cannot begin before its envelope.
-func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte) (*outcome, error) {
+func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte, opts jobs.RunOptions) (*outcome, error) {
+	if opts.OnOutput != nil {
+		s.out.watch(func(kind byte, p []byte) {
+			switch kind {
+			case envelope.FrameStdout:
+				opts.OnOutput(jobs.Stdout, p)
+			case envelope.FrameStderr:
+				opts.OnOutput(jobs.Stderr, p)
+			}
+		})
+	}
 	obs, err := e.watch(ctx, log, s, lim, env, stdin)
 	if err != nil {
 		return nil, err

@@ -184,7 +184,7 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 // canceled). CPUMS and PeakMemoryBytes come from the sandbox's cgroup, or
 // failing that from wait4, and are nil when the job was killed before it
 // could report them.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
 	res := &jobs.Result{ID: job.ID, Labels: job.Labels}
 	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
 	done := func(st jobs.Status, msg string) *jobs.Result {
@@ -228,7 +228,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 			return nil, err
 		}
 	}
-	r, err := e.execute(ctx, log, s, lim, env, []byte(job.Stdin))
+	r, err := e.execute(ctx, log, s, lim, env, []byte(job.Stdin), opts)
 	e.release(ctx, log, s)
 	if err != nil {
 		log.Warn("sandbox failed", "error", err)

@@ -302,7 +302,7 @@ func TestRunLifecycle(t *testing.T) {
 				}()
 			}
 			j := &jobs.Job{ID: "j1", Image: "python", Code: "print()", Stdin: "world", Limits: tc.limits, Labels: map[string]string{"k": "v"}}
-			res, err := e.Run(ctx, j)
+			res, err := e.Run(ctx, j, jobs.RunOptions{})
 			if tc.infra {
 				if !errors.Is(err, ErrInfrastructure) || !errors.Is(err, boom) || res != nil {
 					t.Fatalf("Run = %v, %v; want nil and an error wrapping ErrInfrastructure and the cause", res, err)
@@ -346,18 +346,18 @@ func TestRunRejectsWithoutContainer(t *testing.T) {
 		{ID: "b", Image: "python", Limits: limits.Limits{Pids: 100000}},
 		{ID: "c", Image: "shell", Argv: []string{""}},
 	} {
-		res, err := e.Run(context.Background(), j)
+		res, err := e.Run(context.Background(), j, jobs.RunOptions{})
 		if err != nil || res.Status != jobs.StatusRejected || res.Error == "" {
 			t.Errorf("job %s: %+v, %v; want rejected with a reason", j.ID, res, err)
 		}
 	}
-	res, _ := e.Run(context.Background(), &jobs.Job{ID: "b", Image: "python", Limits: limits.Limits{Pids: 100000}})
+	res, _ := e.Run(context.Background(), &jobs.Job{ID: "b", Image: "python", Limits: limits.Limits{Pids: 100000}}, jobs.RunOptions{})
 	if !strings.Contains(res.Error, "limits.pids") || !strings.Contains(res.Error, "1024") {
 		t.Errorf("over-cap error %q does not name the field and the cap", res.Error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	res, err = e.Run(ctx, &jobs.Job{ID: "d", Image: "python"})
+	res, err = e.Run(ctx, &jobs.Job{ID: "d", Image: "python"}, jobs.RunOptions{})
 	if err != nil || res.Status != jobs.StatusCanceled {
 		t.Errorf("a canceled context: %+v, %v; want canceled", res, err)
 	}
@@ -413,6 +413,35 @@ func TestContainerSpecHardening(t *testing.T) {
 	l.Network = true
 	if o := e.containerSpec("img", "job-1", l); o.HostConfig.NetworkMode != "bridge" || o.Config.NetworkDisabled {
 		t.Fatal("network not granted")
+	}
+}
+
+func TestRunTellsOutputAsItArrives(t *testing.T) {
+	t.Parallel()
+	f := &fakeDocker{behave: launcher(func(_ io.Reader, stdout, stderr io.Writer) int {
+		io.WriteString(stdout, "one ")
+		io.WriteString(stderr, "two ")
+		io.WriteString(stdout, "three")
+		return 0
+	})}
+	e, err := newWithAPI(Config{WorkerID: "w"}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var told []string
+	res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python"}, jobs.RunOptions{OnOutput: func(s jobs.Stream, p []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, string(s)+":"+string(p))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(told, ",") != "stdout:one ,stderr:two ,stdout:three" || res.Stdout != "one three" || res.Stderr != "two " {
+		t.Fatalf("told %q; result stdout %q stderr %q", told, res.Stdout, res.Stderr)
 	}
 }
 

@@ -216,7 +216,7 @@ func TestIntegrationInspectAndCancel(t *testing.T) {
 	got := make(chan ran, 1)
 	go func() {
 		res, err := e.Run(ctx, job("import time\nprint('up', flush=True)\ntime.sleep(120)",
-			withLimits(limits.Limits{Timeout: limits.Duration(60 * time.Second), Memory: 128 * limits.MiB, CPUs: 0.5, Pids: 40})))
+			withLimits(limits.Limits{Timeout: limits.Duration(60 * time.Second), Memory: 128 * limits.MiB, CPUs: 0.5, Pids: 40})), jobs.RunOptions{})
 		got <- ran{res, err}
 	}()
 	var id string
@@ -376,7 +376,7 @@ func TestIntegrationCheck(t *testing.T) {
 	if !errors.Is(err, ErrImageMissing) || !errors.Is(err, ErrInfrastructure) {
 		t.Fatalf("Check with a missing image = %v, want ErrImageMissing", err)
 	}
-	_, err = missing.Run(context.Background(), job("x", func(j *jobs.Job) { j.Image = "ghost" }))
+	_, err = missing.Run(context.Background(), job("x", func(j *jobs.Job) { j.Image = "ghost" }), jobs.RunOptions{})
 	if !errors.Is(err, ErrImageMissing) {
 		t.Fatalf("Run with a missing image = %v, want ErrImageMissing", err)
 	}

@@ -130,7 +130,7 @@ func run(t testing.TB, e *Executor, j *jobs.Job) *jobs.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := e.Run(ctx, j)
+	res, err := e.Run(ctx, j, jobs.RunOptions{})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -147,7 +147,7 @@ except OSError:
 		waitIdle(t, e, 1, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		res, err := e.Run(ctx, job("import time\ntime.sleep(60)"))
+		res, err := e.Run(ctx, job("import time\ntime.sleep(60)"), jobs.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ print(socket.gethostname(), seen)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			res, err := e.Run(ctx, job(code))
+			res, err := e.Run(ctx, job(code), jobs.RunOptions{})
 			if err != nil {
 				t.Errorf("Run: %v", err)
 				return

@@ -49,7 +49,7 @@ func TestPoolBacksOffWhileTheEngineIsDown(t *testing.T) {
 	}
 	waitFor(t, "a launch right after Check", func() bool { return e.PoolStats().Failures > before })
 
-	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"})
+	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"}, jobs.RunOptions{})
 	if !errors.Is(err, ErrInfrastructure) {
 		t.Fatalf("Run with the engine down = %v, want ErrInfrastructure", err)
 	}
@@ -143,7 +143,7 @@ func TestRunEndsOnTheTrailer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"})
+			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"}, jobs.RunOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

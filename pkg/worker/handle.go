@@ -239,7 +239,7 @@ func (w *Worker) runOnce(ctx context.Context, job *jobs.Job) (res *jobs.Result, 
 			res, err = &jobs.Result{Status: jobs.StatusError, Error: fmt.Sprintf("executor panicked: %v", p), FinishedAt: &now}, nil
 		}
 	}()
-	return w.exec.Run(ctx, job)
+	return w.exec.Run(ctx, job, jobs.RunOptions{})
 }
 
 // decode reads the job and reconciles it with its subject. A job may leave
