@@ -9,7 +9,9 @@
 //	(b') the same with --pool 0, to show what the pool buys;
 //	(c)  queue overhead alone: jobs/s through an in-process JetStream and
 //	     the real pkg/worker on a no-op executor;
-//	(d)  the worker subprocess's RSS idle and under load.
+//	(d)  the worker subprocess's RSS idle and under load;
+//	(e)  (b) and (b') again with --runtime runsc, when the engine has
+//	     gVisor registered (make runsc): what the second kernel costs.
 //
 // Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
@@ -59,6 +61,8 @@ type options struct {
 	cpuProfile string
 	skipDocker bool
 	code       string
+	runsc      string // auto, on or off
+	runtime    string // the worker's --runtime for (b); "" for its default
 }
 
 func main() {
@@ -83,6 +87,7 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
+	fs.StringVar(&o.runsc, "runsc", "auto", "measure (e) under gVisor: auto (when the engine has runsc), on or off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,6 +119,17 @@ func run(args []string) error {
 		if err := viaWorker(ctx, o, 0, &r.fresh, false, r); err != nil {
 			return fmt.Errorf("(b'): %w", err)
 		}
+		if o.runsc == "on" || (o.runsc == "auto" && hasRuntime(ctx, "runsc")) {
+			gv := o
+			gv.runtime = "runsc"
+			step("(e) sandfleet under runsc, --pool %d and --pool 0", o.pool)
+			if err := viaWorker(ctx, gv, o.pool, &r.runscPooled, false, r); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
+			if err := viaWorker(ctx, gv, 0, &r.runscFresh, false, r); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -140,6 +156,8 @@ type report struct {
 	o                    options
 	docker, pooled       figures
 	fresh                figures
+	runscPooled          figures // (e)
+	runscFresh           figures
 	queue                float64
 	queueCPU             time.Duration // per job: server, worker and client together
 	rssIdle, rssLoad     int64         // KiB
@@ -238,8 +256,12 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(o.workerBin, "--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
-		"--id", id, "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool), "--log-level", "warn")
+	args := []string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+		"--id", id, "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool), "--log-level", "warn"}
+	if o.runtime != "" {
+		args = append(args, "--runtime", o.runtime)
+	}
+	cmd := exec.Command(o.workerBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err
@@ -563,6 +585,8 @@ func (r *report) print(w io.Writer) {
 	row(fmt.Sprintf("(a)  docker run --rm (%d parallel)", r.o.parallel), r.docker)
 	row(fmt.Sprintf("(b)  sandfleet, --pool %d --slots %d", r.o.pool, r.o.slots), r.pooled)
 	row(fmt.Sprintf("(b') sandfleet, --pool 0 --slots %d", r.o.slots), r.fresh)
+	row(fmt.Sprintf("(e)  runsc, --pool %d --slots %d", r.o.pool, r.o.slots), r.runscPooled)
+	row(fmt.Sprintf("(e') runsc, --pool 0 --slots %d", r.o.slots), r.runscFresh)
 	tw(fmt.Sprintf("(c)  queue only, no-op executor, %d slots", r.o.queueSlots), "", "", fmt.Sprintf("%.0f jobs/s", r.queue))
 	fmt.Fprintf(w, "     (c) costs %.0f µs of CPU per job, NATS server, worker and client together: at most %.0f jobs/s per core\n",
 		float64(r.queueCPU)/float64(time.Microsecond), float64(time.Second)/float64(max(r.queueCPU, 1)))
@@ -591,10 +615,21 @@ func (r *report) print(w io.Writer) {
 		ft := r.fresh.tput / r.docker.tput
 		fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(b')/(a), no pool: p50, throughput", fmt.Sprintf("%.2f×, %.2f×", fl, ft), "(for comparison)", "")
 	}
+	if len(r.runscPooled.seq) > 0 && len(r.pooled.seq) > 0 {
+		wl := float64(pct(r.runscPooled.seq, .5)) / float64(pct(r.pooled.seq, .5))
+		cl := float64(pct(r.runscFresh.seq, .5)) / float64(pct(r.fresh.seq, .5))
+		fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(e)/(b) runsc cost: warm p50, cold p50", fmt.Sprintf("%.2f×, %.2f×", wl, cl), "(for comparison)", "")
+	}
 	const goal = 3000.0 // on 2 cores
 	verdict("(c) queue throughput", fmt.Sprintf("%.0f jobs/s", r.queue), fmt.Sprintf("≥ %.0f jobs/s", goal), r.queue >= goal, false)
 	if r.rssIdle > 0 {
 		mib := float64(r.rssIdle) / 1024
 		verdict("(d) worker RSS idle", fmt.Sprintf("%.1f MiB", mib), "≤ 50 MiB", mib <= 50, false)
 	}
+}
+
+// hasRuntime reports whether the Docker engine has the named runtime.
+func hasRuntime(ctx context.Context, name string) bool {
+	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{json .Runtimes}}").Output()
+	return err == nil && bytes.Contains(out, []byte(`"`+name+`"`))
 }
