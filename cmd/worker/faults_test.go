@@ -26,7 +26,7 @@ import (
 func fakeWorker(t *testing.T, url, id, logPath string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"--nats", url, "--id", id, "--log-format", "json"}, extra...)
-	return startProc(t, id, args, envFakeExecutor+"=1", envFakeExecutorLog+"="+logPath)
+	return startProc(t, id, args, hookFakeExecutor+"=1", hookFakeExecutorLog+"="+logPath)
 }
 
 func status(t *testing.T, addr string) (jobs.WorkerStatus, bool) {
