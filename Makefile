@@ -48,7 +48,7 @@ humaneval: build
 
 ## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, worker RSS (~2-3 min)
 bench: build sandbox-image
-	$(GO) run ./internal/cmd/bench -worker $(BIN)/worker $(BENCH_FLAGS)
+	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 
 vet:
 	$(GO) vet ./...

@@ -6,15 +6,13 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/workertest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,35 +28,18 @@ import (
 // TestBatchHumanEvalDocker runs the first 10 HumanEval problems and 3 with
 // broken solutions through `submit batch`, a worker and real sandboxes:
 // 10 succeed, 3 fail, exit 1; the rerun reuses all 13. It needs Docker and
-// sandfleet/sandbox:latest and is skipped without them or under -short,
-// unless SANDFLEET_REQUIRE_DOCKER=1 (then their absence fails it). The
+// sandfleet/sandbox:latest (workertest.Sandbox). The
 // problems are read from $HUMANEVAL, default testdata/humaneval-first10.jsonl.gz
 // (the first 10 of HumanEval, MIT licence: testdata/humaneval-LICENSE).
 func TestBatchHumanEvalDocker(t *testing.T) {
 	t.Parallel()
-	require := os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1"
-	if testing.Short() && !require {
-		t.Skip("Docker end-to-end test skipped under -short")
-	}
 	data := os.Getenv("HUMANEVAL")
 	if data == "" {
 		data = filepath.Join("testdata", "humaneval-first10.jsonl.gz")
 	}
 	problems := readHumanEval(t, data, 10)
 
-	exec, err := executor.New(executor.Config{WorkerID: "batch-e2e", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		defer exec.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		err = exec.Check(ctx)
-		cancel()
-	}
-	if err != nil {
-		if require {
-			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
-		}
-		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
-	}
+	exec := workertest.Sandbox(t, executor.Config{WorkerID: "batch-e2e"})
 
 	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {

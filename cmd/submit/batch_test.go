@@ -15,9 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natstest"
-	"github.com/sandfleet/sandfleet/internal/workertest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -231,8 +232,8 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	url, _ := setupFleet(t, 3)
 	var st jobs.FleetStatus
-	deadline := time.Now().Add(10 * time.Second)
-	for { // the first heartbeat is written as the worker starts
+	// The first heartbeat is written as the worker starts.
+	testutil.Eventually(t, 10*time.Second, "a worker and a queue in status --json", func() bool {
 		got := submit(t, url, "", "status", "--json")
 		if got.code != 0 {
 			t.Fatalf("status --json: %+v", got)
@@ -240,11 +241,8 @@ func TestStatus(t *testing.T) {
 		if err := json.Unmarshal([]byte(got.stdout), &st); err != nil {
 			t.Fatalf("%q: %v", got.stdout, err)
 		}
-		if len(st.Workers) > 0 && len(st.Queues) > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
-	}
+		return len(st.Workers) > 0 && len(st.Queues) > 0
+	})
 	if len(st.Workers) != 1 || st.Workers[0].ID != "fleet-1" || st.Workers[0].Slots != 3 ||
 		st.Workers[0].Version != "v-test" || !st.Workers[0].Ready || st.Workers[0].LastSeen.IsZero() {
 		t.Errorf("workers %+v", st.Workers)

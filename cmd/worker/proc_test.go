@@ -17,7 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -184,18 +184,6 @@ func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return srv.ClientURL(), c, js
-}
-
-// poll polls cond until it holds or the deadline passes.
-func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
-	}
 }
 
 // freeAddr returns a loopback address whose port was free a moment ago.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -55,7 +56,7 @@ func TestReleasedBuildIgnoresFakeExecutor(t *testing.T) {
 	}
 
 	var res *jobs.Result
-	poll(t, 20*time.Second, "the test build runs its job on the fake", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the test build runs its job on the fake", func() bool {
 		res, _ = client.Get(t.Context(), "on-hooked")
 		return res != nil
 	})
@@ -67,7 +68,7 @@ func TestReleasedBuildIgnoresFakeExecutor(t *testing.T) {
 	}
 
 	var heartbeat jobs.WorkerStatus
-	poll(t, 20*time.Second, "the released build reports Docker unreachable", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the released build reports Docker unreachable", func() bool {
 		st, err := client.Status(t.Context())
 		if err != nil {
 			return false

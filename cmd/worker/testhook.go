@@ -8,7 +8,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
@@ -16,7 +16,7 @@ import (
 // the tests of this package build the binary with it; make build and the
 // fleet images do not, and there testhook_off.go stands in. With
 // SANDFLEET_FAKE_EXECUTOR=1 a binary built with the tag runs jobs on
-// internal/fakeexec (a tiny script language, no Docker) instead of
+// internal/testutil/fakeexec (a tiny script language, no Docker) instead of
 // pkg/executor. The fault tests and the soak test use it to run the real
 // binary, signals, reconnects and crashes included, at a speed that real
 // containers do not allow. With SANDFLEET_FAKE_EXECUTOR_LOG=FILE it appends

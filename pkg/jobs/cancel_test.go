@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"

@@ -11,7 +11,7 @@
 //	     the real pkg/worker on a no-op executor;
 //	(d)  the worker subprocess's RSS idle and under load.
 //
-// Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
+// Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
 package main
 
