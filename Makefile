@@ -6,7 +6,7 @@ TEST_TIMEOUT ?= 30m
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image run test test-short vet bench humaneval soak up down clean
+.PHONY: all build sandbox-image run test test-short vet bench humaneval humaneval-data soak up down clean
 
 all: build
 
@@ -42,9 +42,18 @@ test: build images vet
 test-short:
 	CGO_ENABLED=1 $(GO) test -race -short ./...
 
-## humaneval: HumanEval as a batch, canonical solutions (all must succeed) and broken ones (all must fail)
-humaneval: build
-	./examples/humaneval/run.sh
+## humaneval: HUMANEVAL=path/to/HumanEval.jsonl.gz as a batch, canonical solutions (all must succeed) and broken ones (all must fail)
+humaneval: humaneval-data build
+	HUMANEVAL="$(HUMANEVAL)" ./examples/humaneval/run.sh
+
+# HumanEval is not part of this repository: say where to get it.
+humaneval-data:
+	@if [ -z "$(HUMANEVAL)" ] || [ ! -f "$(HUMANEVAL)" ]; then \
+		echo "make humaneval needs HUMANEVAL=path/to/HumanEval.jsonl.gz$(if $(HUMANEVAL), ($(HUMANEVAL) does not exist))." >&2; \
+		echo "HumanEval is not part of this repository: get data/HumanEval.jsonl.gz from https://github.com/openai/human-eval" >&2; \
+		echo "(the project's own 12 problems run the same way: make humaneval HUMANEVAL=examples/problems/problems.jsonl)" >&2; \
+		exit 2; \
+	fi
 
 ## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, worker RSS (~2-3 min)
 bench: build sandbox-image
