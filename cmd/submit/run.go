@@ -22,7 +22,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
-// Exit codes of submit besides the status table of DESIGN.md (which run,
+// Exit codes of submit besides the status table of docs/design.md (which run,
 // get and wait exit with once they have a result).
 const (
 	exitOK          = 0
