@@ -3,10 +3,15 @@ GO      ?= go
 BIN     ?= bin
 GOFLAGS ?=
 TEST_TIMEOUT ?= 30m
+# staticcheck, pinned: `go run` fetches it once through the Go module proxy.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The build tag of the worker's test hooks (cmd/worker/testhook.go); release
+# builds never set it.
+TESTHOOKS := sandfleet_testhooks
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image run test test-short vet bench humaneval humaneval-data soak up down clean
+.PHONY: all build sandbox-image run test test-short vet lint bench humaneval humaneval-data soak up down clean
 
 all: build
 
@@ -34,8 +39,8 @@ up: images
 down:
 	./deploy/compose/down.sh
 
-## test: vet and the whole suite with the race detector (real Docker, in-process JetStream, the compose images)
-test: build images vet
+## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images)
+test: build images lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-short: unit tests only, no Docker
@@ -59,8 +64,15 @@ humaneval-data:
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 
+## vet: go vet, also over the code only the test hooks' build tag compiles
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags $(TESTHOOKS) ./cmd/worker
+
+## lint: vet and staticcheck, both builds
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags $(TESTHOOKS) ./cmd/worker
 
 clean:
 	rm -rf $(BIN)

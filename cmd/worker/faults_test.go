@@ -157,7 +157,7 @@ func TestBinaryForce(t *testing.T) {
 func TestDeadDockerDaemon(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "docker.sock") // nothing listens here
-	cli, err := client.New(client.WithHost("unix://"+sock), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost("unix://" + sock))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ var (
 // is none.
 func sharedClient() (*client.Client, error) {
 	dockerOnce.Do(func() {
-		cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+		cli, err := client.New(client.FromEnv)
 		if err != nil {
 			dockerErr = err
 			return

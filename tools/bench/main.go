@@ -136,17 +136,16 @@ type figures struct {
 }
 
 type report struct {
-	cores                int
-	o                    options
-	docker, pooled       figures
-	fresh                figures
-	queue                float64
-	queueCPU             time.Duration // per job: server, worker and client together
-	rssIdle, rssLoad     int64         // KiB
-	hwm                  int64
-	poolHits, poolMisses string
-	load                 [2]string
-	took                 time.Duration
+	cores            int
+	o                options
+	docker, pooled   figures
+	fresh            figures
+	queue            float64
+	queueCPU         time.Duration // per job: server, worker and client together
+	rssIdle, rssLoad int64         // KiB
+	hwm              int64
+	load             [2]string
+	took             time.Duration
 }
 
 // (a) ----------------------------------------------------------------------
