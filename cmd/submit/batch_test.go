@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -267,12 +264,7 @@ func TestStatusQueueDepth(t *testing.T) {
 		}
 	}
 	// A consumer, as a worker of queue "default" creates it.
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, url)
 	if _, err := (jobs.Topology{}).EnsureConsumer(t.Context(), js, "default"); err != nil {
 		t.Fatal(err)
 	}

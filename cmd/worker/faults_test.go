@@ -13,11 +13,10 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -191,12 +190,7 @@ func TestDeadDockerDaemon(t *testing.T) {
 	if _, err := c.Submit(ctx, &jobs.Job{ID: "waits", Image: "python", Code: "print(1)"}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, s.url)
 	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName("default"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
-
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -86,12 +83,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		Host: host, Port: p, JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{{Username: "worker", Password: testPassword}},
 	})
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, url)
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -252,15 +253,7 @@ func TestBrokerRestart(t *testing.T) {
 		srv.WaitForShutdown()
 	})
 	connect := func() jetstream.JetStream {
-		nc, err := nats.Connect("nats://"+listen, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := natstest.Connect(t, "nats://"+listen, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		return js
 	}
 	topo := jobs.Topology{AckWait: 2 * time.Second}

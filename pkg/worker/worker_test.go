@@ -262,11 +262,7 @@ func TestBareClientPublish(t *testing.T) {
 	b := setup(t)
 	b.startWorker(t, worker.Config{})
 
-	nc, err := nats.Connect(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, _ := natstest.Connect(t, b.url)
 	sub, err := nc.SubscribeSync("agent.7.results")
 	if err != nil {
 		t.Fatal(err)
