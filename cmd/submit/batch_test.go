@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -177,14 +178,16 @@ func TestBatchInterruptResume(t *testing.T) {
 	defer cancel()
 	runCtx, interrupt := context.WithCancel(ctx)
 	watched := make(chan struct{})
-	go func() { // Ctrl-C once OUT has 5 results; polling with a deadline
+	go func() { // Ctrl-C once OUT has 5 results
 		defer close(watched)
-		for ctx.Err() == nil {
-			if data, _ := os.ReadFile(outPath); bytes.Count(data, []byte("\n")) >= 5 {
-				interrupt()
-				return
+		err := testutil.Poll(runCtx, 30*time.Second, 5*time.Millisecond, func(context.Context) error {
+			if data, _ := os.ReadFile(outPath); bytes.Count(data, []byte("\n")) < 5 {
+				return errors.New("fewer than 5 results in OUT")
 			}
-			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+		if err == nil {
+			interrupt()
 		}
 	}()
 	var o, e bytes.Buffer
