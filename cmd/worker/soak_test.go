@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -43,13 +44,13 @@ func TestSoakKillRestart(t *testing.T) {
 	}
 	w := fakeWorker(t, url, "soaker", execLog, args...)
 	for _, at := range []int{n * 3 / 10, n * 65 / 100} {
-		poll(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
 		w.kill()
 		_, execs := executions(t, execLog)
 		t.Logf("SIGKILL at %d results, %d executions started", stored(), execs)
 		w = fakeWorker(t, url, "soaker", execLog, args...)
 	}
-	poll(t, 2*time.Minute, "all results", func() bool { return stored() >= n })
+	testutil.Eventually(t, 2*time.Minute, "all results", func() bool { return stored() >= n })
 	elapsed := time.Since(start)
 
 	for i := range n {
@@ -76,7 +77,7 @@ func TestSoakKillRestart(t *testing.T) {
 	if info.State.Msgs != n || info.State.LastSeq != n {
 		t.Errorf("RESULTS holds %d results after %d writes, want %d and %d", info.State.Msgs, info.State.LastSeq, n, n)
 	}
-	poll(t, 30*time.Second, "stream JOBS empty", func() bool {
+	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
 		si, err := client.Stores().Stream.Info(ctx)
 		return err == nil && si.State.Msgs == 0
 	})

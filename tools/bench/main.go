@@ -13,7 +13,7 @@
 //	(e)  (b) and (b') again with --runtime runsc, when the engine has
 //	     gVisor registered (make runsc): what the second kernel costs.
 //
-// Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
+// Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
 package main
 
@@ -152,19 +152,18 @@ type figures struct {
 }
 
 type report struct {
-	cores                int
-	o                    options
-	docker, pooled       figures
-	fresh                figures
-	runscPooled          figures // (e)
-	runscFresh           figures
-	queue                float64
-	queueCPU             time.Duration // per job: server, worker and client together
-	rssIdle, rssLoad     int64         // KiB
-	hwm                  int64
-	poolHits, poolMisses string
-	load                 [2]string
-	took                 time.Duration
+	cores            int
+	o                options
+	docker, pooled   figures
+	fresh            figures
+	runscPooled      figures // (e)
+	runscFresh       figures
+	queue            float64
+	queueCPU         time.Duration // per job: server, worker and client together
+	rssIdle, rssLoad int64         // KiB
+	hwm              int64
+	load             [2]string
+	took             time.Duration
 }
 
 // (a) ----------------------------------------------------------------------
