@@ -229,3 +229,23 @@ func executions(t *testing.T, path string) (map[string]int, int) {
 	}
 	return runs, total
 }
+
+// assertResultWrites checks that RESULTS was written exactly n times and
+// holds n results: each result write is one message of the bucket's
+// stream, so exactly n writes means no ID was written twice. It returns
+// how many results it holds.
+func assertResultWrites(t *testing.T, ctx context.Context, js jetstream.JetStream, n uint64) uint64 {
+	t.Helper()
+	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := kvStream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n || info.State.LastSeq != n {
+		t.Errorf("RESULTS holds %d results after %d writes, want %d and %d", info.State.Msgs, info.State.LastSeq, n, n)
+	}
+	return info.State.Msgs
+}

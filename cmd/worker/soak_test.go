@@ -64,19 +64,7 @@ func TestSoakKillRestart(t *testing.T) {
 			t.Errorf("%s: %+v", id, res)
 		}
 	}
-	// Each result write is one message of the bucket's stream: exactly n
-	// writes means no ID was written twice.
-	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := kvStream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != n || info.State.LastSeq != n {
-		t.Errorf("RESULTS holds %d results after %d writes, want %d and %d", info.State.Msgs, info.State.LastSeq, n, n)
-	}
+	results := assertResultWrites(t, ctx, js, n)
 	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
 		si, err := client.Stores().Stream.Info(ctx)
 		return err == nil && si.State.Msgs == 0
@@ -97,7 +85,7 @@ func TestSoakKillRestart(t *testing.T) {
 		t.Errorf("no job ran twice: the kills did not land mid-job")
 	}
 	t.Logf("soak: %d jobs, %d results (each ID once), %d executions (%d re-executions after the kills), 2 SIGKILLs, %s",
-		n, info.State.Msgs, execs, again, elapsed.Round(time.Millisecond))
+		n, results, execs, again, elapsed.Round(time.Millisecond))
 	w.signal(t, syscall.SIGTERM)
 	if code := w.exited(t, 30*time.Second); code != 0 {
 		t.Errorf("last worker exited %d", code)
