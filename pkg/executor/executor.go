@@ -180,7 +180,7 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 			return infraErr("inspect image "+img, err)
 		}
 	}
-	for {
+	for len(e.images) > 0 { // no preset, no sandbox to start
 		turn, ended, err := e.starts.turn(true)
 		switch turn {
 		case turnGo:
@@ -202,6 +202,7 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 		e.cfg.Logger.Debug("runtime check: a sandbox started", "runtime", e.cfg.Runtime, "container", s.short, "worker", e.cfg.WorkerID)
 		e.release(ctx, e.cfg.Logger, s)
 	}
+	return nil
 }
 
 func (e *Executor) ping(ctx context.Context) error {

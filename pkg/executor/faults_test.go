@@ -484,3 +484,14 @@ func TestEngineDownIsNotAStartFailure(t *testing.T) {
 	}
 	waitFor(t, "the runtime check's sandbox removed", func() bool { _, left := f.books(); return len(left) == 0 })
 }
+
+// An executor configured with no preset has nothing to start: Check asks
+// only the engine.
+func TestCheckWithoutPresets(t *testing.T) {
+	t.Parallel()
+	f := newFaultyEngine(t)
+	e, _ := faultyExecutor(t, f, fastTuning, func(c *Config) { c.Presets = map[string]Preset{} })
+	if err := e.Check(context.Background()); err != nil || f.count("create") != 0 {
+		t.Fatalf("Check = %v with %d creations, want nil and none", err, f.count("create"))
+	}
+}
