@@ -367,16 +367,19 @@ func TestFirstLaunchIsATrial(t *testing.T) {
 	t.Parallel()
 	f := newFaultyEngine(t)
 	f.set(func(f *faultyEngine) { f.startErr = errors.New("exec format error") })
-	f.wedge("start") // hold the first launch in flight
-	e, _ := faultyExecutor(t, f, fastTuning, func(c *Config) { c.Pool = 3 })
+	f.wedge("start") // hold the first launch in flight until its deadline
+	tune := fastTuning
+	tune.calls.start = time.Second
+	tune.starts.first, tune.starts.max = time.Minute, time.Minute // no second attempt in this test
+	e, _ := faultyExecutor(t, f, tune, func(c *Config) { c.Pool = 3 })
 	waitFor(t, "the pool's first launch", func() bool { return f.count("start") == 1 })
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Go(func() { _, errs[i] = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python"}) })
 	}
-	// The pool's trial meets the start deadline (100 ms): one failure, and
-	// the Runs waiting for it are denied without a container of their own.
+	// The pool's trial meets the start deadline (1 s): one failure, and the
+	// Runs waiting for it are denied without a container of their own.
 	wg.Wait()
 	for _, err := range errs {
 		if !errors.Is(err, ErrSandboxStart) {
