@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -169,4 +171,52 @@ func bearer(header string) string {
 		return ""
 	}
 	return strings.TrimSpace(tok)
+}
+
+// EnvTokens names the environment variable read when no token file is
+// given; it holds what the file would ("NAME sha256:HEX; NAME2 ...").
+const EnvTokens = "SANDFLEET_TOKENS"
+
+// LoadTokens reads the token file at path, or $SANDFLEET_TOKENS when path
+// is "". Neither given: nil, no error (an open gateway; see CheckOpen).
+func LoadTokens(path string) (*Tokens, error) {
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		ts, err := ParseTokens(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return ts, nil
+	}
+	if env := os.Getenv(EnvTokens); env != "" {
+		ts, err := ParseTokens(strings.NewReader(env))
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", EnvTokens, err)
+		}
+		return ts, nil
+	}
+	return nil, nil
+}
+
+// ErrOpenNotLoopback: a gateway without tokens may listen on loopback only.
+var ErrOpenNotLoopback = errors.New("a gateway without tokens listens on loopback only (127.0.0.1, ::1, localhost): give tokens (--tokens FILE or $" + EnvTokens + ")")
+
+// CheckOpen returns ErrOpenNotLoopback for an address other than loopback
+// when there are no tokens.
+func CheckOpen(addr string, ts *Tokens) error {
+	if ts.Len() > 0 {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", addr, ErrOpenNotLoopback)
 }
