@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// (f) ------------------------------------------------------------------------
+
+// gatewayFigures are one way of submitting -http-jobs no-op jobs with
+// -http-clients callers, each waiting for its job's result.
+type gatewayFigures struct {
+	lat  []time.Duration // submit → result, per job
+	tput float64
+}
+
+// gatewayOverhead runs the same no-op jobs through the Go client
+// (SubmitAndWait) and through the HTTP gateway (POST /v1/jobs?wait=), on
+// one in-process JetStream and worker, alternating rounds so that both see
+// the same machine. What differs is the gateway: HTTP, JSON, its own NATS
+// connection and its watch per request.
+func gatewayOverhead(ctx context.Context, o options, r *report) error {
+	dir, err := os.MkdirTemp("", "sandfleet-bench-gateway-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+	conn := func() (*nats.Conn, jetstream.JetStream, error) {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		return nc, js, err
+	}
+	wnc, wjs, err := conn()
+	if err != nil {
+		return err
+	}
+	defer wnc.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w, err := worker.New(wjs, noop{}, worker.Config{ID: "bench-gateway", Slots: o.queueSlots, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	stop, stopNow := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(stop, ctx) }()
+	defer func() {
+		stopNow()
+		<-done
+	}()
+
+	// The Go client and the gateway each have a connection of their own,
+	// as they would in a fleet.
+	cnc, cjs, err := conn()
+	if err != nil {
+		return err
+	}
+	defer cnc.Close()
+	gnc, gjs, err := conn()
+	if err != nil {
+		return err
+	}
+	defer gnc.Close()
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cli, err := gateway.Open(octx, cjs, quiet)
+	if err != nil {
+		return err
+	}
+	gcli, err := gateway.Open(octx, gjs, quiet)
+	if err != nil {
+		return err
+	}
+	gw := gateway.New(gcli, gateway.Config{Logger: quiet, MaxWaiting: 4 * o.httpClients})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	sctx, stopServe := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(sctx, ln, time.Second) }()
+	defer func() {
+		stopServe()
+		<-served
+	}()
+	url := "http://" + ln.Addr().String() + "/v1/jobs?wait=30s"
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.httpClients, MaxConnsPerHost: o.httpClients}}
+	defer hc.CloseIdleConnections()
+
+	job := func() *jobs.Job { return &jobs.Job{Image: "python", Code: "print(1)"} }
+	body, _ := json.Marshal(job())
+	viaGo := func(ctx context.Context) error {
+		res, err := cli.SubmitAndWait(ctx, job())
+		if err == nil && res.Status != jobs.StatusSucceeded {
+			err = fmt.Errorf("job %s: %s", res.ID, res.Status)
+		}
+		return err
+	}
+	viaHTTP := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, data)
+		}
+		var res jobs.Result
+		if err := json.Unmarshal(data, &res); err != nil || res.Status != jobs.StatusSucceeded {
+			return fmt.Errorf("result %s: %v", data, err)
+		}
+		return nil
+	}
+	round := func(n int, do func(context.Context) error, f *gatewayFigures) error {
+		var next atomic.Int64
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		errs := make([]error, o.httpClients)
+		t := time.Now()
+		for i := range o.httpClients {
+			wg.Go(func() {
+				for next.Add(1) <= int64(n) {
+					jctx, cancel := context.WithTimeout(ctx, time.Minute)
+					t0 := time.Now()
+					err := do(jctx)
+					d := time.Since(t0)
+					cancel()
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if f != nil {
+						mu.Lock()
+						f.lat = append(f.lat, d)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if f != nil {
+			f.tput += float64(n) / time.Since(t).Seconds()
+		}
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Warm up both paths (connections, consumers), then alternate halves.
+	for _, do := range []func(context.Context) error{viaGo, viaHTTP} {
+		if err := round(4*o.httpClients, do, nil); err != nil {
+			return err
+		}
+	}
+	half := o.httpJobs / 2
+	for range 2 {
+		if err := round(half, viaGo, &r.viaGo); err != nil {
+			return fmt.Errorf("Go client: %w", err)
+		}
+		if err := round(half, viaHTTP, &r.viaHTTP); err != nil {
+			return fmt.Errorf("HTTP: %w", err)
+		}
+	}
+	r.viaGo.tput /= 2
+	r.viaHTTP.tput /= 2
+	return nil
+}
+
+func (r *report) printGateway(w io.Writer) {
+	if len(r.viaHTTP.lat) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "(f)  %d no-op jobs each way, %d concurrent callers waiting for results, alternating halves:\n", r.o.httpJobs, r.o.httpClients)
+	row := func(name string, f gatewayFigures) {
+		fmt.Fprintf(w, "%-44s %12s %12s %14s\n", name, ms2(pct(f.lat, .5)), ms2(pct(f.lat, .99)), fmt.Sprintf("%.0f jobs/s", f.tput))
+	}
+	fmt.Fprintf(w, "%-44s %12s %12s %14s\n", "", "p50", "p99", "throughput")
+	row("     Go client, SubmitAndWait", r.viaGo)
+	row("     HTTP gateway, POST /v1/jobs?wait=30s", r.viaHTTP)
+	fmt.Fprintf(w, "     gateway overhead: p50 %+.1f ms, p99 %+.1f ms, throughput %.2f× the Go client's\n",
+		msf(pct(r.viaHTTP.lat, .5)-pct(r.viaGo.lat, .5)), msf(pct(r.viaHTTP.lat, .99)-pct(r.viaGo.lat, .99)), r.viaHTTP.tput/r.viaGo.tput)
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func ms2(d time.Duration) string { return fmt.Sprintf("%.1f ms", msf(d)) }
