@@ -134,7 +134,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return err
 	}
-	gw := gateway.New(client, gateway.Config{Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log})
+	gw, err := gateway.New(client, nc, gateway.Config{Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
 	auth := "none (loopback only)"
 	if tokens.Len() > 0 {
 		auth = fmt.Sprintf("%d bearer tokens", tokens.Len())

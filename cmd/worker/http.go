@@ -84,7 +84,12 @@ func startHTTP(o *httpOptions, js jetstream.JetStream, natsUp func() bool, log *
 		if err != nil {
 			return // stopped before the fleet answered
 		}
-		gw := gateway.New(client, gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log})
+		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log})
+		if err != nil {
+			log.Error("HTTP API not served", "err", err)
+			return
+		}
+		defer gw.Close()
 		log.Info("serving the HTTP API", "addr", ln.Addr().String(), "tokens", tokens.Len())
 		if err := gw.Serve(ctx, ln, time.Second); err != nil {
 			log.Error("HTTP API stopped", "err", err)

@@ -125,6 +125,12 @@ func TestAPI(t *testing.T) {
 				}
 			})},
 		{name: "submit", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"print x"}`, status: 202, check: pending("queued")},
+		{name: "same id again", method: "POST", path: "/v1/jobs?wait=10s", token: a, body: `{"id":"done-1","image":"python","code":"print other"}`, status: 200,
+			check: result(jobs.StatusSucceeded, func(t *testing.T, res *jobs.Result) {
+				if res.Stdout != "hi\n" || b.exec.Runs("done-1") != 1 {
+					t.Errorf("stdout %q, %d runs: want the first result, one run", res.Stdout, b.exec.Runs("done-1"))
+				}
+			})},
 		{name: "wait in seconds", method: "POST", path: "/v1/jobs?wait=10", token: a, body: `{"image":"python","code":"exit 3"}`, status: 200,
 			check: result(jobs.StatusFailed, nil)},
 		{name: "wait runs out", method: "POST", path: "/v1/jobs?wait=0.2s", token: a, body: `{"image":"python","code":"sleep 3s"}`, status: 202},
@@ -208,6 +214,31 @@ func TestAPI(t *testing.T) {
 			t.Errorf("%d %s, want 413 body_too_large", r.status, data)
 		}
 	})
+}
+
+// A waiting submit whose reply never comes (its result was stored by a
+// cancel, with no worker to publish it) still answers with the result
+// once its wait ends: RESULTS is the authority, the reply a shortcut.
+func TestSubmitWaitWithoutReply(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	got := make(chan reply, 1)
+	go func() {
+		got <- b.submit(t, `{"id":"parked-3","queue":"parked","image":"python","code":"print x"}`, "4s")
+	}()
+	eventually(t, 5*time.Second, "parked-3 queued", func() bool {
+		_, err := b.client.Phase(t.Context(), "parked-3")
+		return err == nil
+	})
+	if r := b.do(t, "POST", "/v1/jobs/parked-3/cancel", b.alice, nil); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	r := <-got
+	var res jobs.Result
+	r.decode(t, &res)
+	if r.status != 200 || res.Status != jobs.StatusCanceled {
+		t.Errorf("%d %s, want 200 and the canceled result", r.status, r.body)
+	}
 }
 
 // A full queue is 429 queue_full with Retry-After, and nothing is queued.

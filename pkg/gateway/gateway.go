@@ -101,6 +101,7 @@ func (c *Config) setDefaults() {
 // same fleet behind a load balancer.
 type Gateway struct {
 	client  *jobs.Client
+	replies *replies
 	cfg     Config
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -110,11 +111,18 @@ type Gateway struct {
 	batches chan struct{}
 }
 
-// New returns a gateway over client.
-func New(client *jobs.Client, cfg Config) *Gateway {
+// New returns a gateway over client; nc is the client's connection, on
+// which the gateway takes the results of the jobs it waits for. Close
+// releases it.
+func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
+	rep, err := newReplies(nc)
+	if err != nil {
+		return nil, err
+	}
 	g := &Gateway{
 		client:  client,
+		replies: rep,
 		cfg:     cfg,
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
@@ -140,8 +148,11 @@ func New(client *jobs.Client, cfg Config) *Gateway {
 	g.mux.Handle("/", g.wrap(route{pattern: "/", h: func(http.ResponseWriter, *http.Request, *Token) error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "no such route (GET /openapi.yaml lists them)")
 	}}))
-	return g
+	return g, nil
 }
+
+// Close stops taking results. Serve first.
+func (g *Gateway) Close() { g.replies.close() }
 
 // ServeHTTP serves the API.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }

@@ -46,7 +46,8 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 	if err := g.admit(job, tok); err != nil {
 		return err
 	}
-	job.Normalize() // the ID is needed before the publish, for the watch
+	fresh := job.ID == "" // a UUIDv7 of ours: it cannot have run before
+	job.Normalize()       // the ID is needed before the publish, for the reply
 	ctx := r.Context()
 	if wait == 0 {
 		if _, err := g.client.Submit(ctx, job); err != nil {
@@ -61,17 +62,36 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		return err
 	}
 	defer release()
-	// The watch is open before the publish, so a fast result is not missed.
-	rw, err := g.client.Watch(ctx, job.ID)
-	if err != nil {
-		return err
+	// An ID that ran before is not run again: a publish of it within the
+	// stream's duplicate window is dropped, so no reply would come.
+	if !fresh {
+		if res, err := g.client.Get(ctx, job.ID); err == nil {
+			writeJSON(w, http.StatusOK, res)
+			return nil
+		} else if !errors.Is(err, jobs.ErrNotFound) {
+			return err
+		}
 	}
-	defer rw.Stop()
+	// Expect the reply before the publish, so a fast result is not missed.
+	replies, done := g.replies.expect(job.ID)
+	defer done()
+	job.ReplyTo = g.replies.subject(job.ID)
 	if _, err := g.client.Submit(ctx, job); err != nil {
 		return err
 	}
 	g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
-	return g.await(w, ctx, rw, job.ID, wait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	select {
+	case res := <-replies:
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err() // the client left
+		}
+		return g.lookup(w, ctx, job.ID)
+	}
 }
 
 // get: GET /v1/jobs/{id}[?wait=D]: 200 with the result, 202 while the job

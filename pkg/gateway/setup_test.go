@@ -41,7 +41,7 @@ type options struct {
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
 	srv := natstest.Server(t)
-	_, js := natstest.Connect(t, srv.ClientURL())
+	nc, js := natstest.Connect(t, srv.ClientURL())
 	if _, err := o.topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,11 @@ func setup(t testing.TB, o options) *bundle {
 		o.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	o.cfg.TempDir = t.TempDir()
-	b.gw = gateway.New(client, o.cfg)
+	b.gw, err = gateway.New(client, nc, o.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.gw.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -170,7 +170,8 @@ type report struct {
 	queueCPU             time.Duration // per job: server, worker and client together
 	rssIdle, rssLoad     int64         // KiB
 	hwm                  int64
-	viaGo, viaHTTP       gatewayFigures // (f)
+	viaGo, viaGoReply    gatewayFigures // (f)
+	viaHTTP              gatewayFigures
 	poolHits, poolMisses string
 	load                 [2]string
 	took                 time.Duration
