@@ -268,7 +268,7 @@ func (r *report) printGateway(w io.Writer) {
 		fmt.Fprintf(w, "%-44s %12s %12s %14s\n", name, ms2(pct(f.lat, .5)), ms2(pct(f.lat, .99)), fmt.Sprintf("%.0f jobs/s", f.tput))
 	}
 	fmt.Fprintf(w, "%-44s %12s %12s %14s\n", "", "p50", "p99", "throughput")
-	row("     Go client, SubmitAndWait (a KV watch per job)", r.viaGo)
+	row("     Go client, SubmitAndWait (KV watch)", r.viaGo)
 	row("     Go client, Submit + reply_to inbox", r.viaGoReply)
 	row("     HTTP gateway, POST /v1/jobs?wait=30s", r.viaHTTP)
 	over := func(base gatewayFigures) string {
