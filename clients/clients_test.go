@@ -137,12 +137,30 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// logBuffer is a process's output, read while the process writes it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // start runs a binary until the test ends (SIGINT, then its exit).
-func start(t *testing.T, name string, args ...string) *bytes.Buffer {
+func start(t *testing.T, name string, args ...string) *logBuffer {
 	t.Helper()
-	var log bytes.Buffer
+	log := &logBuffer{}
 	cmd := exec.Command(filepath.Join(binaries(t), name), args...)
-	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +178,7 @@ func start(t *testing.T, name string, args ...string) *bytes.Buffer {
 			t.Logf("%s log:\n%s", name, log.String())
 		}
 	})
-	return &log
+	return log
 }
 
 // TestSeedExamplesOnDocker runs the seed's Python usage example and its

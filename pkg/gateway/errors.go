@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -80,6 +81,8 @@ func (g *Gateway) classify(err error) *Error {
 		return ae
 	case errors.As(err, &mbe):
 		return apiErr(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "the body is over the limit of %d bytes", mbe.Limit)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "the body ended before its length")
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return apiErr(http.StatusRequestTimeout, CodeRequestTimeout, "the body did not arrive within %s", g.cfg.ReadTimeout)
 	case errors.Is(err, jobs.ErrQueueFull):

@@ -256,7 +256,9 @@ func (g *Gateway) wrap(rt route) http.Handler {
 			}
 		}
 		if err := rt.h(rec, r, tok); err != nil {
-			if rec.wrote { // a stream already under way: it said so itself
+			// A stream already under way said so itself; a client that
+			// left hears nothing.
+			if rec.wrote || (r.Context().Err() != nil && errors.Is(err, context.Canceled)) {
 				g.log.Debug("request ended", "route", name, "err", err)
 				return
 			}
