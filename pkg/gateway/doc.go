@@ -14,6 +14,15 @@
 // artifacts and workspaces are designed there and answer 501 until the
 // fleet has them.
 //
+// # Waiting
+//
+// POST /v1/jobs?wait= names a subject under the gateway's own inbox as the
+// job's reply_to and takes the result there (replies.go): one subscription
+// per gateway, no JetStream consumer per request. GET ?wait= opens a KV
+// watch, as it may wait for a job someone else submitted. RESULTS is the
+// authority either way: when the wait ends without an answer, the result
+// (or the job's phase) is read from JetStream.
+//
 // # Errors
 //
 // A handler returns an error; classify maps it, in one place, to a status
