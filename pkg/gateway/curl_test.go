@@ -40,7 +40,7 @@ func TestCurl(t *testing.T) {
 		{[]string{"-X", "POST", b.url + "/v1/jobs", "-H", auth, "-d", `{"image":`}, "400", `"code":"invalid_json"`},
 		{[]string{"-X", "POST", b.url + "/v1/jobs", "-H", auth, "-d", `{"image":"python","bogus":1}`}, "400", `"code":"unknown_field"`},
 		{[]string{"-X", "POST", b.url + "/v1/jobs", "-H", auth, "--data-binary", "@" + big}, "413", `"code":"body_too_large"`},
-		{[]string{"-X", "POST", b.url + "/v1/jobs", "-H", "Authorization: Bearer " + b.bob, "-d", `{"image":"python","code":"print 1"}`}, "403", `"code":"forbidden"`},
+		{[]string{"-X", "POST", b.url + "/v1/jobs", "-H", "Authorization: Bearer " + b.bob, "-d", `{"queue":"parked","image":"python","code":"print 1"}`}, "403", `"code":"forbidden"`},
 		{[]string{"-X", "POST", b.url + "/v1/batches?name=curl", "-H", auth, "--data-binary", "@" + jsonl}, "200", `"summary":{"batch":"curl","total":1,"done":1`},
 		{[]string{b.url + "/v1/jobs/nope", "-H", auth}, "404", `"code":"not_found"`},
 		{[]string{b.url + "/v1/status", "-H", auth}, "200", `"workers":[`},

@@ -21,14 +21,14 @@ import (
 )
 
 // bundle is a fleet for one test: an in-process JetStream server, a worker
-// on the fake executor serving the default queue (and one serving bobs), and a gateway on a real
+// on the fake executor serving the default queue, and a gateway on a real
 // loopback listener with its own http.Server (the one Server builds).
 type bundle struct {
 	url    string
 	gw     *gateway.Gateway
 	client *jobs.Client
 	exec   *fakeexec.Executor
-	// Tokens: alice may use every queue, bob only "bobs".
+	// Tokens: alice may use every queue, bob only "default".
 	alice, bob string
 }
 
@@ -47,7 +47,6 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	b := &bundle{exec: &fakeexec.Executor{}}
 	workertest.Start(t, js, b.exec, worker.Config{ID: "w1", Slots: 8, Topology: o.topo})
-	workertest.Start(t, js, b.exec, worker.Config{ID: "w2", Queue: "bobs", Slots: 2, Topology: o.topo})
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +58,7 @@ func setup(t testing.TB, o options) *bundle {
 			name   string
 			queues []string
 			secret *string
-		}{{"alice", nil, &b.alice}, {"bob", []string{"bobs"}, &b.bob}} {
+		}{{"alice", nil, &b.alice}, {"bob", []string{"default"}, &b.bob}} {
 			secret, line, err := gateway.NewToken(tk.name, tk.queues)
 			if err != nil {
 				t.Fatal(err)
