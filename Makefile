@@ -15,9 +15,9 @@ export CGO_ENABLED ?= 0
 
 all: build
 
-## build: the worker and submit binaries in bin/
+## build: the worker, submit and gateway binaries in bin/
 build:
-	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/worker ./cmd/submit
+	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/worker ./cmd/submit ./cmd/gateway
 
 ## sandbox-image: sandfleet/sandbox:latest (online base if pullable, else a local Debian base)
 sandbox-image:
@@ -27,7 +27,7 @@ sandbox-image:
 runsc:
 	./deploy/runsc.sh
 
-## run: build everything and start one worker with an embedded JetStream server
+## run: build everything and start one worker with an embedded JetStream server and the HTTP API on 127.0.0.1:8080
 run: build sandbox-image
 	$(BIN)/worker --embedded
 
@@ -64,7 +64,7 @@ humaneval-data:
 		exit 2; \
 	fi
 
-## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, worker RSS (~2-3 min)
+## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS (~2-3 min)
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 

@@ -35,7 +35,8 @@ var version string
 
 const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
               [--queue NAME] [--slots N] [--pool N] [--id NAME] [--config FILE]
-              [--metrics ADDR] [--grace D] [cap flags] [fleet-wide flags]
+              [--metrics ADDR] [--grace D] [--http ADDR [--tokens FILE]]
+              [cap flags] [fleet-wide flags]
 
 Pulls sandfleet jobs from NATS JetStream (stream JOBS, consumer
 workers-<queue>) and runs each in a fresh, locked-down Docker sandbox.
@@ -87,6 +88,7 @@ type options struct {
 	maxDeliver          int
 	replicas            int
 	version             bool
+	http                httpOptions // http.go
 
 	// ready, if set, is called with the NATS URL once connected (tests).
 	ready func(url string)
@@ -119,6 +121,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	httpFlags(fs, &o.http)
 	return fs
 }
 
@@ -155,6 +158,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.grace < 0 {
 		return nil, cmdline.Usagef("--grace %s is negative", o.grace)
+	}
+	if err := o.http.resolve(fs, o.embedded); err != nil {
+		return nil, err
 	}
 	o.id = worker.NormalizeID(o.id)
 	return o, nil
@@ -287,6 +293,12 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	if err != nil {
 		return cmdline.Usagef("%w", err)
 	}
+
+	stopHTTP, err := startHTTP(&o.http, js, nc.IsConnected, log)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

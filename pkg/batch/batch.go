@@ -62,6 +62,13 @@ type Config struct {
 	// waited out for as long as ctx lasts. Default 2m.
 	RetryFor time.Duration
 
+	// Amend, if set, is called with each line's job once its ID and queue
+	// are set, in both passes over the input (so it must give the same
+	// answer twice): it may change the job (a gateway records who
+	// submitted it in a label) or refuse it, which makes the line bad.
+	// The ID is derived before Amend, so what it adds does not change IDs.
+	Amend func(*jobs.Job) error
+
 	// OnStart, if set, is called once the input is validated and before
 	// anything is published, with the number of jobs. An error aborts Run.
 	OnStart func(total int) error
@@ -588,6 +595,11 @@ func (r *Runner) parse(line []byte, occ map[[8]byte]uint32) (*jobs.Job, error) {
 	}
 	if job.Queue == "" {
 		job.Queue = r.cfg.Queue
+	}
+	if r.cfg.Amend != nil {
+		if err := r.cfg.Amend(job); err != nil {
+			return nil, err
+		}
 	}
 	if _, _, err := jobs.Encode(job, r.cfg.MaxLineBytes); err != nil {
 		return nil, err

@@ -430,3 +430,45 @@ func BenchmarkWaiting(b *testing.B) {
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "jobs/s")
 	})
 }
+
+// Amend sees every valid line's job with its ID set: what it adds reaches
+// the fleet without changing the derived IDs, and what it refuses is a bad
+// line.
+func TestAmend(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, jobs.Topology{})
+	errRefused := errors.New("refused")
+	var col collector
+	cfg := col.config("amend")
+	cfg.Amend = func(j *jobs.Job) error {
+		if j.ID == "" || j.Queue == "" {
+			return fmt.Errorf("amend saw id %q queue %q", j.ID, j.Queue)
+		}
+		if j.Code == "print no" {
+			return errRefused
+		}
+		j.Labels = map[string]string{"who": "tester"}
+		return nil
+	}
+	r, _ := batch.New(b.client, cfg)
+	line1 := `{"image":"python","code":"print yes"}`
+	input := line1 + "\n" + `{"image":"python","code":"print no"}` + "\n"
+	sum, err := r.Run(ctxFor(t, 30*time.Second), strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(col.bad) != 1 || col.bad[0].Line != 2 || !errors.Is(col.bad[0].Err, errRefused) {
+		t.Errorf("bad lines %v, want line 2 refused", col.bad)
+	}
+	o, ok := col.byLine()[1]
+	if !ok || o.Result.Labels["who"] != "tester" {
+		t.Fatalf("line 1: %+v, want the amended label on its result", o)
+	}
+	want := batch.DeriveID("amend", []byte(`{"image":"python","code":"print yes"}`), 0)
+	if o.Result.ID != want {
+		t.Errorf("id %s, want %s (derived before Amend)", o.Result.ID, want)
+	}
+	if sum.Done != 1 || sum.Bad != 1 {
+		t.Errorf("summary %+v", sum)
+	}
+}

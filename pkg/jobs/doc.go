@@ -14,6 +14,6 @@
 // only what is missing (Topology.Open).
 //
 // Client: Submit, Get, Wait (a KV watch), SubmitAndWait (the watch opened
-// before the publish), Queued and Cancel. Errors to test with errors.Is:
+// before the publish), Queued, Phase (queued or running) and Cancel. Errors to test with errors.Is:
 // ErrQueueFull, ErrNotFound, ErrFinished, ErrInvalidJob.
 package jobs

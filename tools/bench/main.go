@@ -50,19 +50,21 @@ import (
 )
 
 type options struct {
-	n          int
-	jobs       int
-	parallel   int
-	slots      int
-	pool       int
-	queueJobs  int
-	queueSlots int
-	workerBin  string
-	cpuProfile string
-	skipDocker bool
-	code       string
-	runsc      string // auto, on or off
-	runtime    string // the worker's --runtime for (b); "" for its default
+	n           int
+	jobs        int
+	parallel    int
+	slots       int
+	pool        int
+	queueJobs   int
+	queueSlots  int
+	workerBin   string
+	cpuProfile  string
+	skipDocker  bool
+	code        string
+	runsc       string // auto, on or off
+	runtime     string // the worker's --runtime for (b); "" for its default
+	httpJobs    int
+	httpClients int
 }
 
 func main() {
@@ -87,6 +89,8 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
+	fs.IntVar(&o.httpJobs, "http-jobs", 2000, "no-op jobs each way for (f)")
+	fs.IntVar(&o.httpClients, "http-clients", 64, "concurrent callers for (f)")
 	fs.StringVar(&o.runsc, "runsc", "auto", "measure (e) under gVisor: auto (when the engine has runsc), on or off")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -135,6 +139,10 @@ func run(args []string) error {
 	if err := queueOverhead(ctx, o, r); err != nil {
 		return fmt.Errorf("(c): %w", err)
 	}
+	step("(f) HTTP gateway: %d no-op jobs each way, %d concurrent callers", o.httpJobs, o.httpClients)
+	if err := gatewayOverhead(ctx, o, r); err != nil {
+		return fmt.Errorf("(f): %w", err)
+	}
 	r.load = [2]string{load0, loadAvg()}
 	r.took = time.Since(start)
 	r.print(os.Stdout)
@@ -152,18 +160,20 @@ type figures struct {
 }
 
 type report struct {
-	cores            int
-	o                options
-	docker, pooled   figures
-	fresh            figures
-	runscPooled      figures // (e)
-	runscFresh       figures
-	queue            float64
-	queueCPU         time.Duration // per job: server, worker and client together
-	rssIdle, rssLoad int64         // KiB
-	hwm              int64
-	load             [2]string
-	took             time.Duration
+	cores             int
+	o                 options
+	docker, pooled    figures
+	fresh             figures
+	runscPooled       figures // (e)
+	runscFresh        figures
+	queue             float64
+	queueCPU          time.Duration // per job: server, worker and client together
+	rssIdle, rssLoad  int64         // KiB
+	hwm               int64
+	viaGo, viaGoReply gatewayFigures // (f)
+	viaHTTP           gatewayFigures
+	load              [2]string
+	took              time.Duration
 }
 
 // (a) ----------------------------------------------------------------------
@@ -589,6 +599,7 @@ func (r *report) print(w io.Writer) {
 	tw(fmt.Sprintf("(c)  queue only, no-op executor, %d slots", r.o.queueSlots), "", "", fmt.Sprintf("%.0f jobs/s", r.queue))
 	fmt.Fprintf(w, "     (c) costs %.0f µs of CPU per job, NATS server, worker and client together: at most %.0f jobs/s per core\n",
 		float64(r.queueCPU)/float64(time.Microsecond), float64(time.Second)/float64(max(r.queueCPU, 1)))
+	r.printGateway(w)
 	if r.rssIdle > 0 {
 		fmt.Fprintf(w, "(d)  worker RSS: %.1f MiB idle, %.1f MiB peak under load (VmHWM %.1f MiB)\n",
 			float64(r.rssIdle)/1024, float64(r.rssLoad)/1024, float64(r.hwm)/1024)

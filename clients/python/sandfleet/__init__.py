@@ -1,0 +1,529 @@
+"""sandfleet: run untrusted code on a sandfleet fleet, over its HTTP API.
+
+Standard library only (urllib, json), Python 3.9 or newer.
+
+    from sandfleet import Sandbox
+
+    sb = Sandbox("http://127.0.0.1:8080", token="sft_...")
+    result = sb.run("print(6*7)")
+    print(result.stdout, result.status, result.exit_code)
+
+The seed's class works unchanged, with the fleet in place of a local
+Docker engine (SANDFLEET_URL and SANDFLEET_TOKEN say where and who):
+
+    from sandfleet import DockerSandbox, SandboxConfig
+
+    sandbox = DockerSandbox()
+    result = sandbox.execute("print('Hello from the sandbox!')")
+    # {"success": True, "output": "Hello from the sandbox!\\n", "exit_code": 0}
+
+Errors of the API raise SandfleetError, whose `code` is the server's
+stable error code (queue_full, unauthorized, invalid_job, ...). Requests
+are retried with backoff on 429 and 503 (honouring Retry-After) and when
+the gateway cannot be reached; every job gets its ID before the first
+attempt, so a retried submit never runs a job twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+
+__all__ = [
+    "BatchItem",
+    "DockerSandbox",
+    "Output",
+    "Result",
+    "Sandbox",
+    "SandboxConfig",
+    "SandfleetError",
+    "SandfleetTimeout",
+]
+
+__version__ = "0.1.0"
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+"""Where `worker --embedded` (make run) serves the API."""
+
+_USER_AGENT = f"sandfleet-python/{__version__}"
+_LONG_POLL = 30.0  # seconds the server is asked to hold each wait
+
+
+class SandfleetError(Exception):
+    """An error answer of the API, or a failure to reach it.
+
+    `code` is the server's stable code (see GET /openapi.yaml), or
+    "unreachable" when no answer came; `status` the HTTP status (0 without
+    an answer); `retry_after` the seconds the server asked to wait.
+    """
+
+    def __init__(self, message: str, *, code: str = "", status: int = 0, retry_after: Optional[float] = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.code else self.message
+
+
+class SandfleetTimeout(SandfleetError, TimeoutError):
+    """No result within the time the caller allowed. The job goes on."""
+
+    def __init__(self, message: str, job_id: str):
+        super().__init__(message, code="timeout")
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class Result:
+    """A job's result (the fleet's Result JSON)."""
+
+    id: str
+    status: str
+    exit_code: Optional[int]
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: Optional[int] = None
+    cpu_ms: Optional[int] = None
+    peak_memory_bytes: Optional[int] = None
+    worker: str = ""
+    attempt: int = 0
+    error: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Result":
+        return cls(
+            id=d.get("id", ""),
+            status=d.get("status", ""),
+            exit_code=d.get("exit_code"),
+            stdout=d.get("stdout", ""),
+            stderr=d.get("stderr", ""),
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            duration_ms=d.get("duration_ms"),
+            cpu_ms=d.get("cpu_ms"),
+            peak_memory_bytes=d.get("peak_memory_bytes"),
+            worker=d.get("worker", ""),
+            attempt=d.get("attempt", 0),
+            error=d.get("error", ""),
+            labels=dict(d.get("labels") or {}),
+            raw=dict(d),
+        )
+
+    @property
+    def success(self) -> bool:
+        """The job ran and exited 0."""
+        return self.status == "succeeded"
+
+    @property
+    def output(self) -> str:
+        """stdout, then stderr (each as text; see stdout_bytes for bytes)."""
+        return _text(self.stdout, self.raw.get("stdout_encoding")) + _text(self.stderr, self.raw.get("stderr_encoding"))
+
+    def stdout_bytes(self) -> bytes:
+        """stdout exactly as the job wrote it."""
+        return _bytes(self.stdout, self.raw.get("stdout_encoding"))
+
+    def stderr_bytes(self) -> bytes:
+        """stderr exactly as the job wrote it."""
+        return _bytes(self.stderr, self.raw.get("stderr_encoding"))
+
+
+def _bytes(s: str, encoding: Optional[str]) -> bytes:
+    return base64.b64decode(s) if encoding == "base64" else s.encode("utf-8")
+
+
+def _text(s: str, encoding: Optional[str]) -> str:
+    return _bytes(s, encoding).decode("utf-8", "replace") if encoding == "base64" else s
+
+
+@dataclass(frozen=True)
+class Output:
+    """A piece of a job's output, as `Sandbox.stream` yields it."""
+
+    stream: str  # "stdout" or "stderr"
+    text: str
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One line of a batch's answer: its result, or why it is bad."""
+
+    line: int
+    result: Optional[Result] = None
+    error: Optional[SandfleetError] = None
+    reused: bool = False
+
+
+def _new_id() -> str:
+    """A UUIDv7 (time-ordered, 74 random bits), as the fleet makes them."""
+    ms = int(time.time() * 1000) & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    v = (ms << 80) | (0x7 << 76) | (((rand >> 62) & 0xFFF) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    h = f"{v:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class Sandbox:
+    """A client of a sandfleet gateway. Safe to share between threads.
+
+    url defaults to $SANDFLEET_URL, else http://127.0.0.1:8080; token to
+    $SANDFLEET_TOKEN (none for a gateway on loopback without tokens).
+    timeout bounds each HTTP exchange (a long poll gets its wait on top);
+    retries is how many times a request is retried on 429, 503 or no
+    answer, with exponential backoff from `backoff` seconds.
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.25,
+        image: str = "python",
+        queue: Optional[str] = None,
+    ):
+        self.url = (url or os.environ.get("SANDFLEET_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token if token is not None else os.environ.get("SANDFLEET_TOKEN")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.image = image
+        self.queue = queue
+
+    # -- jobs -------------------------------------------------------------
+
+    def job(
+        self,
+        code: Optional[str] = None,
+        *,
+        image: Optional[str] = None,
+        argv: Optional[Sequence[str]] = None,
+        files: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        workspace: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+        queue: Optional[str] = None,
+        id: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """The Job JSON for these arguments (what run and submit send).
+
+        workspace and outputs are for fleets with workspaces and artifacts;
+        a fleet without them refuses the job (unknown_field).
+        """
+        job: Dict[str, Any] = {"id": id or _new_id(), "image": image or self.image}
+        for key, value in (
+            ("queue", queue or self.queue),
+            ("code", code),
+            ("argv", list(argv) if argv is not None else None),
+            ("files", dict(files) if files else None),
+            ("stdin", stdin),
+            ("env", dict(env) if env else None),
+            ("limits", dict(limits) if limits else None),
+            ("labels", dict(labels) if labels else None),
+            ("workspace", workspace),
+            ("outputs", list(outputs) if outputs is not None else None),
+        ):
+            if value is not None:
+                job[key] = value
+        return job
+
+    def run(self, code: Optional[str] = None, *, timeout: Optional[float] = None, **kwargs: Any) -> Result:
+        """Run a job and return its result (whatever its status).
+
+        Takes the arguments of `job`. timeout bounds the wait for the result
+        in seconds (default: as long as it takes); past it SandfleetTimeout
+        is raised and the job goes on.
+        """
+        job = self.job(code, **kwargs)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = _LONG_POLL if timeout is None else max(0.0, min(_LONG_POLL, timeout))
+        status, body = self._request("POST", "/v1/jobs", query={"wait": _secs(wait)}, body=job, wait=wait)
+        if status == 200:
+            return Result.from_json(body)
+        return self.wait(body["id"], timeout=None if deadline is None else deadline - time.monotonic())
+
+    def submit(self, code: Optional[str] = None, **kwargs: Any) -> str:
+        """Queue a job and return its ID at once. Takes the arguments of `job`."""
+        _, body = self._request("POST", "/v1/jobs", body=self.job(code, **kwargs))
+        return body["id"]
+
+    def get(self, job_id: str) -> Optional[Result]:
+        """The job's result, or None while it is queued or running."""
+        status, body = self._request("GET", "/v1/jobs/" + _quote(job_id))
+        return Result.from_json(body) if status == 200 else None
+
+    def wait(self, job_id: str, timeout: Optional[float] = None) -> Result:
+        """Wait for the job's result (long polls of up to 30 s each)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _LONG_POLL if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise SandfleetTimeout(f"job {job_id}: no result within {timeout:g}s", job_id)
+            wait = min(_LONG_POLL, left)
+            status, body = self._request("GET", "/v1/jobs/" + _quote(job_id), query={"wait": _secs(wait)}, wait=wait)
+            if status == 200:
+                return Result.from_json(body)
+
+    def cancel(self, job_id: str) -> Optional[Result]:
+        """Cancel a job: its canceled result, or None when the cancel is
+        recorded and no worker has carried it out yet. A finished job
+        raises SandfleetError with code already_finished."""
+        status, body = self._request("POST", "/v1/jobs/" + _quote(job_id) + "/cancel", wait=5.0)
+        return Result.from_json(body) if status == 200 else None
+
+    def stream(self, code: Optional[str] = None, **kwargs: Any) -> "Stream":
+        """Run a job and yield its output as it comes (Output items).
+
+        After the loop, the Stream's `result` holds the job's result. A
+        gateway without live output (501 on /events) yields the whole
+        output once the job has finished.
+        """
+        timeout = kwargs.pop("timeout", None)
+        job_id = self.submit(code, **kwargs)
+        return Stream(self, job_id, timeout)
+
+    # -- batches and the fleet ---------------------------------------------
+
+    def batch(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        name: Optional[str] = None,
+        window: Optional[int] = None,
+        queue: Optional[str] = None,
+        strict: bool = False,
+    ) -> "BatchRun":
+        """Run jobs (Job dicts) as one batch; iterate for BatchItems in the
+        order they finish. The same jobs under the same name reuse the
+        results already stored. A strict batch with a bad line raises
+        SandfleetError(code="invalid_batch") and runs nothing."""
+        body = "".join(json.dumps(j, separators=(",", ":")) + "\n" for j in jobs).encode()
+        query = {"name": name, "window": str(window) if window else None, "queue": queue, "strict": "true" if strict else None}
+        resp = self._open("POST", "/v1/batches", query=query, data=body, content_type="application/x-ndjson", wait=None)
+        return BatchRun(resp)
+
+    def status(self) -> Dict[str, Any]:
+        """The fleet's workers and queues (GET /v1/status)."""
+        return self._request("GET", "/v1/status")[1]
+
+    # -- HTTP --------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Mapping[str, Optional[str]]] = None,
+        body: Any = None,
+        wait: float = 0.0,
+    ) -> "tuple[int, Any]":
+        data = None if body is None else json.dumps(body).encode()
+        with self._open(method, path, query=query, data=data, content_type="application/json", wait=wait) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+
+    def _open(self, method, path, *, query, data, content_type, wait):
+        url = self.url + path
+        q = {k: v for k, v in (query or {}).items() if v is not None}
+        if q:
+            url += "?" + urllib.parse.urlencode(q)
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        timeout = None if wait is None else self.timeout + wait
+        attempt = 0
+        while True:
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                return urllib.request.urlopen(req, timeout=timeout)
+            except urllib.error.HTTPError as e:
+                err = _api_error(e)
+                e.close()
+                if err.status not in (429, 503) or attempt >= self.retries:
+                    raise err from None
+            except (urllib.error.URLError, OSError) as e:  # no answer: refused, reset, timed out
+                reason = getattr(e, "reason", e)
+                err = SandfleetError(f"cannot reach {self.url}: {reason}", code="unreachable")
+                if attempt >= self.retries:
+                    raise err from None
+            delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
+            time.sleep(max(delay, err.retry_after or 0.0))
+            attempt += 1
+
+
+class Stream:
+    """The output of a running job, from `Sandbox.stream`."""
+
+    def __init__(self, sandbox: Sandbox, job_id: str, timeout: Optional[float]):
+        self.sandbox = sandbox
+        self.id = job_id
+        self.timeout = timeout
+        self.result: Optional[Result] = None
+
+    def __iter__(self) -> Iterator[Output]:
+        try:
+            resp = self.sandbox._open("GET", f"/v1/jobs/{_quote(self.id)}/events", query=None, data=None, content_type="", wait=None)
+        except SandfleetError as e:
+            if e.code != "not_implemented":
+                raise
+            self.result = self.sandbox.wait(self.id, timeout=self.timeout)
+            for name, text in (("stdout", self.result.stdout), ("stderr", self.result.stderr)):
+                if text:
+                    yield Output(name, _text(text, self.result.raw.get(name + "_encoding")))
+            return
+        with resp:
+            for event, data in _sse(resp):
+                if event in ("stdout", "stderr"):
+                    yield Output(event, data.get("text", ""))
+                elif event == "finished" and "result" in data:
+                    self.result = Result.from_json(data["result"])
+        if self.result is None:
+            self.result = self.sandbox.wait(self.id, timeout=self.timeout)
+
+
+def _sse(resp) -> Iterator["tuple[str, Dict[str, Any]]"]:
+    """Server-Sent Events: (event, JSON data) pairs."""
+    event, data = "message", []
+    for raw in resp:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield event, json.loads("\n".join(data))
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+class BatchRun:
+    """The answer of a batch, line by line. `summary` is set at the end."""
+
+    def __init__(self, resp):
+        self._resp = resp
+        self.name: str = resp.headers.get("X-Sandfleet-Batch", "")
+        self.summary: Optional[Dict[str, Any]] = None
+
+    def __iter__(self) -> Iterator[BatchItem]:
+        with self._resp:
+            for raw in self._resp:
+                if not raw.strip():
+                    continue
+                ev = json.loads(raw)
+                if "summary" in ev:
+                    self.summary = ev["summary"]
+                elif "result" in ev:
+                    yield BatchItem(ev["line"], result=Result.from_json(ev["result"]), reused=bool(ev.get("reused")))
+                elif "line" in ev:
+                    e = ev["error"]
+                    yield BatchItem(ev["line"], error=SandfleetError(e["message"], code=e["code"], status=400))
+                else:  # the batch ended early
+                    e = ev["error"]
+                    raise SandfleetError(e["message"], code=e["code"])
+
+
+def _api_error(e: urllib.error.HTTPError) -> SandfleetError:
+    retry_after = None
+    if e.headers.get("Retry-After", "").isdigit():
+        retry_after = float(e.headers["Retry-After"])
+    try:
+        body = json.loads(e.read())["error"]
+        code, message = body["code"], body["message"]
+    except Exception:  # not the gateway's JSON: a proxy in between
+        code, message = "http_" + str(e.code), e.reason or "HTTP error"
+    return SandfleetError(message, code=code, status=e.code, retry_after=retry_after)
+
+
+def _quote(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def _secs(s: float) -> str:
+    return f"{s:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+# -- the seed's interface ---------------------------------------------------------
+
+_SEED_IMAGE = "agent-sandbox:latest"
+"""The seed's image runs `python -c CODE`: on the fleet, the python preset."""
+
+# What a result that did not end on its own reports as exit code, as
+# `submit run` exits.
+_EXIT_BY_STATUS = {"timeout": 124, "oom": 137, "canceled": 130, "output_limit": 1, "failed": 1}
+
+
+@dataclass
+class SandboxConfig:
+    """The seed's configuration, field for field.
+
+    image names a preset of the fleet ("python", "shell"); the seed's
+    "agent-sandbox:latest" means python. The fleet's root filesystem is
+    always read-only (only /tmp and /workspace are writable), whatever
+    read_only says.
+    """
+
+    image: str = "agent-sandbox:latest"
+    memory_limit: str = "512m"
+    nano_cpus: int = 1_000_000_000  # 1 CPU core
+    timeout: int = 30
+    network_disabled: bool = True
+    read_only: bool = True
+
+
+class DockerSandbox:
+    """The seed's DockerSandbox, running on the fleet instead of a local
+    Docker engine: execute(code) returns {"success", "output", "exit_code"}
+    and never raises, as the seed's does.
+
+    url and token default to $SANDFLEET_URL and $SANDFLEET_TOKEN.
+    """
+
+    def __init__(self, config: Optional[SandboxConfig] = None, *, url: Optional[str] = None, token: Optional[str] = None):
+        self.config = config or SandboxConfig()
+        self.client = Sandbox(url, token)
+
+    def execute(self, code: str) -> dict:
+        """Executes code securely in a container."""
+        c = self.config
+        image = "python" if c.image == _SEED_IMAGE else c.image
+        limits = {
+            "memory": c.memory_limit,
+            "cpus": c.nano_cpus / 1e9,
+            "timeout": f"{c.timeout}s",
+            "network": not c.network_disabled,
+        }
+        try:
+            # The result comes at the job's timeout at the latest; the
+            # margin covers the queue.
+            r = self.client.run(code, image=image, limits=limits, timeout=c.timeout + 60)
+        except Exception as e:
+            return {"success": False, "output": f"Sandbox error: {e}", "exit_code": -1}
+        if r.status in ("rejected", "error"):
+            return {"success": False, "output": f"Sandbox error: {r.error}", "exit_code": -1}
+        output = r.output
+        if r.status not in ("succeeded", "failed") and r.error:
+            output += ("" if not output or output.endswith("\n") else "\n") + f"[sandfleet] {r.status}: {r.error}\n"
+        exit_code = r.exit_code if r.exit_code is not None else _EXIT_BY_STATUS.get(r.status, -1)
+        return {"success": r.success, "output": output, "exit_code": exit_code}

@@ -1,0 +1,148 @@
+"""Unit tests of the client against a fake gateway (python3 -m unittest)."""
+
+import json
+import os
+import sys
+import threading
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import sandfleet  # noqa: E402
+
+RESULT = {"id": "", "status": "succeeded", "exit_code": 0, "stdout": "hi\n", "stderr": "", "stdout_truncated": False,
+          "stderr_truncated": False, "duration_ms": 5, "cpu_ms": 1, "peak_memory_bytes": 1, "worker": "w",
+          "attempt": 1, "queued_at": None, "started_at": None, "finished_at": None}
+
+
+class Fake(BaseHTTPRequestHandler):
+    """Answers from the class's script: a list of (status, headers, body) per path."""
+
+    script = {}
+    seen = []
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        path = self.path.split("?")[0]
+        Fake.seen.append((self.command, self.path, self.headers.get("Authorization"), body))
+        queue = Fake.script.get((self.command, path)) or [(404, {}, {"error": {"code": "not_found", "message": "no"}})]
+        status, headers, out = queue.pop(0) if len(queue) > 1 else queue[0]
+        data = out if isinstance(out, bytes) else json.dumps(out).encode()
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = answer
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+        threading.Thread(target=cls.srv.serve_forever, daemon=True).start()
+        cls.url = "http://127.0.0.1:%d" % cls.srv.server_address[1]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.shutdown()
+
+    def setUp(self):
+        Fake.script, Fake.seen = {}, []
+        self.sb = sandfleet.Sandbox(self.url, token="sft_x", backoff=0.01)
+
+    def test_run_retries_429_with_the_same_id(self):
+        full = {"error": {"code": "queue_full", "message": "full"}}
+        Fake.script[("POST", "/v1/jobs")] = [(429, {"Retry-After": "0"}, full), (429, {}, full), (200, {}, RESULT)]
+        r = self.sb.run("print('hi')", limits={"timeout": "5s"})
+        self.assertEqual((r.status, r.stdout, r.exit_code, r.success), ("succeeded", "hi\n", 0, True))
+        ids = {json.loads(b)["id"] for _, _, _, b in Fake.seen}
+        self.assertEqual(len(Fake.seen), 3)
+        self.assertEqual(len(ids), 1, "a retried submit must keep its id")
+        self.assertEqual(Fake.seen[0][2], "Bearer sft_x")
+        job = json.loads(Fake.seen[0][3])
+        self.assertEqual((job["image"], job["code"], job["limits"]), ("python", "print('hi')", {"timeout": "5s"}))
+
+    def test_error_carries_the_code(self):
+        Fake.script[("POST", "/v1/jobs")] = [(400, {}, {"error": {"code": "invalid_job", "message": "image: missing"}})]
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            self.sb.run("x")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("invalid_job", 400))
+        self.assertEqual(len(Fake.seen), 1, "a 400 is not retried")
+
+    def test_gives_up_after_retries(self):
+        Fake.script[("GET", "/v1/status")] = [(503, {}, {"error": {"code": "unavailable", "message": "down"}})]
+        sb = sandfleet.Sandbox(self.url, retries=2, backoff=0.01)
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            sb.status()
+        self.assertEqual((cm.exception.code, len(Fake.seen)), ("unavailable", 3))
+
+    def test_pending_then_wait(self):
+        Fake.script[("POST", "/v1/jobs")] = [(202, {"Location": "/v1/jobs/j1"}, {"id": "j1", "status": "queued"})]
+        Fake.script[("GET", "/v1/jobs/j1")] = [(202, {}, {"id": "j1", "status": "running"}), (200, {}, dict(RESULT, id="j1"))]
+        self.assertEqual(self.sb.run("x").id, "j1")
+        self.assertIn("wait=", Fake.seen[-1][1])
+        Fake.script[("GET", "/v1/jobs/j2")] = [(202, {}, {"id": "j2", "status": "running"})]
+        with self.assertRaises(sandfleet.SandfleetTimeout):
+            self.sb.wait("j2", timeout=0.2)
+        self.assertIsNone(self.sb.get("j2"))
+
+    def test_unreachable(self):
+        sb = sandfleet.Sandbox("http://127.0.0.1:9", retries=1, backoff=0.01)
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            sb.status()
+        self.assertEqual(cm.exception.code, "unreachable")
+        out = sandfleet.DockerSandbox(url="http://127.0.0.1:9").execute("print(1)")
+        self.assertFalse(out["success"])
+        self.assertEqual(out["exit_code"], -1)
+        self.assertTrue(out["output"].startswith("Sandbox error: "))
+
+    def test_docker_sandbox_shape(self):
+        timeout = dict(RESULT, status="timeout", exit_code=None, stdout="partial\n", error="killed at 2s")
+        Fake.script[("POST", "/v1/jobs")] = [(200, {}, dict(RESULT, stderr="warn\n")), (200, {}, timeout)]
+        sb = sandfleet.DockerSandbox(sandfleet.SandboxConfig(timeout=2, memory_limit="256m"), url=self.url)
+        self.assertEqual(sb.execute("print('hi')"), {"success": True, "output": "hi\nwarn\n", "exit_code": 0})
+        job = json.loads(Fake.seen[0][3])
+        self.assertEqual(job["image"], "python")
+        self.assertEqual(job["limits"], {"memory": "256m", "cpus": 1.0, "timeout": "2s", "network": False})
+        out = sb.execute("while True: pass")
+        self.assertEqual((out["success"], out["exit_code"]), (False, 124))
+        self.assertIn("timeout: killed at 2s", out["output"])
+
+    def test_stream_without_live_output(self):
+        Fake.script[("POST", "/v1/jobs")] = [(202, {}, {"id": "s1", "status": "queued"})]
+        Fake.script[("GET", "/v1/jobs/s1/events")] = [(501, {}, {"error": {"code": "not_implemented", "message": "later"}})]
+        Fake.script[("GET", "/v1/jobs/s1")] = [(200, {}, dict(RESULT, id="s1", stderr="e\n"))]
+        st = self.sb.stream("print('hi')")
+        self.assertEqual([(o.stream, o.text) for o in st], [("stdout", "hi\n"), ("stderr", "e\n")])
+        self.assertEqual(st.result.id, "s1")
+
+    def test_batch(self):
+        lines = [{"line": 2, "error": {"code": "invalid_job", "message": "bad"}},
+                 {"line": 1, "result": dict(RESULT, id="b-1"), "reused": True},
+                 {"summary": {"total": 1, "done": 1}}]
+        body = "".join(json.dumps(l) + "\n" for l in lines).encode()
+        Fake.script[("POST", "/v1/batches")] = [(200, {"Content-Type": "application/x-ndjson", "X-Sandfleet-Batch": "n"}, body)]
+        run = self.sb.batch([{"image": "python", "code": "print(1)"}, {"bogus": 1}], name="n")
+        items = list(run)
+        self.assertEqual([(i.line, i.error.code if i.error else i.result.id, i.reused) for i in items],
+                         [(2, "invalid_job", False), (1, "b-1", True)])
+        self.assertEqual((run.name, run.summary["done"]), ("n", 1))
+        self.assertIn("name=n", Fake.seen[0][1])
+        self.assertEqual(Fake.seen[0][3].count(b"\n"), 2)
+
+    def test_base64_output(self):
+        r = sandfleet.Result.from_json(dict(RESULT, stdout="/w==", stdout_encoding="base64"))
+        self.assertEqual(r.stdout_bytes(), b"\xff")
+        self.assertEqual(r.output, "\ufffd")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,452 @@
+/**
+ * sandfleet: run untrusted code on a sandfleet fleet, over its HTTP API.
+ *
+ * No dependencies: Node 18 or newer (built-in fetch), or any runtime with
+ * fetch.
+ *
+ *     import { Sandbox } from "sandfleet";
+ *     const sb = new Sandbox({ url: "http://127.0.0.1:8080", token: "sft_..." });
+ *     const r = await sb.run("print(6*7)");
+ *     console.log(r.stdout, r.status, r.exit_code);
+ *
+ * The seed's class works unchanged, with the fleet in place of a local
+ * Docker engine (SANDFLEET_URL and SANDFLEET_TOKEN say where and who):
+ *
+ *     import { DockerSandbox } from "sandfleet";
+ *     const sandbox = new DockerSandbox();
+ *     const { success, output, exitCode } = await sandbox.execute("print('hi')");
+ *
+ * API errors reject with SandfleetError, whose `code` is the server's
+ * stable code. Requests are retried with backoff on 429 and 503
+ * (honouring Retry-After) and when the gateway cannot be reached; a job
+ * gets its ID before the first attempt, so a retried submit runs it once.
+ */
+
+export const VERSION = "0.1.0";
+
+/** Where `worker --embedded` (make run) serves the API. */
+export const DEFAULT_URL = "http://127.0.0.1:8080";
+
+const LONG_POLL_S = 30; // seconds the server is asked to hold each wait
+
+/** Resource limits of a job; every field defaults on the worker. */
+export interface Limits {
+  timeout?: string | number; // "30s", "1m30s" or seconds
+  memory?: string | number; // "512m", "1g" or bytes
+  cpus?: number;
+  pids?: number;
+  network?: boolean;
+  output?: string | number;
+  tmpfs?: string | number;
+}
+
+/** A job, as the fleet's wire format. */
+export interface Job {
+  id?: string;
+  queue?: string;
+  image?: string;
+  code?: string;
+  argv?: string[];
+  files?: Record<string, string>;
+  stdin?: string;
+  env?: Record<string, string>;
+  limits?: Limits;
+  labels?: Record<string, string>;
+  /** For fleets with workspaces; others refuse it (unknown_field). */
+  workspace?: string;
+  /** For fleets with artifacts; others refuse it (unknown_field). */
+  outputs?: string[];
+}
+
+export type Status = "succeeded" | "failed" | "timeout" | "oom" | "output_limit" | "canceled" | "rejected" | "error";
+
+/** A job's result, as the fleet's wire format. */
+export interface Result {
+  id: string;
+  status: Status;
+  exit_code: number | null;
+  stdout: string;
+  stderr: string;
+  stdout_truncated: boolean;
+  stderr_truncated: boolean;
+  stdout_encoding?: "base64";
+  stderr_encoding?: "base64";
+  duration_ms: number | null;
+  cpu_ms: number | null;
+  peak_memory_bytes: number | null;
+  worker: string;
+  attempt: number;
+  queued_at: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  error?: string;
+  labels?: Record<string, string>;
+}
+
+/** A piece of a job's output, as Sandbox.stream yields it. */
+export interface Output {
+  stream: "stdout" | "stderr";
+  text: string;
+}
+
+/** One line of a batch's answer: its result, or why it is bad. */
+export interface BatchItem {
+  line: number;
+  result?: Result;
+  error?: SandfleetError;
+  reused?: boolean;
+}
+
+/** An error answer of the API, or a failure to reach it. */
+export class SandfleetError extends Error {
+  /** The server's stable code, "unreachable" without an answer, "timeout" when the caller's wait ran out. */
+  readonly code: string;
+  /** HTTP status; 0 without an answer. */
+  readonly status: number;
+  /** Seconds the server asked to wait (429, 503). */
+  readonly retryAfter?: number;
+
+  constructor(message: string, code: string, status = 0, retryAfter?: number) {
+    super(code ? `${code}: ${message}` : message);
+    this.name = "SandfleetError";
+    this.code = code;
+    this.status = status;
+    this.retryAfter = retryAfter;
+  }
+}
+
+export interface SandboxOptions {
+  /** Default $SANDFLEET_URL, else http://127.0.0.1:8080. */
+  url?: string;
+  /** Default $SANDFLEET_TOKEN; none for a gateway on loopback without tokens. */
+  token?: string;
+  /** Bound on each HTTP exchange, in ms (a long poll gets its wait on top). Default 30000. */
+  timeoutMs?: number;
+  /** Retries on 429, 503 or no answer. Default 5. */
+  retries?: number;
+  /** First backoff, in ms, doubled each retry. Default 250. */
+  backoffMs?: number;
+  /** Default image (preset). Default "python". */
+  image?: string;
+  queue?: string;
+}
+
+export interface RunOptions extends Omit<Job, "code"> {
+  /** Bound on the wait for the result, in ms; past it a SandfleetError with code "timeout" (the job goes on). */
+  timeoutMs?: number;
+}
+
+function env(name: string): string | undefined {
+  const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return p?.env?.[name] || undefined;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A UUIDv7 (time-ordered, 74 random bits), as the fleet makes them. */
+export async function newId(): Promise<string> {
+  const b = new Uint8Array(16);
+  await randomBytes(b);
+  let ms = Date.now();
+  for (let i = 5; i >= 0; i--) {
+    b[i] = ms & 0xff;
+    ms = Math.floor(ms / 256);
+  }
+  b[6] = (b[6] & 0x0f) | 0x70;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+async function randomBytes(b: Uint8Array): Promise<void> {
+  const c = (globalThis as { crypto?: { getRandomValues?: (a: Uint8Array) => Uint8Array } }).crypto;
+  if (c?.getRandomValues) {
+    c.getRandomValues(b);
+    return;
+  }
+  const spec = "node:crypto"; // Node 18 has Web Crypto only as a module
+  const m = await import(spec);
+  m.webcrypto.getRandomValues(b);
+}
+
+function secs(ms: number): string {
+  return String(Math.max(0, Math.round(ms)) / 1000);
+}
+
+function decode(s: string, encoding?: string): string {
+  if (encoding !== "base64") return s;
+  const bin = atob(s);
+  return new TextDecoder().decode(Uint8Array.from(bin, (ch) => ch.charCodeAt(0)));
+}
+
+/** stdout then stderr, as text. */
+export function outputOf(r: Result): string {
+  return decode(r.stdout, r.stdout_encoding) + decode(r.stderr, r.stderr_encoding);
+}
+
+/** A client of a sandfleet gateway. */
+export class Sandbox {
+  readonly url: string;
+  readonly token?: string;
+  private readonly timeoutMs: number;
+  private readonly retries: number;
+  private readonly backoffMs: number;
+  private readonly image: string;
+  private readonly queue?: string;
+
+  constructor(options: SandboxOptions = {}) {
+    this.url = (options.url ?? env("SANDFLEET_URL") ?? DEFAULT_URL).replace(/\/+$/, "");
+    this.token = options.token ?? env("SANDFLEET_TOKEN");
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.retries = options.retries ?? 5;
+    this.backoffMs = options.backoffMs ?? 250;
+    this.image = options.image ?? "python";
+    this.queue = options.queue;
+  }
+
+  /** The Job JSON run and submit send: defaults filled, an ID given. */
+  async job(code: string | undefined, options: Omit<RunOptions, "timeoutMs"> = {}): Promise<Job> {
+    const job: Job = { image: this.image, ...options, id: options.id ?? (await newId()) };
+    if (code !== undefined) job.code = code;
+    if (job.queue === undefined && this.queue !== undefined) job.queue = this.queue;
+    return job;
+  }
+
+  /** Run a job and return its result, whatever its status. */
+  async run(code?: string, options: RunOptions = {}): Promise<Result> {
+    const { timeoutMs, ...rest } = options;
+    const job = await this.job(code, rest);
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    const wait = Math.min(LONG_POLL_S * 1000, timeoutMs ?? Infinity);
+    const { status, body } = await this.request("POST", "/v1/jobs", { query: { wait: secs(wait) }, body: job, waitMs: wait });
+    if (status === 200) return body as Result;
+    return this.wait((body as { id: string }).id, deadline === undefined ? undefined : deadline - Date.now());
+  }
+
+  /** Queue a job and return its ID at once. */
+  async submit(code?: string, options: Omit<RunOptions, "timeoutMs"> = {}): Promise<string> {
+    const { body } = await this.request("POST", "/v1/jobs", { body: await this.job(code, options) });
+    return (body as { id: string }).id;
+  }
+
+  /** The job's result, or null while it is queued or running. */
+  async get(id: string): Promise<Result | null> {
+    const { status, body } = await this.request("GET", `/v1/jobs/${encodeURIComponent(id)}`);
+    return status === 200 ? (body as Result) : null;
+  }
+
+  /** Wait for the job's result, in long polls of up to 30 s. */
+  async wait(id: string, timeoutMs?: number): Promise<Result> {
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    for (;;) {
+      const left = deadline === undefined ? LONG_POLL_S * 1000 : deadline - Date.now();
+      if (left <= 0) throw new SandfleetError(`job ${id}: no result within ${timeoutMs} ms`, "timeout");
+      const wait = Math.min(LONG_POLL_S * 1000, left);
+      const { status, body } = await this.request("GET", `/v1/jobs/${encodeURIComponent(id)}`, {
+        query: { wait: secs(wait) },
+        waitMs: wait,
+      });
+      if (status === 200) return body as Result;
+    }
+  }
+
+  /** Cancel a job: its canceled result, or null when the cancel is recorded and no worker has carried it out yet. */
+  async cancel(id: string): Promise<Result | null> {
+    const { status, body } = await this.request("POST", `/v1/jobs/${encodeURIComponent(id)}/cancel`, { waitMs: 5000 });
+    return status === 200 ? (body as Result) : null;
+  }
+
+  /**
+   * Run a job and yield its output as it comes; the generator returns the
+   * result. A gateway without live output (501) yields the whole output
+   * once the job has finished.
+   */
+  async *stream(code?: string, options: RunOptions = {}): AsyncGenerator<Output, Result> {
+    const { timeoutMs, ...rest } = options;
+    const id = await this.submit(code, rest);
+    let resp: Response;
+    try {
+      resp = await this.open("GET", `/v1/jobs/${encodeURIComponent(id)}/events`, { waitMs: null });
+    } catch (e) {
+      if (!(e instanceof SandfleetError) || e.code !== "not_implemented") throw e;
+      const r = await this.wait(id, timeoutMs);
+      if (r.stdout) yield { stream: "stdout", text: decode(r.stdout, r.stdout_encoding) };
+      if (r.stderr) yield { stream: "stderr", text: decode(r.stderr, r.stderr_encoding) };
+      return r;
+    }
+    let result: Result | undefined;
+    for await (const [event, data] of sse(resp)) {
+      if (event === "stdout" || event === "stderr") yield { stream: event, text: String(data.text ?? "") };
+      else if (event === "finished" && data.result) result = data.result as Result;
+    }
+    return result ?? this.wait(id, timeoutMs);
+  }
+
+  /**
+   * Run jobs as one batch and yield each line's outcome in the order they
+   * finish; the generator returns the summary. The same jobs under the
+   * same name reuse the results already stored.
+   */
+  async *batch(
+    jobs: Iterable<Job>,
+    options: { name?: string; window?: number; queue?: string; strict?: boolean } = {},
+  ): AsyncGenerator<BatchItem, Record<string, unknown> | undefined> {
+    let body = "";
+    for (const j of jobs) body += JSON.stringify(j) + "\n";
+    const query: Record<string, string | undefined> = {
+      name: options.name,
+      window: options.window?.toString(),
+      queue: options.queue,
+      strict: options.strict ? "true" : undefined,
+    };
+    const resp = await this.open("POST", "/v1/batches", { query, raw: body, contentType: "application/x-ndjson", waitMs: null });
+    let summary: Record<string, unknown> | undefined;
+    for await (const line of lines(resp)) {
+      if (!line.trim()) continue;
+      const ev = JSON.parse(line);
+      if (ev.summary) summary = ev.summary;
+      else if (ev.result) yield { line: ev.line, result: ev.result, reused: !!ev.reused };
+      else if (ev.line) yield { line: ev.line, error: new SandfleetError(ev.error.message, ev.error.code, 400) };
+      else throw new SandfleetError(ev.error.message, ev.error.code);
+    }
+    return summary;
+  }
+
+  /** The fleet's workers and queues. */
+  async status(): Promise<Record<string, unknown>> {
+    return (await this.request("GET", "/v1/status")).body as Record<string, unknown>;
+  }
+
+  private async request(
+    method: string,
+    path: string,
+    opts: { query?: Record<string, string | undefined>; body?: unknown; waitMs?: number } = {},
+  ): Promise<{ status: number; body: unknown }> {
+    const raw = opts.body === undefined ? undefined : JSON.stringify(opts.body);
+    const resp = await this.open(method, path, { query: opts.query, raw, contentType: "application/json", waitMs: opts.waitMs ?? 0 });
+    const text = await resp.text();
+    return { status: resp.status, body: text ? JSON.parse(text) : undefined };
+  }
+
+  /** fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
+  private async open(
+    method: string,
+    path: string,
+    opts: { query?: Record<string, string | undefined>; raw?: string; contentType?: string; waitMs: number | null },
+  ): Promise<Response> {
+    let url = this.url + path;
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) q.set(k, v);
+    if ([...q].length) url += "?" + q.toString();
+    const headers: Record<string, string> = { Accept: "application/json", "User-Agent": `sandfleet-typescript/${VERSION}` };
+    if (opts.raw !== undefined) headers["Content-Type"] = opts.contentType ?? "application/json";
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    for (let attempt = 0; ; attempt++) {
+      let err: SandfleetError;
+      const ctl = new AbortController();
+      const timer = opts.waitMs === null ? undefined : setTimeout(() => ctl.abort(), this.timeoutMs + opts.waitMs);
+      try {
+        const resp = await fetch(url, { method, headers, body: opts.raw, signal: ctl.signal });
+        if (resp.ok) return resp;
+        err = await apiError(resp);
+        if ((err.status !== 429 && err.status !== 503) || attempt >= this.retries) throw err;
+      } catch (e) {
+        if (e instanceof SandfleetError) throw e;
+        err = new SandfleetError(`cannot reach ${this.url}: ${(e as Error).message}`, "unreachable");
+        if (attempt >= this.retries) throw err;
+      } finally {
+        if (timer !== undefined) clearTimeout(timer);
+      }
+      const delay = this.backoffMs * 2 ** attempt * (0.5 + Math.random() / 2);
+      await sleep(Math.max(delay, (err.retryAfter ?? 0) * 1000));
+    }
+  }
+}
+
+async function apiError(resp: Response): Promise<SandfleetError> {
+  const ra = Number(resp.headers.get("Retry-After"));
+  const retryAfter = Number.isFinite(ra) && ra > 0 ? ra : undefined;
+  try {
+    const { error } = (await resp.json()) as { error: { code: string; message: string } };
+    return new SandfleetError(error.message, error.code, resp.status, retryAfter);
+  } catch {
+    return new SandfleetError(resp.statusText || "HTTP error", `http_${resp.status}`, resp.status, retryAfter);
+  }
+}
+
+async function* lines(resp: Response): AsyncGenerator<string> {
+  if (!resp.body) return;
+  const reader = resp.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      yield buf.slice(0, i);
+      buf = buf.slice(i + 1);
+    }
+  }
+  buf += dec.decode();
+  if (buf) yield buf;
+}
+
+async function* sse(resp: Response): AsyncGenerator<[string, Record<string, unknown>]> {
+  let event = "message";
+  let data: string[] = [];
+  for await (const raw of lines(resp)) {
+    const line = raw.replace(/\r$/, "");
+    if (line === "") {
+      if (data.length) yield [event, JSON.parse(data.join("\n"))];
+      event = "message";
+      data = [];
+    } else if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+  }
+}
+
+// The seed's interface ---------------------------------------------------------
+
+/** The seed's result shape. */
+export interface SandboxResult {
+  success: boolean;
+  output: string;
+  exitCode: number;
+}
+
+const SEED_IMAGE = "agent-sandbox:latest"; // the seed's image runs python -c: the python preset
+const EXIT_BY_STATUS: Record<string, number> = { timeout: 124, oom: 137, canceled: 130, output_limit: 1, failed: 1 };
+
+/**
+ * The seed's DockerSandbox, running on the fleet instead of a local Docker
+ * engine, with the seed's limits (512 MiB, 1 CPU, no network, read-only
+ * root with a 64 MiB /tmp). execute never rejects: a failure to reach the
+ * fleet is { success: false, output: "Sandbox error: ...", exitCode: -1 }.
+ */
+export class DockerSandbox {
+  private readonly client: Sandbox;
+
+  constructor(private image = SEED_IMAGE, options: SandboxOptions = {}) {
+    this.client = new Sandbox(options);
+  }
+
+  async execute(code: string): Promise<SandboxResult> {
+    const image = this.image === SEED_IMAGE ? "python" : this.image;
+    let r: Result;
+    try {
+      r = await this.client.run(code, { image, limits: { memory: "512m", cpus: 1, network: false, tmpfs: "64m" } });
+    } catch (e) {
+      return { success: false, output: `Sandbox error: ${(e as Error).message}`, exitCode: -1 };
+    }
+    if (r.status === "rejected" || r.status === "error") {
+      return { success: false, output: `Sandbox error: ${r.error ?? r.status}`, exitCode: -1 };
+    }
+    let output = outputOf(r);
+    if (r.status !== "succeeded" && r.status !== "failed" && r.error) {
+      output += (output && !output.endsWith("\n") ? "\n" : "") + `[sandfleet] ${r.status}: ${r.error}\n`;
+    }
+    return { success: r.status === "succeeded", output, exitCode: r.exit_code ?? EXIT_BY_STATUS[r.status] ?? -1 };
+  }
+}

@@ -1,0 +1,126 @@
+// Unit tests of the client against a fake gateway: node --test test/
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import { Sandbox, DockerSandbox, SandfleetError, newId } from "../dist/index.js";
+
+const RESULT = {
+  id: "", status: "succeeded", exit_code: 0, stdout: "hi\n", stderr: "", stdout_truncated: false, stderr_truncated: false,
+  duration_ms: 5, cpu_ms: 1, peak_memory_bytes: 1, worker: "w", attempt: 1, queued_at: null, started_at: null, finished_at: null,
+};
+
+let script = new Map(); // "METHOD /path" → [[status, headers, body], ...]
+let seen = [];
+let server, url;
+
+before(async () => {
+  server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      const path = req.url.split("?")[0];
+      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body });
+      const q = script.get(`${req.method} ${path}`) ?? [[404, {}, { error: { code: "not_found", message: "no" } }]];
+      const [status, headers, out] = q.length > 1 ? q.shift() : q[0];
+      const data = typeof out === "string" ? out : JSON.stringify(out);
+      res.writeHead(status, { "Content-Type": "application/json", ...headers });
+      res.end(data);
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  url = `http://127.0.0.1:${server.address().port}`;
+});
+after(() => server.close());
+
+function reset(entries) {
+  script = new Map(Object.entries(entries));
+  seen = [];
+}
+
+test("run retries 429 with the same id, and sends the token", async () => {
+  const full = { error: { code: "queue_full", message: "full" } };
+  reset({ "POST /v1/jobs": [[429, { "Retry-After": "0" }, full], [429, {}, full], [200, {}, RESULT]] });
+  const sb = new Sandbox({ url, token: "sft_x", backoffMs: 5 });
+  const r = await sb.run("print('hi')", { limits: { timeout: "5s" } });
+  assert.equal(r.stdout, "hi\n");
+  assert.equal(seen.length, 3);
+  assert.equal(new Set(seen.map((s) => JSON.parse(s.body).id)).size, 1);
+  assert.equal(seen[0].auth, "Bearer sft_x");
+  assert.deepEqual(JSON.parse(seen[0].body).limits, { timeout: "5s" });
+});
+
+test("errors carry the server's code and are not retried", async () => {
+  reset({ "POST /v1/jobs": [[400, {}, { error: { code: "invalid_job", message: "image: missing" } }]] });
+  const sb = new Sandbox({ url, backoffMs: 5 });
+  await assert.rejects(sb.run("x"), (e) => e instanceof SandfleetError && e.code === "invalid_job" && e.status === 400);
+  assert.equal(seen.length, 1);
+});
+
+test("202, then long polls until the result", async () => {
+  reset({
+    "POST /v1/jobs": [[202, { Location: "/v1/jobs/j1" }, { id: "j1", status: "queued" }]],
+    "GET /v1/jobs/j1": [[202, {}, { id: "j1", status: "running" }], [200, {}, { ...RESULT, id: "j1" }]],
+    "GET /v1/jobs/j2": [[202, {}, { id: "j2", status: "running" }]],
+  });
+  const sb = new Sandbox({ url });
+  assert.equal((await sb.run("x")).id, "j1");
+  assert.match(seen.at(-1).url, /wait=/);
+  await assert.rejects(sb.wait("j2", 200), (e) => e.code === "timeout");
+  assert.equal(await sb.get("j2"), null);
+});
+
+test("DockerSandbox has the seed's shape and never rejects", async () => {
+  reset({
+    "POST /v1/jobs": [
+      [200, {}, { ...RESULT, stderr: "warn\n" }],
+      [200, {}, { ...RESULT, status: "timeout", exit_code: null, stdout: "partial\n", error: "killed at 30s" }],
+    ],
+  });
+  const sb = new DockerSandbox(undefined, { url });
+  assert.deepEqual(await sb.execute("print('hi')"), { success: true, output: "hi\nwarn\n", exitCode: 0 });
+  const job = JSON.parse(seen[0].body);
+  assert.equal(job.image, "python");
+  assert.deepEqual(job.limits, { memory: "512m", cpus: 1, network: false, tmpfs: "64m" });
+  const t = await sb.execute("while True: pass");
+  assert.equal(t.exitCode, 124);
+  assert.equal(t.success, false);
+  assert.match(t.output, /timeout: killed at 30s/);
+  const down = await new DockerSandbox(undefined, { url: "http://127.0.0.1:9", retries: 1, backoffMs: 5 }).execute("print(1)");
+  assert.equal(down.exitCode, -1);
+  assert.match(down.output, /^Sandbox error: unreachable/);
+});
+
+test("stream falls back to the result without live output", async () => {
+  reset({
+    "POST /v1/jobs": [[202, {}, { id: "s1", status: "queued" }]],
+    "GET /v1/jobs/s1/events": [[501, {}, { error: { code: "not_implemented", message: "later" } }]],
+    "GET /v1/jobs/s1": [[200, {}, { ...RESULT, id: "s1", stderr: "e\n" }]],
+  });
+  const gen = new Sandbox({ url }).stream("print('hi')");
+  const out = [];
+  let next;
+  while (!(next = await gen.next()).done) out.push(next.value);
+  assert.deepEqual(out, [{ stream: "stdout", text: "hi\n" }, { stream: "stderr", text: "e\n" }]);
+  assert.equal(next.value.id, "s1");
+});
+
+test("batch yields lines and returns the summary", async () => {
+  const lines = [
+    { line: 2, error: { code: "invalid_job", message: "bad" } },
+    { line: 1, result: { ...RESULT, id: "b-1" }, reused: true },
+    { summary: { total: 1, done: 1 } },
+  ];
+  reset({ "POST /v1/batches": [[200, { "Content-Type": "application/x-ndjson" }, lines.map((l) => JSON.stringify(l)).join("\n") + "\n"]] });
+  const gen = new Sandbox({ url }).batch([{ image: "python", code: "print(1)" }, {}], { name: "n" });
+  const items = [];
+  let next;
+  while (!(next = await gen.next()).done) items.push(next.value);
+  assert.deepEqual(items.map((i) => [i.line, i.error?.code ?? i.result.id]), [[2, "invalid_job"], [1, "b-1"]]);
+  assert.equal(next.value.done, 1);
+  assert.match(seen[0].url, /name=n/);
+});
+
+test("ids are UUIDv7", async () => {
+  const id = await newId();
+  assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+});

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/pflag"
+
+	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/natsurl"
+	"github.com/sandfleet/sandfleet/pkg/gateway"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version string
+
+const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--max-wait D]
+       gateway token NAME [--queues Q1,Q2]
+
+Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
+fleet's NATS JetStream. Without tokens (--tokens FILE or $SANDFLEET_TOKENS)
+it serves anyone, and so listens on loopback only.
+
+"gateway token NAME" makes a token: it prints the secret, which only the
+client keeps, and the line for the token file, which holds its hash.
+
+The first SIGINT/SIGTERM stops it: requests in progress get --grace,
+long polls and batch streams are then cut (their jobs go on).
+
+Flags:
+`
+
+type options struct {
+	natsURL   string
+	listen    string
+	tokens    string
+	maxWait   time.Duration
+	grace     time.Duration
+	logFormat string
+	logLevel  string
+	version   bool
+	queues    []string // gateway token
+}
+
+func flagSet(o *options) *pflag.FlagSet {
+	fs := cmdline.NewFlagSet("gateway")
+	fs.StringVar(&o.natsURL, "nats", "", natsconn.URLHelp)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`ADDR` to serve HTTP on")
+	fs.StringVar(&o.tokens, "tokens", "", "token `FILE`: lines of NAME sha256:HEX [queues=Q1,Q2] (default $"+gateway.EnvTokens+")")
+	fs.DurationVar(&o.maxWait, "max-wait", 60*time.Second, "longest `D` a request may wait for a result (?wait=)")
+	fs.DurationVar(&o.grace, "grace", 5*time.Second, "on stop, `D` for requests in progress to finish")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.StringSliceVar(&o.queues, "queues", nil, "with token: the only `QUEUES` the token may submit to (default all)")
+	return fs
+}
+
+// Run runs the gateway until ctx ends. Errors of the command line match
+// cmdline.ErrUsage.
+func Run(ctx context.Context, args []string, stdout io.Writer) error {
+	o := &options{}
+	fs := flagSet(o)
+	err := cmdline.Parse(fs, args)
+	if errors.Is(err, cmdline.ErrHelp) {
+		fmt.Fprint(stdout, usage, cmdline.Usages(fs))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "gateway", cmdline.Version(version))
+		return nil
+	}
+	if fs.NArg() > 0 && fs.Arg(0) == "token" {
+		if fs.NArg() != 2 {
+			return cmdline.Usagef("token NAME: want one name")
+		}
+		secret, line, err := gateway.NewToken(fs.Arg(1), o.queues)
+		if err != nil {
+			return cmdline.Usagef("%w", err)
+		}
+		fmt.Fprintf(stdout, "token:       %s\ntokens file: %s\n", secret, line)
+		return nil
+	}
+	if fs.NArg() > 0 {
+		return cmdline.Usagef("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if fs.Changed("queues") {
+		return cmdline.Usagef("--queues goes with the token command")
+	}
+	log, err := newLogger(o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	tokens, err := gateway.LoadTokens(o.tokens)
+	if err != nil {
+		return cmdline.Usagef("%w", err)
+	}
+	if err := gateway.CheckOpen(o.listen, tokens); err != nil {
+		return cmdline.Usagef("--listen %w", err)
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	defer ln.Close()
+
+	url := natsconn.ServerURL(o.natsURL)
+	log.Info("connecting to NATS", "url", natsurl.Redact(url))
+	nc, err := natsconn.Connect(natsconn.Config{URL: url, Name: "sandfleet-gateway", Persistent: true, Log: log})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	client, err := gateway.Open(ctx, js, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	gw, err := gateway.New(client, nc, gateway.Config{Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+	auth := "none (loopback only)"
+	if tokens.Len() > 0 {
+		auth = fmt.Sprintf("%d bearer tokens", tokens.Len())
+	}
+	log.Info("serving the HTTP API", "addr", ln.Addr().String(), "auth", auth)
+	return gw.Serve(ctx, ln, o.grace)
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, cmdline.Usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	ho := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
+	}
+	return nil, cmdline.Usagef("--log-format %q: want text or json", format)
+}

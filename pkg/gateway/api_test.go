@@ -1,0 +1,351 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// apiCase is one request and what the gateway must answer.
+type apiCase struct {
+	name   string
+	method string
+	path   string
+	token  string // "" sends none
+	body   string
+	header []string
+	status int
+	code   gateway.Code // the error's code; "" for a success
+	// docRefuses: openapi.yaml itself says the request is invalid (bad
+	// JSON, an unknown field, a pattern): the gateway and the document
+	// must agree.
+	docRefuses bool
+	check      func(t *testing.T, r reply)
+}
+
+// run sends c, checks status and code, and checks the exchange against
+// openapi.yaml.
+func (c apiCase) run(t *testing.T, b *bundle, doc *contract) reply {
+	t.Helper()
+	var body []byte
+	if c.body != "" || c.method == "POST" {
+		body = []byte(c.body)
+	}
+	r := b.do(t, c.method, c.path, c.token, body, c.header...)
+	if r.status != c.status {
+		t.Errorf("%s %s: status %d, want %d; body %s", c.method, c.path, r.status, c.status, r.body)
+	}
+	if got := r.errorCode(); got != c.code {
+		t.Errorf("%s %s: error code %q, want %q; body %s", c.method, c.path, got, c.code, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); c.code != "" && ct != "application/json" {
+		t.Errorf("%s %s: error with Content-Type %q", c.method, c.path, ct)
+	}
+	hdr := http.Header{}
+	if c.token != "" {
+		hdr.Set("Authorization", "Bearer "+c.token)
+	}
+	if len(body) > 0 {
+		hdr.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(c.header); i += 2 {
+		hdr.Set(c.header[i], c.header[i+1])
+	}
+	reqErr := doc.check(t, c.method, c.path, hdr, body, r)
+	if refused := reqErr != nil; refused != c.docRefuses && r.status != http.StatusNotFound && r.status != http.StatusMethodNotAllowed {
+		t.Errorf("%s %s: openapi.yaml refuses the request: %v, want %v (%v)", c.method, c.path, refused, c.docRefuses, reqErr)
+	}
+	if c.check != nil && !t.Failed() {
+		c.check(t, r)
+	}
+	return r
+}
+
+// TestAPI is the curl-level test of every route and status: each answer
+// is checked for its status and error code and against openapi.yaml.
+func TestAPI(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{cfg: gateway.Config{MaxJobBytes: 64 << 10}})
+
+	// Fixtures: a finished job, a running one, one queued where no worker
+	// serves.
+	if r := b.submit(t, `{"id":"done-1","image":"python","code":"print hi"}`, "10s"); r.status != 200 {
+		t.Fatalf("fixture: %d %s", r.status, r.body)
+	}
+	if r := b.submit(t, `{"id":"run-1","image":"python","code":"block"}`, ""); r.status != 202 {
+		t.Fatalf("fixture: %d %s", r.status, r.body)
+	}
+	if r := b.submit(t, `{"id":"parked-1","queue":"parked","image":"python","code":"print x"}`, ""); r.status != 202 {
+		t.Fatalf("fixture: %d %s", r.status, r.body)
+	}
+	eventually(t, 10*time.Second, "run-1 running", func() bool {
+		ph, err := b.client.Phase(t.Context(), "run-1")
+		return err == nil && ph == jobs.PhaseRunning
+	})
+
+	result := func(status jobs.Status, check func(t *testing.T, res *jobs.Result)) func(*testing.T, reply) {
+		return func(t *testing.T, r reply) {
+			var res jobs.Result
+			r.decode(t, &res)
+			if res.Status != status {
+				t.Errorf("result %s, want %s: %s", res.Status, status, r.body)
+			}
+			if check != nil {
+				check(t, &res)
+			}
+		}
+	}
+	pending := func(status string) func(*testing.T, reply) {
+		return func(t *testing.T, r reply) {
+			var p gateway.Pending
+			r.decode(t, &p)
+			if p.Status != status || r.header.Get("Location") != "/v1/jobs/"+p.ID {
+				t.Errorf("pending %+v, Location %q; want status %s", p, r.header.Get("Location"), status)
+			}
+		}
+	}
+	a := b.alice
+	cases := []apiCase{
+		{name: "submit and wait", method: "POST", path: "/v1/jobs?wait=10s", token: a,
+			body: `{"image":"python","code":"print hello","labels":{"sandfleet.token":"forged","k":"v"}}`, status: 200,
+			check: result(jobs.StatusSucceeded, func(t *testing.T, res *jobs.Result) {
+				if res.Stdout != "hello\n" || res.Labels[gateway.TokenLabel] != "alice" || res.Labels["k"] != "v" {
+					t.Errorf("stdout %q labels %v: want hello and the token's name", res.Stdout, res.Labels)
+				}
+			})},
+		{name: "submit", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"print x"}`, status: 202, check: pending("queued")},
+		{name: "same id again", method: "POST", path: "/v1/jobs?wait=10s", token: a, body: `{"id":"done-1","image":"python","code":"print other"}`, status: 200,
+			check: result(jobs.StatusSucceeded, func(t *testing.T, res *jobs.Result) {
+				if res.Stdout != "hi\n" || b.exec.Runs("done-1") != 1 {
+					t.Errorf("stdout %q, %d runs: want the first result, one run", res.Stdout, b.exec.Runs("done-1"))
+				}
+			})},
+		{name: "wait in seconds", method: "POST", path: "/v1/jobs?wait=10", token: a, body: `{"image":"python","code":"exit 3"}`, status: 200,
+			check: result(jobs.StatusFailed, nil)},
+		{name: "wait runs out", method: "POST", path: "/v1/jobs?wait=0.2s", token: a, body: `{"image":"python","code":"sleep 3s"}`, status: 202},
+		{name: "not JSON", method: "POST", path: "/v1/jobs", token: a, body: `{"image":`, status: 400, code: gateway.CodeInvalidJSON, docRefuses: true},
+		{name: "not an object", method: "POST", path: "/v1/jobs", token: a, body: `["x"]`, status: 400, code: gateway.CodeInvalidJSON, docRefuses: true},
+		{name: "trailing data", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"x"} {}`, status: 400, code: gateway.CodeInvalidJSON},
+		{name: "empty body", method: "POST", path: "/v1/jobs", token: a, body: ``, status: 400, code: gateway.CodeInvalidJSON, docRefuses: true},
+		{name: "unknown field", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"x","bogus":1}`, status: 400, code: gateway.CodeUnknownField, docRefuses: true},
+		{name: "unknown limit", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"x","limits":{"gpus":1}}`, status: 400, code: gateway.CodeInvalidJob, docRefuses: true},
+		{name: "bad id", method: "POST", path: "/v1/jobs", token: a, body: `{"id":"a b","image":"python","code":"x"}`, status: 400, code: gateway.CodeInvalidJob, docRefuses: true},
+		{name: "no image", method: "POST", path: "/v1/jobs", token: a, body: `{"code":"x"}`, status: 400, code: gateway.CodeInvalidJob},
+		{name: "bad file name", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"x","files":{"../x":"y"}}`, status: 400, code: gateway.CodeInvalidJob},
+		{name: "reply_to refused", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"x","reply_to":"results.x"}`, status: 400, code: gateway.CodeInvalidJob},
+		{name: "bad wait", method: "POST", path: "/v1/jobs?wait=soon", token: a, body: `{"image":"python","code":"x"}`, status: 400, code: gateway.CodeInvalidRequest, docRefuses: true},
+		{name: "too large", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"` + strings.Repeat("x", 70<<10) + `"}`, status: 413, code: gateway.CodeBodyTooLarge},
+		{name: "no token", method: "POST", path: "/v1/jobs", body: `{"image":"python","code":"x"}`, status: 401, code: gateway.CodeUnauthorized,
+			check: func(t *testing.T, r reply) {
+				if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("WWW-Authenticate %q", r.header.Get("WWW-Authenticate"))
+				}
+			}},
+		{name: "bad token", method: "GET", path: "/v1/jobs/done-1", token: "sft_nope", status: 401, code: gateway.CodeUnauthorized},
+		{name: "basic auth", method: "GET", path: "/v1/status", header: []string{"Authorization", "Basic YWxpY2U6eA=="}, status: 401, code: gateway.CodeUnauthorized},
+		{name: "queue not allowed", method: "POST", path: "/v1/jobs", token: b.bob, body: `{"queue":"parked","image":"python","code":"x"}`, status: 403, code: gateway.CodeForbidden},
+		{name: "queue allowed", method: "POST", path: "/v1/jobs", token: b.bob, body: `{"image":"python","code":"x"}`, status: 202},
+		{name: "get result", method: "GET", path: "/v1/jobs/done-1", token: a, status: 200, check: result(jobs.StatusSucceeded, nil)},
+		{name: "get with wait, finished", method: "GET", path: "/v1/jobs/done-1?wait=5s", token: a, status: 200},
+		{name: "get queued", method: "GET", path: "/v1/jobs/parked-1", token: b.bob, status: 202, check: pending("queued")},
+		{name: "get running", method: "GET", path: "/v1/jobs/run-1?wait=0.1", token: a, status: 202, check: pending("running")},
+		{name: "get unknown", method: "GET", path: "/v1/jobs/nope", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "get unknown, wait", method: "GET", path: "/v1/jobs/nope?wait=30s", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "get bad id", method: "GET", path: "/v1/jobs/a.b", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "cancel finished", method: "POST", path: "/v1/jobs/done-1/cancel", token: a, status: 409, code: gateway.CodeAlreadyFinished},
+		{name: "cancel unknown", method: "POST", path: "/v1/jobs/nope/cancel", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "cancel running", method: "POST", path: "/v1/jobs/run-1/cancel", token: a, status: 200, check: result(jobs.StatusCanceled, nil)},
+		{name: "events", method: "GET", path: "/v1/jobs/done-1/events", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "artifacts", method: "GET", path: "/v1/jobs/done-1/artifacts", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "artifact", method: "GET", path: "/v1/jobs/done-1/artifacts/plot.png", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "workspace", method: "GET", path: "/v1/workspaces/agent-7", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "snapshot", method: "GET", path: "/v1/workspaces/agent-7/snapshot", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "planned, no token", method: "GET", path: "/v1/jobs/done-1/events", status: 401, code: gateway.CodeUnauthorized},
+		{name: "status", method: "GET", path: "/v1/status", token: a, status: 200, check: func(t *testing.T, r reply) {
+			var st jobs.FleetStatus
+			r.decode(t, &st)
+			if len(st.Workers) != 1 || st.Workers[0].ID != "w1" {
+				t.Errorf("workers %+v", st.Workers)
+			}
+		}},
+		{name: "healthz", method: "GET", path: "/healthz", status: 200},
+		{name: "readyz", method: "GET", path: "/readyz", status: 200},
+		{name: "metrics", method: "GET", path: "/metrics", status: 200, check: func(t *testing.T, r reply) {
+			if !strings.Contains(string(r.body), `sandfleet_gateway_requests_total{code="200",route="POST /v1/jobs"}`) {
+				t.Errorf("metrics lack the request counter:\n%.2000s", r.body)
+			}
+		}},
+		{name: "document", method: "GET", path: "/openapi.yaml", status: 200},
+		{name: "no route", method: "GET", path: "/v2/jobs", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "wrong method", method: "DELETE", path: "/v1/jobs/done-1", token: a, status: 405, code: gateway.CodeMethodNotAllow,
+			check: func(t *testing.T, r reply) {
+				if r.header.Get("Allow") != "GET" {
+					t.Errorf("Allow %q", r.header.Get("Allow"))
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, b, doc) })
+	}
+
+	// A body of unknown length is cut at the cap too.
+	t.Run("too large, chunked", func(t *testing.T) {
+		body := io.MultiReader(strings.NewReader(`{"image":"python","code":"`), strings.NewReader(strings.Repeat("x", 70<<10)), strings.NewReader(`"}`))
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", b.url+"/v1/jobs", body)
+		req.Header.Set("Authorization", "Bearer "+a)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if r := (reply{resp.StatusCode, resp.Header, data}); r.status != 413 || r.errorCode() != gateway.CodeBodyTooLarge {
+			t.Errorf("%d %s, want 413 body_too_large", r.status, data)
+		}
+	})
+}
+
+// A waiting submit whose reply never comes (its result was stored by a
+// cancel, with no worker to publish it) still answers with the result
+// once its wait ends: RESULTS is the authority, the reply a shortcut.
+func TestSubmitWaitWithoutReply(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	got := make(chan reply, 1)
+	go func() {
+		got <- b.submit(t, `{"id":"parked-3","queue":"parked","image":"python","code":"print x"}`, "4s")
+	}()
+	eventually(t, 5*time.Second, "parked-3 queued", func() bool {
+		_, err := b.client.Phase(t.Context(), "parked-3")
+		return err == nil
+	})
+	if r := b.do(t, "POST", "/v1/jobs/parked-3/cancel", b.alice, nil); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	r := <-got
+	var res jobs.Result
+	r.decode(t, &res)
+	if r.status != 200 || res.Status != jobs.StatusCanceled {
+		t.Errorf("%d %s, want 200 and the canceled result", r.status, r.body)
+	}
+}
+
+// A full queue is 429 queue_full with Retry-After, and nothing is queued.
+func TestQueueFull(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{topo: jobs.Topology{MaxMsgs: 2}, cfg: gateway.Config{RetryAfter: 3 * time.Second}})
+	for i := range 2 {
+		apiCase{method: "POST", path: "/v1/jobs", token: b.alice, body: fmt.Sprintf(`{"queue":"parked","image":"python","code":"print %d"}`, i), status: 202}.run(t, b, doc)
+	}
+	r := apiCase{method: "POST", path: "/v1/jobs", token: b.alice, body: `{"queue":"parked","image":"python","code":"print 3"}`,
+		status: 429, code: gateway.CodeQueueFull}.run(t, b, doc)
+	if r.header.Get("Retry-After") != "3" {
+		t.Errorf("Retry-After %q, want 3", r.header.Get("Retry-After"))
+	}
+}
+
+// Past MaxWaiting long polls, the next is 429 too_many_requests at once.
+func TestTooManyWaiting(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{cfg: gateway.Config{MaxWaiting: 1}})
+	b.submit(t, `{"id":"parked-2","queue":"parked","image":"python","code":"print x"}`, "")
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", b.url+"/v1/jobs/parked-2?wait=30s", nil)
+		req.Header.Set("Authorization", "Bearer "+b.alice)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	defer wg.Wait()
+	defer cancel()
+	eventually(t, 5*time.Second, "the first long poll holds its slot", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="waiting"}`) == 1
+	})
+	r := apiCase{method: "GET", path: "/v1/jobs/parked-2?wait=5s", token: b.alice, status: 429, code: gateway.CodeTooManyRequests}.run(t, b, doc)
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	apiCase{method: "GET", path: "/v1/jobs/parked-2", token: b.alice, status: 202}.run(t, b, doc) // no wait: no slot needed
+}
+
+// readyz says 503 while NATS is not connected.
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{cfg: gateway.Config{Ready: func() bool { return false }}})
+	apiCase{method: "GET", path: "/readyz", status: 503, code: gateway.CodeUnavailable}.run(t, b, doc)
+	apiCase{method: "GET", path: "/healthz", status: 200}.run(t, b, doc)
+}
+
+// A gateway without tokens takes requests without one, and keeps the
+// token label off jobs (nobody may claim one).
+func TestOpenGateway(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{open: true})
+	r := apiCase{method: "POST", path: "/v1/jobs?wait=10s", body: `{"image":"python","code":"print x","labels":{"sandfleet.token":"admin"}}`, status: 200}.run(t, b, doc)
+	var res jobs.Result
+	r.decode(t, &res)
+	if _, ok := res.Labels[gateway.TokenLabel]; ok {
+		t.Errorf("labels %v: the token label passed through an open gateway", res.Labels)
+	}
+}
+
+// A client that sends its headers and then too little of its body is cut
+// off with 408 after ReadTimeout, and a long poll outlives ReadTimeout.
+func TestSlowClients(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{cfg: gateway.Config{ReadTimeout: 300 * time.Millisecond}})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{\"image\":", b.alice)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if r := (reply{resp.StatusCode, resp.Header, data}); r.status != 408 || r.errorCode() != gateway.CodeRequestTimeout {
+		t.Errorf("%d %s, want 408 request_timeout", r.status, data)
+	}
+
+	// The read deadline ends with the body: a wait of 1 s, over the
+	// 300 ms ReadTimeout, is not cut short.
+	start := time.Now()
+	r := b.submit(t, `{"image":"python","code":"sleep 1s\nprint late"}`, "5s")
+	if r.status != 200 || time.Since(start) < time.Second {
+		t.Errorf("%d after %s: %s", r.status, time.Since(start), r.body)
+	}
+}
+
+// gaugeValue reads one sample of the gateway's /metrics.
+func gaugeValue(t testing.TB, b *bundle, series string) float64 {
+	t.Helper()
+	r := b.do(t, "GET", "/metrics", "", nil)
+	for line := range strings.SplitSeq(string(r.body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return 0
+}

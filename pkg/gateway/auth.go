@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// TokenLabel is the label a job gets with the name of the token that
+// submitted it. The gateway sets it on every job it queues, replacing any
+// value the caller gave, so a result always says which token asked for it.
+const TokenLabel = "sandfleet.token"
+
+// TokenPrefix starts every token NewToken makes, so that a leaked one is
+// easy to recognise (and to scan for) as a sandfleet token.
+const TokenPrefix = "sft_"
+
+// Token is one entry of a token file: a name and the SHA-256 of the secret.
+// The secret itself is never stored: a token is 32 random bytes, so a
+// plain hash cannot be reversed by guessing, and no slow hash is needed.
+type Token struct {
+	Name string
+	Hash [sha256.Size]byte
+	// Queues the token may submit to; empty means every queue.
+	Queues []string
+}
+
+// Allows reports whether the token may submit to queue.
+func (t *Token) Allows(queue string) bool {
+	return len(t.Queues) == 0 || slices.Contains(t.Queues, queue)
+}
+
+// Tokens is a set of tokens, looked up by the hash of the secret.
+type Tokens struct {
+	byHash map[[sha256.Size]byte]*Token
+}
+
+// Len returns the number of tokens.
+func (ts *Tokens) Len() int {
+	if ts == nil {
+		return 0
+	}
+	return len(ts.byHash)
+}
+
+// Lookup returns the token whose secret is secret, or nil. Looking up the
+// hash rather than comparing secrets leaks nothing through timing: what
+// the map compares is a hash the caller cannot steer.
+func (ts *Tokens) Lookup(secret string) *Token {
+	if ts == nil || secret == "" {
+		return nil
+	}
+	return ts.byHash[sha256.Sum256([]byte(secret))]
+}
+
+var validTokenName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
+
+// ParseTokens reads a token file: one token a line,
+//
+//	NAME sha256:HEX [queues=Q1,Q2]
+//
+// where HEX is the SHA-256 of the token's secret (what `gateway token`
+// prints) and queues, if given, are the only queues it may submit to.
+// Blank lines and lines starting with # are skipped; ";" also ends an
+// entry, so that a whole file fits in one environment variable.
+func ParseTokens(r io.Reader) (*Tokens, error) {
+	ts := &Tokens{byHash: map[[sha256.Size]byte]*Token{}}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		for entry := range strings.SplitSeq(sc.Text(), ";") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" || strings.HasPrefix(entry, "#") {
+				continue
+			}
+			t, err := parseToken(entry)
+			if err != nil {
+				return nil, fmt.Errorf("tokens line %d: %w", n, err)
+			}
+			if names[t.Name] {
+				return nil, fmt.Errorf("tokens line %d: name %q used twice", n, t.Name)
+			}
+			if _, dup := ts.byHash[t.Hash]; dup {
+				return nil, fmt.Errorf("tokens line %d: the hash of %q is another token's too", n, t.Name)
+			}
+			names[t.Name] = true
+			ts.byHash[t.Hash] = t
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("tokens: %w", err)
+	}
+	return ts, nil
+}
+
+func parseToken(entry string) (*Token, error) {
+	f := strings.Fields(entry)
+	if len(f) < 2 || len(f) > 3 {
+		return nil, errors.New("want NAME sha256:HEX [queues=Q1,Q2]")
+	}
+	t := &Token{Name: f[0]}
+	if !validTokenName.MatchString(t.Name) {
+		return nil, fmt.Errorf("name %q must match %s", t.Name, validTokenName)
+	}
+	hx, ok := strings.CutPrefix(f[1], "sha256:")
+	if !ok {
+		// A secret pasted where its hash belongs must not become valid.
+		return nil, fmt.Errorf("token %q: the second field must be sha256:HEX, the hash of the secret (gateway token NAME prints it)", t.Name)
+	}
+	b, err := hex.DecodeString(hx)
+	if err != nil || len(b) != sha256.Size {
+		return nil, fmt.Errorf("token %q: sha256: want 64 hex digits", t.Name)
+	}
+	t.Hash = [sha256.Size]byte(b)
+	if len(f) == 3 {
+		qs, ok := strings.CutPrefix(f[2], "queues=")
+		if !ok {
+			return nil, fmt.Errorf("token %q: unknown field %q (want queues=Q1,Q2)", t.Name, f[2])
+		}
+		for q := range strings.SplitSeq(qs, ",") {
+			if !jobs.ValidQueue(q) {
+				return nil, fmt.Errorf("token %q: queue %q must match [A-Za-z0-9_-]{1,64}", t.Name, q)
+			}
+			t.Queues = append(t.Queues, q)
+		}
+	}
+	return t, nil
+}
+
+// NewToken returns a fresh secret and the token file line that admits it
+// under name (queues optional).
+func NewToken(name string, queues []string) (secret, line string, err error) {
+	if !validTokenName.MatchString(name) {
+		return "", "", fmt.Errorf("name %q must match %s", name, validTokenName)
+	}
+	for _, q := range queues {
+		if !jobs.ValidQueue(q) {
+			return "", "", fmt.Errorf("queue %q must match [A-Za-z0-9_-]{1,64}", q)
+		}
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", err
+	}
+	secret = TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	h := sha256.Sum256([]byte(secret))
+	line = name + " sha256:" + hex.EncodeToString(h[:])
+	if len(queues) > 0 {
+		line += " queues=" + strings.Join(queues, ",")
+	}
+	return secret, line, nil
+}
+
+// bearer returns the token of an Authorization header, "" when there is
+// none or it is not a bearer token.
+func bearer(header string) string {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// EnvTokens names the environment variable read when no token file is
+// given; it holds what the file would ("NAME sha256:HEX; NAME2 ...").
+const EnvTokens = "SANDFLEET_TOKENS"
+
+// LoadTokens reads the token file at path, or $SANDFLEET_TOKENS when path
+// is "". Neither given: nil, no error (an open gateway; see CheckOpen).
+func LoadTokens(path string) (*Tokens, error) {
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		ts, err := ParseTokens(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return ts, nil
+	}
+	if env := os.Getenv(EnvTokens); env != "" {
+		ts, err := ParseTokens(strings.NewReader(env))
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", EnvTokens, err)
+		}
+		return ts, nil
+	}
+	return nil, nil
+}
+
+// ErrOpenNotLoopback: a gateway without tokens may listen on loopback only.
+var ErrOpenNotLoopback = errors.New("a gateway without tokens listens on loopback only (127.0.0.1, ::1, localhost): give tokens (--tokens FILE or $" + EnvTokens + ")")
+
+// CheckOpen returns ErrOpenNotLoopback for an address other than loopback
+// when there are no tokens.
+func CheckOpen(addr string, ts *Tokens) error {
+	if ts.Len() > 0 {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", addr, ErrOpenNotLoopback)
+}

@@ -1,0 +1,47 @@
+// Package gateway is sandfleet's HTTP API: a stateless front door over the
+// fleet's JetStream topology, for the orchestrators that speak HTTP
+// rather than NATS (clients/python, clients/typescript, curl).
+//
+//	POST /v1/jobs[?wait=D]           queue a job; with wait, its result (200) or 202
+//	GET  /v1/jobs/{id}[?wait=D]      the result (200), 202 while queued or running, 404
+//	POST /v1/jobs/{id}/cancel        cancel; 200 canceled, 202 canceling, 409 finished
+//	POST /v1/batches                 JSONL in, results streamed back as JSONL
+//	GET  /v1/status                  workers and queues
+//	GET  /healthz, /readyz, /metrics, /openapi.yaml
+//
+// openapi.yaml is the contract; TestOpenAPI checks every route's requests
+// and answers against it. Live output (/v1/jobs/{id}/events) and
+// artifacts and workspaces are designed there and answer 501 until the
+// fleet has them.
+//
+// # Waiting
+//
+// POST /v1/jobs?wait= names a subject under the gateway's own inbox as the
+// job's reply_to and takes the result there (replies.go): one subscription
+// per gateway, no JetStream consumer per request. GET ?wait= opens a KV
+// watch, as it may wait for a job someone else submitted. RESULTS is the
+// authority either way: when the wait ends without an answer, the result
+// (or the job's phase) is read from JetStream.
+//
+// # Errors
+//
+// A handler returns an error; classify maps it, in one place, to a status
+// and a stable code, and writeError answers {"error": {"code", "message"}}.
+// Internal failures are logged, never sent.
+//
+// # Limits
+//
+// Each route says how large a body it takes and whether it waits or
+// streams; wrap applies that to every request: MaxBytesReader (413), a
+// read deadline for the body (408), a write deadline for the answer, and
+// for streams one per line, so a client that stops reading is cut off.
+// Long polls and batches each take a slot first (429 when none is free);
+// a full queue is 429 queue_full. Both carry Retry-After.
+//
+// # Authentication
+//
+// Bearer tokens, stored as SHA-256 hashes (ParseTokens, NewToken), each
+// with a name that goes on the jobs it submits (label sandfleet.token)
+// and optionally the queues it may use (403 otherwise). A job ID is a
+// capability: tokens are not tenants.
+package gateway

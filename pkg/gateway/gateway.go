@@ -1,0 +1,397 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// Config of a Gateway. The zero value of each field is its documented
+// default.
+type Config struct {
+	// Tokens admitted with "Authorization: Bearer <secret>". Nil or empty
+	// means no authentication at all: only for a gateway on a loopback
+	// address (cmd/gateway and worker --embedded refuse anything else).
+	Tokens *Tokens
+	// MaxWait bounds ?wait= on submit and get: a longer wait is shortened
+	// to it (the answer is then 202, and the client asks again).
+	// Default 60s.
+	MaxWait time.Duration
+	// MaxJobBytes caps the body of POST /v1/jobs (413 past it). Default
+	// jobs.MaxJobBytes, the largest job the fleet takes.
+	MaxJobBytes int64
+	// MaxBatchBytes caps the body of POST /v1/batches. Default 64 MiB. The
+	// body is spooled to a file in TempDir, not held in memory.
+	MaxBatchBytes int64
+	// MaxBatchWindow caps ?window= of a batch. Default 1024.
+	MaxBatchWindow int
+	// MaxWaiting is the most requests waiting for results at once (long
+	// polls); past it they get 429 too_many_requests. Default 1024.
+	MaxWaiting int
+	// MaxBatches is the most batches running at once. Default 16.
+	MaxBatches int
+	// ReadTimeout bounds the reading of a request body. Default 60s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the writing of a response (after a wait), and
+	// of each line of a streamed one: a client that stops reading is cut
+	// off. Default 30s.
+	WriteTimeout time.Duration
+	// RetryAfter is what Retry-After says on 429 and 503. Default 1s.
+	RetryAfter time.Duration
+	// TempDir holds batch bodies while they run. Default os.TempDir().
+	TempDir string
+	// Ready reports whether the gateway can reach NATS (/readyz). Nil
+	// means always.
+	Ready func() bool
+	// Logger default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxWait, 60*time.Second)
+	def(&c.ReadTimeout, 60*time.Second)
+	def(&c.WriteTimeout, 30*time.Second)
+	def(&c.RetryAfter, time.Second)
+	if c.MaxJobBytes <= 0 {
+		c.MaxJobBytes = jobs.MaxJobBytes
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 64 << 20
+	}
+	if c.MaxBatchWindow <= 0 {
+		c.MaxBatchWindow = 1024
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = 1024
+	}
+	if c.MaxBatches <= 0 {
+		c.MaxBatches = 16
+	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
+	}
+	if c.Ready == nil {
+		c.Ready = func() bool { return true }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Gateway is the HTTP API over a fleet. It holds no job state: every
+// answer comes from JetStream, so any number of gateways may serve the
+// same fleet behind a load balancer.
+type Gateway struct {
+	client  *jobs.Client
+	replies *replies
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+	// Slots of the two kinds of long request, taken before the work.
+	waiting chan struct{}
+	batches chan struct{}
+}
+
+// New returns a gateway over client; nc is the client's connection, on
+// which the gateway takes the results of the jobs it waits for. Close
+// releases it.
+func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
+	cfg.setDefaults()
+	rep, err := newReplies(nc)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		client:  client,
+		replies: rep,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		mux:     http.NewServeMux(),
+		metrics: newMetrics(),
+		waiting: make(chan struct{}, cfg.MaxWaiting),
+		batches: make(chan struct{}, cfg.MaxBatches),
+	}
+	paths := map[string][]string{}
+	for _, rt := range g.routes() {
+		g.mux.Handle(rt.pattern, g.wrap(rt))
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		paths[path] = append(paths[path], method)
+	}
+	// The mux's own 404 and 405 answers are plain text: errors here are
+	// always JSON.
+	for path, methods := range paths {
+		allow := strings.Join(methods, ", ")
+		g.mux.Handle(path, g.wrap(route{pattern: path, h: func(w http.ResponseWriter, _ *http.Request, _ *Token) error {
+			w.Header().Set("Allow", allow)
+			return apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "use %s", allow)
+		}}))
+	}
+	g.mux.Handle("/", g.wrap(route{pattern: "/", h: func(http.ResponseWriter, *http.Request, *Token) error {
+		return apiErr(http.StatusNotFound, CodeNotFound, "no such route (GET /openapi.yaml lists them)")
+	}}))
+	return g, nil
+}
+
+// Close stops taking results. Serve first.
+func (g *Gateway) Close() { g.replies.close() }
+
+// ServeHTTP serves the API.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// Registry returns the gateway's Prometheus registry (served at /metrics).
+func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
+
+// handler is a route's function: it writes a response, or returns an
+// error for wrap to write.
+type handler func(w http.ResponseWriter, r *http.Request, tok *Token) error
+
+// route is one endpoint and the limits that apply to it.
+type route struct {
+	pattern string // as http.ServeMux takes it: "METHOD /path/{var}"
+	h       handler
+	body    int64 // the most body bytes taken; 0: none
+	open    bool  // served without a token (health, metrics, the document)
+	long    bool  // may wait up to MaxWait before answering
+	stream  bool  // streams its answer: the handler sets a deadline per write
+}
+
+// routes is the API: every endpoint, as openapi.yaml describes it.
+func (g *Gateway) routes() []route {
+	notYet := func(what string) handler {
+		return func(http.ResponseWriter, *http.Request, *Token) error {
+			return apiErr(http.StatusNotImplemented, CodeNotImplemented, "%s: not implemented by this gateway yet", what)
+		}
+	}
+	return []route{
+		{pattern: "POST /v1/jobs", h: g.submit, body: g.cfg.MaxJobBytes, long: true},
+		{pattern: "GET /v1/jobs/{id}", h: g.get, long: true},
+		{pattern: "POST /v1/jobs/{id}/cancel", h: g.cancel, long: true},
+		// Live output (Client.Follow) and artifacts are designed in
+		// openapi.yaml; they land with the branches that add them.
+		{pattern: "GET /v1/jobs/{id}/events", h: notYet("live output")},
+		{pattern: "GET /v1/jobs/{id}/artifacts", h: notYet("artifacts")},
+		{pattern: "GET /v1/jobs/{id}/artifacts/{name...}", h: notYet("artifacts")},
+		{pattern: "GET /v1/workspaces/{name}", h: notYet("workspaces")},
+		{pattern: "GET /v1/workspaces/{name}/snapshot", h: notYet("workspace snapshots")},
+		{pattern: "POST /v1/batches", h: g.submitBatch, body: g.cfg.MaxBatchBytes, stream: true},
+		{pattern: "GET /v1/status", h: g.status},
+		{pattern: "GET /healthz", h: g.healthz, open: true},
+		{pattern: "GET /readyz", h: g.readyz, open: true},
+		{pattern: "GET /metrics", h: g.serveMetrics, open: true},
+		{pattern: "GET /openapi.yaml", h: serveDocument, open: true},
+	}
+}
+
+// wrap applies what every request gets, in one place: body cap and read
+// deadline, write deadline, authentication, metrics, panic recovery, and
+// the JSON error answer.
+func (g *Gateway) wrap(rt route) http.Handler {
+	name := rt.pattern
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		g.metrics.inflight.Inc()
+		defer func() {
+			g.metrics.inflight.Dec()
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				g.log.Error("handler panicked", "route", name, "panic", p, "stack", string(debug.Stack()))
+				if !rec.wrote {
+					g.writeError(rec, r, errors.New("panic"))
+				}
+			}
+			g.metrics.observe(name, rec.status, time.Since(start))
+		}()
+
+		rc := http.NewResponseController(rec)
+		if !rt.stream {
+			wd := g.cfg.WriteTimeout
+			if rt.long {
+				wd += g.cfg.MaxWait
+			}
+			_ = rc.SetWriteDeadline(start.Add(wd))
+		}
+		if r.ContentLength > rt.body {
+			g.writeError(rec, r, &http.MaxBytesError{Limit: rt.body})
+			return
+		}
+		if r.ContentLength != 0 { // a body, or one of unknown length
+			// The deadline covers the body only: left in place, it would
+			// end a long poll when the server reads the idle connection.
+			_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
+			r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(rec, r.Body, rt.body), rc: rc}
+		}
+
+		var tok *Token
+		if !rt.open && g.cfg.Tokens.Len() > 0 {
+			secret := bearer(r.Header.Get("Authorization"))
+			if tok = g.cfg.Tokens.Lookup(secret); tok == nil {
+				msg := "a bearer token is required (Authorization: Bearer <token>)"
+				if secret != "" {
+					msg = "the bearer token is not valid"
+				}
+				g.writeError(rec, r, apiErr(http.StatusUnauthorized, CodeUnauthorized, "%s", msg))
+				return
+			}
+		}
+		if err := rt.h(rec, r, tok); err != nil {
+			// A stream already under way said so itself; a client that
+			// left hears nothing.
+			if rec.wrote || (r.Context().Err() != nil && errors.Is(err, context.Canceled)) {
+				g.log.Debug("request ended", "route", name, "err", err)
+				return
+			}
+			g.writeError(rec, r, err)
+		}
+	})
+}
+
+// bodyReader clears the read deadline once the whole body is read. After
+// any other error it stays: the server then gives up on the rest of the
+// body rather than wait for it without a deadline.
+type bodyReader struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// recorder notes the status for metrics and whether anything was written.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines
+// and Flush.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// take takes a slot of sem, or answers 429 at once: a gateway at its bound
+// sheds load rather than queueing requests it may not serve in time.
+func (g *Gateway) take(sem chan struct{}, what string) (release func(), err error) {
+	select {
+	case sem <- struct{}{}:
+		g.metrics.slots.WithLabelValues(what).Inc()
+		return func() {
+			<-sem
+			g.metrics.slots.WithLabelValues(what).Dec()
+		}, nil
+	default:
+		e := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "this gateway has %d %s requests already; retry later", cap(sem), what)
+		e.RetryAfter = g.cfg.RetryAfter
+		return nil, e
+	}
+}
+
+func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request, _ *Token) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request, _ *Token) error {
+	if !g.cfg.Ready() {
+		return apiErr(http.StatusServiceUnavailable, CodeUnavailable, "NATS is not connected")
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+func (g *Gateway) status(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	st, err := g.client.Status(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// isNATSDown reports errors that mean NATS or JetStream did not answer.
+func isNATSDown(err error) bool {
+	for _, e := range []error{nats.ErrTimeout, nats.ErrConnectionClosed, nats.ErrNoResponders,
+		nats.ErrConnectionReconnecting, nats.ErrDisconnected, jetstream.ErrNoStreamResponse,
+		jetstream.ErrJetStreamNotEnabled} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Serve serves the gateway on ln until ctx ends, then shuts down: requests
+// in progress get grace to finish, long polls and batch streams are cut
+// after it (their jobs go on in the fleet).
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	srv := g.Server()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Server returns an http.Server for the gateway with its connection-level
+// limits; the per-request ones are wrap's.
+func (g *Gateway) Server() *http.Server {
+	return &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+}

@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// Pending is the answer (202) for a job without a result yet.
+type Pending struct {
+	ID string `json:"id"`
+	// Status is "queued", "running" (see jobs.Phase) or, after a cancel
+	// that no worker has carried out yet, "canceling".
+	Status string `json:"status"`
+}
+
+// statusCanceling: a cancel is recorded; the job finishes as canceled
+// when a worker takes it (jobs.ErrCancelPending).
+const statusCanceling = "canceling"
+
+// submit: POST /v1/jobs[?wait=D]. The job is queued; with wait, the answer
+// is its result when it comes within D, else 202 as without.
+func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	wait, err := g.waitParam(r)
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	job, err := decodeJob(data)
+	if err != nil {
+		return err
+	}
+	if err := g.admit(job, tok); err != nil {
+		return err
+	}
+	fresh := job.ID == "" // a UUIDv7 of ours: it cannot have run before
+	job.Normalize()       // the ID is needed before the publish, for the reply
+	ctx := r.Context()
+	if wait == 0 {
+		if _, err := g.client.Submit(ctx, job); err != nil {
+			return err
+		}
+		g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
+		accepted(w, job.ID, string(jobs.PhaseQueued))
+		return nil
+	}
+	release, err := g.take(g.waiting, "waiting")
+	if err != nil {
+		return err
+	}
+	defer release()
+	// An ID that ran before is not run again: a publish of it within the
+	// stream's duplicate window is dropped, so no reply would come.
+	if !fresh {
+		if res, err := g.client.Get(ctx, job.ID); err == nil {
+			writeJSON(w, http.StatusOK, res)
+			return nil
+		} else if !errors.Is(err, jobs.ErrNotFound) {
+			return err
+		}
+	}
+	// Expect the reply before the publish, so a fast result is not missed.
+	replies, done := g.replies.expect(job.ID)
+	defer done()
+	job.ReplyTo = g.replies.subject(job.ID)
+	if _, err := g.client.Submit(ctx, job); err != nil {
+		return err
+	}
+	g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	select {
+	case res := <-replies:
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err() // the client left
+		}
+		return g.lookup(w, ctx, job.ID)
+	}
+}
+
+// get: GET /v1/jobs/{id}[?wait=D]: 200 with the result, 202 while the job
+// is queued or running (after waiting up to D for it to finish), 404 for
+// an ID the fleet does not know.
+func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		return apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	}
+	wait, err := g.waitParam(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	if wait == 0 {
+		return g.lookup(w, ctx, id)
+	}
+	release, err := g.take(g.waiting, "waiting")
+	if err != nil {
+		return err
+	}
+	defer release()
+	rw, err := g.client.Watch(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer rw.Stop()
+	// Wait only for a job that exists: an unknown ID is 404 at once.
+	if _, err := g.client.Phase(ctx, id); errors.Is(err, jobs.ErrNotFound) {
+		return g.lookup(w, ctx, id)
+	} else if err != nil {
+		return err
+	}
+	return g.await(w, ctx, rw, id, wait)
+}
+
+// await answers with the result rw delivers within wait, or as lookup
+// does when none comes.
+func (g *Gateway) await(w http.ResponseWriter, ctx context.Context, rw *jobs.ResultWatch, id string, wait time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	res, err := rw.Next(wctx)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err() // the client left
+	case errors.Is(err, context.DeadlineExceeded):
+		return g.lookup(w, ctx, id)
+	}
+	return err
+}
+
+// lookup answers with the job's result, or 202 with its phase.
+func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string) error {
+	res, err := g.client.Get(ctx, id)
+	if err == nil {
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	}
+	if !errors.Is(err, jobs.ErrNotFound) {
+		return err
+	}
+	phase, err := g.client.Phase(ctx, id)
+	if errors.Is(err, jobs.ErrNotFound) {
+		// It may have finished between the two looks.
+		if res, err := g.client.Get(ctx, id); err == nil {
+			writeJSON(w, http.StatusOK, res)
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	accepted(w, id, string(phase))
+	return nil
+}
+
+// cancel: POST /v1/jobs/{id}/cancel: 200 with the canceled result, 202
+// when the cancel is recorded but no worker has carried it out yet, 409
+// when the job had already finished, 404 for an unknown ID.
+func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		return apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	}
+	res, err := g.client.Cancel(r.Context(), id)
+	switch {
+	case err == nil:
+		g.log.Info("job canceled", "job_id", id, "token", tokenName(tok))
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	case errors.Is(err, jobs.ErrCancelPending):
+		g.log.Info("job cancel requested", "job_id", id, "token", tokenName(tok))
+		writeJSON(w, http.StatusAccepted, Pending{ID: id, Status: statusCanceling})
+		return nil
+	case errors.Is(err, jobs.ErrFinished) && res != nil:
+		return apiErr(http.StatusConflict, CodeAlreadyFinished, "the job already finished: %s", res.Status)
+	}
+	return err
+}
+
+// accepted answers 202 for a job without a result, pointing at where it
+// will be.
+func accepted(w http.ResponseWriter, id, status string) {
+	w.Header().Set("Location", "/v1/jobs/"+id)
+	writeJSON(w, http.StatusAccepted, Pending{ID: id, Status: status})
+}
+
+// waitParam reads ?wait= (a duration such as 30s, or seconds), shortened
+// to MaxWait. Absent or 0 means no wait.
+func (g *Gateway) waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := limits.ParseDuration(v)
+	if err != nil {
+		return 0, apiErr(http.StatusBadRequest, CodeInvalidRequest, "wait: %v", err)
+	}
+	return min(d.D(), g.cfg.MaxWait), nil
+}
+
+// jobFields are the JSON names of jobs.Job's fields.
+var jobFields = func() map[string]bool {
+	m := map[string]bool{}
+	t := reflect.TypeFor[jobs.Job]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	return m
+}()
+
+// decodeJob parses a job from a request body, telling apart a body that
+// is not JSON, a field the API does not know, and a job that is invalid.
+func decodeJob(data []byte) (*jobs.Job, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil || top == nil {
+		return nil, apiErr(http.StatusBadRequest, CodeInvalidJSON, "the body must be one JSON object (a job)")
+	}
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if !jobFields[k] {
+			return nil, apiErr(http.StatusBadRequest, CodeUnknownField, "unknown field %q", k)
+		}
+	}
+	return jobs.Decode(data, len(data))
+}
+
+// admit applies the gateway's rules to a job a token submits: the token
+// may use the queue, its name goes on the job, and reply_to is refused.
+func (g *Gateway) admit(job *jobs.Job, tok *Token) error {
+	if job.ReplyTo != "" {
+		// A reply subject makes the worker publish into NATS with its own
+		// permissions: not something to hand to every HTTP caller.
+		return apiErr(http.StatusBadRequest, CodeInvalidJob, "reply_to: not accepted over HTTP (GET /v1/jobs/{id} returns the result)")
+	}
+	queue := job.Queue
+	if queue == "" {
+		queue = jobs.DefaultQueue
+	}
+	if tok != nil && !tok.Allows(queue) {
+		return apiErr(http.StatusForbidden, CodeForbidden, "token %q may not submit to queue %q", tok.Name, queue)
+	}
+	_, given := job.Labels[TokenLabel]
+	if tok == nil && !given {
+		return nil
+	}
+	labels := maps.Clone(job.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	delete(labels, TokenLabel) // only the gateway says who submitted a job
+	if tok != nil {
+		labels[TokenLabel] = tok.Name
+	}
+	job.Labels = labels
+	return nil
+}
+
+func tokenName(tok *Token) string {
+	if tok == nil {
+		return ""
+	}
+	return tok.Name
+}
