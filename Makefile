@@ -50,7 +50,7 @@ test-short:
 humaneval: build
 	./examples/humaneval/run.sh
 
-## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, worker RSS (~2-3 min)
+## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, worker RSS, streaming on vs off (~3-4 min)
 bench: build sandbox-image
 	$(GO) run ./internal/cmd/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 

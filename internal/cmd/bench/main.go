@@ -13,6 +13,10 @@
 //
 // Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
+//
+// Then (e), the cost of streaming (issue 13): a warm job with no output,
+// p50 with the worker's events on and off, in turns; -events-only runs it
+// alone.
 package main
 
 import (
@@ -59,6 +63,9 @@ type options struct {
 	cpuProfile string
 	skipDocker bool
 	code       string
+	quietCode  string
+	eventsN    int
+	eventsOnly bool
 }
 
 func main() {
@@ -83,6 +90,9 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
+	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (e), which writes nothing")
+	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (e)")
+	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (e) only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,7 +107,19 @@ func run(args []string) error {
 	load0 := loadAvg()
 	start := time.Now()
 	r := &report{cores: cores, o: o}
+	if o.eventsOnly {
+		step("(e) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
+		s, err := streamingCost(ctx, o)
+		if err != nil {
+			return fmt.Errorf("(e): %w", err)
+		}
+		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
+			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
+		s.print(os.Stdout, o.quietCode)
+		return nil
+	}
 
+	var events *streaming
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -114,6 +136,11 @@ func run(args []string) error {
 		if err := viaWorker(ctx, o, 0, &r.fresh, false, r); err != nil {
 			return fmt.Errorf("(b'): %w", err)
 		}
+		step("(e) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
+		var err error
+		if events, err = streamingCost(ctx, o); err != nil {
+			return fmt.Errorf("(e): %w", err)
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -122,6 +149,7 @@ func run(args []string) error {
 	r.load = [2]string{load0, loadAvg()}
 	r.took = time.Since(start)
 	r.print(os.Stdout)
+	events.print(os.Stdout, o.quietCode)
 	return nil
 }
 
@@ -223,51 +251,12 @@ func parallel(total, conc int, do func() error) (float64, error) {
 // (b), (d) -------------------------------------------------------------------
 
 func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS bool, r *report) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-")
+	w, err := startWorker(ctx, o, strconv.Itoa(pool), "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool))
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	id := "bench-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(pool)
-	logf, err := os.Create(filepath.Join(dir, "worker.log"))
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(o.workerBin, "--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
-		"--id", id, "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool), "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	fail := func(err error) error {
-		log, _ := os.ReadFile(logf.Name())
-		if len(log) > 2000 {
-			log = log[len(log)-2000:]
-		}
-		return fmt.Errorf("%w\nworker log (tail):\n%s", err, log)
-	}
-
-	nc, cli, err := connect(ctx, "nats://"+addr, exited)
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
+	defer w.stop()
+	id, cmd, nc, cli, fail := w.id, w.cmd, w.nc, w.cli, w.fail
 	job := func() *jobs.Job { return &jobs.Job{Image: "python", Code: o.code} }
 	one := func() error {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -354,6 +343,76 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 		r.hwm, _ = procStatus(cmd.Process.Pid, "VmHWM")
 	}
 	return nil
+}
+
+// workerProc is a bin/worker --embedded subprocess, and a client of its
+// server.
+type workerProc struct {
+	id   string
+	cmd  *exec.Cmd
+	nc   *nats.Conn
+	cli  *jobs.Client
+	logf string
+	stop func() // signals it, waits for it and removes its files
+}
+
+// startWorker starts o.workerBin --embedded with args, named after name,
+// and connects to it.
+func startWorker(ctx context.Context, o options, name string, args ...string) (_ *workerProc, err error) {
+	dir, err := os.MkdirTemp("", "sandfleet-bench-")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	w := &workerProc{id: "bench-" + strconv.Itoa(os.Getpid()) + "-" + name, logf: filepath.Join(dir, "worker.log")}
+	logf, err := os.Create(w.logf)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	w.cmd = exec.Command(o.workerBin, append([]string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+		"--id", w.id, "--log-level", "warn"}, args...)...)
+	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	if err := w.cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- w.cmd.Wait() }()
+	w.stop = func() {
+		if w.nc != nil {
+			w.nc.Close()
+		}
+		_ = w.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-exited
+		}
+		logf.Close()
+		os.RemoveAll(dir)
+	}
+	if w.nc, w.cli, err = connect(ctx, "nats://"+addr, exited); err != nil {
+		err = w.fail(err)
+		w.stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+// fail adds the tail of the worker's log to err.
+func (w *workerProc) fail(err error) error {
+	log, _ := os.ReadFile(w.logf)
+	if len(log) > 2000 {
+		log = log[len(log)-2000:]
+	}
+	return fmt.Errorf("%w\nworker log (tail):\n%s", err, log)
 }
 
 // connect waits for the worker's embedded server and its topology.

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// (e) ------------------------------------------------------------------------
+
+// streaming is what publishing each job's events (issue 13) costs a warm
+// job that writes nothing: the same job through two workers, one with
+// --events=false, in turns, so that the machine's load weighs on both
+// alike.
+type streaming struct {
+	n       int
+	on, off []time.Duration
+}
+
+// streamingCost runs phase (e): o.eventsN jobs per worker, each worker
+// with --slots 1 --pool 2, a pause after each job for the pool to refill
+// (a warm job is what is measured).
+func streamingCost(ctx context.Context, o options) (*streaming, error) {
+	on, err := startWorker(ctx, o, "events-on", "--slots", "1", "--pool", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer on.stop()
+	off, err := startWorker(ctx, o, "events-off", "--slots", "1", "--pool", "2", "--events=false")
+	if err != nil {
+		return nil, err
+	}
+	defer off.stop()
+	one := func(w *workerProc) (time.Duration, error) {
+		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		t := time.Now()
+		res, err := w.cli.SubmitAndWait(jctx, &jobs.Job{Image: "python", Code: o.quietCode})
+		d := time.Since(t)
+		if err != nil {
+			return 0, w.fail(err)
+		}
+		if res.Status != jobs.StatusSucceeded {
+			return 0, w.fail(fmt.Errorf("job %s: %s %s %s", res.ID, res.Status, res.Error, res.Stderr))
+		}
+		return d, nil
+	}
+	// Warm-up of both, then time for the pools to fill.
+	for _, w := range []*workerProc{on, off} {
+		if _, err := one(w); err != nil {
+			return nil, err
+		}
+	}
+	time.Sleep(3 * time.Second)
+	s := &streaming{n: o.eventsN}
+	for i := range 2 * o.eventsN {
+		w, into := on, &s.on
+		if i%2 == 1 {
+			w, into = off, &s.off
+		}
+		d, err := one(w)
+		if err != nil {
+			return nil, err
+		}
+		*into = append(*into, d)
+		time.Sleep(300 * time.Millisecond) // the pool refills
+	}
+	return s, nil
+}
+
+func (s *streaming) print(w io.Writer, quietCode string) {
+	if s == nil {
+		return
+	}
+	on, off := pct(s.on, .5), pct(s.off, .5)
+	ratio := float64(on) / float64(off)
+	fmt.Fprintf(w, "\n(e)  streaming on vs off: warm python %q (no output), %d jobs each in turns, --slots 1 --pool 2\n", quietCode, s.n)
+	fmt.Fprintf(w, "%-44s %12s %12s\n", "", "p50", "p95")
+	fmt.Fprintf(w, "%-44s %12s %12s\n", "     events on (default)", ms(on), ms(pct(s.on, .95)))
+	fmt.Fprintf(w, "%-44s %12s %12s\n", "     --events=false", ms(off), ms(pct(s.off, .95)))
+	// Each job with events beside the job without that ran next to it:
+	// the median of their differences, which the load's drift weighs on
+	// less than on either p50.
+	var diffs []time.Duration
+	for i := range min(len(s.on), len(s.off)) {
+		diffs = append(diffs, s.on[i]-s.off[i])
+	}
+	fmt.Fprintf(w, "     paired: median of (on − off) over %d pairs: %+.1f ms\n", len(diffs), float64(pct(diffs, .5))/float64(time.Millisecond))
+	v := "MISSED"
+	if ratio <= 1.05 {
+		v = "met"
+	}
+	fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(e) p50, events on / off", fmt.Sprintf("%.3f×", ratio), "≤ 1.05×", v)
+}
