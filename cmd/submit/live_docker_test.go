@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -13,34 +12,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
-	"github.com/sandfleet/sandfleet/internal/workertest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // dockerFleet starts an in-process JetStream server and a worker on real
-// sandboxes, and returns the server's URL. It skips without Docker and
-// the sandbox image (or under -short), unless SANDFLEET_REQUIRE_DOCKER=1.
+// sandboxes, and returns the server's URL; without Docker and the sandbox
+// image the test is skipped (workertest.Sandbox).
 func dockerFleet(t *testing.T, id string) string {
 	t.Helper()
-	require := os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1"
-	if testing.Short() && !require {
-		t.Skip("Docker end-to-end test skipped under -short")
-	}
-	exec, err := executor.New(executor.Config{WorkerID: id, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		t.Cleanup(func() { exec.Close() })
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		err = exec.Check(ctx)
-		cancel()
-	}
-	if err != nil {
-		if require {
-			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
-		}
-		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
-	}
+	exec := workertest.Sandbox(t, executor.Config{WorkerID: id})
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	workertest.Start(t, js, exec, worker.Config{ID: id, Slots: 2, FetchWait: 200 * time.Millisecond})
@@ -108,10 +92,7 @@ func TestLiveOutputDocker(t *testing.T) {
 	}()
 
 	// logs -f from the middle of the job: the earlier lines, then the rest.
-	until := time.Now().Add(2 * time.Minute)
-	for len(out.get()) < 5 && time.Now().Before(until) {
-		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
-	}
+	testutil.Eventually(t, 2*time.Minute, "5 lines", func() bool { return len(out.get()) >= 5 })
 	mid := &arrivals{}
 	midDone := make(chan int, 1)
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -62,16 +63,10 @@ func (s *started) wait(t *testing.T) int {
 	}
 }
 
-// until polls until the output holds want.
+// until polls until cond holds.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 20s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling, not synchronisation
-	}
+	testutil.Eventually(t, 20*time.Second, what, cond)
 }
 
 // submit run prints the job's output while it runs, stdout to stdout and

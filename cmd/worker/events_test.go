@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -64,7 +66,7 @@ func describe(evs []*jobs.Event) string {
 // the output of attempt 2 is whole, and so is the result.
 func TestBinaryCrashEventsDocker(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
+	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	url, client, _ := natsServer(t)
 	id := uniqueID("crash-events")
 	args := []string{"--ack-wait", "2s", "--log-level", "debug"}
@@ -145,7 +147,7 @@ func stopDockerWorker(t *testing.T, w *proc, id string) {
 	if code := w.exited(t, 30*time.Second); code != 0 {
 		t.Errorf("worker exited %d", code)
 	}
-	poll(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	testutil.Eventually(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
 }
 
 // 1 GB to stdout on real Docker: still output_limit, with the output cap
@@ -153,11 +155,11 @@ func stopDockerWorker(t *testing.T, w *proc, id string) {
 // peak memory stays small.
 func TestBinaryFloodEventsDocker(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
+	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	url, client, js := natsServer(t)
 	id := uniqueID("flood-events")
 	w := dockerWorker(t, url, id, "--pool", "0")
-	poll(t, 60*time.Second, "worker up", func() bool { return strings.Contains(w.logs.String(), `"msg":"worker started"`) })
+	testutil.Eventually(t, 60*time.Second, "worker up", func() bool { return strings.Contains(w.logs.String(), `"msg":"worker started"`) })
 	idle, err := procStatus(w.cmd.Process.Pid, "VmRSS")
 	if err != nil {
 		t.Fatal(err)

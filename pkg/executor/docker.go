@@ -58,7 +58,7 @@ func infraErr(op string, err error) error {
 }
 
 // containerSpec is the one place a sandbox's configuration is built: the
-// hardening of DESIGN.md "Sandbox container". Nothing in it depends on the
+// hardening of docs/design.md "The sandbox container". Nothing in it depends on the
 // job beyond its limits and labels, so a pre-started container can take any
 // job that fits them: jobID "" builds one for the warm pool.
 func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.ContainerCreateOptions {

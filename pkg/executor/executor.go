@@ -58,7 +58,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Client != nil {
 		return newWithAPI(cfg, cfg.Client)
 	}
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv) // negotiates the API version by default
 	if err != nil {
 		return nil, infraErr("docker client", err)
 	}

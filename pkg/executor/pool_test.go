@@ -11,20 +11,10 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // With the engine down, the pool backs off instead of spinning, Check
 // ends the back-off, jobs still get (infrastructure) errors from the fresh
@@ -36,7 +26,7 @@ func TestPoolBacksOffWhileTheEngineIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first failed launches", func() bool { return e.PoolStats().Failures >= 2 })
+	testutil.Eventually(t, 10*time.Second, "the first failed launches", func() bool { return e.PoolStats().Failures >= 2 })
 	// A spin would make thousands of calls in this second; the back-off
 	// (250 ms, growing) allows a handful.
 	time.Sleep(time.Second)
@@ -47,7 +37,7 @@ func TestPoolBacksOffWhileTheEngineIsDown(t *testing.T) {
 	if err := e.Check(context.Background()); err != nil { // the fake's Ping answers
 		t.Fatal(err)
 	}
-	waitFor(t, "a launch right after Check", func() bool { return e.PoolStats().Failures > before })
+	testutil.Eventually(t, 10*time.Second, "a launch right after Check", func() bool { return e.PoolStats().Failures > before })
 
 	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"}, jobs.RunOptions{})
 	if !errors.Is(err, ErrInfrastructure) {

@@ -9,12 +9,14 @@
 //	(b') the same with --pool 0, to show what the pool buys;
 //	(c)  queue overhead alone: jobs/s through an in-process JetStream and
 //	     the real pkg/worker on a no-op executor;
-//	(d)  the worker subprocess's RSS idle and under load.
+//	(d)  the worker subprocess's RSS idle and under load;
+//	(e)  (b) and (b') again with --runtime runsc, when the engine has
+//	     gVisor registered (make runsc): what the second kernel costs.
 //
-// Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
+// Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
 //
-// Then (e), the cost of streaming (issue 13): a warm job with no output,
+// Then (f), the cost of streaming (issue 13): a warm job with no output,
 // p50 with the worker's events on and off, in turns; -events-only runs it
 // alone.
 package main
@@ -63,6 +65,8 @@ type options struct {
 	cpuProfile string
 	skipDocker bool
 	code       string
+	runsc      string // auto, on or off
+	runtime    string // the worker's --runtime for (b); "" for its default
 	quietCode  string
 	eventsN    int
 	eventsOnly bool
@@ -90,9 +94,10 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
-	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (e), which writes nothing")
-	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (e)")
-	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (e) only")
+	fs.StringVar(&o.runsc, "runsc", "auto", "measure (e) under gVisor: auto (when the engine has runsc), on or off")
+	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (f), which writes nothing")
+	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (f)")
+	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (f) only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,10 +113,10 @@ func run(args []string) error {
 	start := time.Now()
 	r := &report{cores: cores, o: o}
 	if o.eventsOnly {
-		step("(e) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
+		step("(f) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
 		s, err := streamingCost(ctx, o)
 		if err != nil {
-			return fmt.Errorf("(e): %w", err)
+			return fmt.Errorf("(f): %w", err)
 		}
 		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
 			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
@@ -136,10 +141,21 @@ func run(args []string) error {
 		if err := viaWorker(ctx, o, 0, &r.fresh, false, r); err != nil {
 			return fmt.Errorf("(b'): %w", err)
 		}
-		step("(e) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
+		if o.runsc == "on" || (o.runsc == "auto" && hasRuntime(ctx, "runsc")) {
+			gv := o
+			gv.runtime = "runsc"
+			step("(e) sandfleet under runsc, --pool %d and --pool 0", o.pool)
+			if err := viaWorker(ctx, gv, o.pool, &r.runscPooled, false, r); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
+			if err := viaWorker(ctx, gv, 0, &r.runscFresh, false, r); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
+		}
+		step("(f) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
 		var err error
 		if events, err = streamingCost(ctx, o); err != nil {
-			return fmt.Errorf("(e): %w", err)
+			return fmt.Errorf("(f): %w", err)
 		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
@@ -164,17 +180,18 @@ type figures struct {
 }
 
 type report struct {
-	cores                int
-	o                    options
-	docker, pooled       figures
-	fresh                figures
-	queue                float64
-	queueCPU             time.Duration // per job: server, worker and client together
-	rssIdle, rssLoad     int64         // KiB
-	hwm                  int64
-	poolHits, poolMisses string
-	load                 [2]string
-	took                 time.Duration
+	cores            int
+	o                options
+	docker, pooled   figures
+	fresh            figures
+	runscPooled      figures // (e)
+	runscFresh       figures
+	queue            float64
+	queueCPU         time.Duration // per job: server, worker and client together
+	rssIdle, rssLoad int64         // KiB
+	hwm              int64
+	load             [2]string
+	took             time.Duration
 }
 
 // (a) ----------------------------------------------------------------------
@@ -251,7 +268,11 @@ func parallel(total, conc int, do func() error) (float64, error) {
 // (b), (d) -------------------------------------------------------------------
 
 func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS bool, r *report) error {
-	w, err := startWorker(ctx, o, strconv.Itoa(pool), "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool))
+	args := []string{"--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool)}
+	if o.runtime != "" {
+		args = append(args, "--runtime", o.runtime)
+	}
+	w, err := startWorker(ctx, o, strconv.Itoa(pool), args...)
 	if err != nil {
 		return err
 	}
@@ -622,6 +643,8 @@ func (r *report) print(w io.Writer) {
 	row(fmt.Sprintf("(a)  docker run --rm (%d parallel)", r.o.parallel), r.docker)
 	row(fmt.Sprintf("(b)  sandfleet, --pool %d --slots %d", r.o.pool, r.o.slots), r.pooled)
 	row(fmt.Sprintf("(b') sandfleet, --pool 0 --slots %d", r.o.slots), r.fresh)
+	row(fmt.Sprintf("(e)  runsc, --pool %d --slots %d", r.o.pool, r.o.slots), r.runscPooled)
+	row(fmt.Sprintf("(e') runsc, --pool 0 --slots %d", r.o.slots), r.runscFresh)
 	tw(fmt.Sprintf("(c)  queue only, no-op executor, %d slots", r.o.queueSlots), "", "", fmt.Sprintf("%.0f jobs/s", r.queue))
 	fmt.Fprintf(w, "     (c) costs %.0f µs of CPU per job, NATS server, worker and client together: at most %.0f jobs/s per core\n",
 		float64(r.queueCPU)/float64(time.Microsecond), float64(time.Second)/float64(max(r.queueCPU, 1)))
@@ -650,10 +673,21 @@ func (r *report) print(w io.Writer) {
 		ft := r.fresh.tput / r.docker.tput
 		fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(b')/(a), no pool: p50, throughput", fmt.Sprintf("%.2f×, %.2f×", fl, ft), "(for comparison)", "")
 	}
+	if len(r.runscPooled.seq) > 0 && len(r.pooled.seq) > 0 {
+		wl := float64(pct(r.runscPooled.seq, .5)) / float64(pct(r.pooled.seq, .5))
+		cl := float64(pct(r.runscFresh.seq, .5)) / float64(pct(r.fresh.seq, .5))
+		fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(e)/(b) runsc cost: warm p50, cold p50", fmt.Sprintf("%.2f×, %.2f×", wl, cl), "(for comparison)", "")
+	}
 	const goal = 3000.0 // on 2 cores
 	verdict("(c) queue throughput", fmt.Sprintf("%.0f jobs/s", r.queue), fmt.Sprintf("≥ %.0f jobs/s", goal), r.queue >= goal, false)
 	if r.rssIdle > 0 {
 		mib := float64(r.rssIdle) / 1024
 		verdict("(d) worker RSS idle", fmt.Sprintf("%.1f MiB", mib), "≤ 50 MiB", mib <= 50, false)
 	}
+}
+
+// hasRuntime reports whether the Docker engine has the named runtime.
+func hasRuntime(ctx context.Context, name string) bool {
+	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{json .Runtimes}}").Output()
+	return err == nil && bytes.Contains(out, []byte(`"`+name+`"`))
 }
