@@ -54,23 +54,48 @@ func (c *logsCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return err
 	}
 	defer closeConn()
-	var opts []jobs.FollowOption
-	if !c.follow {
-		opts = append(opts, jobs.ReplayOnly())
-	}
-	err = c.out.watch(ctx, client, id, opts...)
+	err = c.out.watch(ctx, client, id, c.follow)
 	if errors.Is(err, errNoResultYet) {
 		return fail(exitPending, "job %s is queued or running; no result yet (submit logs -f %s)", id, id)
 	}
 	return err
 }
 
+// fallBack ends watch on the result alone: when it is stored (follow),
+// or as it is now.
+func (o *output) fallBack(ctx context.Context, client *jobs.Client, id string, p *printer, follow bool) error {
+	var res *jobs.Result
+	var err error
+	if follow {
+		res, err = client.Wait(ctx, id)
+	} else if res, err = client.Get(ctx, id); errors.Is(err, jobs.ErrNotFound) {
+		return errNoResultYet
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fail(exitInterrupted, "detached; job %s goes on: submit wait %s", id, id)
+	case err != nil:
+		return fail(exitUnavailable, "wait for %s: %w", id, err)
+	case o.json:
+		o.printJSON(&jobs.Event{Type: jobs.EventFinished, ID: id, Attempt: res.Attempt, Result: res})
+		return exitWith(res.ExitCode())
+	}
+	return p.finished(res)
+}
+
 // errNoResultYet: the events ended before the finished one (ReplayOnly).
 var errNoResultYet = errors.New("no result yet")
 
-// watch prints a job's events as Follow yields them, and ends as the job
-// does. Interrupted, the job goes on.
-func (o *output) watch(ctx context.Context, client *jobs.Client, id string, opts ...jobs.FollowOption) error {
+// watch prints a job's events as Follow yields them, to its end (follow)
+// or to what is stored now, and ends as the job does. Interrupted, the job
+// goes on. When the events cannot be read (a fleet whose permissions
+// predate them), it takes the result instead, and prints what it has not
+// shown of it.
+func (o *output) watch(ctx context.Context, client *jobs.Client, id string, follow bool) error {
+	var opts []jobs.FollowOption
+	if !follow {
+		opts = append(opts, jobs.ReplayOnly())
+	}
 	p := o.newPrinter(id)
 	for ev, err := range client.Follow(ctx, id, opts...) {
 		switch {
@@ -80,8 +105,8 @@ func (o *output) watch(ctx context.Context, client *jobs.Client, id string, opts
 			p.flush()
 			return fail(exitInterrupted, "detached; job %s goes on: submit logs -f %s", id, id)
 		case err != nil:
-			p.flush()
-			return fail(exitUnavailable, "follow %s: %w", id, err)
+			p.notef("live output unavailable (%v); the output comes with the result", err)
+			return o.fallBack(ctx, client, id, p, follow)
 		}
 		if o.json {
 			o.printJSON(ev)

@@ -12,8 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // liveBuffer is a writer a test reads while submit writes to it.
@@ -226,5 +233,28 @@ func TestLogsHelp(t *testing.T) {
 		if args[0] != "--help" && !strings.Contains(o.String(), "-f, --follow") {
 			t.Errorf("%q lacks -f:\n%s", args, o.String())
 		}
+	}
+}
+
+// On a fleet whose permissions predate job events (the submitter may not
+// read EVENTS), run says so and prints the output from the result, with
+// the same exit code.
+func TestRunWithoutEventsPermission(t *testing.T) {
+	t.Parallel()
+	s := natstest.ServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{
+			{Username: "admin", Password: "a"},
+			{Username: "old", Password: "o", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO.EVENTS", "$JS.API.STREAM.MSG.GET.EVENTS", "$JS.API.CONSUMER.CREATE.EVENTS.>", "events.>"}},
+			}},
+		},
+	})
+	_, js := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
+	workertest.Start(t, js, &fakeexec.Executor{}, worker.Config{ID: "test", Slots: 1})
+	url := "nats://old:o@" + strings.TrimPrefix(s.ClientURL(), "nats://")
+	got := submit(t, url, "", "run", "-c", "print from the result\nexit 4")
+	if got.code != 4 || got.stdout != "from the result\n" || !strings.Contains(got.stderr, "live output unavailable") {
+		t.Errorf("run without EVENTS: %+v", got)
 	}
 }

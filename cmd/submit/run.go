@@ -102,7 +102,7 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		if _, err := submit(); err != nil {
 			return submitFailed(err)
 		}
-		return c.out.watch(ctx, client, job.ID)
+		return c.out.watch(ctx, client, job.ID, true)
 	}
 	rw, err := client.Watch(ctx, job.ID)
 	if err != nil {

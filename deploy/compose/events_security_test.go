@@ -25,8 +25,7 @@ func TestSecurityEvents(t *testing.T) {
 	wrk := connect(t, s, "worker", testWorkerPassword)
 	sub := connect(t, s, "submitter", testSubmitterPassword)
 	topo := jobs.Topology{AckWait: 5 * time.Second}
-	stores, err := topo.Ensure(ctx, wrk.js)
-	if err != nil {
+	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
 		t.Fatalf("worker: ensure topology: %v", err)
 	}
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-events", Slots: 1, Topology: topo})
@@ -102,7 +101,11 @@ func TestSecurityEvents(t *testing.T) {
 			done()
 			sub.expectViolation(t, tc.subject)
 		}
-		info, err := stores.Events.Info(ctx)
+		stream, err := wrk.js.Stream(ctx, jobs.EventsStreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(ctx)
 		if err != nil || info.State.Msgs != 4 || info.State.FirstSeq != 1 {
 			t.Errorf("EVENTS after the attempts: %+v, %v; want the job's 4 events, untouched", info.State, err)
 		}

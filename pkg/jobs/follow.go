@@ -70,10 +70,15 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 
 // follower is one call of Follow.
 type follower struct {
-	c  *Client
-	id string
-	o  followOptions
+	c      *Client
+	id     string
+	o      followOptions
+	events jetstream.Stream // nil when the fleet has no EVENTS
 }
+
+// eventsTimeout bounds each call Follow makes about the stream EVENTS: a
+// fleet whose permissions predate it does not answer them.
+const eventsTimeout = 5 * time.Second
 
 func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) error {
 	// The result's watch is opened first: a result stored from now on
@@ -91,6 +96,9 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 	if err != nil {
 		return err
 	}
+	if err := f.openEvents(ctx); err != nil {
+		return err
+	}
 	// With ReplayOnly, what is stored now is all there is to yield.
 	var end uint64
 	if f.o.replayOnly {
@@ -105,7 +113,7 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 		return nil
 	}
 
-	events, stop, err := f.consume(ctx)
+	events, consumeDone, stop, err := f.consume(ctx)
 	if err != nil {
 		return err
 	}
@@ -137,6 +145,8 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-consumeDone:
+			return fmt.Errorf("follow %s: the events' consumer stopped", f.id)
 		case <-idle.C:
 			// What was stored and is still not delivered expired (MaxAge)
 			// in between.
@@ -248,10 +258,31 @@ func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, 
 	return ev, final, nil
 }
 
+// openEvents binds the stream EVENTS; a fleet whose workers never created
+// it has no events, and Follow yields queued and the result.
+func (f *follower) openEvents(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	st, err := f.c.js.Stream(ctx, EventsStreamName)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("follow %s: read the events: %w", f.id, err)
+	}
+	f.events = st
+	return nil
+}
+
 // lastSeq returns the sequence of the job's last event stored now, 0 when
 // there is none.
 func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
-	m, err := f.c.stores.Events.GetLastMsgForSubject(ctx, EventSubject(f.id))
+	if f.events == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	m, err := f.events.GetLastMsgForSubject(ctx, EventSubject(f.id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
@@ -261,36 +292,51 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 	return m.Sequence, nil
 }
 
-// consume delivers the job's events, from the first, on a channel, through
-// an ordered consumer (which recreates itself after a reconnect and
-// resumes where it was). stop ends it and waits for its callback.
-func (f *follower) consume(ctx context.Context) (<-chan jetstream.Msg, func(), error) {
-	cons, err := f.c.js.OrderedConsumer(ctx, EventsStreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{EventSubject(f.id)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+// consume delivers the job's events, from the first, on a channel,
+// through an ephemeral pull consumer of its own (created with ctx, so that
+// a fleet whose permissions refuse it fails fast instead of retrying).
+// done is closed if the consumer stops before stop is called (it was
+// deleted, or lost with its server). stop ends it, waits for its callback
+// and deletes it.
+func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, done <-chan struct{}, stop func(), err error) {
+	if f.events == nil {
+		return nil, nil, func() {}, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	cons, err := f.events.CreateConsumer(cctx, jetstream.ConsumerConfig{
+		FilterSubject:     EventSubject(f.id),
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute, // removed by the server if stop never comes
+		MemoryStorage:     true,
+		Replicas:          1,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
+		return nil, nil, nil, fmt.Errorf("follow %s: read the events: %w", f.id, err)
 	}
 	ch := make(chan jetstream.Msg, 64)
-	done := make(chan struct{})
+	quit := make(chan struct{})
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		// Blocking here holds the consumer back: it pulls no more than
 		// the follower takes.
 		select {
 		case ch <- m:
-		case <-done:
+		case <-quit:
 		}
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
+		return nil, nil, nil, fmt.Errorf("follow %s: read the events: %w", f.id, err)
 	}
-	stop := func() {
-		close(done)
+	stop = func() {
+		close(quit)
 		cc.Stop()
 		<-cc.Closed()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = f.events.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}
-	return ch, stop, nil
+	return ch, cc.Closed(), stop, nil
 }
 
 func finishedAt(r *Result) time.Time {

@@ -204,6 +204,24 @@ func TestFollowResultOnly(t *testing.T) {
 	ended(t, ch)
 }
 
+// A fleet whose workers never created EVENTS: queued, then the result.
+func TestFollowWithoutEventsStream(t *testing.T) {
+	t.Parallel()
+	s := newStandIn(t, "no-events-1", true)
+	if err := s.js.DeleteStream(t.Context(), jobs.EventsStreamName); err != nil {
+		t.Fatal(err)
+	}
+	ch := follow(t, s.client, "no-events-1")
+	if ev := next(t, ch); ev.Type != jobs.EventQueued {
+		t.Fatalf("got %+v", ev)
+	}
+	s.store(&jobs.Result{Status: jobs.StatusSucceeded, Stdout: "all\n"})
+	if ev := next(t, ch); ev.Type != jobs.EventFinished || ev.Result.Stdout != "all\n" {
+		t.Fatalf("got %+v", ev)
+	}
+	ended(t, ch)
+}
+
 func TestFollowUnknownJob(t *testing.T) {
 	t.Parallel()
 	client, _ := setup(t, jobs.Topology{})

@@ -174,7 +174,6 @@ type Stores struct {
 	Results jetstream.KeyValue // job ID → Result JSON; first writer wins
 	Workers jetstream.KeyValue // worker ID → Heartbeat JSON, with a TTL
 	Cancels jetstream.KeyValue // job ID → cancel request, watched by workers
-	Events  jetstream.Stream   // events.<id>: each job's output and lifecycle, for watching
 
 	// MaxResultBytes is the most an encoded Result may take in RESULTS: the
 	// server's max_payload less room for the message's subject and headers.
@@ -239,7 +238,7 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	if st.Cancels, err = kv(CancelsBucket, "sandfleet cancel requests by job ID", t.ResultTTL); err != nil {
 		return nil, err
 	}
-	if st.Events, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
+	if _, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
 	}
 	return st, nil
@@ -268,7 +267,9 @@ func (t Topology) eventsConfig() jetstream.StreamConfig {
 
 // Open returns the stream and buckets, creating (with t's settings) those
 // that do not exist yet but leaving existing ones as they are: clients use
-// it, so that only workers decide the settings of a running fleet.
+// it, so that only workers decide the settings of a running fleet. It does
+// not look at EVENTS, which only Follow reads, and which a fleet's workers
+// create.
 func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -281,13 +282,6 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
-	}
-	st.Events, err = js.Stream(ctx, EventsStreamName)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return t.Ensure(ctx, js)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
 	}
 	for _, b := range []struct {
 		name string
