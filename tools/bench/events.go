@@ -23,7 +23,7 @@ import (
 
 // streaming is what publishing each job's events (issue 13) costs a warm
 // job that writes nothing: the same job through two workers, one with
-// --events=false, in turns, so that the machine's load weighs on both
+// --events=false, in pairs, so that the machine's load weighs on both
 // alike.
 type streaming struct {
 	n       int

@@ -17,8 +17,8 @@
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
 //
 // Then (f), the cost of streaming (issue 13): a warm job with no output,
-// p50 with the worker's events on and off, in turns; -events-only runs it
-// alone.
+// p50 with the worker's events on and off, in pairs, and (f') the same on
+// the worker's own path without Docker; -events-only runs them alone.
 package main
 
 import (
@@ -113,7 +113,7 @@ func run(args []string) error {
 	start := time.Now()
 	r := &report{cores: cores, o: o}
 	if o.eventsOnly {
-		step("(f) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
+		step("(f) streaming on vs off: %d warm jobs each, in pairs", o.eventsN)
 		s, err := streamingCost(ctx, o)
 		if err != nil {
 			return fmt.Errorf("(f): %w", err)
@@ -152,7 +152,7 @@ func run(args []string) error {
 				return fmt.Errorf("(e): %w", err)
 			}
 		}
-		step("(f) streaming on vs off: %d warm jobs each, in turns", o.eventsN)
+		step("(f) streaming on vs off: %d warm jobs each, in pairs", o.eventsN)
 		var err error
 		if events, err = streamingCost(ctx, o); err != nil {
 			return fmt.Errorf("(f): %w", err)
