@@ -232,8 +232,9 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	url, _ := setupFleet(t, 3)
 	var st jobs.FleetStatus
-	// The first heartbeat is written as the worker starts.
-	testutil.Eventually(t, 10*time.Second, "a worker and a queue in status --json", func() bool {
+	// The first heartbeat is written as the worker starts, not ready until
+	// its executor answered a ping; the next says ready.
+	testutil.Eventually(t, 10*time.Second, "a ready worker and a queue in status --json", func() bool {
 		got := submit(t, url, "", "status", "--json")
 		if got.code != 0 {
 			t.Fatalf("status --json: %+v", got)
@@ -241,7 +242,7 @@ func TestStatus(t *testing.T) {
 		if err := json.Unmarshal([]byte(got.stdout), &st); err != nil {
 			t.Fatalf("%q: %v", got.stdout, err)
 		}
-		return len(st.Workers) > 0 && len(st.Queues) > 0
+		return len(st.Workers) > 0 && st.Workers[0].Ready && len(st.Queues) > 0
 	})
 	if len(st.Workers) != 1 || st.Workers[0].ID != "fleet-1" || st.Workers[0].Slots != 3 ||
 		st.Workers[0].Version != "v-test" || !st.Workers[0].Ready || st.Workers[0].LastSeen.IsZero() {

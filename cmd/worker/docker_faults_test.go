@@ -166,7 +166,9 @@ func TestBinaryCancelDocker(t *testing.T) {
 	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	url, client, _ := natsServer(t)
 	id := uniqueID("cancel")
-	w := dockerWorker(t, url, id)
+	// Debug logs say when a warm sandbox took the job (see sandboxRunning):
+	// the worker is ready only once one started, so the job always finds it.
+	w := dockerWorker(t, url, id, "--log-level", "debug")
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "runaway", Image: "python", Code: "import time\ntime.sleep(120)"}); err != nil {
 		t.Fatal(err)
 	}

@@ -543,9 +543,9 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st jobs.WorkerStatus
-	testutil.Eventually(t, 10*time.Second, "heartbeat", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a heartbeat saying ready", func() bool {
 		e, err := kv.Get(t.Context(), "beater")
-		return err == nil && json.Unmarshal(e.Value(), &st) == nil
+		return err == nil && json.Unmarshal(e.Value(), &st) == nil && st.Ready
 	})
 	if st.Slots != 3 || st.Version != "v9" || st.Queue != "default" || !st.Ready {
 		t.Errorf("heartbeat: %+v", st)
