@@ -23,9 +23,9 @@ import (
 // get and wait exit with once they have a result).
 const (
 	exitOK          = 0
-	exitNotFound    = 1   // get, wait, cancel: no job with this ID; cancel: already finished
+	exitNotFound    = 1   // get, wait, cancel, logs: no job with this ID; cancel: already finished
 	exitUsage       = 2   // bad command line or invalid job (as the rejected status)
-	exitPending     = 75  // get: the job is queued or running, no result yet (EX_TEMPFAIL)
+	exitPending     = 75  // get, logs: the job is queued or running, no result yet (EX_TEMPFAIL)
 	exitUnavailable = 125 // NATS unreachable, queue full (as the error status)
 	exitInterrupted = 130 // interrupted while waiting; the job goes on
 )
@@ -39,6 +39,7 @@ Commands:
   get ID [--json]                    print a stored result
   wait ID [--json]                   wait for a job's result
   cancel ID [--json]                 cancel a queued or running job
+  logs ID [-f] [--json]              replay a job's output from its start; -f follows it
   batch FILE.jsonl [-o OUT] [flags]  run a file of jobs, resumable
   status [--json]                    show the workers and each queue's backlog
   help [COMMAND]                     this text, or a command's
@@ -48,15 +49,15 @@ Global flags (before or after the command):
 Flags and arguments may come in any order; "--" ends the flags.
 "submit <command> --help" explains a command and lists its flags.
 
-Exit codes of run, get and wait, from the job's status:
+Exit codes of run, get, wait and logs, from the job's status:
   succeeded 0, failed the job's exit code, timeout 124, oom 137,
   output_limit 1, canceled 130, rejected 2, error 125.
 Other exit codes:
-  1   get/wait/cancel: no job with this ID; cancel: the job already finished
+  1   get/wait/cancel/logs: no job with this ID; cancel: the job already finished
   2   usage error, or a job submit refuses as invalid
-  75  get: the job is queued or running, no result yet
+  75  get, logs without -f: the job is queued or running, no result yet
   125 NATS unreachable, or the queue is full
-  130 interrupted while waiting (the job goes on: submit wait ID); batch:
+  130 interrupted while waiting (the job goes on: submit logs -f ID); batch:
       interrupted, the command to resume is printed
 `
 
@@ -98,6 +99,8 @@ func (m *Main) command(name string) command {
 		return &idCommand{m: m, name: name}
 	case "batch":
 		return &batchCommand{m: m}
+	case "logs":
+		return &logsCommand{m: m}
 	case "status":
 		return &statusCommand{m: m}
 	}

@@ -34,8 +34,9 @@ func (c *runCommand) synopsis() string { return "run [-c CODE | FILE | -] [flags
 func (c *runCommand) about() string {
 	return `Runs one job and waits for its result: the code given with -c, read from
 FILE, or read from stdin (-). Prints the job's stdout on stdout and its
-stderr on stderr; for any status but succeeded and failed, one more line
-on stderr says what happened. Exits as the job: 0 succeeded, its exit code
+stderr on stderr as the job writes them; for any status but succeeded and
+failed, one more line on stderr says what happened. Ctrl-C stops waiting
+(exit 130); the job goes on ("submit logs -f ID" follows it again). Exits as the job: 0 succeeded, its exit code
 when it failed, 124 timeout, 137 oom, 1 output_limit, 130 canceled,
 2 rejected, 125 error. On a terminal the job's control characters are
 shown (ESC as ^[) rather than acted on; pipes and files get its bytes.
@@ -94,6 +95,14 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		}
 		fmt.Fprintln(c.m.Stdout, id)
 		return nil
+	}
+	if !c.out.json {
+		// Live: the job's events are kept, so following after the
+		// submit misses nothing.
+		if _, err := submit(); err != nil {
+			return submitFailed(err)
+		}
+		return c.out.watch(ctx, client, job.ID, true)
 	}
 	rw, err := client.Watch(ctx, job.ID)
 	if err != nil {
@@ -197,6 +206,12 @@ func (o *output) report(res *jobs.Result) error {
 	// as base64), made visible on a terminal.
 	o.text(o.m.Stdout, string(res.StdoutBytes()))
 	o.text(o.m.Stderr, string(res.StderrBytes()))
+	return o.ended(res)
+}
+
+// ended says on stderr what happened to a job that did not end on its own
+// or was not run, and ends with the exit code of its status.
+func (o *output) ended(res *jobs.Result) error {
 	switch res.Status {
 	case jobs.StatusSucceeded, jobs.StatusFailed:
 	default:

@@ -87,6 +87,7 @@ type options struct {
 	ackWait             time.Duration
 	maxDeliver          int
 	replicas            int
+	events              bool
 	version             bool
 	http                httpOptions // http.go
 
@@ -120,6 +121,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
+	fs.BoolVar(&o.events, "events", true, "publish each job's output and lifecycle to the stream EVENTS while it runs (submit run's live output, submit logs); --events=false turns them off")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	httpFlags(fs, &o.http)
 	return fs
@@ -289,6 +291,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		},
 		Logger:   log,
 		Observer: obs,
+		NoEvents: !o.events,
 	})
 	if err != nil {
 		return cmdline.Usagef("%w", err)

@@ -44,6 +44,9 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 			}
 		})
 	}
+	if opts.OnStart != nil {
+		opts.OnStart(jobs.Start{Container: s.short, Limits: lim})
+	}
 	obs, err := e.watch(ctx, log, s, lim, env, stdin)
 	if err != nil {
 		return nil, err

@@ -166,12 +166,22 @@ func TestAPI(t *testing.T) {
 		{name: "cancel finished", method: "POST", path: "/v1/jobs/done-1/cancel", token: a, status: 409, code: gateway.CodeAlreadyFinished},
 		{name: "cancel unknown", method: "POST", path: "/v1/jobs/nope/cancel", token: a, status: 404, code: gateway.CodeNotFound},
 		{name: "cancel running", method: "POST", path: "/v1/jobs/run-1/cancel", token: a, status: 200, check: result(jobs.StatusCanceled, nil)},
-		{name: "events", method: "GET", path: "/v1/jobs/done-1/events", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "events", method: "GET", path: "/v1/jobs/done-1/events", token: a, status: 200,
+			check: func(t *testing.T, r reply) {
+				body := string(r.body)
+				if r.header.Get("Content-Type") != "text/event-stream" || !strings.Contains(body, "event: queued\n") ||
+					!strings.Contains(body, "event: stdout\n") || !strings.Contains(body, `"text":"hi\n"`) ||
+					!strings.HasSuffix(body, "\n\n") || !strings.Contains(body[strings.LastIndex(body, "event: "):], "event: finished\n") {
+					t.Errorf("events of done-1:\n%s", body)
+				}
+			}},
+		{name: "events of an unknown job", method: "GET", path: "/v1/jobs/nope-1/events", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "events, bad Last-Event-ID", method: "GET", path: "/v1/jobs/done-1/events", token: a, header: []string{"Last-Event-ID", "x"}, status: 400, code: gateway.CodeInvalidRequest},
 		{name: "artifacts", method: "GET", path: "/v1/jobs/done-1/artifacts", token: a, status: 501, code: gateway.CodeNotImplemented},
 		{name: "artifact", method: "GET", path: "/v1/jobs/done-1/artifacts/plot.png", token: a, status: 501, code: gateway.CodeNotImplemented},
 		{name: "workspace", method: "GET", path: "/v1/workspaces/agent-7", token: a, status: 501, code: gateway.CodeNotImplemented},
 		{name: "snapshot", method: "GET", path: "/v1/workspaces/agent-7/snapshot", token: a, status: 501, code: gateway.CodeNotImplemented},
-		{name: "planned, no token", method: "GET", path: "/v1/jobs/done-1/events", status: 401, code: gateway.CodeUnauthorized},
+		{name: "events, no token", method: "GET", path: "/v1/jobs/done-1/events", status: 401, code: gateway.CodeUnauthorized},
 		{name: "status", method: "GET", path: "/v1/status", token: a, status: 200, check: func(t *testing.T, r reply) {
 			var st jobs.FleetStatus
 			r.decode(t, &st)

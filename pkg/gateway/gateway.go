@@ -185,9 +185,9 @@ func (g *Gateway) routes() []route {
 		{pattern: "POST /v1/jobs", h: g.submit, body: g.cfg.MaxJobBytes, long: true},
 		{pattern: "GET /v1/jobs/{id}", h: g.get, long: true},
 		{pattern: "POST /v1/jobs/{id}/cancel", h: g.cancel, long: true},
-		// Live output (Client.Follow) and artifacts are designed in
-		// openapi.yaml; they land with the branches that add them.
-		{pattern: "GET /v1/jobs/{id}/events", h: notYet("live output")},
+		{pattern: "GET /v1/jobs/{id}/events", h: g.follow, stream: true},
+		// Artifacts and workspaces are designed in openapi.yaml; they land
+		// with the branch that adds them.
 		{pattern: "GET /v1/jobs/{id}/artifacts", h: notYet("artifacts")},
 		{pattern: "GET /v1/jobs/{id}/artifacts/{name...}", h: notYet("artifacts")},
 		{pattern: "GET /v1/workspaces/{name}", h: notYet("workspaces")},

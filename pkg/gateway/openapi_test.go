@@ -42,6 +42,7 @@ func loadContract(t testing.TB) *contract {
 	contractOnce.Do(func() {
 		openapi3filter.RegisterBodyDecoder("application/x-ndjson", decodeNDJSON)
 		openapi3filter.RegisterBodyDecoder("application/yaml", openapi3filter.FileBodyDecoder)
+		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.FileBodyDecoder)
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromData(gateway.Document)
 		if err != nil {

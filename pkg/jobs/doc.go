@@ -10,10 +10,15 @@
 // durable pull consumer workers-<queue> per queue (explicit ack, AckWait as
 // the lease, MaxDeliver, MaxAckPending), and the KV buckets RESULTS (first
 // writer wins, TTL), WORKERS (heartbeats, TTL) and CANCELS (cancel
-// requests). Workers create or update it (Topology.Ensure); clients create
-// only what is missing (Topology.Open).
+// requests), and the stream EVENTS (limits retention, a short MaxAge),
+// where the worker running a job publishes its Events on events.<id>: its
+// output as it is written and its lifecycle, for watching; the result in
+// RESULTS stays the authority. Workers create or update it
+// (Topology.Ensure); clients create only what is missing (Topology.Open).
 //
 // Client: Submit, Get, Wait (a KV watch), SubmitAndWait (the watch opened
-// before the publish), Queued, Phase (queued or running) and Cancel. Errors to test with errors.Is:
+// before the publish), Follow (a job's events from the start, ending with
+// its result), Queued, Phase (queued or running) and Cancel. Errors to test
+// with errors.Is:
 // ErrQueueFull, ErrNotFound, ErrFinished, ErrInvalidJob.
 package jobs

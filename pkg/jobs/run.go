@@ -1,5 +1,7 @@
 package jobs
 
+import "github.com/sandfleet/sandfleet/pkg/limits"
+
 // Stream names one of a job's output streams.
 type Stream string
 
@@ -16,4 +18,14 @@ type RunOptions struct {
 	// from the goroutine reading the sandbox and must not block: a slow
 	// consumer would hold up the job's output, and with it the job.
 	OnOutput func(s Stream, p []byte)
+	// OnStart, if set, is told once per run, before any OnOutput, that the
+	// job is being handed to its sandbox: which one, and the limits it
+	// runs under. Like OnOutput it must not block.
+	OnStart func(Start)
+}
+
+// Start is what RunOptions.OnStart is told.
+type Start struct {
+	Container string        // the sandbox's name (a short container ID)
+	Limits    limits.Limits // the job's limits, resolved: every field set
 }

@@ -84,6 +84,14 @@ type Topology struct {
 	// store its canceled result (with the worker's figures) before storing
 	// one itself, which is how a queued job gets its result. Default 2s.
 	CancelWait time.Duration
+	// EventsMaxAge is how long a job's events (its live output and
+	// lifecycle, stream EVENTS) are kept. Default 1h. RESULTS keeps the
+	// result for ResultTTL either way.
+	EventsMaxAge time.Duration
+	// EventsMaxBytes bounds the stream EVENTS as a whole; past it the
+	// oldest events go first. Default 1 GiB. What one job may put there is
+	// bounded by its worker, after the job's output cap (see pkg/worker).
+	EventsMaxBytes int64
 }
 
 // WithDefaults returns t with every zero field set to its default.
@@ -114,6 +122,8 @@ func (t Topology) WithDefaults() Topology {
 	defD(&t.ResultTTL, 24*time.Hour)
 	defD(&t.WorkerTTL, 15*time.Second)
 	defD(&t.CancelWait, 2*time.Second)
+	defD(&t.EventsMaxAge, time.Hour)
+	def(&t.EventsMaxBytes, 1<<30)
 	return t
 }
 
@@ -150,6 +160,10 @@ func (t Topology) Validate() error {
 		return badField("WorkerTTL", "%s is under 1s", t.WorkerTTL)
 	case t.CancelWait < 0:
 		return badField("CancelWait", "%s is negative", t.CancelWait)
+	case t.EventsMaxAge < time.Second:
+		return badField("EventsMaxAge", "%s is under 1s", t.EventsMaxAge)
+	case t.EventsMaxBytes < 0:
+		return badField("EventsMaxBytes", "%d is negative", t.EventsMaxBytes)
 	}
 	return nil
 }
@@ -176,8 +190,9 @@ func resultRoom(js jetstream.JetStream) int {
 	return 1<<20 - headroom // a stock server's max_payload
 }
 
-// Ensure creates or updates the stream JOBS and the buckets RESULTS, WORKERS
-// and CANCELS. It is idempotent and safe to call from every process.
+// Ensure creates or updates the streams JOBS and EVENTS and the buckets
+// RESULTS, WORKERS and CANCELS. It is idempotent and safe to call from every
+// process.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -223,12 +238,38 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	if st.Cancels, err = kv(CancelsBucket, "sandfleet cancel requests by job ID", t.ResultTTL); err != nil {
 		return nil, err
 	}
+	if _, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
+	}
 	return st, nil
+}
+
+// eventsConfig is the stream of the jobs' events: limits retention, so
+// that watchers replay it from the start; kept for EventsMaxAge; the
+// oldest events give way when it is full, so that the jobs running now
+// can be watched.
+func (t Topology) eventsConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        EventsStreamName,
+		Description: "sandfleet job events (live output, lifecycle): events.<id>",
+		Subjects:    []string{EventSubjectPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      t.EventsMaxAge,
+		MaxBytes:    t.EventsMaxBytes,
+		// An event holds at most a 16 KiB chunk of output (4/3 of it in
+		// base64), or a result without its output.
+		MaxMsgSize: 1 << 20,
+		Replicas:   t.Replicas,
+	}
 }
 
 // Open returns the stream and buckets, creating (with t's settings) those
 // that do not exist yet but leaving existing ones as they are: clients use
-// it, so that only workers decide the settings of a running fleet.
+// it, so that only workers decide the settings of a running fleet. It does
+// not look at EVENTS, which only Follow reads, and which a fleet's workers
+// create.
 func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err

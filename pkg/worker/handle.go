@@ -135,7 +135,9 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 		now := time.Now().UTC()
 		res := &jobs.Result{Status: jobs.StatusRejected, Error: err.Error(), FinishedAt: &now}
 		w.fill(res, job, dl)
-		return w.finish(force, job, res, log)
+		ev := w.openEvents(dl.id, dl.attempt, nil, log)
+		defer ev.close(force)
+		return w.finish(force, job, res, ev, log)
 	}
 
 	if stored, err := w.lookup(job.ID); err != nil {
@@ -144,6 +146,10 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 		w.reply(job, stored, log)
 		return decision{verdict: verdictAck, result: stored, reason: "result already stored"}
 	}
+
+	ev := w.openEvents(job.ID, dl.attempt, job, log)
+	defer ev.close(force)
+	ev.redelivered()
 
 	jobCtx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -166,7 +172,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	var res *jobs.Result
 	if !errors.Is(context.Cause(jobCtx), ErrCancelRequested) {
 		var d *decision
-		res, d = w.runHeld(stop, jobCtx, job, log)
+		res, d = w.runHeld(stop, jobCtx, job, ev, log)
 		if d != nil {
 			return *d
 		}
@@ -186,18 +192,19 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 		// its result stands.
 	}
 	w.fill(res, job, dl)
-	return w.finish(force, job, res, log)
+	ev.ended(res)
+	return w.finish(force, job, res, ev, log)
 }
 
 // runHeld runs the job. On an infrastructure error it marks the executor
 // down (the fetcher pauses and the prober pings with back-off), holds the
 // message, and runs it again once the executor is up: no delivery is
 // burnt. It gives the job back on drain, force or after HoldMax.
-func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*jobs.Result, *decision) {
+func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, ev *jobEvents, log *slog.Logger) (*jobs.Result, *decision) {
 	var hold <-chan time.Time
 	for {
 		log.Debug("running")
-		res, err := w.runOnce(jobCtx, job)
+		res, err := w.runOnce(jobCtx, job, ev.runOptions())
 		if err == nil {
 			if res == nil {
 				now := time.Now().UTC()
@@ -232,14 +239,14 @@ func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, log *slog.
 
 // runOnce calls the executor, turning a panic into an error result: a
 // panic is a bug, and retrying it would only repeat it.
-func (w *Worker) runOnce(ctx context.Context, job *jobs.Job) (res *jobs.Result, err error) {
+func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (res *jobs.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			now := time.Now().UTC()
 			res, err = &jobs.Result{Status: jobs.StatusError, Error: fmt.Sprintf("executor panicked: %v", p), FinishedAt: &now}, nil
 		}
 	}()
-	return w.exec.Run(ctx, job, jobs.RunOptions{})
+	return w.exec.Run(ctx, job, opts)
 }
 
 // decode reads the job and reconciles it with its subject. A job may leave
@@ -289,9 +296,11 @@ func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {
 var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+$`)
 
 // finish stores the result (first writer wins), publishes the stored one to
-// the reply subject and decides: term for rejected jobs, ack otherwise.
-func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, log *slog.Logger) decision {
+// the reply subject and decides: term for rejected jobs, ack otherwise. The
+// job's events are published before the result, and finished after it.
+func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, ev *jobEvents, log *slog.Logger) decision {
 	stored := res
+	ev.flush(force)
 	if kvKey.MatchString(res.ID) {
 		var err error
 		stored, err = w.store(force, res)
@@ -307,6 +316,7 @@ func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, 
 	if stored == res { // ours, not an earlier writer's
 		w.obs.Finished(res, presetOf(job))
 	}
+	ev.finished(stored)
 	w.reply(job, stored, log)
 	if stored.Status == jobs.StatusRejected {
 		return decision{verdict: verdictTerm, result: stored, reason: stored.Error}

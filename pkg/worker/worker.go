@@ -86,6 +86,11 @@ type Config struct {
 	// Observer is told of deliveries and outcomes, for metrics. Default:
 	// none.
 	Observer Observer
+	// NoEvents turns off publishing each job's events (its output as it is
+	// written, and its lifecycle) to the stream EVENTS, which `submit run`
+	// prints live and `submit logs` replays (see events.go). Default: they
+	// are published.
+	NoEvents bool
 }
 
 // ErrInvalidConfig is wrapped by Config.Validate's errors.

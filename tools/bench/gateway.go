@@ -23,7 +23,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
-// (f) ------------------------------------------------------------------------
+// (g) ------------------------------------------------------------------------
 
 // gatewayFigures are one way of submitting -http-jobs no-op jobs with
 // -http-clients callers, each waiting for its job's result.
@@ -263,7 +263,7 @@ func (r *report) printGateway(w io.Writer) {
 	if len(r.viaHTTP.lat) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "(f)  %d no-op jobs each way, %d concurrent callers waiting for results, alternating halves:\n", r.o.httpJobs, r.o.httpClients)
+	fmt.Fprintf(w, "(g)  %d no-op jobs each way, %d concurrent callers waiting for results, alternating halves:\n", r.o.httpJobs, r.o.httpClients)
 	row := func(name string, f gatewayFigures) {
 		fmt.Fprintf(w, "%-44s %12s %12s %14s\n", name, ms2(pct(f.lat, .5)), ms2(pct(f.lat, .99)), fmt.Sprintf("%.0f jobs/s", f.tput))
 	}

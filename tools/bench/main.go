@@ -15,6 +15,11 @@
 //
 // Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
+//
+// Then (f), the cost of streaming (issue 13): a warm job with no output,
+// p50 with the worker's events on and off, in pairs, and (f') the same on
+// the worker's own path without Docker; -events-only runs them alone; and
+// (g), the HTTP gateway against the Go client (issue 14).
 package main
 
 import (
@@ -65,6 +70,9 @@ type options struct {
 	runtime     string // the worker's --runtime for (b); "" for its default
 	httpJobs    int
 	httpClients int
+	quietCode   string
+	eventsN     int
+	eventsOnly  bool
 }
 
 func main() {
@@ -89,9 +97,12 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
-	fs.IntVar(&o.httpJobs, "http-jobs", 2000, "no-op jobs each way for (f)")
-	fs.IntVar(&o.httpClients, "http-clients", 64, "concurrent callers for (f)")
+	fs.IntVar(&o.httpJobs, "http-jobs", 2000, "no-op jobs each way for (g)")
+	fs.IntVar(&o.httpClients, "http-clients", 64, "concurrent callers for (g)")
 	fs.StringVar(&o.runsc, "runsc", "auto", "measure (e) under gVisor: auto (when the engine has runsc), on or off")
+	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (f), which writes nothing")
+	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (f)")
+	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (f) only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,7 +117,19 @@ func run(args []string) error {
 	load0 := loadAvg()
 	start := time.Now()
 	r := &report{cores: cores, o: o}
+	if o.eventsOnly {
+		step("(f) streaming on vs off: %d warm jobs each, in pairs", o.eventsN)
+		s, err := streamingCost(ctx, o)
+		if err != nil {
+			return fmt.Errorf("(f): %w", err)
+		}
+		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
+			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
+		s.print(os.Stdout, o.quietCode)
+		return nil
+	}
 
+	var events *streaming
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -134,18 +157,24 @@ func run(args []string) error {
 				return fmt.Errorf("(e): %w", err)
 			}
 		}
+		step("(f) streaming on vs off: %d warm jobs each, in pairs", o.eventsN)
+		var err error
+		if events, err = streamingCost(ctx, o); err != nil {
+			return fmt.Errorf("(f): %w", err)
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
 		return fmt.Errorf("(c): %w", err)
 	}
-	step("(f) HTTP gateway: %d no-op jobs each way, %d concurrent callers", o.httpJobs, o.httpClients)
+	step("(g) HTTP gateway: %d no-op jobs each way, %d concurrent callers", o.httpJobs, o.httpClients)
 	if err := gatewayOverhead(ctx, o, r); err != nil {
-		return fmt.Errorf("(f): %w", err)
+		return fmt.Errorf("(g): %w", err)
 	}
 	r.load = [2]string{load0, loadAvg()}
 	r.took = time.Since(start)
 	r.print(os.Stdout)
+	events.print(os.Stdout, o.quietCode)
 	return nil
 }
 
@@ -170,7 +199,7 @@ type report struct {
 	queueCPU          time.Duration // per job: server, worker and client together
 	rssIdle, rssLoad  int64         // KiB
 	hwm               int64
-	viaGo, viaGoReply gatewayFigures // (f)
+	viaGo, viaGoReply gatewayFigures // (g)
 	viaHTTP           gatewayFigures
 	load              [2]string
 	took              time.Duration
@@ -250,55 +279,16 @@ func parallel(total, conc int, do func() error) (float64, error) {
 // (b), (d) -------------------------------------------------------------------
 
 func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS bool, r *report) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	id := "bench-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(pool)
-	logf, err := os.Create(filepath.Join(dir, "worker.log"))
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	args := []string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
-		"--id", id, "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool), "--log-level", "warn"}
+	args := []string{"--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool)}
 	if o.runtime != "" {
 		args = append(args, "--runtime", o.runtime)
 	}
-	cmd := exec.Command(o.workerBin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	w, err := startWorker(ctx, o, strconv.Itoa(pool), args...)
+	if err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	fail := func(err error) error {
-		log, _ := os.ReadFile(logf.Name())
-		if len(log) > 2000 {
-			log = log[len(log)-2000:]
-		}
-		return fmt.Errorf("%w\nworker log (tail):\n%s", err, log)
-	}
-
-	nc, cli, err := connect(ctx, "nats://"+addr, exited)
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
+	defer w.stop()
+	id, cmd, nc, cli, fail := w.id, w.cmd, w.nc, w.cli, w.fail
 	job := func() *jobs.Job { return &jobs.Job{Image: "python", Code: o.code} }
 	one := func() error {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -385,6 +375,76 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 		r.hwm, _ = procStatus(cmd.Process.Pid, "VmHWM")
 	}
 	return nil
+}
+
+// workerProc is a bin/worker --embedded subprocess, and a client of its
+// server.
+type workerProc struct {
+	id   string
+	cmd  *exec.Cmd
+	nc   *nats.Conn
+	cli  *jobs.Client
+	logf string
+	stop func() // signals it, waits for it and removes its files
+}
+
+// startWorker starts o.workerBin --embedded with args, named after name,
+// and connects to it.
+func startWorker(ctx context.Context, o options, name string, args ...string) (_ *workerProc, err error) {
+	dir, err := os.MkdirTemp("", "sandfleet-bench-")
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	w := &workerProc{id: "bench-" + strconv.Itoa(os.Getpid()) + "-" + name, logf: filepath.Join(dir, "worker.log")}
+	logf, err := os.Create(w.logf)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	w.cmd = exec.Command(o.workerBin, append([]string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+		"--id", w.id, "--log-level", "warn"}, args...)...)
+	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	if err := w.cmd.Start(); err != nil {
+		logf.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- w.cmd.Wait() }()
+	w.stop = func() {
+		if w.nc != nil {
+			w.nc.Close()
+		}
+		_ = w.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-exited
+		}
+		logf.Close()
+		os.RemoveAll(dir)
+	}
+	if w.nc, w.cli, err = connect(ctx, "nats://"+addr, exited); err != nil {
+		err = w.fail(err)
+		w.stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+// fail adds the tail of the worker's log to err.
+func (w *workerProc) fail(err error) error {
+	log, _ := os.ReadFile(w.logf)
+	if len(log) > 2000 {
+		log = log[len(log)-2000:]
+	}
+	return fmt.Errorf("%w\nworker log (tail):\n%s", err, log)
 }
 
 // connect waits for the worker's embedded server and its topology.

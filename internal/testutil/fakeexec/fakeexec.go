@@ -3,7 +3,8 @@
 //
 // A job's code is a tiny script, one command per line:
 //
-//	print TEXT     append TEXT and a newline to stdout (and tell OnOutput)
+//	print TEXT     append TEXT and a newline to stdout (and tell OnOutput;
+//	               OnStart is told before the script runs)
 //	eprint TEXT    the same on stderr
 //	flood N C      append N copies of the byte C to stdout and to stderr
 //	sleep DURATION sleep, or stop early with a canceled result
@@ -154,6 +155,10 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 		e.mu.Unlock()
 	}()
 
+	if opts.OnStart != nil {
+		lim, _ := limits.Resolve(job.Limits, limits.Default(), caps)
+		opts.OnStart(jobs.Start{Container: "fake-" + job.ID, Limits: lim})
+	}
 	var stdout, stderr strings.Builder
 	defer func() { res.Stdout, res.Stderr = stdout.String(), stderr.String() }()
 	sc := bufio.NewScanner(strings.NewReader(job.Code))

@@ -1,0 +1,347 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FollowOption changes what Follow yields.
+type FollowOption func(*followOptions)
+
+type followOptions struct {
+	replayOnly bool
+}
+
+// ReplayOnly makes Follow yield the events stored when it is called, and
+// the result if it is stored by then, instead of following the job to its
+// end. Its last event is finished only if the job had finished.
+func ReplayOnly() FollowOption {
+	return func(o *followOptions) { o.replayOnly = true }
+}
+
+// catchUpIdle is how long Follow waits for events it knows were stored
+// (before the result, or before a ReplayOnly call) and has not been
+// delivered: longer only if they expired in between, which it then stops
+// waiting for.
+const catchUpIdle = 5 * time.Second
+
+// Follow yields the events of job id in order, from its first, and ends
+// with a finished event that carries the job's stored Result. The first is
+// queued (made from the job's message in JOBS, or from its result); then
+// come what the workers that ran it published (stream EVENTS, subject
+// events.<id>): started, output and the rest, each with its attempt, a
+// redelivered before each attempt after the first.
+//
+// The result is the authority, not the stream: the finished event's Result
+// is read from RESULTS. Follow ends when it is stored, once the events
+// stored before it have been yielded, even when the worker's own finished
+// event never comes (a worker killed between the two, a job canceled while
+// queued). A job that finished before the call yields its events, as far
+// as EVENTS still keeps them (Topology.EventsMaxAge), then its result.
+//
+// An unknown ID yields ErrNotFound: call Follow after Submit (nothing is
+// missed: the events and the result stay stored). Errors end the
+// sequence; so does ctx, with its error. Breaking out of the loop stops
+// following and leaves the job running.
+func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) iter.Seq2[*Event, error] {
+	var o followOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return func(yield func(*Event, error) bool) {
+		if !ValidID(id) {
+			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140)))
+			return
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		f := &follower{c: c, id: id, o: o}
+		if err := f.run(ctx, yield); err != nil {
+			yield(nil, err)
+		}
+	}
+}
+
+// follower is one call of Follow.
+type follower struct {
+	c      *Client
+	id     string
+	o      followOptions
+	events jetstream.Stream // nil when the fleet has no EVENTS
+}
+
+// eventsTimeout bounds each call Follow makes about the stream EVENTS: a
+// fleet whose permissions predate it does not answer them.
+const eventsTimeout = 5 * time.Second
+
+func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) error {
+	// The result's watch is opened first: a result stored from now on
+	// reaches it, one stored before is its initial value.
+	w, err := f.c.stores.Results.Watch(ctx, f.id)
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", f.id, err)
+	}
+	defer w.Stop()
+	final, err := initialResult(ctx, w)
+	if err != nil {
+		return fmt.Errorf("follow %s: %w", f.id, err)
+	}
+	queued, final, err := f.queued(ctx, final)
+	if err != nil {
+		return err
+	}
+	if err := f.openEvents(ctx); err != nil {
+		return err
+	}
+	// With ReplayOnly, what is stored now is all there is to yield.
+	var end uint64
+	if f.o.replayOnly {
+		if end, err = f.lastSeq(ctx); err != nil {
+			return err
+		}
+	}
+	if !yield(queued, nil) {
+		return nil
+	}
+	if f.o.replayOnly && end == 0 && final == nil {
+		return nil
+	}
+
+	events, consumeDone, stop, err := f.consume(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	// Once the result is known, target is the last event stored then:
+	// the worker publishes a run's events before it stores the result, so
+	// when target is yielded, the job's events are all out.
+	var target, seen uint64
+	if final != nil {
+		if target, err = f.lastSeq(ctx); err != nil {
+			return err
+		}
+	}
+	updates := w.Updates()
+	if f.o.replayOnly {
+		updates = nil // a result stored after the call is not replayed
+	}
+	idle := time.NewTimer(catchUpIdle)
+	defer idle.Stop()
+	for {
+		switch {
+		case final != nil && seen >= target:
+			return f.finish(yield, &Event{Type: EventFinished, ID: f.id, Attempt: final.Attempt, Time: finishedAt(final)}, final)
+		case final == nil && f.o.replayOnly && seen >= end:
+			return nil
+		}
+		idle.Reset(catchUpIdle)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-consumeDone:
+			return fmt.Errorf("follow %s: the events' consumer stopped", f.id)
+		case <-idle.C:
+			// What was stored and is still not delivered expired (MaxAge)
+			// in between.
+			if final != nil {
+				target = seen
+			} else if f.o.replayOnly {
+				return nil
+			}
+		case e, ok := <-updates:
+			if !ok {
+				return fmt.Errorf("follow %s: result watch closed", f.id)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if final, err = DecodeStoredResult(e.Key(), e.Value()); err != nil {
+				return err
+			}
+			updates = nil
+			if target, err = f.lastSeq(ctx); err != nil {
+				return err
+			}
+		case m := <-events:
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			seen = meta.Sequence.Stream
+			if final != nil && meta.NumPending == 0 {
+				target = min(target, seen) // what is left of target expired
+			}
+			var ev Event
+			if json.Unmarshal(m.Data(), &ev) != nil || ev.ID != f.id {
+				continue // only workers write here; skip what is not an event of this job
+			}
+			ev.Seq = seen
+			if ev.Type == EventFinished {
+				if final == nil {
+					if final, err = f.c.Get(ctx, f.id); err != nil {
+						return err
+					}
+				}
+				return f.finish(yield, &ev, final)
+			}
+			if !yield(&ev, nil) {
+				return nil
+			}
+		}
+	}
+}
+
+// finish yields the last event with the stored result.
+func (f *follower) finish(yield func(*Event, error) bool, ev *Event, res *Result) error {
+	ev.Result = res
+	yield(ev, nil)
+	return nil
+}
+
+// initialResult reads a result watch's initial value: the stored result,
+// or nil when there is none.
+func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error) {
+	var res *Result
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("result watch closed")
+			}
+			if e == nil {
+				return res, nil // end of the initial values
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			r, err := DecodeStoredResult(e.Key(), e.Value())
+			if err != nil {
+				return nil, err
+			}
+			res = r
+		}
+	}
+}
+
+// queued makes the queued event: from the job's message, which stays in
+// JOBS until its result is stored, or from the result. A job in neither
+// place is unknown. It returns the result too, when the job finished
+// between the two looks.
+func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, error) {
+	ev := &Event{Type: EventQueued, ID: f.id}
+	if final == nil {
+		m, err := f.c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+f.id)
+		switch {
+		case err == nil:
+			ev.Time = m.Time.UTC()
+			return ev, nil, nil
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, nil, fmt.Errorf("follow %s: look the job up: %w", f.id, err)
+		}
+		// It may have finished between the two looks.
+		if final, err = f.c.Get(ctx, f.id); err != nil {
+			return nil, nil, err
+		}
+	}
+	if final.QueuedAt != nil {
+		ev.Time = *final.QueuedAt
+	}
+	return ev, final, nil
+}
+
+// openEvents binds the stream EVENTS; a fleet whose workers never created
+// it has no events, and Follow yields queued and the result.
+func (f *follower) openEvents(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	st, err := f.c.js.Stream(ctx, EventsStreamName)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("follow %s: read the events: %w", f.id, err)
+	}
+	f.events = st
+	return nil
+}
+
+// lastSeq returns the sequence of the job's last event stored now, 0 when
+// there is none.
+func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
+	if f.events == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	m, err := f.events.GetLastMsgForSubject(ctx, EventSubject(f.id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("follow %s: %w", f.id, err)
+	}
+	return m.Sequence, nil
+}
+
+// consume delivers the job's events, from the first, on a channel,
+// through an ephemeral pull consumer of its own (created with ctx, so that
+// a fleet whose permissions refuse it fails fast instead of retrying).
+// done is closed if the consumer stops before stop is called (it was
+// deleted, or lost with its server). stop ends it, waits for its callback
+// and deletes it.
+func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, done <-chan struct{}, stop func(), err error) {
+	if f.events == nil {
+		return nil, nil, func() {}, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+	defer cancel()
+	cons, err := f.events.CreateConsumer(cctx, jetstream.ConsumerConfig{
+		FilterSubject:     EventSubject(f.id),
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute, // removed by the server if stop never comes
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("follow %s: read the events: %w", f.id, err)
+	}
+	ch := make(chan jetstream.Msg, 64)
+	quit := make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		// Blocking here holds the consumer back: it pulls no more than
+		// the follower takes.
+		select {
+		case ch <- m:
+		case <-quit:
+		}
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("follow %s: read the events: %w", f.id, err)
+	}
+	stop = func() {
+		close(quit)
+		cc.Stop()
+		<-cc.Closed()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = f.events.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}
+	return ch, cc.Closed(), stop, nil
+}
+
+func finishedAt(r *Result) time.Time {
+	if r.FinishedAt != nil {
+		return *r.FinishedAt
+	}
+	return time.Time{}
+}

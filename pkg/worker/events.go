@@ -1,0 +1,553 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// A job's events (jobs.Event: its output as it is written, and its
+// lifecycle) go to events.<id> while it runs, for watchers; the result in
+// RESULTS stays the authority. Publishing them must never slow a job down
+// or break it, so the executor's callbacks only queue, into a queue of
+// bounded size, and one goroutine per delivery publishes. When the broker
+// is slower than the job, what does not fit is dropped and published as a
+// gap (how many bytes, from which offset) once there is room again.
+//
+// What one delivery may put in the stream is bounded too: each stream's
+// output up to the job's output cap (past it, output_truncated), and its
+// output events to eventBudget all told.
+const (
+	// eventChunk is the most output one event carries, and the queued
+	// output that is published without waiting for eventInterval.
+	eventChunk = 16 << 10
+	// eventInterval is how long output waits to be coalesced with what the
+	// job writes next: the most it adds to a watcher's latency.
+	eventInterval = 50 * time.Millisecond
+	// eventQueueMax bounds the output queued per delivery, the memory a
+	// slow broker can make a job's events take.
+	eventQueueMax = 1 << 20
+	// eventItemsMax bounds the events queued per delivery (small writes to
+	// stdout and stderr in turn are one event each).
+	eventItemsMax = 1024
+	// eventUrgentItems queued events are published without waiting.
+	eventUrgentItems = 64
+	// eventOverhead is what a delivery's output events may take beyond the
+	// output itself (the JSON around it): eventBudget is twice the output
+	// cap (stdout and stderr) plus this.
+	eventOverhead = 256 << 10
+	// eventPublishTimeout bounds one publish.
+	eventPublishTimeout = 5 * time.Second
+	// eventFlushWait is how long the result waits for the job's events to
+	// be stored before it; past it, output left to publish goes as gaps,
+	// and past twice as long the result is stored regardless (a watcher
+	// may then end before the last events).
+	eventFlushWait = 2 * time.Second
+	// eventCloseWait is how long a delivery waits, after its result, for
+	// what is left to publish.
+	eventCloseWait = 5 * time.Second
+)
+
+// eventSink is the one call events need of the worker's JetStream (which a
+// test may wrap to make the broker slow).
+type eventSink interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+var _ eventSink = jetstream.JetStream(nil)
+
+// jobEvents publishes the events of one delivery of a job. A nil
+// *jobEvents publishes nothing: every method may be called on it.
+type jobEvents struct {
+	sink    eventSink
+	subject string
+	id      string
+	attempt int
+	worker  string
+	log     *slog.Logger
+
+	ctx       context.Context // canceled when publishing must stop at once
+	cancel    context.CancelFunc
+	wake      chan struct{}      // something was queued (1-buffered)
+	flushC    chan chan struct{} // publish what is queued, then close the channel
+	stop      chan struct{}      // closed: publish what is queued and exit
+	closeOnce sync.Once
+	exited    chan struct{}
+
+	mu      sync.Mutex
+	queue   []*queuedEvent
+	queuedB int       // output bytes in queue
+	oldest  time.Time // when the oldest output in queue was queued
+	urgent  bool      // publish what is queued without waiting
+	out     [2]outState
+	cap     int64 // the job's output cap, per stream
+
+	// The publishing goroutine's own: what is left of the run's budget.
+	budget    int64
+	overShare [2]bool // output_truncated published for the budget
+
+	hurry atomic.Bool // the result waited for the events in vain
+}
+
+// outState is one output stream of the current run, as queued.
+type outState struct {
+	seen      int64 // bytes told so far: the offset of the next one
+	lostAt    int64 // the first byte not queued since the last queued one
+	lost      int64 // bytes not queued from lostAt: a gap to publish
+	truncated bool  // past the cap: output_truncated is queued
+}
+
+// queuedEvent is an event waiting to be published; data is an output
+// event's bytes, budget a started event's for its run.
+type queuedEvent struct {
+	ev     jobs.Event
+	data   []byte
+	budget int64
+}
+
+func streamIndex(s jobs.Stream) int {
+	if s == jobs.Stderr {
+		return 1
+	}
+	return 0
+}
+
+// openEvents starts publishing the events of one delivery of job id, or
+// returns nil when events are off or id is no subject token.
+func (w *Worker) openEvents(id string, attempt int, job *jobs.Job, log *slog.Logger) *jobEvents {
+	if w.cfg.NoEvents || !jobs.ValidID(id) {
+		return nil
+	}
+	lim := limits.Default()
+	if job != nil {
+		lim = job.Limits.Fill(lim)
+	}
+	return newJobEvents(w.js, id, attempt, w.cfg.ID, int64(lim.Output), log)
+}
+
+// newJobEvents starts publishing the events of one delivery to sink, the
+// output of each stream capped at outputCap until a run says otherwise.
+func newJobEvents(sink eventSink, id string, attempt int, worker string, outputCap int64, log *slog.Logger) *jobEvents {
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &jobEvents{
+		sink: sink, subject: jobs.EventSubject(id), id: id, attempt: attempt, worker: worker, log: log,
+		ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1), flushC: make(chan chan struct{}), stop: make(chan struct{}), exited: make(chan struct{}),
+		cap: outputCap, budget: 2*outputCap + eventOverhead,
+	}
+	go e.loop()
+	return e
+}
+
+// runOptions are the executor's callbacks into e.
+func (e *jobEvents) runOptions() jobs.RunOptions {
+	if e == nil {
+		return jobs.RunOptions{}
+	}
+	return jobs.RunOptions{OnOutput: e.output, OnStart: e.started}
+}
+
+// redelivered says that this delivery is not the first.
+func (e *jobEvents) redelivered() {
+	if e == nil || e.attempt < 2 {
+		return
+	}
+	e.event(jobs.Event{Type: jobs.EventRedelivered, Worker: e.worker})
+}
+
+// started is RunOptions.OnStart: a run begins, and its output with it.
+func (e *jobEvents) started(s jobs.Start) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gapsLocked()
+	e.out = [2]outState{}
+	if s.Limits.Output > 0 {
+		e.cap = int64(s.Limits.Output)
+	}
+	e.queueLocked(&queuedEvent{ev: jobs.Event{Type: jobs.EventStarted, Worker: e.worker, Container: s.Container},
+		budget: 2*e.cap + eventOverhead}, true)
+}
+
+// output is RunOptions.OnOutput: it queues p, as far as the cap and the
+// queue allow, and never blocks for longer than the mutex is held.
+func (e *jobEvents) output(s jobs.Stream, p []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := &e.out[streamIndex(s)]
+	off := st.seen
+	st.seen += int64(len(p))
+	over := false
+	if room := e.cap - off; room < int64(len(p)) {
+		p, over = p[:max(room, 0)], true
+	}
+	fit := max(min(len(p), eventQueueMax-e.queuedB), 0)
+	if len(e.queue) >= eventItemsMax && !e.joinsLast(s, off) {
+		fit = 0
+	}
+	if fit > 0 {
+		e.gapLocked(s)
+		e.appendLocked(s, off, p[:fit])
+	}
+	if fit < len(p) {
+		if st.lost == 0 {
+			st.lostAt = off + int64(fit)
+		}
+		st.lost += int64(len(p) - fit)
+	}
+	if over && !st.truncated {
+		st.truncated = true
+		e.gapLocked(s)
+		e.queueLocked(&queuedEvent{ev: jobs.Event{Type: jobs.EventOutputTruncated, Stream: s, Offset: e.cap}}, true)
+	}
+}
+
+// ended says how the sandbox was stopped, when it was killed.
+func (e *jobEvents) ended(res *jobs.Result) {
+	if e == nil || res == nil {
+		return
+	}
+	t, ok := map[jobs.Status]jobs.EventType{
+		jobs.StatusTimeout:  jobs.EventTimeout,
+		jobs.StatusOOM:      jobs.EventOOM,
+		jobs.StatusCanceled: jobs.EventCanceled,
+	}[res.Status]
+	if ok {
+		e.event(jobs.Event{Type: t, Error: res.Error})
+	}
+}
+
+// finished queues the last event: the stored result, without its output,
+// which the output events before it carry.
+func (e *jobEvents) finished(stored *jobs.Result) {
+	if e == nil {
+		return
+	}
+	r := *stored
+	r.Stdout, r.Stderr, r.StdoutEncoding, r.StderrEncoding = "", "", "", ""
+	e.event(jobs.Event{Type: jobs.EventFinished, Result: &r})
+}
+
+func (e *jobEvents) event(ev jobs.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gapsLocked()
+	e.queueLocked(&queuedEvent{ev: ev}, true)
+}
+
+// flush publishes what is queued and waits until it is stored, so that
+// the result is stored after the job's events. After eventFlushWait the
+// output still queued is published as gaps (hurry), which the broker
+// takes faster; after as long again the result goes first.
+func (e *jobEvents) flush(force context.Context) {
+	if e == nil {
+		return
+	}
+	t := time.NewTimer(eventFlushWait)
+	defer t.Stop()
+	done := make(chan struct{})
+	req := e.flushC
+	for {
+		var wait chan struct{}
+		if req == nil {
+			wait = done
+		}
+		select {
+		case req <- done:
+			req = nil
+		case <-wait:
+			return
+		case <-t.C:
+			if e.hurry.Load() {
+				e.log.Warn("job events not stored in time; storing the result first", "wait", 2*eventFlushWait)
+				return
+			}
+			e.hurry.Store(true)
+			e.log.Warn("job events behind; the output left to publish goes as gaps", "wait", eventFlushWait)
+			t.Reset(eventFlushWait)
+		case <-force.Done():
+			return
+		}
+	}
+}
+
+// close publishes what is left, for eventCloseWait at most (not at all
+// once force is canceled), and stops the publishing goroutine.
+func (e *jobEvents) close(force context.Context) {
+	if e == nil {
+		return
+	}
+	e.closeOnce.Do(func() { close(e.stop) })
+	t := time.NewTimer(eventCloseWait)
+	defer t.Stop()
+	select {
+	case <-e.exited:
+	case <-t.C:
+		e.log.Warn("job events left unpublished", "wait", eventCloseWait)
+	case <-force.Done():
+	}
+	e.cancel()
+	<-e.exited
+}
+
+// joinsLast reports whether output of s at off continues the last queued
+// event.
+func (e *jobEvents) joinsLast(s jobs.Stream, off int64) bool {
+	if len(e.queue) == 0 {
+		return false
+	}
+	last := e.queue[len(e.queue)-1]
+	return last.ev.Type == jobs.EventOutput && last.ev.Stream == s &&
+		last.ev.Offset+int64(len(last.data)) == off && len(last.data) < eventChunk
+}
+
+// appendLocked queues output p of s at off, in chunks of at most
+// eventChunk, continuing the last queued event when it can.
+func (e *jobEvents) appendLocked(s jobs.Stream, off int64, p []byte) {
+	e.queuedB += len(p)
+	if e.oldest.IsZero() {
+		e.oldest = time.Now()
+	}
+	for len(p) > 0 {
+		if e.joinsLast(s, off) {
+			last := e.queue[len(e.queue)-1]
+			if n := chunkCut(p, eventChunk-len(last.data), false); n > 0 {
+				last.data = append(last.data, p[:n]...)
+				p, off = p[n:], off+int64(n)
+				continue
+			}
+		}
+		n := chunkCut(p, eventChunk, true)
+		data := make([]byte, n, min(eventChunk, max(n, 256)))
+		copy(data, p)
+		e.queueLocked(&queuedEvent{ev: jobs.Event{Type: jobs.EventOutput, Stream: s, Offset: off}, data: data}, false)
+		p, off = p[n:], off+int64(n)
+	}
+	if e.queuedB >= eventChunk || len(e.queue) >= eventUrgentItems {
+		e.urgent = true
+		e.signal()
+	}
+}
+
+// chunkCut returns how much of p goes into room: all of it if it fits,
+// else room cut back to the start of a UTF-8 sequence, so that text stays
+// text in each event. Where there is none, it returns room when force (p
+// is not text), else 0.
+func chunkCut(p []byte, room int, force bool) int {
+	if len(p) <= room {
+		return len(p)
+	}
+	for i := room; i > room-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(p[i]) {
+			return i
+		}
+	}
+	if force {
+		return room
+	}
+	return 0
+}
+
+// gapsLocked queues the gaps of both streams.
+func (e *jobEvents) gapsLocked() {
+	e.gapLocked(jobs.Stdout)
+	e.gapLocked(jobs.Stderr)
+}
+
+// gapLocked queues the gap of s, if it has one.
+func (e *jobEvents) gapLocked(s jobs.Stream) {
+	st := &e.out[streamIndex(s)]
+	if st.lost == 0 {
+		return
+	}
+	e.queueLocked(&queuedEvent{ev: jobs.Event{Type: jobs.EventGap, Stream: s, Offset: st.lostAt, Bytes: st.lost}}, false)
+	st.lost = 0
+}
+
+func (e *jobEvents) queueLocked(q *queuedEvent, urgent bool) {
+	q.ev.ID, q.ev.Attempt, q.ev.Time = e.id, e.attempt, time.Now().UTC()
+	if len(e.queue) == 0 {
+		e.signal()
+	}
+	e.queue = append(e.queue, q)
+	if urgent {
+		e.urgent = true
+		e.signal()
+	}
+}
+
+func (e *jobEvents) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue, gaps included, and returns what it held.
+func (e *jobEvents) take() []*queuedEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gapsLocked()
+	q := e.queue
+	e.queue, e.queuedB, e.oldest, e.urgent = nil, 0, time.Time{}, false
+	return q
+}
+
+// due returns how long to wait before publishing: 0 for now, -1 when
+// nothing is queued.
+func (e *jobEvents) due() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case len(e.queue) == 0 && e.out[0].lost == 0 && e.out[1].lost == 0:
+		return -1
+	case e.urgent || e.oldest.IsZero():
+		return 0
+	}
+	return max(time.Until(e.oldest.Add(eventInterval)), 0)
+}
+
+// loop is the publishing goroutine.
+func (e *jobEvents) loop() {
+	defer close(e.exited)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d := e.due()
+		if d == 0 {
+			e.publish(e.take())
+			continue
+		}
+		var tick <-chan time.Time
+		if d > 0 {
+			timer.Reset(d)
+			tick = timer.C
+		}
+		select {
+		case <-e.wake:
+		case <-tick:
+		case done := <-e.flushC:
+			e.publish(e.take())
+			close(done)
+		case <-e.stop:
+			// Twice at most: output that fails comes back as a gap, and a
+			// gap that fails is dropped.
+			for q := e.take(); len(q) > 0 && e.ctx.Err() == nil; q = e.take() {
+				e.publish(q)
+			}
+			return
+		case <-e.ctx.Done():
+			return
+		}
+		timer.Stop()
+	}
+}
+
+// publish publishes events in order. Output whose publish fails is
+// published again as a gap; other events are logged and dropped. Once the
+// result has waited for the events in vain (hurry), output left to publish
+// goes out as gaps: the broker is behind, and the gaps and the finished
+// event are what a watcher needs.
+func (e *jobEvents) publish(q []*queuedEvent) {
+	var failed []*queuedEvent
+	var skipped [2]*jobs.Event // output passed over in a hurry, as gaps
+	passOver := func() {
+		for i, g := range skipped {
+			if g != nil {
+				e.publishOne(g, nil)
+				skipped[i] = nil
+			}
+		}
+	}
+	for _, it := range q {
+		if e.ctx.Err() != nil {
+			return
+		}
+		if it.ev.Type == jobs.EventOutput && e.hurry.Load() {
+			i, n := streamIndex(it.ev.Stream), int64(len(it.data))
+			if g := skipped[i]; g != nil && g.Offset+g.Bytes == it.ev.Offset {
+				g.Bytes += n
+				continue
+			}
+			passOver()
+			skipped[i] = &jobs.Event{Type: jobs.EventGap, ID: it.ev.ID, Attempt: it.ev.Attempt, Time: it.ev.Time,
+				Stream: it.ev.Stream, Offset: it.ev.Offset, Bytes: n}
+			continue
+		}
+		passOver()
+		if !e.publishOne(&it.ev, it) && it.ev.Type == jobs.EventOutput && e.ctx.Err() == nil {
+			failed = append(failed, it)
+		}
+	}
+	passOver()
+	if len(failed) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, it := range failed {
+		e.queueLocked(&queuedEvent{ev: jobs.Event{Type: jobs.EventGap, Stream: it.ev.Stream, Offset: it.ev.Offset, Bytes: int64(len(it.data))}}, false)
+	}
+}
+
+// publishOne publishes one event (it, when not nil, is the queued event it
+// comes from) and reports whether it was stored, or needs not be.
+func (e *jobEvents) publishOne(ev *jobs.Event, it *queuedEvent) bool {
+	out, ok := e.share(ev, it)
+	if !ok {
+		return true
+	}
+	data, err := jobs.MarshalEvent(&out)
+	if err != nil {
+		e.log.Warn("encode job event", "type", string(out.Type), "err", err)
+		return true
+	}
+	if out.Type == jobs.EventOutput || out.Type == jobs.EventGap {
+		if int64(len(data)) > e.budget {
+			// The run has had its share of the stream.
+			e.overShare[streamIndex(out.Stream)] = true
+			out = jobs.Event{Type: jobs.EventOutputTruncated, ID: out.ID, Attempt: out.Attempt, Time: out.Time, Stream: out.Stream, Offset: out.Offset}
+			if data, err = jobs.MarshalEvent(&out); err != nil {
+				return true
+			}
+		} else {
+			e.budget -= int64(len(data))
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, eventPublishTimeout)
+	defer cancel()
+	if _, err := e.sink.PublishMsg(ctx, &nats.Msg{Subject: e.subject, Data: data}); err != nil {
+		e.log.Debug("publish job event", "type", string(out.Type), "err", err)
+		return false
+	}
+	return true
+}
+
+// share returns the event to publish for ev, and false when nothing is to
+// be published: the run's output already went past its budget.
+func (e *jobEvents) share(ev *jobs.Event, it *queuedEvent) (jobs.Event, bool) {
+	out := *ev
+	i := streamIndex(out.Stream)
+	switch out.Type {
+	case jobs.EventStarted:
+		e.budget, e.overShare = it.budget, [2]bool{}
+	case jobs.EventOutput:
+		if e.overShare[i] {
+			return out, false
+		}
+		out.SetData(it.data)
+	case jobs.EventGap, jobs.EventOutputTruncated:
+		if e.overShare[i] {
+			return out, false // output_truncated said so already
+		}
+	}
+	return out, true
+}
