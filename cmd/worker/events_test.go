@@ -147,7 +147,7 @@ func stopDockerWorker(t *testing.T, w *proc, id string) {
 	if code := w.exited(t, 30*time.Second); code != 0 {
 		t.Errorf("worker exited %d", code)
 	}
-	testutil.Eventually(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	testutil.Eventually(t, 90*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
 }
 
 // 1 GB to stdout on real Docker: still output_limit, with the output cap

@@ -132,7 +132,11 @@ func TestOversizedResultIsTruncatedNotRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.startWorker(t, worker.Config{})
-	res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "angle-brackets", Image: "python", Code: "flood 1048576 <"})
+	// Two MiB of output go out as events before the result: slow under -race
+	// on a loaded machine, hence a longer wait than waitCtx's.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := b.client.SubmitAndWait(ctx, &jobs.Job{ID: "angle-brackets", Image: "python", Code: "flood 1048576 <"})
 	if err != nil {
 		t.Fatal(err)
 	}
