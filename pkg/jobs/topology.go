@@ -289,7 +289,8 @@ func (t Topology) EnsureConsumer(ctx context.Context, js jetstream.JetStream, qu
 // refreshed every WorkerTTL/3; a worker gone silent expires with the TTL.
 type WorkerStatus struct {
 	ID        string    `json:"id"`
-	Queue     string    `json:"queue"`
+	Queue     string    `json:"queue"`            // the heaviest of Queues
+	Queues    []string  `json:"queues,omitempty"` // the lanes served, "name:weight", heaviest first
 	Version   string    `json:"version"`
 	Slots     int       `json:"slots"`
 	Busy      int       `json:"busy"`
