@@ -35,7 +35,7 @@ import (
 var version string
 
 const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
-              [--queue NAME] [--slots N] [--pool N] [--id NAME] [--config FILE]
+              [--queue NAME[:WEIGHT]]... [--slots N] [--pool N] [--id NAME] [--config FILE]
               [--metrics ADDR] [--grace D] [cap flags] [fleet-wide flags]
 
 Pulls sandfleet jobs from NATS JetStream (stream JOBS, consumer
@@ -72,7 +72,9 @@ type fileConfig struct {
 type options struct {
 	natsURL, listen, dataDir string
 	embedded                 bool
-	queue, configFile        string
+	queue                    []string      // --queue as given
+	lanes                    []worker.Lane // --queue parsed
+	configFile               string
 	// id is the worker's name, normalised (worker.NormalizeID): results,
 	// logs, heartbeats and container labels all show this value.
 	id                  string
@@ -100,7 +102,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.embedded, "embedded", false, "run an in-process NATS JetStream server instead of connecting to --nats")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:4222", "with --embedded: `ADDR` the server listens on")
 	fs.StringVar(&o.dataDir, "data-dir", "./data", "with --embedded: `DIR` of the JetStream file store (queued jobs and results survive restarts)")
-	fs.StringVar(&o.queue, "queue", jobs.DefaultQueue, "queue `NAME` to serve (subjects jobs.NAME.<id>)")
+	fs.StringArrayVar(&o.queue, "queue", []string{jobs.DefaultQueue}, "queue `NAME[:WEIGHT]` to serve (subjects jobs.NAME.<id>); repeat it for priority lanes, the heaviest served first, e.g. --queue interactive:10 --queue batch:1 (weight default 1)")
 	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "run `N` jobs at once (default the number of CPUs)")
 	fs.IntVar(&o.pool, "pool", 0, "keep `N` warm sandboxes per preset image, each used once (default --slots; 0 turns the pool off)")
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name; characters other than A-Z a-z 0-9 - _ / = become -)")
@@ -133,7 +135,8 @@ func writeHelp(w io.Writer) {
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flagSet(o)
-	if err := cmdline.Parse(fs, args); err != nil {
+	err := cmdline.Parse(fs, args)
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -145,8 +148,17 @@ func parseFlags(args []string) (*options, error) {
 	if o.embedded && fs.Changed("nats") {
 		return nil, cmdline.Usagef("--nats and --embedded exclude each other")
 	}
+	if o.lanes, err = parseLanes(o.queue); err != nil {
+		return nil, err
+	}
+	if !fs.Changed("slots") {
+		o.slots = max(o.slots, len(o.lanes))
+	}
 	if o.slots < 1 {
 		return nil, cmdline.Usagef("--slots %d: want at least 1", o.slots)
+	}
+	if o.slots < len(o.lanes) {
+		return nil, cmdline.Usagef("--slots %d: want at least one per --queue (%d): an idle lane waits for work with a slot of its own", o.slots, len(o.lanes))
 	}
 	if !fs.Changed("pool") {
 		o.pool = o.slots
@@ -274,7 +286,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	}
 	w, err := worker.New(js, exec, worker.Config{
 		ID:      o.id,
-		Queue:   o.queue,
+		Queues:  o.lanes,
 		Slots:   o.slots,
 		Version: cmdline.Version(version),
 		Topology: jobs.Topology{
