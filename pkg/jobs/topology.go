@@ -31,15 +31,16 @@ func ConsumerName(queue string) string { return "workers-" + queue }
 // jobs.<queue>.<id>.
 var ErrBadSubject = errors.New("subject is not jobs.<queue>.<id>")
 
-// ParseSubject splits jobs.<queue>.<id>. It checks the shape only; the queue
-// and ID formats are Validate's to check.
+// ParseSubject splits jobs.<queue>.<id>, where a tenant's id is
+// <tenant>.<id> (jobs.<queue>.<tenant>.<id>). It checks the shape only; the
+// queue and ID formats are Validate's to check.
 func ParseSubject(subject string) (queue, id string, err error) {
 	rest, ok := strings.CutPrefix(subject, SubjectPrefix)
 	if !ok {
 		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
 	}
 	queue, id, ok = strings.Cut(rest, ".")
-	if !ok || queue == "" || id == "" || strings.Contains(id, ".") {
+	if !ok || queue == "" || id == "" || strings.Count(id, ".") > 1 || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") {
 		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
 	}
 	return queue, id, nil
