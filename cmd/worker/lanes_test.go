@@ -39,7 +39,8 @@ func TestParseQueueFlags(t *testing.T) {
 	}
 }
 
-// /metrics shows each lane's backlog: pending, in flight, the oldest
+// /metrics shows each lane's backlog (and --max-ack-pending reaches each
+// lane's consumer): pending, in flight, the oldest
 // pending job's age and this worker's busy slots per queue, which only
 // `submit status` knew before.
 func TestLaneMetrics(t *testing.T) {
@@ -47,7 +48,7 @@ func TestLaneMetrics(t *testing.T) {
 	addr := freeAddr(t)
 	exec := &fakeexec.Executor{}
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(),
-		"--slots", "2", "--id", "lanes", "--queue", "interactive:10", "--queue", "batch:1", "--metrics", addr}, exec)
+		"--slots", "2", "--id", "lanes", "--queue", "interactive:10", "--queue", "batch:1", "--max-ack-pending", "77", "--metrics", addr}, exec)
 	defer s.Stop(t)
 	c := connect(t, s.url)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -58,6 +59,12 @@ func TestLaneMetrics(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, "two batch jobs running", func() bool { return exec.Running() == 2 })
+	for _, q := range []string{"interactive", "batch"} {
+		ci, err := c.Stores().Stream.Consumer(ctx, jobs.ConsumerName(q))
+		if err != nil || ci.CachedInfo().Config.MaxAckPending != 77 {
+			t.Errorf("consumer of %s: %v, want MaxAckPending 77 (--max-ack-pending)", q, err)
+		}
+	}
 	var m map[string]float64
 	testutil.Eventually(t, 10*time.Second, "the oldest pending job a second old", func() bool {
 		m = scrape(t, addr)

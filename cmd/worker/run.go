@@ -88,6 +88,7 @@ type options struct {
 	allowNetwork        bool
 	ackWait             time.Duration
 	maxDeliver          int
+	maxAckPending       int
 	replicas            int
 	version             bool
 
@@ -120,6 +121,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for a network (limits.network)")
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
+	fs.IntVar(&o.maxAckPending, "max-ack-pending", 0, "at most `N` jobs of a queue in flight across the fleet (default 1000; set it to the fleet's slots or more; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	return fs
@@ -290,9 +292,10 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		Slots:   o.slots,
 		Version: cmdline.Version(version),
 		Topology: jobs.Topology{
-			AckWait:    o.ackWait,
-			MaxDeliver: o.maxDeliver,
-			Replicas:   o.replicas,
+			AckWait:       o.ackWait,
+			MaxDeliver:    o.maxDeliver,
+			MaxAckPending: o.maxAckPending,
+			Replicas:      o.replicas,
 		},
 		Logger:   log,
 		Observer: obs,
