@@ -86,7 +86,7 @@ func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
 // Either way the job runs once. A full stream yields ErrQueueFull; an
 // invalid job an error wrapping ErrInvalidJob.
 func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
-	id, err := c.qualify(job.ID)
+	id, err := c.QualifyID(job.ID)
 	if err != nil {
 		return "", err
 	}
@@ -281,7 +281,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 	j := *job
 	var err error
-	if j.ID, err = c.qualify(j.ID); err != nil {
+	if j.ID, err = c.QualifyID(j.ID); err != nil {
 		return nil, err
 	}
 	j.Normalize()

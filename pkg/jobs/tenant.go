@@ -105,8 +105,10 @@ func NewTenantClient(js jetstream.JetStream, t string, topo Topology) (*Client, 
 // ErrNotTenants is returned by what a tenant's client cannot do.
 var ErrNotTenants = errors.New("not available to a tenant's client")
 
-// qualify returns job's ID qualified by the client's tenant.
-func (c *Client) qualify(id string) (string, error) {
+// QualifyID returns id as this client submits it: unchanged for a client of
+// no tenant; for a tenant's, qualified by the tenant (a new ID when id is
+// empty), or an error wrapping ErrInvalidJob when it is another tenant's.
+func (c *Client) QualifyID(id string) (string, error) {
 	switch t := TenantOf(id); {
 	case c.tenant == "":
 		return id, nil
@@ -127,6 +129,10 @@ func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 // form of read a tenant's permissions name by key.
 func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
 	subj := "$JS.API.DIRECT.GET.KV_" + ResultsBucket + "." + kvSubject(ResultsBucket, id)
+	// As a JetStream API call: a request the permissions refuse gets no
+	// answer, only this deadline.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the JetStream API's default
+	defer cancel()
 	m, err := c.js.Conn().RequestWithContext(ctx, subj, nil)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", id, err)

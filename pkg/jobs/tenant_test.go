@@ -55,14 +55,14 @@ func TestTenantQualifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for in, want := range map[string]string{"x": "team-a.x", "team-a.x": "team-a.x"} {
-		if got, err := c.qualify(in); err != nil || got != want {
+		if got, err := c.QualifyID(in); err != nil || got != want {
 			t.Errorf("qualify(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if got, _ := c.qualify(""); TenantOf(got) != "team-a" || !ValidID(got) {
+	if got, _ := c.QualifyID(""); TenantOf(got) != "team-a" || !ValidID(got) {
 		t.Errorf("a new ID %q", got)
 	}
-	if _, err := c.qualify("team-b.x"); !errors.Is(err, ErrInvalidJob) {
+	if _, err := c.QualifyID("team-b.x"); !errors.Is(err, ErrInvalidJob) {
 		t.Errorf("another tenant's ID: %v", err)
 	}
 	if _, err := NewTenantClient(nil, "Team A", Topology{}); !errors.Is(err, ErrInvalidConfig) {
