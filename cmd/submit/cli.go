@@ -72,6 +72,7 @@ type Main struct {
 	IsTerminal func(w io.Writer) bool
 
 	natsURL string   // --nats, a global flag
+	tenant  string   // --tenant, a global flag
 	args    []string // the command line, for batch's resume command
 }
 
@@ -112,6 +113,7 @@ func (m *Main) command(name string) command {
 func (m *Main) globalFlags() *pflag.FlagSet {
 	fs := cmdline.NewFlagSet("submit")
 	fs.StringVar(&m.natsURL, "nats", "", natsconn.URLHelp)
+	fs.StringVar(&m.tenant, "tenant", os.Getenv("SANDFLEET_TENANT"), "act as tenant `NAME` of the fleet (its credentials in the URL): job IDs become NAME.<id>; default $SANDFLEET_TENANT")
 	return fs
 }
 
@@ -256,7 +258,14 @@ func (m *Main) warnf(format string, args ...any) {
 // connect opens the job client on --nats; close closes its connection.
 func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), err error) {
 	url := natsconn.ServerURL(m.natsURL)
-	nc, err := natsconn.Connect(natsconn.Config{URL: url, Name: "sandfleet-submit"})
+	cfg := natsconn.Config{URL: url, Name: "sandfleet-submit"}
+	if m.tenant != "" {
+		if !jobs.ValidTenant(m.tenant) {
+			return nil, nil, usageError("", "--tenant %q must match [a-z0-9][a-z0-9-]{0,31}", m.tenant)
+		}
+		cfg.Extra = jobs.TenantOptions(m.tenant)
+	}
+	nc, err := natsconn.Connect(cfg)
 	if err != nil {
 		return nil, nil, fail(exitUnavailable, "%w (start a worker with --embedded, or set --nats / NATS_URL)", err)
 	}
@@ -264,6 +273,15 @@ func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), 
 	if err != nil {
 		nc.Close()
 		return nil, nil, fail(exitUnavailable, "%w", err)
+	}
+	if m.tenant != "" {
+		// A tenant may not read the topology: nothing to open.
+		client, err = jobs.NewTenantClient(js, m.tenant, jobs.Topology{})
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return client, nc.Close, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

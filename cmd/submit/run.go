@@ -78,6 +78,9 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return err
 	}
 	defer closeConn()
+	if job.ID, err = client.QualifyID(job.ID); err != nil { // a tenant's: <tenant>.<id>
+		return usageError("run", "--id: %v", err)
+	}
 	submit := func() (string, error) {
 		if c.waitRoom <= 0 {
 			return client.Submit(ctx, job)

@@ -75,7 +75,11 @@ func (c *statusCommand) table(w io.Writer, st *jobs.FleetStatus) {
 				ready = "no (" + truncateText(w.LastError, 40) + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d busy\t%s\t%s\t%s\t%s ago\t%s\n", w.ID, w.Queue, w.Busy, w.Slots,
+		queue := w.Queue
+		if len(w.Queues) > 1 {
+			queue = strings.Join(w.Queues, ",") // lanes, name:weight
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d busy\t%s\t%s\t%s\t%s ago\t%s\n", w.ID, queue, w.Busy, w.Slots,
 			ready, state, w.Version, ago(now, w.LastSeen), ago(now, w.StartedAt))
 	}
 	if len(st.Workers) == 0 {

@@ -139,6 +139,7 @@ func (m *metrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Execut
 		gauge("sandfleet_executor_ready", "1 while the sandbox infrastructure (Docker) is believed up, else 0: nothing is fetched.", func() float64 { return b(w.Status().Ready) }),
 		gauge("sandfleet_ready", "1 when /readyz answers 200: NATS connected, topology set up, executor up.", func() float64 { return b(natsUp() && w.Ready()) }),
 		gauge("sandfleet_draining", "1 once a drain began: no more jobs are fetched.", func() float64 { return b(w.Status().Draining) }),
+		laneCollector{w},
 	)
 	ps, ok := exec.(poolStatser)
 	if !ok {

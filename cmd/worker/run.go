@@ -34,7 +34,7 @@ import (
 var version string
 
 const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
-              [--queue NAME] [--slots N] [--pool N] [--id NAME] [--config FILE]
+              [--queue NAME[:WEIGHT]]... [--slots N] [--pool N] [--id NAME] [--config FILE]
               [--metrics ADDR] [--grace D] [--http ADDR [--tokens FILE]]
               [cap flags] [fleet-wide flags]
 
@@ -72,7 +72,9 @@ type fileConfig struct {
 type options struct {
 	natsURL, listen, dataDir string
 	embedded                 bool
-	queue, configFile        string
+	queue                    []string      // --queue as given
+	lanes                    []worker.Lane // --queue parsed
+	configFile               string
 	// id is the worker's name, normalised (worker.NormalizeID): results,
 	// logs, heartbeats and container labels all show this value.
 	id                  string
@@ -86,6 +88,7 @@ type options struct {
 	allowNetwork        bool
 	ackWait             time.Duration
 	maxDeliver          int
+	maxAckPending       int
 	replicas            int
 	events              bool
 	version             bool
@@ -102,7 +105,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.embedded, "embedded", false, "run an in-process NATS JetStream server instead of connecting to --nats")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:4222", "with --embedded: `ADDR` the server listens on")
 	fs.StringVar(&o.dataDir, "data-dir", "./data", "with --embedded: `DIR` of the JetStream file store (queued jobs and results survive restarts)")
-	fs.StringVar(&o.queue, "queue", jobs.DefaultQueue, "queue `NAME` to serve (subjects jobs.NAME.<id>)")
+	fs.StringArrayVar(&o.queue, "queue", []string{jobs.DefaultQueue}, "queue `NAME[:WEIGHT]` to serve (subjects jobs.NAME.<id>); repeat it for priority lanes, the heaviest served first, e.g. --queue interactive:10 --queue batch:1 (weight default 1)")
 	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "run `N` jobs at once (default the number of CPUs)")
 	fs.IntVar(&o.pool, "pool", 0, "keep `N` warm sandboxes per preset image, each used once (default --slots; 0 turns the pool off)")
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name; characters other than A-Z a-z 0-9 - _ / = become -)")
@@ -120,6 +123,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for a network (limits.network)")
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
+	fs.IntVar(&o.maxAckPending, "max-ack-pending", 0, "at most `N` jobs of a queue in flight across the fleet (default 1000; set it to the fleet's slots or more; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
 	fs.BoolVar(&o.events, "events", true, "publish each job's output and lifecycle to the stream EVENTS while it runs (submit run's live output, submit logs); --events=false turns them off")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -137,7 +141,8 @@ func writeHelp(w io.Writer) {
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flagSet(o)
-	if err := cmdline.Parse(fs, args); err != nil {
+	err := cmdline.Parse(fs, args)
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -149,8 +154,17 @@ func parseFlags(args []string) (*options, error) {
 	if o.embedded && fs.Changed("nats") {
 		return nil, cmdline.Usagef("--nats and --embedded exclude each other")
 	}
+	if o.lanes, err = parseLanes(o.queue); err != nil {
+		return nil, err
+	}
+	if !fs.Changed("slots") {
+		o.slots = max(o.slots, len(o.lanes))
+	}
 	if o.slots < 1 {
 		return nil, cmdline.Usagef("--slots %d: want at least 1", o.slots)
+	}
+	if o.slots < len(o.lanes) {
+		return nil, cmdline.Usagef("--slots %d: want at least one per --queue (%d): an idle lane waits for work with a slot of its own", o.slots, len(o.lanes))
 	}
 	if !fs.Changed("pool") {
 		o.pool = o.slots
@@ -281,13 +295,14 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	}
 	w, err := worker.New(js, exec, worker.Config{
 		ID:      o.id,
-		Queue:   o.queue,
+		Queues:  o.lanes,
 		Slots:   o.slots,
 		Version: cmdline.Version(version),
 		Topology: jobs.Topology{
-			AckWait:    o.ackWait,
-			MaxDeliver: o.maxDeliver,
-			Replicas:   o.replicas,
+			AckWait:       o.ackWait,
+			MaxDeliver:    o.maxDeliver,
+			MaxAckPending: o.maxAckPending,
+			Replicas:      o.replicas,
 		},
 		Logger:   log,
 		Observer: obs,

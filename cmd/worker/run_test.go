@@ -45,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.slots != 3 || o.queue != "q" || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network {
+	if o.slots != 3 || len(o.lanes) != 1 || o.lanes[0] != (worker.Lane{Queue: "q", Weight: 1}) || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network {
 		t.Errorf("options %+v, executor config %+v", o, cfg)
 	}
 	if _, err := parseFlags([]string{"--help"}); !errors.Is(err, cmdline.ErrHelp) {

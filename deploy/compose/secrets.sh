@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Write deploy/compose/.env: the fleet's passwords (route, submitter, worker)
+# Write deploy/compose/.env: the fleet's passwords (route, submitter, worker,
+# and one per tenant of SANDFLEET_TENANTS="team-a team-b", see tenants.sh)
 # and the NATS image version, mode 0600. An existing .env is kept, so the
 # cluster's data stays readable by the same users; pass --force to rotate
 # (then restart every node and worker).
@@ -11,15 +12,34 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 env_file="$here/.env"
 
-if [ -f "$env_file" ] && [ "${1:-}" != "--force" ]; then
-	echo "secrets: $env_file exists; keeping it (--force to rotate)"
-	exit 0
-fi
-
 password() {
 	# 32 random alphanumerics after a letter prefix.
 	printf '%s%s' "$1" "$(LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 32)"
 }
+
+# add_tenants FILE: a password for each tenant of $SANDFLEET_TENANTS (or of
+# the file's SANDFLEET_TENANTS) that has none yet; existing ones are kept.
+add_tenants() {
+	local list t v
+	list=${SANDFLEET_TENANTS:-$(sed -n 's/^SANDFLEET_TENANTS=//p' "$1" | tr -d '"')}
+	if [ -n "${SANDFLEET_TENANTS:-}" ]; then
+		sed -i '/^SANDFLEET_TENANTS=/d' "$1"
+		echo "SANDFLEET_TENANTS=\"$list\"" >>"$1"
+	fi
+	for t in $list; do
+		v=$(printf '%s' "$t" | tr 'a-z-' 'A-Z_')
+		if ! grep -q "^SANDFLEET_TENANT_${v}_PASSWORD=" "$1"; then
+			echo "SANDFLEET_TENANT_${v}_PASSWORD=$(password t)" >>"$1"
+			echo "secrets: a password for tenant $t"
+		fi
+	done
+}
+
+if [ -f "$env_file" ] && [ "${1:-}" != "--force" ]; then
+	echo "secrets: $env_file exists; keeping it (--force to rotate)"
+	add_tenants "$env_file"
+	exit 0
+fi
 version=$(cd "$root" && ${GO:-go} list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
 
 umask 077
@@ -30,5 +50,6 @@ SANDFLEET_ROUTE_PASSWORD=$(password r)
 SANDFLEET_SUBMITTER_PASSWORD=$(password s)
 SANDFLEET_WORKER_PASSWORD=$(password w)
 EOT
+add_tenants "$env_file.tmp"
 mv "$env_file.tmp" "$env_file"
 echo "secrets: wrote $env_file"

@@ -5,6 +5,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/secrets.sh"
+"$here/tenants.sh" # the tenants of .env's SANDFLEET_TENANTS into nats.conf
 for img in "sandfleet/nats:$(sed -n 's/^NATS_VERSION=//p' "$here/.env")" "${SANDFLEET_WORKER_IMAGE:-sandfleet/worker:latest}" sandfleet/sandbox:latest; do
 	if ! docker image inspect "$img" >/dev/null 2>&1; then
 		echo "up: image $img is missing: run make images (and make sandbox-image)" >&2

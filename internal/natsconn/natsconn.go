@@ -52,6 +52,8 @@ type Config struct {
 	// Log receives the connection's events and asynchronous errors, with
 	// credentials masked. Nil leaves nats.go's defaults.
 	Log *slog.Logger
+	// Extra options, after the others (a tenant's inbox prefix).
+	Extra []nats.Option
 }
 
 // Options returns the nats.go options of c.
@@ -107,7 +109,7 @@ func (c Config) Options() []nats.Option {
 // credentials masked.
 func Connect(c Config) (*nats.Conn, error) {
 	url := ServerURL(c.URL)
-	nc, err := nats.Connect(url, c.Options()...)
+	nc, err := nats.Connect(url, append(c.Options(), c.Extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s: %w", natsurl.Redact(url), natsurl.Error(err, url))
 	}

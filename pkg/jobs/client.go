@@ -39,7 +39,8 @@ const jsErrStoreFailed jetstream.ErrorCode = 10077
 type Client struct {
 	js     jetstream.JetStream
 	topo   Topology
-	stores *Stores
+	stores *Stores // nil for a tenant's client
+	tenant string  // see NewTenantClient
 }
 
 // NewClient opens the topology, creating what is missing (Topology.Open),
@@ -53,7 +54,8 @@ func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Cli
 	return &Client{js: js, topo: topo.WithDefaults(), stores: st}, nil
 }
 
-// Stores returns the stream and buckets the client uses.
+// Stores returns the stream and buckets the client uses; nil for a
+// tenant's client.
 func (c *Client) Stores() *Stores { return c.stores }
 
 // Encode normalizes and validates a copy of job and returns it with its wire
@@ -84,6 +86,15 @@ func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
 // Either way the job runs once. A full stream yields ErrQueueFull; an
 // invalid job an error wrapping ErrInvalidJob.
 func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
+	id, err := c.QualifyID(job.ID)
+	if err != nil {
+		return "", err
+	}
+	if id != job.ID {
+		q := *job
+		q.ID = id
+		job = &q
+	}
 	j, data, err := Encode(job, c.topo.MaxJobBytes)
 	if err != nil {
 		return "", err
@@ -139,6 +150,9 @@ func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff
 // Get returns the stored result of a job, or ErrNotFound when there is none
 // (yet: the job may still be queued or running; see Queued).
 func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
+	if c.tenant != "" {
+		return c.tenantGet(ctx, id)
+	}
 	e, err := c.stores.Results.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140))
@@ -154,6 +168,9 @@ func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 func (c *Client) Queued(ctx context.Context, id string) (bool, error) {
 	if !ValidID(id) {
 		return false, nil
+	}
+	if c.tenant != "" {
+		return false, fmt.Errorf("queued: %w", ErrNotTenants)
 	}
 	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -194,7 +211,9 @@ func DecodeStoredResult(id string, data []byte) (*Result, error) {
 // ResultWatch waits for one job's result. Open it before publishing the job
 // so that no result can be missed; Stop it when done.
 type ResultWatch struct {
-	w jetstream.KeyWatcher
+	w  jetstream.KeyWatcher
+	it jetstream.MessagesContext // instead of w, for a tenant (tenantWatch)
+	id string
 }
 
 // Watch opens a watch on the result of id. The current value, if any, is
@@ -202,6 +221,9 @@ type ResultWatch struct {
 func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
 	if !ValidID(id) {
 		return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", truncate(id, 140))
+	}
+	if c.tenant != "" {
+		return c.tenantWatch(ctx, id)
 	}
 	w, err := c.stores.Results.Watch(ctx, id)
 	if err != nil {
@@ -212,6 +234,9 @@ func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
 
 // Next blocks until the result is stored or ctx is done.
 func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
+	if rw.it != nil {
+		return rw.nextMsg(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -232,7 +257,13 @@ func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
 }
 
 // Stop closes the watch.
-func (rw *ResultWatch) Stop() error { return rw.w.Stop() }
+func (rw *ResultWatch) Stop() error {
+	if rw.it != nil {
+		rw.it.Stop()
+		return nil
+	}
+	return rw.w.Stop()
+}
 
 // Wait blocks until the job's result is stored, or ctx is done. It does not
 // check that the job exists; bound it with a deadline, or use Queued.
@@ -249,6 +280,10 @@ func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 // before the publish, so a fast result is not missed.
 func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 	j := *job
+	var err error
+	if j.ID, err = c.QualifyID(j.ID); err != nil {
+		return nil, err
+	}
 	j.Normalize()
 	rw, err := c.Watch(ctx, j.ID)
 	if err != nil {
@@ -282,6 +317,9 @@ type CancelRequest struct {
 // Cancel returns the job's final result: canceled, or, with ErrFinished,
 // the result it had already reached. An unknown ID yields ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
+	if c.tenant != "" {
+		return c.tenantCancel(ctx, id)
+	}
 	if r, err := c.Get(ctx, id); err == nil {
 		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
 	} else if !errors.Is(err, ErrNotFound) {

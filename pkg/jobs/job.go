@@ -158,7 +158,8 @@ const DefaultQueue = "default"
 const MaxJobBytes = 4 << 20
 
 var (
-	idPattern    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	// A tenant's job IDs are qualified: <tenant>.<id> (see tenant.go).
+	idPattern    = regexp.MustCompile(`^(?:[a-z0-9][a-z0-9-]{0,31}\.)?[A-Za-z0-9_-]{1,128}$`)
 	queuePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
@@ -178,7 +179,8 @@ func NewID() string {
 	return id.String()
 }
 
-// ValidID reports whether s may be used as a job ID.
+// ValidID reports whether s may be used as a job ID: [A-Za-z0-9_-]{1,128},
+// qualified by a tenant's name and a dot for a tenant's job.
 func ValidID(s string) bool { return idPattern.MatchString(s) }
 
 // ValidQueue reports whether s may be used as a queue name.
@@ -200,7 +202,7 @@ func (j *Job) Normalize() {
 // limits against caps are the worker's to check.
 func (j *Job) Validate() error {
 	if !ValidID(j.ID) {
-		return invalid("id %q must match [A-Za-z0-9_-]{1,128}", truncate(j.ID, 140))
+		return invalid("id %q must match [A-Za-z0-9_-]{1,128}, or be <tenant>.<that>", truncate(j.ID, 170))
 	}
 	if !ValidQueue(j.Queue) {
 		return invalid("queue %q must match [A-Za-z0-9_-]{1,64}", truncate(j.Queue, 70))
@@ -220,6 +222,9 @@ func (j *Job) Validate() error {
 	}
 	if j.ReplyTo != "" {
 		if err := validReplyTo(j.ReplyTo); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
+		if err := tenantReplyTo(TenantOf(j.ID), j.ReplyTo); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}

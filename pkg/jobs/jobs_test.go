@@ -166,7 +166,10 @@ func TestParseSubject(t *testing.T) {
 		{"jobs.default.abc", "default", "abc", true},
 		{"jobs.q-1.x_y", "q-1", "x_y", true},
 		{"jobs.default", "", "", false},
-		{"jobs.default.a.b", "", "", false},
+		{"jobs.default.a.b", "default", "a.b", true}, // tenant a's job b
+		{"jobs.default.a.b.c", "", "", false},
+		{"jobs.default.a.", "", "", false},
+		{"jobs.default..b", "", "", false},
 		{"other.default.a", "", "", false},
 		{"jobs..a", "", "", false},
 	}

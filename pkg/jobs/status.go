@@ -40,6 +40,9 @@ type QueueStatus struct {
 // A heartbeat that cannot be decoded is skipped rather than failing the call:
 // the bucket is written by every worker version of the fleet.
 func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
+	if c.tenant != "" {
+		return nil, fmt.Errorf("status: %w", ErrNotTenants)
+	}
 	fs := &FleetStatus{Workers: []WorkerStatus{}, Queues: []QueueStatus{}}
 	// One watch delivers every heartbeat with its value, then a nil marker.
 	w, err := c.stores.Workers.WatchAll(ctx, jetstream.IgnoreDeletes())

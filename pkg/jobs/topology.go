@@ -31,15 +31,16 @@ func ConsumerName(queue string) string { return "workers-" + queue }
 // jobs.<queue>.<id>.
 var ErrBadSubject = errors.New("subject is not jobs.<queue>.<id>")
 
-// ParseSubject splits jobs.<queue>.<id>. It checks the shape only; the queue
-// and ID formats are Validate's to check.
+// ParseSubject splits jobs.<queue>.<id>, where a tenant's id is
+// <tenant>.<id> (jobs.<queue>.<tenant>.<id>). It checks the shape only; the
+// queue and ID formats are Validate's to check.
 func ParseSubject(subject string) (queue, id string, err error) {
 	rest, ok := strings.CutPrefix(subject, SubjectPrefix)
 	if !ok {
 		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
 	}
 	queue, id, ok = strings.Cut(rest, ".")
-	if !ok || queue == "" || id == "" || strings.Contains(id, ".") {
+	if !ok || queue == "" || id == "" || strings.Count(id, ".") > 1 || strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".") {
 		return "", "", fmt.Errorf("%w: %q", ErrBadSubject, subject)
 	}
 	return queue, id, nil
@@ -330,7 +331,8 @@ func (t Topology) EnsureConsumer(ctx context.Context, js jetstream.JetStream, qu
 // refreshed every WorkerTTL/3; a worker gone silent expires with the TTL.
 type WorkerStatus struct {
 	ID        string    `json:"id"`
-	Queue     string    `json:"queue"`
+	Queue     string    `json:"queue"`            // the heaviest of Queues
+	Queues    []string  `json:"queues,omitempty"` // the lanes served, "name:weight", heaviest first
 	Version   string    `json:"version"`
 	Slots     int       `json:"slots"`
 	Busy      int       `json:"busy"`

@@ -54,14 +54,26 @@ type maxDeliverAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// subscribeDeadLetters subscribes to the advisories of this queue and
-// handles them in a goroutine that wg owns, until ctx is done. Run calls it
-// before the first fetch; NATS re-subscribes after a reconnect.
-func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (*nats.Subscription, error) {
+// subscribeDeadLetters subscribes to the advisories of every lane's queue
+// and handles them in a goroutine that wg owns, until ctx is done. Run
+// calls it before the first fetch; NATS re-subscribes after a reconnect.
+func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (unsubscribe func(), err error) {
 	ch := make(chan *nats.Msg, 256)
-	sub, err := w.js.Conn().ChanSubscribe(AdvisorySubject(w.cfg.Queue), ch)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", AdvisorySubject(w.cfg.Queue), err)
+	var subs []*nats.Subscription
+	unsubscribe = func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}
+	consumers := map[string]bool{}
+	for _, l := range w.lanes {
+		sub, err := w.js.Conn().ChanSubscribe(AdvisorySubject(l.Queue), ch)
+		if err != nil {
+			unsubscribe()
+			return nil, fmt.Errorf("subscribe to %s: %w", AdvisorySubject(l.Queue), err)
+		}
+		subs = append(subs, sub)
+		consumers[jobs.ConsumerName(l.Queue)] = true
 	}
 	wg.Go(func() {
 		for {
@@ -71,7 +83,7 @@ func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (
 			case m := <-ch:
 				var adv maxDeliverAdvisory
 				if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 ||
-					adv.Stream != jobs.StreamName || adv.Consumer != jobs.ConsumerName(w.cfg.Queue) {
+					adv.Stream != jobs.StreamName || !consumers[adv.Consumer] {
 					w.log.Warn("ignoring a malformed max-deliveries advisory", "data", string(m.Data))
 					continue
 				}
@@ -79,18 +91,33 @@ func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (
 			}
 		}
 	})
-	return sub, nil
+	return unsubscribe, nil
 }
 
-// sweepDeadLetters finalizes the jobs of this queue that the consumer has
+// sweepDeadLetters runs sweepLane for every lane, and returns how many
+// jobs it finalized.
+func (w *Worker) sweepDeadLetters(ctx context.Context) (int, error) {
+	total := 0
+	var errs []error
+	for _, l := range w.lanes {
+		n, err := w.sweepLane(ctx, l)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("queue %s: %w", l.Queue, err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// sweepLane finalizes the jobs of lane l's queue that its consumer has
 // delivered and given up without an advisory being handled. It acts only
 // when the consumer has no message pending an ack: then every message of
 // the queue still in the stream at or below the consumer's delivered
 // sequence was given up (acked and termed ones are gone with WorkQueue
 // retention), and none can become pending again. It returns how many it
 // finalized.
-func (w *Worker) sweepDeadLetters(ctx context.Context) (int, error) {
-	info, err := w.cons.Info(ctx)
+func (w *Worker) sweepLane(ctx context.Context, l *lane) (int, error) {
+	info, err := l.cons.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("consumer info: %w", err)
 	}
@@ -98,7 +125,7 @@ func (w *Worker) sweepDeadLetters(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	last := info.Delivered.Stream
-	filter := jobs.SubjectPrefix + w.cfg.Queue + ".>"
+	filter := jobs.SubjectPrefix + l.Queue + ".>"
 	n := 0
 	for seq := uint64(1); seq <= last; {
 		m, err := w.stores.Stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))

@@ -1,5 +1,6 @@
-// Package worker is the pull loop of a sandfleet worker: N slots over one
-// durable JetStream consumer, a slot taken before every fetch, lease
+// Package worker is the pull loop of a sandfleet worker: N slots over the
+// durable JetStream consumers of one or more queues (priority lanes with
+// weights, lanes.go), a slot taken before every fetch, lease
 // heartbeats while a job runs, the result stored once (first writer wins)
 // and published to the job's reply subject, drain on shutdown, and back-off
 // instead of burnt deliveries when the executor's infrastructure is down.

@@ -292,8 +292,9 @@ func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {
 	}
 }
 
-// kvKey matches what a KV bucket accepts as a key (for one subject token).
-var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+$`)
+// kvKey matches what a KV bucket accepts as a key (a tenant's job ID is
+// two subject tokens).
+var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)?$`)
 
 // finish stores the result (first writer wins), publishes the stored one to
 // the reply subject and decides: term for rejected jobs, ack otherwise. The
@@ -371,9 +372,10 @@ func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
 // reply publishes the result to the job's reply subject, if it has a valid
 // one. Best effort: the result is in RESULTS either way. A rejected job's
 // reply_to is checked here too: published to $KV.RESULTS.<id> it would
-// overwrite another job's result, to $JS.API.* it would be an API call.
+// overwrite another job's result, to $JS.API.* it would be an API call,
+// to another tenant's inbox a forged reply (whose tenant: the subject's ID).
 func (w *Worker) reply(job *jobs.Job, res *jobs.Result, log *slog.Logger) {
-	if job == nil || job.ReplyTo == "" || jobs.ValidReplyTo(job.ReplyTo) != nil {
+	if job == nil || job.ReplyTo == "" || jobs.ReplyToFor(res.ID, job.ReplyTo) != nil {
 		return
 	}
 	data, err := json.Marshal(res)

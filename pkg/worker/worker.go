@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,9 +55,17 @@ type Config struct {
 	// ID names the worker in results, logs and WORKERS. Default: the host
 	// name. Characters not allowed in a KV key become '-'.
 	ID string
-	// Queue is the queue served. Default jobs.DefaultQueue ("default").
+	// Queue is the queue served: shorthand for Queues with one lane of
+	// weight 1. Default jobs.DefaultQueue ("default"). After defaults it
+	// names the first (heaviest) lane.
 	Queue string
-	// Slots is how many jobs run at once. Default runtime.NumCPU().
+	// Queues are the lanes served, with their weights (see lanes.go for
+	// the rule that shares slots among them). Default: one lane, Queue.
+	// Set Queue or Queues, not both.
+	Queues []Lane
+	// Slots is how many jobs run at once; at least one per lane, since an
+	// idle lane keeps a pull waiting with a slot of its own. Default
+	// runtime.NumCPU(), or the number of lanes if that is more.
 	Slots int
 	// Version is reported in heartbeats. Default "dev".
 	Version string
@@ -113,11 +122,10 @@ func NormalizeID(id string) string {
 
 func (c Config) withDefaults() Config {
 	c.ID = NormalizeID(c.ID)
-	if c.Queue == "" {
-		c.Queue = jobs.DefaultQueue
-	}
+	c.Queues = lanesOf(c.Queue, c.Queues)
+	c.Queue = c.Queues[0].Queue
 	if c.Slots == 0 {
-		c.Slots = runtime.NumCPU()
+		c.Slots = max(runtime.NumCPU(), len(c.Queues))
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -156,15 +164,23 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults and names the first bad
 // field.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}
+	if c.Queue != "" && len(c.Queues) > 0 {
+		return bad("Queue", "set Queue or Queues, not both")
+	}
+	if err := validLanes(c.Queues); err != nil {
+		return bad("Queues", "%v", err)
+	}
+	c = c.withDefaults()
 	switch {
 	case !jobs.ValidQueue(c.Queue):
 		return bad("Queue", "%q must match [A-Za-z0-9_-]{1,64}", c.Queue)
 	case c.Slots < 1:
 		return bad("Slots", "%d is under 1", c.Slots)
+	case c.Slots < len(c.Queues):
+		return bad("Slots", "%d is fewer than the %d lanes: an idle lane waits for work with a slot of its own", c.Slots, len(c.Queues))
 	case c.FetchWait < 10*time.Millisecond:
 		return bad("FetchWait", "%s is under 10ms", c.FetchWait)
 	case c.HoldMax < 0:
@@ -180,7 +196,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Worker pulls jobs of one queue and runs them on an Executor.
+// Worker pulls jobs of one or more queues (lanes) and runs them on an
+// Executor.
 type Worker struct {
 	cfg   Config
 	js    jetstream.JetStream
@@ -190,7 +207,8 @@ type Worker struct {
 	start time.Time
 
 	stores *jobs.Stores
-	cons   jetstream.Consumer
+	lanes  []*lane // heaviest first; set up by Run
+	sched  sched   // shares slots among the lanes; the fetcher's alone
 
 	busy     atomic.Int64
 	held     atomic.Int64 // jobs held while the executor is down
@@ -219,7 +237,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		cfg:     cfg,
 		js:      js,
 		exec:    exec,
-		log:     cfg.Logger.With("worker", cfg.ID, "queue", cfg.Queue),
+		log:     cfg.Logger.With("worker", cfg.ID, "queue", queueNames(cfg.Queues)),
 		obs:     cfg.Observer,
 		start:   time.Now().UTC(),
 		health:  newHealth(),
@@ -245,6 +263,7 @@ func (w *Worker) Status() jobs.WorkerStatus {
 	return jobs.WorkerStatus{
 		ID:        w.cfg.ID,
 		Queue:     w.cfg.Queue,
+		Queues:    laneNames(w.cfg.Queues),
 		Version:   w.cfg.Version,
 		Slots:     w.cfg.Slots,
 		Busy:      int(w.busy.Load()),
@@ -278,11 +297,11 @@ func (w *Worker) Run(stop, force context.Context) error {
 		forceJobs()
 	})()
 
-	st, cons, err := w.setup(stop)
+	st, lanes, err := w.setup(stop)
 	if err != nil {
 		return stoppedOr(stop, err)
 	}
-	w.stores, w.cons = st, cons
+	w.stores, w.lanes = st, lanes
 	w.setUp.Store(true)
 
 	// Nothing is fetched until the executor answered a first ping, which
@@ -297,18 +316,18 @@ func (w *Worker) Run(stop, force context.Context) error {
 	var bgWG sync.WaitGroup
 	// Subscribed before the first fetch: a pull is what makes the server
 	// give up a job, and publish its advisory.
-	deadSub, err := w.subscribeDeadLetters(bg, &bgWG)
+	unsubscribeDead, err := w.subscribeDeadLetters(bg, &bgWG)
 	if err != nil {
 		cancelBg()
 		return stoppedOr(stop, err)
 	}
-	defer deadSub.Unsubscribe()
+	defer unsubscribeDead()
 	bgWG.Go(func() { w.sweepLoop(bg) })
 	bgWG.Go(func() { w.heartbeat(bg) })
 	bgWG.Go(func() { w.watchCancels(bg) })
 	bgWG.Go(func() { w.probe(bg) })
 
-	w.log.Info("worker started", "slots", w.cfg.Slots, "ack_wait", w.cfg.Topology.AckWait)
+	w.log.Info("worker started", "slots", w.cfg.Slots, "lanes", strings.Join(laneNames(w.cfg.Queues), " "), "ack_wait", w.cfg.Topology.AckWait)
 	var jobsWG sync.WaitGroup
 	w.fetchLoop(stop, jobForce, &jobsWG)
 	fetchDone()
@@ -327,28 +346,28 @@ func (w *Worker) Run(stop, force context.Context) error {
 	return nil
 }
 
-// setup ensures the topology and the queue's consumer. It retries with
+// setup ensures the topology and each lane's consumer. It retries with
 // back-off until stop: when a fleet starts, NATS may not accept
 // connections yet, and JetStream may have no meta leader ("context deadline
 // exceeded") for a while. It gives up only on what no retry can fix: an
 // invalid configuration or a connection closed for good (nats.go closes it
 // after the same authentication error twice).
-func (w *Worker) setup(stop context.Context) (*jobs.Stores, jetstream.Consumer, error) {
+func (w *Worker) setup(stop context.Context) (*jobs.Stores, []*lane, error) {
 	type topo struct {
-		st   *jobs.Stores
-		cons jetstream.Consumer
+		st    *jobs.Stores
+		lanes []*lane
 	}
 	attempt := 0
 	t, err := backoff.RetryNotifyWithData(func() (topo, error) {
 		attempt++
 		st, err := w.cfg.Topology.Ensure(stop, w.js)
 		if err == nil {
-			var cons jetstream.Consumer
-			if cons, err = w.cfg.Topology.EnsureConsumer(stop, w.js, w.cfg.Queue); err == nil {
+			var lanes []*lane
+			if lanes, err = w.ensureLanes(stop); err == nil {
 				if attempt > 1 {
 					w.log.Info("JetStream topology ready", "attempt", attempt)
 				}
-				return topo{st, cons}, nil
+				return topo{st, lanes}, nil
 			}
 		}
 		if errors.Is(err, jobs.ErrInvalidConfig) || errors.Is(err, nats.ErrConnectionClosed) {
@@ -358,7 +377,7 @@ func (w *Worker) setup(stop context.Context) (*jobs.Stores, jetstream.Consumer, 
 	}, backoff.WithContext(w.cfg.Backoff(), stop), func(err error, d time.Duration) {
 		w.log.Warn("JetStream topology not ready; retrying", "attempt", attempt, "err", err, "retry_in", d)
 	})
-	return t.st, t.cons, err
+	return t.st, t.lanes, err
 }
 
 // fetchLoop hands jobs to free slots until stop, and returns once no pull
@@ -395,127 +414,6 @@ func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) 
 			return
 		}
 	}
-}
-
-// pullWhileUp serves free slots until stop, the executor going down or a
-// failed pull, and returns how many messages it handed out. It takes
-// every free slot (at least one), then pulls at most that many messages:
-// what is there now, in one request that the server answers at once
-// (FetchNoWait), or, when nothing is, one message from an iterator that
-// waits for it (Consumer.Messages, one message per pull, pulling only
-// while a slot waits in Next).
-//
-// On the way out the iterator is drained, neither stopped nor left to
-// expire. Draining unsubscribes its inbox and flushes, so the server,
-// which hands nothing to a pull request whose subscriber is gone, has seen
-// the unsubscribe when Next reports the iterator closed; a message it sent
-// before still comes out of Next, and is run. A stopped iterator would
-// drop that message, leaving it unacked until AckWait; a pull left to
-// expire would keep taking work while the worker stops, a forced job's
-// nak included (issue 11: naked back into its own worker's pulls as
-// attempts 2 and 3).
-func (w *Worker) pullWhileUp(stop, force context.Context, slots chan struct{}, jobsWG *sync.WaitGroup) (int, error) {
-	it, err := w.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(max(w.cfg.FetchWait, time.Second)))
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithCancel(stop)
-	var drainer sync.WaitGroup
-	drainer.Go(func() {
-		select {
-		case <-ctx.Done():
-		case <-w.health.downCh():
-			cancel()
-		}
-		it.Drain()
-	})
-	defer func() {
-		cancel()
-		drainer.Wait()
-		w.handBack(it)
-	}()
-
-	handed := 0
-	for {
-		free, ok := takeSlots(ctx, slots, w.cfg.Slots)
-		if !ok {
-			return handed, nil
-		}
-		msgs, err := w.fetchNow(free)
-		if err == nil && len(msgs) == 0 {
-			var msg jetstream.Msg
-			if msg, err = it.Next(); err == nil {
-				msgs = append(msgs, msg)
-			}
-		}
-		for range free - len(msgs) {
-			<-slots
-		}
-		for _, msg := range msgs {
-			handed++
-			w.busy.Add(1)
-			jobsWG.Go(func() {
-				defer func() {
-					w.busy.Add(-1)
-					<-slots
-				}()
-				w.handle(stop, force, msg)
-			})
-		}
-		if err != nil {
-			if ctx.Err() != nil && errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return handed, nil // drained by us
-			}
-			return handed, err
-		}
-	}
-}
-
-// takeSlots takes every free slot, at least one, and returns how many; it
-// returns false, holding none, once ctx is done.
-func takeSlots(ctx context.Context, slots chan struct{}, n int) (int, bool) {
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0, false
-	}
-	// A free slot and a done ctx may both be ready: select picks at random.
-	if ctx.Err() != nil {
-		<-slots
-		return 0, false
-	}
-	free := 1
-	for free < n {
-		select {
-		case slots <- struct{}{}:
-			free++
-		default:
-			return free, true
-		}
-	}
-	return free, true
-}
-
-// fetchNow pulls at most n messages that are there now, in one request,
-// when more than one slot is free: it leaves no request waiting at the
-// server.
-func (w *Worker) fetchNow(n int) ([]jetstream.Msg, error) {
-	if n < 2 {
-		return nil, nil
-	}
-	batch, err := w.cons.FetchNoWait(n)
-	if err != nil {
-		return nil, err
-	}
-	var msgs []jetstream.Msg
-	for m := range batch.Messages() {
-		msgs = append(msgs, m)
-	}
-	if err := batch.Error(); err != nil && len(msgs) == 0 &&
-		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return nil, err
-	}
-	return msgs, nil
 }
 
 // handBack naks, at once, what a drained iterator still holds: nothing,
@@ -598,7 +496,7 @@ func (w *Worker) cancelRunning(id string) bool {
 	return found
 }
 
-// cancelQueued finishes as canceled a job of this queue that was never
+// cancelQueued finishes as canceled a job of one of its lanes that was never
 // delivered, so that a client need not wait for a free slot, nor be
 // allowed to write RESULTS itself. Every worker of the queue races to do it
 // (finalize: one result, one removal). A job already delivered is left to
@@ -611,17 +509,29 @@ func (w *Worker) cancelQueued(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	log := w.log.With("job_id", id)
-	m, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.Subject(w.cfg.Queue, id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return // another queue's job, or finished
+	var (
+		m  *jetstream.RawStreamMsg
+		ln *lane
+	)
+	for _, l := range w.lanes {
+		var err error
+		m, err = w.stores.Stream.GetLastMsgForSubject(ctx, jobs.Subject(l.Queue, id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // another lane's or queue's job, or finished
+		}
+		if err != nil {
+			log.Warn("cancel: look the job up; its next delivery will cancel it", "err", err)
+			return
+		}
+		ln = l
+		break
 	}
-	if err != nil {
-		log.Warn("cancel: look the job up; its next delivery will cancel it", "err", err)
+	if ln == nil {
 		return
 	}
 	// The consumer delivers in stream order: a message past its delivered
 	// sequence has never been handed to a worker.
-	info, err := w.cons.Info(ctx)
+	info, err := ln.cons.Info(ctx)
 	if err != nil {
 		log.Warn("cancel: consumer info; the job's delivery will cancel it", "err", err)
 		return

@@ -1,0 +1,307 @@
+// Command capacity measures what the README's capacity model needs (issue
+// 16): the CPU a 3-node NATS JetStream cluster spends per job, with real
+// worker processes, and what a stored result takes in RESULTS.
+//
+// It builds nats-server (the version go.mod pins) and cmd/worker, starts
+// three nats-server processes from deploy/compose/nats.conf (the fleet's
+// own configuration, users and permissions included; only ports and store
+// directories are changed, on the command line) clustered on loopback,
+// then -workers worker processes (--replicas 3) and submits -jobs jobs as
+// the submitter. CPU is read from /proc for each process between the first
+// submit and the last result.
+//
+//	-executor fake    the workers run the test hook's in-memory executor
+//	                  (a worker built with -tags sandfleet_testhooks): the
+//	                  queue path alone, what the broker costs per job
+//	-executor docker  real sandboxes (the released build): a whole job
+//
+// Usage: go run ./tools/capacity [-jobs 3000] [-workers 2] [-slots 16] [-executor fake|docker]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+const (
+	submitterPW = "sCapacity0"
+	workerPW    = "wCapacity0"
+	routePW     = "rCapacity0"
+)
+
+func main() {
+	n := flag.Int("jobs", 3000, "jobs to run")
+	workers := flag.Int("workers", 2, "worker processes")
+	slots := flag.Int("slots", 16, "slots per worker")
+	executor := flag.String("executor", "fake", "fake (the queue path alone) or docker (real sandboxes)")
+	code := flag.String("code", "", "each job's code (default: print for fake, print(1) for docker)")
+	idle := flag.Duration("idle", 30*time.Second, "first measure the broker with the workers idle for this long")
+	flag.Parse()
+	if err := run(*n, *workers, *slots, *executor, *code, *idle); err != nil {
+		fmt.Fprintln(os.Stderr, "capacity:", err)
+		os.Exit(1)
+	}
+}
+
+// proc is a child process whose CPU time is read from /proc.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+// cpu returns the process's user+system CPU time so far.
+func (p *proc) cpu() time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+func start(name, dir string, env []string, bin string, args ...string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &proc{name: name, cmd: cmd}, nil
+}
+
+func build(dir, out string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", filepath.Join(dir, out)}, args...)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", out, err, b)
+	}
+	return nil
+}
+
+func run(n, nWorkers, slots int, executor, code string, idle time.Duration) error {
+	dir, err := os.MkdirTemp("", "sandfleet-capacity-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	workerArgs := []string{"./cmd/worker"}
+	if executor == "fake" {
+		workerArgs = []string{"-tags", "sandfleet_testhooks", "./cmd/worker"}
+		if code == "" {
+			code = "print 1"
+		}
+	} else if code == "" {
+		code = "print(1)"
+	}
+	if err := build(dir, "nats-server", "github.com/nats-io/nats-server/v2"); err != nil {
+		return err
+	}
+	if err := build(dir, "worker", workerArgs...); err != nil {
+		return err
+	}
+	conf, err := os.ReadFile("deploy/compose/nats.conf")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(conf), "store_dir: /data") {
+		return fmt.Errorf("deploy/compose/nats.conf no longer says store_dir: /data")
+	}
+
+	var all []*proc
+	defer func() {
+		for _, p := range all {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range all {
+			_ = p.cmd.Wait()
+		}
+	}()
+	var nodes []*proc
+	var clientURLs, routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("nats-route://route:%s@127.0.0.1:%d", routePW, 16222+i))
+		clientURLs = append(clientURLs, fmt.Sprintf("127.0.0.1:%d", 14222+i))
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i+1)
+		// The store directory is the one thing the command line cannot
+		// override: a copy of nats.conf names this node's.
+		nodeConf := filepath.Join(dir, name+".conf")
+		if err := os.WriteFile(nodeConf, []byte(strings.Replace(string(conf), "store_dir: /data", "store_dir: "+filepath.Join(dir, name), 1)), 0o600); err != nil {
+			return err
+		}
+		p, err := start(name, dir, []string{"NATS_SERVER_NAME=" + name, "NATS_ROUTE_PASSWORD=" + routePW,
+			"SANDFLEET_SUBMITTER_PASSWORD=" + submitterPW, "SANDFLEET_WORKER_PASSWORD=" + workerPW},
+			filepath.Join(dir, "nats-server"), "-c", nodeConf, "-a", "127.0.0.1", "-p", strconv.Itoa(14222+i),
+			"-m", strconv.Itoa(18222+i), "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", 16222+i),
+			"--routes", strings.Join(routes, ","))
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, p)
+		all = append(all, p)
+	}
+	url := func(user, pw string) string {
+		var u []string
+		for _, a := range clientURLs {
+			u = append(u, fmt.Sprintf("nats://%s:%s@%s", user, pw, a))
+		}
+		return strings.Join(u, ",")
+	}
+	nc, err := connectRetry(url("submitter", submitterPW))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+
+	var workerProcs []*proc
+	for i := range nWorkers {
+		env := []string{"SANDFLEET_FAKE_EXECUTOR=1"}
+		if executor != "fake" {
+			env = nil
+		}
+		p, err := start(fmt.Sprintf("worker%d", i+1), dir, env, filepath.Join(dir, "worker"),
+			"--nats", url("worker", workerPW), "--id", fmt.Sprintf("cap-%d", i+1), "--replicas", "3",
+			"--slots", strconv.Itoa(slots), "--log-level", "warn")
+		if err != nil {
+			return err
+		}
+		workerProcs = append(workerProcs, p)
+		all = append(all, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var client *jobs.Client
+	for client == nil {
+		// The workers create the topology (a submitter may not: a refused
+		// request is not answered, hence the short deadline).
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		if _, err := js.Stream(actx, jobs.StreamName); err == nil {
+			client, err = jobs.NewClient(actx, js, jobs.Topology{})
+			if err != nil {
+				client = nil
+			}
+		}
+		acancel()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topology not up: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	watch, err := client.Stores().Results.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return err
+	}
+	defer watch.Stop()
+
+	cpu := func(ps []*proc) time.Duration {
+		var t time.Duration
+		for _, p := range ps {
+			t += p.cpu()
+		}
+		return t
+	}
+	idle0 := cpu(nodes)
+	time.Sleep(idle)
+	idleCPU := cpu(nodes) - idle0
+
+	nodes0, workers0 := cpu(nodes), cpu(workerProcs)
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := g; i < n; i += 16 {
+				if _, err := client.Submit(ctx, &jobs.Job{ID: fmt.Sprintf("cap-%d-%06d", began.Unix(), i), Image: "python", Code: code}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	got := 0
+	var stored int64
+	for got < n {
+		select {
+		case e := <-watch.Updates():
+			if e != nil {
+				got++
+				stored += int64(len(e.Value()))
+			}
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("%d results of %d", got, n)
+		}
+	}
+	wall := time.Since(began)
+	wg.Wait()
+	nodesCPU, workersCPU := cpu(nodes)-nodes0, cpu(workerProcs)-workers0
+	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	if err != nil {
+		return err
+	}
+	info, err := kv.Info(ctx)
+	if err != nil {
+		return err
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("capacity: %d jobs (%s executor, %q), %d workers × %d slots, 3-node cluster (replicas 3), %d cores, load %s\n",
+		n, executor, code, nWorkers, slots, numCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("  idle            the 3 nodes spent %s of CPU in %s with the workers idle: %.1f ms/s per worker\n",
+		idleCPU.Round(time.Millisecond), idle, float64(idleCPU.Milliseconds())/idle.Seconds()/float64(nWorkers))
+	fmt.Printf("  wall            %s, %.0f jobs/s\n", wall.Round(time.Millisecond), float64(n)/wall.Seconds())
+	fmt.Printf("  broker CPU      %s in all, %.0f µs per job (3 nodes together), %.2f cores busy\n",
+		nodesCPU.Round(time.Millisecond), float64(nodesCPU.Microseconds())/float64(n), nodesCPU.Seconds()/wall.Seconds())
+	for _, p := range nodes {
+		fmt.Printf("    %s %s\n", p.name, (p.cpu()).Round(time.Millisecond))
+	}
+	fmt.Printf("  workers CPU     %s in all, %.0f µs per job\n", workersCPU.Round(time.Millisecond), float64(workersCPU.Microseconds())/float64(n))
+	fmt.Printf("  RESULTS         %d results, %d bytes in the stream (one replica): %.0f bytes per result stored, %.0f of it the result's JSON\n",
+		info.State.Msgs, info.State.Bytes, float64(info.State.Bytes)/float64(max(info.State.Msgs, 1)), float64(stored)/float64(n))
+	return nil
+}
+
+func numCPU() int {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(data), "processor\t:")
+}
+
+func connectRetry(url string) (*nats.Conn, error) {
+	var last error
+	for range 100 {
+		nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+		if err == nil {
+			return nc, nil
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil, last
+}
