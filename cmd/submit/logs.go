@@ -101,6 +101,8 @@ func (o *output) watch(ctx context.Context, client *jobs.Client, id string, foll
 		switch {
 		case errors.Is(err, jobs.ErrNotFound):
 			return fail(exitNotFound, "no job %s: no result and nothing queued (results are kept 24h)", id)
+		case errors.Is(err, jobs.ErrNotTenants):
+			return o.fallBack(ctx, client, id, p, follow) // no events for a tenant: the result, as before
 		case err != nil && ctx.Err() != nil:
 			p.flush()
 			return fail(exitInterrupted, "detached; job %s goes on: submit logs -f %s", id, id)

@@ -59,6 +59,12 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140)))
 			return
 		}
+		if c.stores == nil {
+			// A tenant's client reads no stream: its permissions are for
+			// its own keys only.
+			yield(nil, fmt.Errorf("follow %s: %w", truncate(id, 140), ErrNotTenants))
+			return
+		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		f := &follower{c: c, id: id, o: o}
