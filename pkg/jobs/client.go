@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -40,6 +41,9 @@ type Client struct {
 	js     jetstream.JetStream
 	topo   Topology
 	stores *Stores
+
+	wsMu sync.Mutex
+	ws   *WorkspaceStores // opened on first use (workspace_client.go)
 }
 
 // NewClient opens the topology, creating what is missing (Topology.Open),

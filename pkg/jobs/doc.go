@@ -11,9 +11,14 @@
 // the lease, MaxDeliver, MaxAckPending), and the KV buckets RESULTS (first
 // writer wins, TTL), WORKERS (heartbeats, TTL) and CANCELS (cancel
 // requests). Workers create or update it (Topology.Ensure); clients create
-// only what is missing (Topology.Open).
+// only what is missing (Topology.Open). Workspaces add the bucket
+// WORKSPACES (heads) and the object stores SNAPSHOTS and ARTIFACTS
+// (workspace.go), which clients open on first use.
 //
 // Client: Submit, Get, Wait (a KV watch), SubmitAndWait (the watch opened
-// before the publish), Queued and Cancel. Errors to test with errors.Is:
-// ErrQueueFull, ErrNotFound, ErrFinished, ErrInvalidJob.
+// before the publish), Queued and Cancel; Workspace, Workspaces,
+// DeleteWorkspace, WriteSnapshot, ExtractWorkspace, WriteArtifact and
+// DownloadArtifacts. Errors to test with errors.Is: ErrQueueFull,
+// ErrNotFound, ErrFinished, ErrInvalidJob, ErrNoWorkspace, ErrNoRevision,
+// ErrDigest.
 package jobs

@@ -84,6 +84,9 @@ type Topology struct {
 	// store its canceled result (with the worker's figures) before storing
 	// one itself, which is how a queued job gets its result. Default 2s.
 	CancelWait time.Duration
+	// WorkspaceTTL is how long a workspace is kept after its last step
+	// (WORKSPACES and SNAPSHOTS). Default 24h.
+	WorkspaceTTL time.Duration
 }
 
 // WithDefaults returns t with every zero field set to its default.
@@ -114,6 +117,7 @@ func (t Topology) WithDefaults() Topology {
 	defD(&t.ResultTTL, 24*time.Hour)
 	defD(&t.WorkerTTL, 15*time.Second)
 	defD(&t.CancelWait, 2*time.Second)
+	defD(&t.WorkspaceTTL, 24*time.Hour)
 	return t
 }
 
@@ -150,6 +154,8 @@ func (t Topology) Validate() error {
 		return badField("WorkerTTL", "%s is under 1s", t.WorkerTTL)
 	case t.CancelWait < 0:
 		return badField("CancelWait", "%s is negative", t.CancelWait)
+	case t.WorkspaceTTL < time.Second:
+		return badField("WorkspaceTTL", "%s is under 1s", t.WorkspaceTTL)
 	}
 	return nil
 }
@@ -160,6 +166,9 @@ type Stores struct {
 	Results jetstream.KeyValue // job ID → Result JSON; first writer wins
 	Workers jetstream.KeyValue // worker ID → Heartbeat JSON, with a TTL
 	Cancels jetstream.KeyValue // job ID → cancel request, watched by workers
+	// Workspaces holds the workspace buckets; set by Ensure (workers), not
+	// by Open (a client opens them on first use).
+	Workspaces *WorkspaceStores
 
 	// MaxResultBytes is the most an encoded Result may take in RESULTS: the
 	// server's max_payload less room for the message's subject and headers.
@@ -176,8 +185,9 @@ func resultRoom(js jetstream.JetStream) int {
 	return 1<<20 - headroom // a stock server's max_payload
 }
 
-// Ensure creates or updates the stream JOBS and the buckets RESULTS, WORKERS
-// and CANCELS. It is idempotent and safe to call from every process.
+// Ensure creates or updates the stream JOBS, the buckets RESULTS, WORKERS
+// and CANCELS, and the workspace buckets (EnsureWorkspaces). It is
+// idempotent and safe to call from every process.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -221,6 +231,9 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 		return nil, err
 	}
 	if st.Cancels, err = kv(CancelsBucket, "sandfleet cancel requests by job ID", t.ResultTTL); err != nil {
+		return nil, err
+	}
+	if st.Workspaces, err = t.EnsureWorkspaces(ctx, js); err != nil {
 		return nil, err
 	}
 	return st, nil

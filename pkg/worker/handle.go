@@ -141,6 +141,10 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	if stored, err := w.lookup(job.ID); err != nil {
 		return decision{verdict: verdictNakDelay, reason: "read RESULTS: " + err.Error()}
 	} else if stored != nil {
+		if job.Workspace != "" {
+			// Stored, then died before releasing: release now.
+			w.releaseHead(job.Workspace, job.ID, log)
+		}
 		w.reply(job, stored, log)
 		return decision{verdict: verdictAck, result: stored, reason: "result already stored"}
 	}
@@ -164,15 +168,28 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	}
 
 	var res *jobs.Result
+	var ws *wsStep // the job's workspace and outputs, if any (workspace.go)
+	defer func() { ws.close() }()
 	if !errors.Is(context.Cause(jobCtx), ErrCancelRequested) {
 		var d *decision
-		res, d = w.runHeld(stop, jobCtx, job, log)
+		ws, res, d = w.beginWorkspace(stop, jobCtx, job, log)
 		if d != nil {
 			return *d
+		}
+		if res == nil && jobCtx.Err() == nil {
+			res, d = w.runHeld(stop, jobCtx, job, ws.options, log)
+			if d == nil && res != nil {
+				d = ws.afterRun(force, res)
+			}
+			if d != nil {
+				ws.abandon()
+				return *d
+			}
 		}
 	}
 	switch cause := context.Cause(jobCtx); {
 	case errors.Is(cause, ErrForced):
+		ws.abandon()
 		return decision{verdict: verdictNak, reason: "forced stop"}
 	case errors.Is(cause, ErrCancelRequested):
 		switch {
@@ -186,18 +203,20 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 		// its result stands.
 	}
 	w.fill(res, job, dl)
-	return w.finish(force, job, res, log)
+	d := w.finish(force, job, res, log)
+	ws.settled(d)
+	return d
 }
 
 // runHeld runs the job. On an infrastructure error it marks the executor
 // down (the fetcher pauses and the prober pings with back-off), holds the
 // message, and runs it again once the executor is up: no delivery is
 // burnt. It gives the job back on drain, force or after HoldMax.
-func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*jobs.Result, *decision) {
+func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func() jobs.RunOptions, log *slog.Logger) (*jobs.Result, *decision) {
 	var hold <-chan time.Time
 	for {
 		log.Debug("running")
-		res, err := w.runOnce(jobCtx, job)
+		res, err := w.runOnce(jobCtx, job, opts())
 		if err == nil {
 			if res == nil {
 				now := time.Now().UTC()
@@ -232,14 +251,14 @@ func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, log *slog.
 
 // runOnce calls the executor, turning a panic into an error result: a
 // panic is a bug, and retrying it would only repeat it.
-func (w *Worker) runOnce(ctx context.Context, job *jobs.Job) (res *jobs.Result, err error) {
+func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (res *jobs.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			now := time.Now().UTC()
 			res, err = &jobs.Result{Status: jobs.StatusError, Error: fmt.Sprintf("executor panicked: %v", p), FinishedAt: &now}, nil
 		}
 	}()
-	return w.exec.Run(ctx, job, jobs.RunOptions{})
+	return w.exec.Run(ctx, job, opts)
 }
 
 // decode reads the job and reconciles it with its subject. A job may leave
