@@ -87,6 +87,7 @@ type options struct {
 	ackWait             time.Duration
 	maxDeliver          int
 	replicas            int
+	workspaceTTL        time.Duration
 	version             bool
 
 	// ready, if set, is called with the NATS URL once connected (tests).
@@ -119,6 +120,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
+	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step (default 24h; fleet-wide)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	return fs
 }
@@ -278,9 +280,10 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		Slots:   o.slots,
 		Version: cmdline.Version(version),
 		Topology: jobs.Topology{
-			AckWait:    o.ackWait,
-			MaxDeliver: o.maxDeliver,
-			Replicas:   o.replicas,
+			AckWait:      o.ackWait,
+			MaxDeliver:   o.maxDeliver,
+			Replicas:     o.replicas,
+			WorkspaceTTL: o.workspaceTTL,
 		},
 		Logger:   log,
 		Observer: obs,
