@@ -112,7 +112,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 			return s, res, d
 		}
 	}
-	if s.mode != modeOutputs || len(job.Outputs) > 0 {
+	if s.mode == modeFresh || len(job.Outputs) > 0 {
 		f, err := tempFile(w.cfg.TempDir)
 		if err != nil {
 			return s.giveBack(jobCtx, "temporary file: "+err.Error())
