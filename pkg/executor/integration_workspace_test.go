@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,23 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
+
+// workspaceSetup is setup with the sandbox image SANDFLEET_TEST_IMAGE
+// names, when set: a branch's own image, while other branches rebuild the
+// shared tag with launchers that know no workspaces.
+func workspaceSetup(t *testing.T) *Executor {
+	t.Helper()
+	img := os.Getenv("SANDFLEET_TEST_IMAGE")
+	return setup(t, func(c *Config) {
+		if img != "" {
+			c.Presets = DefaultPresets()
+			for n, p := range c.Presets {
+				p.Image = img
+				c.Presets[n] = p
+			}
+		}
+	})
+}
 
 func shell(script string, mod ...func(*jobs.Job)) *jobs.Job {
 	return job(script, append([]func(*jobs.Job){func(j *jobs.Job) { j.Image = "shell" }}, mod...)...)
@@ -63,7 +81,7 @@ func names(t testing.TB, b []byte) []string {
 // does not keep; the next job finds it restored, its own files on top.
 func TestIntegrationWorkspaceRoundTrip(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
+	e := workspaceSetup(t)
 	var snap bytes.Buffer
 	req := &jobs.ArchiveRequest{All: true, W: &snap}
 	res := runWith(t, e, shell(`set -e
@@ -117,7 +135,7 @@ cat replaced.txt`, func(j *jobs.Job) {
 // a link or a fifo named like one would give.
 func TestIntegrationOutputsOnly(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
+	e := workspaceSetup(t)
 	var out bytes.Buffer
 	req := &jobs.ArchiveRequest{Outputs: []string{"*.png", "results/**"}, W: &out}
 	res := runWith(t, e, shell(`set -e
@@ -141,7 +159,7 @@ printf 'no' > notes.txt`), jobs.RunOptions{Archive: req})
 // the job is failed with the launcher's reason, and never ran.
 func TestIntegrationHostileSnapshots(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
+	e := workspaceSetup(t)
 	lim := limits.Limits{Tmpfs: 64 * limits.MiB}
 	cases := archivetest.Hostile(int64(lim.Tmpfs))
 	cases = append(cases, archivetest.Case{Name: "a file past the limit, refused from its header", Tar: archivetest.Declared("big", int64(lim.Tmpfs)+1, 1024), TooLarge: true})
@@ -172,7 +190,7 @@ func TestIntegrationHostileSnapshots(t *testing.T) {
 // announced stops the job too.
 func TestIntegrationSnapshotBombs(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
+	e := workspaceSetup(t)
 	lim := limits.Limits{Tmpfs: 128 * limits.MiB, Timeout: limits.Duration(90 * time.Second)}
 	files := archivetest.TinyFiles(archive.DefaultMaxFiles + 1)
 	res := runWith(t, e, shell(`echo RAN`, withLimits(lim)), jobs.RunOptions{Restore: snapshotOf(files)})
@@ -203,7 +221,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 // the run says why; the job's own verdict stands.
 func TestIntegrationArchiveOverLimit(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
+	e := workspaceSetup(t)
 	var out bytes.Buffer
 	req := &jobs.ArchiveRequest{All: true, W: &out}
 	// More entries than a snapshot may hold: 100,001 empty files.
