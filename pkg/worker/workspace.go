@@ -309,7 +309,7 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 	case modeFresh:
 		switch {
 		case !ran:
-			s.result.Error = fmt.Sprintf("not saved: the job did not end on its own (%s)", res.Status)
+			s.result.Error = fmt.Sprintf("not saved: the job ended as %s (a job saves when it ends on its own, succeeded or failed)", res.Status)
 		case !s.req.Complete:
 			s.result.Error = "not saved: " + s.req.Err
 		default:
@@ -378,7 +378,7 @@ func (s *wsStep) save(ctx context.Context) error {
 func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool) {
 	switch {
 	case s.req == nil || !ran:
-		res.ArtifactsError = fmt.Sprintf("no artifacts: the job did not end on its own (%s)", res.Status)
+		res.ArtifactsError = fmt.Sprintf("no artifacts: the job ended as %s (files come back from a job that ends on its own)", res.Status)
 		return
 	case !s.req.Complete:
 		res.ArtifactsError = "no artifacts: " + s.req.Err

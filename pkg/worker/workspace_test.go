@@ -421,3 +421,49 @@ func TestWorkspaceNotSaved(t *testing.T) {
 	}
 	wantStep(t, b.step(t, &jobs.Job{ID: "n3", Workspace: "n", Code: "cat f"}), 1, 2)
 }
+
+// A job waiting for a busy workspace can be canceled; the holder is not
+// disturbed, and the workspace moves only for the holder.
+func TestWorkspaceWaiterCanceled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{ID: "w1", Slots: 2})
+	release := filepath.Join(t.TempDir(), "go")
+	holder, err := b.client.Watch(t.Context(), "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Stop()
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "holder", Image: "python", Workspace: "busy", Code: "append f holder\nwaitfile " + release}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "holder running", func() bool { return b.exec.Running() == 1 })
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "waiter", Image: "python", Workspace: "busy", Code: "append f waiter"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "waiter delivered", func() bool {
+		q, err := b.client.Queued(t.Context(), "waiter")
+		if err != nil || !q {
+			return false
+		}
+		c, err := b.js.Consumer(t.Context(), jobs.StreamName, jobs.ConsumerName("default"))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumAckPending == 2
+	})
+	res, err := b.client.Cancel(waitCtx(t), "waiter")
+	if err != nil || res.Status != jobs.StatusCanceled || b.exec.Runs("waiter") != 0 {
+		t.Fatalf("cancel of the waiter: %v %+v, runs %d", err, res, b.exec.Runs("waiter"))
+	}
+	os.WriteFile(release, nil, 0o600)
+	hres, err := holder.Next(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStep(t, hres, 0, 1)
+	if h := b.released(t, "busy"); h.Revision != 1 || h.Job != "holder" {
+		t.Fatalf("head %+v", h)
+	}
+}

@@ -9,7 +9,9 @@
 //	(b') the same with --pool 0, to show what the pool buys;
 //	(c)  queue overhead alone: jobs/s through an in-process JetStream and
 //	     the real pkg/worker on a no-op executor;
-//	(d)  the worker subprocess's RSS idle and under load.
+//	(d)  the worker subprocess's RSS idle and under load;
+//	(e)  what a workspace's restore and save add to a warm job, for 0 B,
+//	     1 MiB and 20 MiB (workspace.go).
 //
 // Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
@@ -59,6 +61,11 @@ type options struct {
 	cpuProfile string
 	skipDocker bool
 	code       string
+
+	// (e), workspace.go
+	image          string
+	workspaces     bool
+	workspacesOnly bool
 }
 
 func main() {
@@ -83,6 +90,9 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
+	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (e)'s worker (default the worker's, "+executor.DefaultImage+")")
+	fs.BoolVar(&o.workspaces, "workspaces", true, "run (e), the workspace phase")
+	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (e) alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,6 +104,9 @@ func run(args []string) error {
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
+	if o.workspacesOnly {
+		return workspacesAlone(ctx, o)
+	}
 	load0 := loadAvg()
 	start := time.Now()
 	r := &report{cores: cores, o: o}
@@ -113,6 +126,13 @@ func run(args []string) error {
 		step("(b') sandfleet with --pool 0 --slots %d", o.slots)
 		if err := viaWorker(ctx, o, 0, &r.fresh, false, r); err != nil {
 			return fmt.Errorf("(b'): %w", err)
+		}
+		if o.workspaces {
+			step("(e) workspaces of 0 B, 1 MiB and 20 MiB: %d steps each, interleaved with plain jobs", o.n)
+			var err error
+			if r.ws, err = workspaceCost(ctx, o); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
 		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
@@ -145,6 +165,7 @@ type report struct {
 	rssIdle, rssLoad     int64         // KiB
 	hwm                  int64
 	poolHits, poolMisses string
+	ws                   *wsFigures
 	load                 [2]string
 	took                 time.Duration
 }
@@ -597,4 +618,5 @@ func (r *report) print(w io.Writer) {
 		mib := float64(r.rssIdle) / 1024
 		verdict("(d) worker RSS idle", fmt.Sprintf("%.1f MiB", mib), "≤ 50 MiB", mib <= 50, false)
 	}
+	r.ws.print(w)
 }
