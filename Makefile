@@ -3,10 +3,15 @@ GO      ?= go
 BIN     ?= bin
 GOFLAGS ?=
 TEST_TIMEOUT ?= 30m
+# staticcheck, pinned: `go run` fetches it once through the Go module proxy.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# The build tag of the worker's test hooks (cmd/worker/testhook.go); release
+# builds never set it.
+TESTHOOKS := sandfleet_testhooks
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image runsc run test test-short vet bench humaneval soak up down clean
+.PHONY: all build sandbox-image runsc run test test-short vet lint bench humaneval humaneval-data soak up down clean
 
 all: build
 
@@ -38,24 +43,40 @@ up: images
 down:
 	./deploy/compose/down.sh
 
-## test: vet and the whole suite with the race detector (real Docker, in-process JetStream, the compose images)
-test: build images vet
+## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images)
+test: build images lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-short: unit tests only, no Docker
 test-short:
 	CGO_ENABLED=1 $(GO) test -race -short ./...
 
-## humaneval: HumanEval as a batch, canonical solutions (all must succeed) and broken ones (all must fail)
-humaneval: build
-	./examples/humaneval/run.sh
+## humaneval: HUMANEVAL=path/to/HumanEval.jsonl.gz as a batch, canonical solutions (all must succeed) and broken ones (all must fail)
+humaneval: humaneval-data build
+	HUMANEVAL="$(HUMANEVAL)" ./examples/humaneval/run.sh
+
+# HumanEval is not part of this repository: say where to get it.
+humaneval-data:
+	@if [ -z "$(HUMANEVAL)" ] || [ ! -f "$(HUMANEVAL)" ]; then \
+		echo "make humaneval needs HUMANEVAL=path/to/HumanEval.jsonl.gz$(if $(HUMANEVAL), ($(HUMANEVAL) does not exist))." >&2; \
+		echo "HumanEval is not part of this repository: get data/HumanEval.jsonl.gz from https://github.com/openai/human-eval" >&2; \
+		echo "(the project's own 12 problems run the same way: make humaneval HUMANEVAL=examples/problems/problems.jsonl)" >&2; \
+		exit 2; \
+	fi
 
 ## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, worker RSS (~2-3 min)
 bench: build sandbox-image
-	$(GO) run ./internal/cmd/bench -worker $(BIN)/worker $(BENCH_FLAGS)
+	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 
+## vet: go vet, also over the code only the test hooks' build tag compiles
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags $(TESTHOOKS) ./cmd/worker
+
+## lint: vet and staticcheck, both builds
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags $(TESTHOOKS) ./cmd/worker
 
 clean:
 	rm -rf $(BIN)

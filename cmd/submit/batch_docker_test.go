@@ -1,25 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/workertest"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/examples/problems"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -27,72 +21,66 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
-// TestBatchHumanEvalDocker runs the first 10 HumanEval problems and 3 with
-// broken solutions through `submit batch`, a worker and real sandboxes:
-// 10 succeed, 3 fail, exit 1; the rerun reuses all 13. It needs Docker and
-// sandfleet/sandbox:latest and is skipped without them or under -short,
-// unless SANDFLEET_REQUIRE_DOCKER=1 (then their absence fails it). The
-// problems are read from $HUMANEVAL, default testdata/humaneval-first10.jsonl.gz
-// (the first 10 of HumanEval, MIT licence: testdata/humaneval-LICENSE).
+// TestBatchExamplesDocker runs the project's own problems
+// (examples/problems) and 3 with broken solutions through `submit batch`,
+// a worker and real sandboxes: 12 succeed, 3 fail, exit 1; the rerun
+// reuses all 15. It needs Docker and sandfleet/sandbox:latest
+// (workertest.Sandbox).
+func TestBatchExamplesDocker(t *testing.T) {
+	t.Parallel()
+	runProblems(t, "examples", problems.Examples(), 3)
+}
+
+// TestBatchHumanEvalDocker does the same with the real workload, the first
+// 10 problems of HumanEval, which the repository does not carry: it reads
+// $HUMANEVAL or ../shared/data/humaneval/HumanEval.jsonl.gz beside the
+// repository, and is skipped, saying where to get the file, without either.
 func TestBatchHumanEvalDocker(t *testing.T) {
 	t.Parallel()
-	require := os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1"
-	if testing.Short() && !require {
-		t.Skip("Docker end-to-end test skipped under -short")
-	}
-	data := os.Getenv("HUMANEVAL")
-	if data == "" {
-		data = filepath.Join("testdata", "humaneval-first10.jsonl.gz")
-	}
-	problems := readHumanEval(t, data, 10)
-
-	exec, err := executor.New(executor.Config{WorkerID: "batch-e2e", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err == nil {
-		defer exec.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		err = exec.Check(ctx)
-		cancel()
-	}
-	if err != nil {
-		if require {
-			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
-		}
-		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
-	}
-
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	path := testutil.HumanEval(t)
+	ps, err := problems.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
+	if len(ps) < 10 {
+		t.Fatalf("%s: %d problems, want at least 10", path, len(ps))
 	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	workertest.Start(t, js, exec, worker.Config{ID: "batch-e2e", Slots: 2, FetchWait: 200 * time.Millisecond})
+	runProblems(t, "humaneval", ps[:10], 3)
+}
 
-	// The batch: 10 problems with their solutions (no ids: derived), 3
-	// with a solution that returns None.
+// runProblems runs a batch of ps with their canonical solutions and, for
+// the first broken of them, with problems.BrokenSolution, twice: the first
+// run executes every job, the second reuses every stored result.
+func runProblems(t *testing.T, name string, ps []problems.Problem, broken int) {
+	t.Helper()
+	exec := workertest.Sandbox(t, executor.Config{WorkerID: "batch-" + name})
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	workertest.Start(t, js, exec, worker.Config{ID: "batch-" + name, Slots: 2, FetchWait: 200 * time.Millisecond})
+
+	// The batch: the problems with their solutions (no ids: derived), then
+	// the broken ones.
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
-	for i, p := range problems {
-		job := jobs.Job{Image: "python", Code: p.Prompt + p.CanonicalSolution + "\n" + p.Test + "\n\ncheck(" + p.EntryPoint + ")\n",
+	for i, p := range ps {
+		job := jobs.Job{Image: "python", Code: p.Code(p.CanonicalSolution),
 			Labels: map[string]string{"task_id": p.TaskID, "want": "succeeded"}}
 		job.Limits.Timeout = limits.Duration(30 * time.Second)
 		enc.Encode(&job)
-		if i < 3 {
-			job.Code = p.Prompt + "    return None\n\n" + p.Test + "\n\ncheck(" + p.EntryPoint + ")\n"
+		if i < broken {
+			job.Code = p.Code(problems.BrokenSolution)
 			job.Labels = map[string]string{"task_id": p.TaskID, "want": "failed"}
 			enc.Encode(&job)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "he13.jsonl")
-	os.WriteFile(path, in.Bytes(), 0o600)
+	path := filepath.Join(t.TempDir(), name+".jsonl")
+	if err := os.WriteFile(path, in.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	outPath := filepath.Join(t.TempDir(), "out.jsonl")
 
-	for run, wantReused := range []int{0, 13} {
+	total := len(ps) + broken
+	for run, wantReused := range []int{0, total} {
 		ctx, cancelRun := context.WithTimeout(t.Context(), 5*time.Minute)
 		var o, e bytes.Buffer
 		code := runCLI(ctx, []string{"batch", path, "-o", outPath, "--json", "--nats", srv.ClientURL()}, strings.NewReader(""), &o, &e)
@@ -102,52 +90,17 @@ func TestBatchHumanEvalDocker(t *testing.T) {
 			t.Fatalf("run %d: exit %d (want 1), stdout %q, stderr %q: %v", run, code, o.String(), e.String(), err)
 		}
 		t.Logf("run %d: %s", run, o.String())
-		if sum.Total != 13 || sum.Statuses[jobs.StatusSucceeded] != 10 || sum.Statuses[jobs.StatusFailed] != 3 || sum.Reused != wantReused {
-			t.Errorf("run %d: summary %+v, want 10 succeeded, 3 failed, %d reused", run, sum, wantReused)
+		if sum.Total != total || sum.Statuses[jobs.StatusSucceeded] != len(ps) || sum.Statuses[jobs.StatusFailed] != broken || sum.Reused != wantReused {
+			t.Errorf("run %d: summary %+v, want %d succeeded, %d failed, %d reused", run, sum, len(ps), broken, wantReused)
 		}
 		results := readResults(t, outPath)
-		if len(results) != 13 {
-			t.Errorf("run %d: %d results in OUT", run, len(results))
+		if len(results) != total {
+			t.Errorf("run %d: %d results in OUT, want %d", run, len(results), total)
 		}
 		for _, r := range results {
-			if string(r.Status) != r.Labels["want"] || r.Worker != "batch-e2e" {
+			if string(r.Status) != r.Labels["want"] || r.Worker != "batch-"+name {
 				t.Errorf("run %d: %s (%s): %s by %q, want %s; stderr %q", run, r.ID, r.Labels["task_id"], r.Status, r.Worker, r.Labels["want"], r.Stderr)
 			}
 		}
 	}
-}
-
-type humanEvalProblem struct {
-	TaskID            string `json:"task_id"`
-	Prompt            string `json:"prompt"`
-	EntryPoint        string `json:"entry_point"`
-	CanonicalSolution string `json:"canonical_solution"`
-	Test              string `json:"test"`
-}
-
-func readHumanEval(t *testing.T, path string, n int) []humanEvalProblem {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("HumanEval data: %v", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []humanEvalProblem
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 1<<20)
-	for len(out) < n && sc.Scan() {
-		var p humanEvalProblem
-		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, p)
-	}
-	if len(out) != n {
-		t.Fatalf("%s: %d problems, want %d: %v", path, len(out), n, sc.Err())
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natstest"
-	"github.com/sandfleet/sandfleet/internal/workertest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -179,14 +178,16 @@ func TestBatchInterruptResume(t *testing.T) {
 	defer cancel()
 	runCtx, interrupt := context.WithCancel(ctx)
 	watched := make(chan struct{})
-	go func() { // Ctrl-C once OUT has 5 results; polling with a deadline
+	go func() { // Ctrl-C once OUT has 5 results
 		defer close(watched)
-		for ctx.Err() == nil {
-			if data, _ := os.ReadFile(outPath); bytes.Count(data, []byte("\n")) >= 5 {
-				interrupt()
-				return
+		err := testutil.Poll(runCtx, 30*time.Second, 5*time.Millisecond, func(context.Context) error {
+			if data, _ := os.ReadFile(outPath); bytes.Count(data, []byte("\n")) < 5 {
+				return errors.New("fewer than 5 results in OUT")
 			}
-			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+		if err == nil {
+			interrupt()
 		}
 	}()
 	var o, e bytes.Buffer
@@ -231,8 +232,9 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	url, _ := setupFleet(t, 3)
 	var st jobs.FleetStatus
-	deadline := time.Now().Add(10 * time.Second)
-	for { // the first heartbeat is written as the worker starts
+	// The first heartbeat is written as the worker starts, not ready until
+	// its executor answered a ping; the next says ready.
+	testutil.Eventually(t, 10*time.Second, "a ready worker and a queue in status --json", func() bool {
 		got := submit(t, url, "", "status", "--json")
 		if got.code != 0 {
 			t.Fatalf("status --json: %+v", got)
@@ -240,11 +242,8 @@ func TestStatus(t *testing.T) {
 		if err := json.Unmarshal([]byte(got.stdout), &st); err != nil {
 			t.Fatalf("%q: %v", got.stdout, err)
 		}
-		if len(st.Workers) > 0 && len(st.Queues) > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
-	}
+		return len(st.Workers) > 0 && st.Workers[0].Ready && len(st.Queues) > 0
+	})
 	if len(st.Workers) != 1 || st.Workers[0].ID != "fleet-1" || st.Workers[0].Slots != 3 ||
 		st.Workers[0].Version != "v-test" || !st.Workers[0].Ready || st.Workers[0].LastSeen.IsZero() {
 		t.Errorf("workers %+v", st.Workers)
@@ -269,12 +268,7 @@ func TestStatusQueueDepth(t *testing.T) {
 		}
 	}
 	// A consumer, as a worker of queue "default" creates it.
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, url)
 	if _, err := (jobs.Topology{}).EnsureConsumer(t.Context(), js, "default"); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-// Exit codes of submit besides the status table of the README (which run,
+// Exit codes of submit besides the status table of docs/design.md (which run,
 // get and wait exit with once they have a result).
 const (
 	exitOK          = 0

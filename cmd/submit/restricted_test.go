@@ -4,12 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
-
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -29,12 +27,7 @@ func restrictedServer(t *testing.T) string {
 			}},
 		},
 	})
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("admin", "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
 	if _, err := (jobs.Topology{}).Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}

@@ -11,31 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
-
-// requireDocker skips the test without Docker and the sandbox image, or
-// fails it when SANDFLEET_REQUIRE_DOCKER=1.
-func requireDocker(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("Docker fault test skipped under -short")
-	}
-	e, err := executor.New(executor.Config{WorkerID: "probe"})
-	if err == nil {
-		defer e.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		err = e.Check(ctx)
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
-		}
-		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
-	}
-}
 
 // containers lists the IDs of the containers, running or not, with these
 // labels (key=value).
@@ -88,7 +68,7 @@ func uniqueID(prefix string) string {
 // expires and completes on the restarted worker; exactly one result.
 func TestBinaryCrashDocker(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
+	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	url, client, js := natsServer(t)
 	id := uniqueID("crash")
 	args := []string{"--ack-wait", "2s", "--log-level", "debug"}
@@ -105,7 +85,7 @@ func TestBinaryCrashDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The job sleeps 5s: killed once its sandbox runs, it dies mid-job.
-	poll(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "crashme") })
+	testutil.Eventually(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "crashme") })
 	w.kill()
 	killed := time.Now()
 	orphans := containers(t, executor.LabelWorker+"="+id)
@@ -141,7 +121,7 @@ func TestBinaryCrashDocker(t *testing.T) {
 	if code := w.exited(t, 30*time.Second); code != 0 {
 		t.Errorf("worker exited %d", code)
 	}
-	poll(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	testutil.Eventually(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
 }
 
 // Drain then force on real Docker: the second SIGTERM stops the sandbox,
@@ -149,23 +129,23 @@ func TestBinaryCrashDocker(t *testing.T) {
 // and the job is queued for another worker.
 func TestBinaryForceDocker(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
+	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	url, client, _ := natsServer(t)
 	id := uniqueID("force")
 	w := dockerWorker(t, url, id, "--ack-wait", "30s", "--grace", "1m", "--log-level", "debug")
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "sleeper", Image: "python", Code: "import time\ntime.sleep(120)"}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "sleeper") })
+	testutil.Eventually(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "sleeper") })
 	w.signal(t, syscall.SIGTERM)
-	poll(t, 10*time.Second, "draining logged", func() bool { return strings.Contains(w.logs.String(), `"msg":"draining"`) })
+	testutil.Eventually(t, 10*time.Second, "draining logged", func() bool { return strings.Contains(w.logs.String(), `"msg":"draining"`) })
 	forced := time.Now()
 	w.signal(t, syscall.SIGTERM)
 	if code := w.exited(t, 20*time.Second); code != 0 {
 		t.Errorf("forced worker exited %d", code)
 	}
 	t.Logf("exited %s after the second signal", time.Since(forced).Round(time.Millisecond))
-	poll(t, 30*time.Second, "sandboxes removed", func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	testutil.Eventually(t, 30*time.Second, "sandboxes removed", func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
 	if _, err := client.Get(t.Context(), "sleeper"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("forced job has a result: %v", err)
 	}
@@ -183,14 +163,16 @@ func TestBinaryForceDocker(t *testing.T) {
 // logs how long the kill took; it asserts no duration.
 func TestBinaryCancelDocker(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
+	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	url, client, _ := natsServer(t)
 	id := uniqueID("cancel")
-	w := dockerWorker(t, url, id)
+	// Debug logs say when a warm sandbox took the job (see sandboxRunning):
+	// the worker is ready only once one started, so the job always finds it.
+	w := dockerWorker(t, url, id, "--log-level", "debug")
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "runaway", Image: "python", Code: "import time\ntime.sleep(120)"}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "runaway") })
+	testutil.Eventually(t, 60*time.Second, "sandbox running the job", func() bool { return sandboxRunning(t, w, id, "runaway") })
 	asked := time.Now()
 	res, err := client.Cancel(t.Context(), "runaway")
 	if err != nil {
@@ -200,7 +182,7 @@ func TestBinaryCancelDocker(t *testing.T) {
 	if res.Status != jobs.StatusCanceled || res.Worker != id || res.StartedAt == nil {
 		t.Errorf("result after cancel: %+v, want canceled by %s after it started", res, id)
 	}
-	poll(t, 30*time.Second, "sandbox removed", func() bool { return len(containers(t, executor.LabelJob+"=runaway", executor.LabelWorker+"="+id)) == 0 })
+	testutil.Eventually(t, 30*time.Second, "sandbox removed", func() bool { return len(containers(t, executor.LabelJob+"=runaway", executor.LabelWorker+"="+id)) == 0 })
 	t.Logf("sandbox gone %s after the request", time.Since(asked).Round(time.Millisecond))
 
 	// The worker goes on serving.

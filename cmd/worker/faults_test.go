@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -26,7 +26,7 @@ import (
 func fakeWorker(t *testing.T, url, id, logPath string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"--nats", url, "--id", id, "--log-format", "json"}, extra...)
-	return startProc(t, id, args, envFakeExecutor+"=1", envFakeExecutorLog+"="+logPath)
+	return startProc(t, id, args, hookFakeExecutor+"=1", hookFakeExecutorLog+"="+logPath)
 }
 
 func status(t *testing.T, addr string) (jobs.WorkerStatus, bool) {
@@ -45,7 +45,7 @@ func TestBinaryDrain(t *testing.T) {
 	execLog := filepath.Join(t.TempDir(), "exec.log")
 	metrics := freeAddr(t)
 	drainer := fakeWorker(t, url, "drainer", execLog, "--slots", "2", "--ack-wait", "1s", "--grace", "30s", "--metrics", metrics)
-	poll(t, 20*time.Second, "drainer ready", func() bool { c, _ := httpGet("http://" + metrics + "/readyz"); return c == 200 })
+	testutil.Eventually(t, 20*time.Second, "drainer ready", func() bool { c, _ := httpGet("http://" + metrics + "/readyz"); return c == 200 })
 
 	// The job runs until the test releases it, so that the drain is
 	// observed while it is in flight however slow the machine is.
@@ -53,19 +53,19 @@ func TestBinaryDrain(t *testing.T) {
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "long", Image: "python", Code: "waitfile " + release + "\nprint long"}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "long job running", func() bool { r, _ := executions(t, execLog); return r["long"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "long job running", func() bool { r, _ := executions(t, execLog); return r["long"] == 1 })
 	started := time.Now()
 	spare := fakeWorker(t, url, "spare", execLog, "--slots", "2", "--ack-wait", "1s")
 
 	signaled := time.Now()
 	drainer.signal(t, syscall.SIGTERM)
-	poll(t, 10*time.Second, "status says draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining && st.Busy == 1 })
+	testutil.Eventually(t, 10*time.Second, "status says draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining && st.Busy == 1 })
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "after", Image: "python", Code: "print after"}); err != nil {
 		t.Fatal(err)
 	}
 	// Hold the job for three leases (--ack-wait 1s): without the drainer's
 	// InProgress heartbeats the spare worker would get it a second time.
-	poll(t, 10*time.Second, "three leases gone by", func() bool { return time.Since(started) > 3*time.Second })
+	testutil.Eventually(t, 10*time.Second, "three leases gone by", func() bool { return time.Since(started) > 3*time.Second })
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +119,9 @@ func TestBinaryForce(t *testing.T) {
 			if _, err := client.Submit(t.Context(), &jobs.Job{ID: "stuck", Image: "python", Code: "block"}); err != nil {
 				t.Fatal(err)
 			}
-			poll(t, 20*time.Second, "job running", func() bool { r, _ := executions(t, execLog); return r["stuck"] == 1 })
+			testutil.Eventually(t, 20*time.Second, "job running", func() bool { r, _ := executions(t, execLog); return r["stuck"] == 1 })
 			w.signal(t, syscall.SIGTERM)
-			poll(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
+			testutil.Eventually(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
 			forced := time.Now()
 			if tc.again {
 				w.signal(t, syscall.SIGTERM)
@@ -139,7 +139,7 @@ func TestBinaryForce(t *testing.T) {
 
 			rescued := time.Now()
 			fakeWorker(t, url, "rescuer", execLog, "--slots", "1")
-			poll(t, 10*time.Second, "redelivered at once (lease is 30s)", func() bool { r, _ := executions(t, execLog); return r["stuck"] == 2 })
+			testutil.Eventually(t, 10*time.Second, "redelivered at once (lease is 30s)", func() bool { r, _ := executions(t, execLog); return r["stuck"] == 2 })
 			t.Logf("redelivered %s after the rescuer started", time.Since(rescued).Round(time.Millisecond))
 			res, err := client.Cancel(t.Context(), "stuck")
 			if err != nil || res.Status != jobs.StatusCanceled || res.Worker != "rescuer" || res.Attempt != 2 {
@@ -156,7 +156,7 @@ func TestBinaryForce(t *testing.T) {
 func TestDeadDockerDaemon(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "docker.sock") // nothing listens here
-	cli, err := client.New(client.WithHost("unix://"+sock), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost("unix://" + sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestDeadDockerDaemon(t *testing.T) {
 	defer s.Stop(t)
 	// /readyz is 503 from the start (the topology is set up first); the
 	// failed ping shows in /status.
-	poll(t, 10*time.Second, "/status not ready after a docker ping", func() bool {
+	testutil.Eventually(t, 10*time.Second, "/status not ready after a docker ping", func() bool {
 		st, ok := status(t, metrics)
 		return ok && !st.Ready && strings.Contains(st.LastError, "docker ping")
 	})
@@ -190,19 +190,14 @@ func TestDeadDockerDaemon(t *testing.T) {
 	if _, err := c.Submit(ctx, &jobs.Job{ID: "waits", Image: "python", Code: "print(1)"}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(s.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, s.url)
 	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Several probe rounds (back-off from 250ms) pass without a delivery.
 	until := time.Now().Add(3 * time.Second)
-	poll(t, 10*time.Second, "3s without a delivery", func() bool {
+	testutil.Eventually(t, 10*time.Second, "3s without a delivery", func() bool {
 		info, err := cons.Info(ctx)
 		if err != nil || info.Delivered.Consumer != 0 || info.NumPending != 1 {
 			t.Fatalf("consumer while Docker is dead: %+v %v", info, err)
@@ -227,7 +222,7 @@ func TestEmbeddedRestartKeepsQueuedJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll(t, 10*time.Second, "first job running", func() bool { return exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "first job running", func() bool { return exec.Running() == 1 })
 	s.Stop(t) // drains the job in flight; the rest stay queued
 	ran := exec.Total()
 	if ran >= n {

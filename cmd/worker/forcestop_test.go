@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -84,7 +85,7 @@ func TestBinaryForceStopTwice(t *testing.T) {
 	}{
 		{"SIGTERM, SIGTERM once draining", func(t *testing.T, w *proc, metrics string) {
 			w.signal(t, syscall.SIGTERM)
-			poll(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
+			testutil.Eventually(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
 			info, err := cons.Info(t.Context())
 			if err != nil || info.NumWaiting != 0 {
 				t.Errorf("pull requests waiting at the server once draining: %v %+v, want none", err, info)
@@ -102,7 +103,7 @@ func TestBinaryForceStopTwice(t *testing.T) {
 		metrics := freeAddr(t)
 		started := time.Now()
 		w := fakeWorker(t, url, id, execLog, "--slots", "4", "--grace", "1m", "--metrics", metrics)
-		poll(t, 10*time.Second, id+" runs the job (a lost hand-back waits out the 30 s lease)", func() bool {
+		testutil.Eventually(t, 10*time.Second, id+" runs the job (a lost hand-back waits out the 30 s lease)", func() bool {
 			runs, _ := executions(t, execLog)
 			return runs["twice"] == attempt
 		})
@@ -214,7 +215,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 	plans := []plan{
 		{"second signal", "300ms", func(t *testing.T, w *proc, metrics string) {
 			w.signal(t, syscall.SIGTERM)
-			poll(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
+			testutil.Eventually(t, 10*time.Second, "draining", func() bool { st, ok := status(t, metrics); return ok && st.Draining })
 			w.signal(t, syscall.SIGTERM)
 		}},
 		{"SIGTERM and SIGQUIT at once", "300ms", func(t *testing.T, w *proc, _ string) {
@@ -286,7 +287,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 
 	for k := range restarts {
 		at := (k + 1) * n / 8
-		poll(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
 		i := k % 3
 		w := workers[i]
 		signaled := time.Now()
@@ -302,7 +303,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 		}
 		workers[i] = launch(i, next)
 	}
-	poll(t, 2*time.Minute, "all results", func() bool { return stored() >= n })
+	testutil.Eventually(t, 2*time.Minute, "all results", func() bool { return stored() >= n })
 	elapsed := time.Since(start)
 	for i, w := range workers {
 		w.p.signal(t, syscall.SIGTERM)
@@ -311,17 +312,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 		}
 	}
 
-	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvInfo, err := kvStream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kvInfo.State.Msgs != n || kvInfo.State.LastSeq != n {
-		t.Errorf("RESULTS holds %d results after %d writes, want %d and %d", kvInfo.State.Msgs, kvInfo.State.LastSeq, n, n)
-	}
+	results := assertResultWrites(t, ctx, js, n)
 	naks := map[string]int{}
 	for _, p := range all {
 		for id, k := range handBacks(t, p.logs.String()) {
@@ -352,7 +343,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 			again = append(again, fmt.Sprintf("%s×%d", id, runs[id]))
 		}
 	}
-	poll(t, 30*time.Second, "stream JOBS empty", func() bool {
+	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
 		si, err := client.Stores().Stream.Info(ctx)
 		return err == nil && si.State.Msgs == 0
 	})
@@ -374,5 +365,5 @@ func TestBinaryRollingRestart(t *testing.T) {
 		t.Errorf("no job ran twice: no stop landed mid-job")
 	}
 	t.Logf("rolling restart: %d jobs, %d results (each ID once), %d executions, %d re-executed after a forced stop: %s; %s",
-		n, kvInfo.State.Msgs, execs, len(again), strings.Join(again, " "), elapsed.Round(time.Millisecond))
+		n, results, execs, len(again), strings.Join(again, " "), elapsed.Round(time.Millisecond))
 }

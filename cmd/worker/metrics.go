@@ -153,6 +153,7 @@ func (m *metrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Execut
 		counter("sandfleet_pool_hits_total", "Jobs handed to a warm sandbox.", func(s executor.PoolStats) int64 { return s.Hits }),
 		counter("sandfleet_pool_misses_total", "Pool-eligible jobs that found no warm sandbox and got a fresh one.", func(s executor.PoolStats) int64 { return s.Misses }),
 		counter("sandfleet_pool_launch_failures_total", "Launches of warm sandboxes that failed.", func(s executor.PoolStats) int64 { return s.Failures }),
+		gauge("sandfleet_pool_halted", "1 while the pool does not refill because sandboxes do not start.", func() float64 { return b(ps.PoolStats().Halted) }),
 	)
 }
 

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -73,7 +74,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := c.Submit(ctx, &jobs.Job{ID: "blocker", Image: "python", Code: "block"}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "blocker running", func() bool { return exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "blocker running", func() bool { return exec.Running() == 1 })
 	m := scrape(t, addr)
 	if m["sandfleet_slots"] != 2 || m["sandfleet_slots_busy"] != 1 {
 		t.Errorf("slots %v busy %v, want 2 and 1", m["sandfleet_slots"], m["sandfleet_slots_busy"])
@@ -81,7 +82,7 @@ func TestMetrics(t *testing.T) {
 	if _, err := c.Cancel(ctx, "blocker"); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "slot freed", func() bool { return scrape(t, addr)["sandfleet_slots_busy"] == 0 })
+	testutil.Eventually(t, 10*time.Second, "slot freed", func() bool { return scrape(t, addr)["sandfleet_slots_busy"] == 0 })
 
 	m = scrape(t, addr)
 	want := map[string]float64{

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -18,18 +17,22 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 // Tests that run the real worker binary: signals, SIGKILL and restarts
 // are only real in a real process. The binary is built once per test run.
 
+// testHooksTag is the build tag that compiles the worker's test hooks in
+// (testhook.go): the binary the fault tests run. The released build has no
+// tag, and TestReleasedBuildIgnoresFakeExecutor proves the hook is gone.
+const testHooksTag = "sandfleet_testhooks"
+
 var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
+	binMu     sync.Mutex
+	binDir    string
+	binByTags = map[string]string{} // build tags → path
 )
 
 func TestMain(m *testing.M) {
@@ -40,28 +43,44 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// workerBinary builds cmd/worker into a temporary directory, once.
-func workerBinary(t *testing.T) string {
+// workerBinary builds cmd/worker with its test hooks, once per test run.
+func workerBinary(t *testing.T) string { return buildWorker(t, testHooksTag) }
+
+// releasedBinary builds cmd/worker as make build does: no build tags.
+func releasedBinary(t *testing.T) string { return buildWorker(t, "") }
+
+// buildWorker builds cmd/worker with tags into a temporary directory, once
+// per set of tags.
+func buildWorker(t *testing.T, tags string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the worker binary; skipped under -short")
 	}
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "sandfleet-worker-bin-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "worker")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	binMu.Lock()
+	defer binMu.Unlock()
+	if path, ok := binByTags[tags]; ok {
+		return path
 	}
-	return binPath
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "sandfleet-worker-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	path := filepath.Join(binDir, "worker-released")
+	args := []string{"build", "-o", path}
+	if tags != "" {
+		path = filepath.Join(binDir, "worker-"+tags)
+		args = []string{"build", "-tags", tags, "-o", path}
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	binByTags[tags] = path
+	return path
 }
 
 // syncBuffer is a bytes.Buffer safe for the writer goroutine of exec.Cmd
@@ -96,7 +115,13 @@ type proc struct {
 // when the test fails.
 func startProc(t *testing.T, name string, args []string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(workerBinary(t), args...)
+	return startBinary(t, workerBinary(t), name, args, env...)
+}
+
+// startBinary is startProc for the worker binary at bin.
+func startBinary(t *testing.T, bin, name string, args []string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
@@ -161,18 +186,6 @@ func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
 	return srv.ClientURL(), c, js
 }
 
-// poll polls cond until it holds or the deadline passes.
-func poll(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling, not synchronisation
-	}
-}
-
 // freeAddr returns a loopback address whose port was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -215,4 +228,24 @@ func executions(t *testing.T, path string) (map[string]int, int) {
 		}
 	}
 	return runs, total
+}
+
+// assertResultWrites checks that RESULTS was written exactly n times and
+// holds n results: each result write is one message of the bucket's
+// stream, so exactly n writes means no ID was written twice. It returns
+// how many results it holds.
+func assertResultWrites(t *testing.T, ctx context.Context, js jetstream.JetStream, n uint64) uint64 {
+	t.Helper()
+	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := kvStream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n || info.State.LastSeq != n {
+		t.Errorf("RESULTS holds %d results after %d writes, want %d and %d", info.State.Msgs, info.State.LastSeq, n, n)
+	}
+	return info.State.Msgs
 }

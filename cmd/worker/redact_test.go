@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
-
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -68,13 +66,13 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		}
 	}()
 
-	poll(t, 20*time.Second, "a failed connect logged", func() bool {
+	testutil.Eventually(t, 20*time.Second, "a failed connect logged", func() bool {
 		return strings.Contains(logs.String(), "NATS not reachable")
 	})
 	if !strings.Contains(logs.String(), "worker:xxxxx@"+addr) {
 		t.Errorf("logs do not name the server with the password masked:\n%s", logs.String())
 	}
-	poll(t, 10*time.Second, "/readyz 503 while NATS is down", func() bool {
+	testutil.Eventually(t, 10*time.Second, "/readyz 503 while NATS is down", func() bool {
 		c, _ := httpGet("http://" + metrics + "/readyz")
 		return c == 503
 	})
@@ -85,12 +83,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		Host: host, Port: p, JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{{Username: "worker", Password: testPassword}},
 	})
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, url)
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +94,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	if err != nil || res.Status != jobs.StatusSucceeded || res.Worker != "patient" {
 		t.Fatalf("job: %v %+v", err, res)
 	}
-	poll(t, 10*time.Second, "/readyz 200", func() bool {
+	testutil.Eventually(t, 10*time.Second, "/readyz 200", func() bool {
 		c, _ := httpGet("http://" + metrics + "/readyz")
 		return c == 200
 	})

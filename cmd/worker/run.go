@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -323,7 +322,11 @@ func statusHandler(w *worker.Worker, natsUp func() bool, metrics http.Handler) h
 			return
 		}
 		if !w.Ready() {
-			http.Error(rw, "topology or executor not ready", http.StatusServiceUnavailable)
+			msg := "topology or executor not ready"
+			if why := w.Status().LastError; why != "" {
+				msg = "not ready: " + why
+			}
+			http.Error(rw, msg, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(rw, "ready")
@@ -371,46 +374,6 @@ func executorConfig(o *options) (executor.Config, error) {
 	return cfg, nil
 }
 
-// dockerExecutor adapts pkg/executor to the worker: Check is its Ping.
-// It also reaps what a crashed predecessor with the same ID left behind,
-// before the first job runs: at start, or, when Docker is down at start, at
-// the first Ping that finds it up (the worker fetches nothing until then).
-type dockerExecutor struct {
-	*executor.Executor
-	ran    atomic.Bool // a Run has started: reaping now would kill our own jobs
-	reaped atomic.Bool
-}
-
-func (d *dockerExecutor) Ping(ctx context.Context) error {
-	if err := d.Check(ctx); err != nil {
-		return err
-	}
-	d.reapOnce(ctx)
-	return nil
-}
-
-func (d *dockerExecutor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
-	d.ran.Store(true)
-	return d.Executor.Run(ctx, job, opts)
-}
-
-func (d *dockerExecutor) reapOnce(ctx context.Context) {
-	if d.reaped.Load() || d.ran.Load() {
-		return
-	}
-	n, err := d.Reap(ctx)
-	if err != nil {
-		slog.Warn("reap leftover sandboxes", "err", err)
-		return
-	}
-	d.reaped.Store(true)
-	if n > 0 {
-		slog.Info("reaped leftover sandboxes", "count", n)
-	}
-}
-
-var _ worker.Pinger = (*dockerExecutor)(nil)
-
 // newExecutor is the one place that wires pkg/executor in.
 func newExecutor(cfg executor.Config) (interface {
 	worker.Executor
@@ -421,12 +384,6 @@ func newExecutor(cfg executor.Config) (interface {
 		return nil, cmdline.Usagef("%w", err)
 	}
 	d := &dockerExecutor{Executor: e}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.Check(ctx); err != nil {
-		slog.Warn("sandbox infrastructure not ready; the worker will wait for it", "err", err)
-	} else {
-		d.reapOnce(ctx)
-	}
+	d.startReaping()
 	return d, nil
 }

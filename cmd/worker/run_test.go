@@ -12,12 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sandfleet/sandfleet/internal/cmdline"
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -179,12 +177,7 @@ func (s *started) Stop(t *testing.T) {
 
 func connect(t *testing.T, url string) *jobs.Client {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	_, js := natstest.Connect(t, url)
 	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)
@@ -223,31 +216,15 @@ func TestEmbeddedRestartKeepsResults(t *testing.T) {
 }
 
 // TestDockerEndToEnd runs jobs through an embedded server, the worker and
-// the real executor. It needs Docker and the sandfleet/sandbox:latest image;
-// it is skipped without them, or under -short, unless
-// SANDFLEET_REQUIRE_DOCKER=1.
+// the real executor. It needs Docker and the sandfleet/sandbox:latest image
+// (workertest.Sandbox).
 func TestDockerEndToEnd(t *testing.T) {
 	t.Parallel()
-	if testing.Short() && os.Getenv("SANDFLEET_REQUIRE_DOCKER") != "1" {
-		t.Skip("Docker end-to-end test skipped under -short")
-	}
 	cfg, err := executorConfig(&options{id: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := executor.New(cfg)
-	if err == nil {
-		defer exec.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		err = exec.Check(ctx)
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
-		}
-		t.Skipf("needs Docker and %s (build it with sandbox-image/build.sh): %v", executor.DefaultImage, err)
-	}
+	exec := workertest.Sandbox(t, cfg)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "e2e"},
 		&dockerExecutor{Executor: exec})
 	defer s.Stop(t)

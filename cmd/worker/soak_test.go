@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -43,13 +44,13 @@ func TestSoakKillRestart(t *testing.T) {
 	}
 	w := fakeWorker(t, url, "soaker", execLog, args...)
 	for _, at := range []int{n * 3 / 10, n * 65 / 100} {
-		poll(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
 		w.kill()
 		_, execs := executions(t, execLog)
 		t.Logf("SIGKILL at %d results, %d executions started", stored(), execs)
 		w = fakeWorker(t, url, "soaker", execLog, args...)
 	}
-	poll(t, 2*time.Minute, "all results", func() bool { return stored() >= n })
+	testutil.Eventually(t, 2*time.Minute, "all results", func() bool { return stored() >= n })
 	elapsed := time.Since(start)
 
 	for i := range n {
@@ -63,20 +64,8 @@ func TestSoakKillRestart(t *testing.T) {
 			t.Errorf("%s: %+v", id, res)
 		}
 	}
-	// Each result write is one message of the bucket's stream: exactly n
-	// writes means no ID was written twice.
-	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := kvStream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != n || info.State.LastSeq != n {
-		t.Errorf("RESULTS holds %d results after %d writes, want %d and %d", info.State.Msgs, info.State.LastSeq, n, n)
-	}
-	poll(t, 30*time.Second, "stream JOBS empty", func() bool {
+	results := assertResultWrites(t, ctx, js, n)
+	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
 		si, err := client.Stores().Stream.Info(ctx)
 		return err == nil && si.State.Msgs == 0
 	})
@@ -96,7 +85,7 @@ func TestSoakKillRestart(t *testing.T) {
 		t.Errorf("no job ran twice: the kills did not land mid-job")
 	}
 	t.Logf("soak: %d jobs, %d results (each ID once), %d executions (%d re-executions after the kills), 2 SIGKILLs, %s",
-		n, info.State.Msgs, execs, again, elapsed.Round(time.Millisecond))
+		n, results, execs, again, elapsed.Round(time.Millisecond))
 	w.signal(t, syscall.SIGTERM)
 	if code := w.exited(t, 30*time.Second); code != 0 {
 		t.Errorf("last worker exited %d", code)

@@ -1,3 +1,5 @@
+//go:build sandfleet_testhooks
+
 package main
 
 import (
@@ -6,24 +8,28 @@ import (
 	"os"
 	"sync"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
-// A test hook, off by default: with SANDFLEET_FAKE_EXECUTOR=1 the worker
-// runs jobs on internal/fakeexec (a tiny script language, no Docker)
-// instead of pkg/executor. The fault tests and the soak test use it to run
-// the real binary, signals, reconnects and crashes included, at a speed
-// that real containers do not allow. With SANDFLEET_FAKE_EXECUTOR_LOG=FILE
-// it appends the ID of every job it starts to FILE, one per line, so that a
-// test can count executions across worker processes. Never set it in
-// production: no job runs in a sandbox.
+// A test hook, compiled in only with the build tag sandfleet_testhooks:
+// the tests of this package build the binary with it; make build and the
+// fleet images do not, and there testhook_off.go stands in. With
+// SANDFLEET_FAKE_EXECUTOR=1 a binary built with the tag runs jobs on
+// internal/testutil/fakeexec (a tiny script language, no Docker) instead of
+// pkg/executor. The fault tests and the soak test use it to run the real
+// binary, signals, reconnects and crashes included, at a speed that real
+// containers do not allow. With SANDFLEET_FAKE_EXECUTOR_LOG=FILE it appends
+// the ID of every job it starts to FILE, one per line, so that a test can
+// count executions across worker processes. No job runs in a sandbox then,
+// which is why the released build cannot be switched to it.
 const (
 	envFakeExecutor    = "SANDFLEET_FAKE_EXECUTOR"
 	envFakeExecutorLog = "SANDFLEET_FAKE_EXECUTOR_LOG"
 )
 
 // fakeExecutorFromEnv returns the fake when the hook is on, else nil.
-func fakeExecutorFromEnv(log *slog.Logger) (*fakeexec.Executor, func() error, error) {
+func fakeExecutorFromEnv(log *slog.Logger) (worker.Executor, func() error, error) {
 	if os.Getenv(envFakeExecutor) != "1" {
 		return nil, nil, nil
 	}

@@ -17,7 +17,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -139,7 +141,11 @@ func testImageConfig(t *testing.T) []string {
 // and data.csv 9 rows, not 12.
 func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 	t.Parallel()
-	requireDocker(t)
+	probe := executor.Config{WorkerID: "probe"}
+	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
+		probe.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
+	}
+	workertest.Sandbox(t, probe) // Docker and the image answer, or skip
 	srv, lift := sessionServer(t, "$KV.RESULTS.step-05")
 	url := srv.ClientURL()
 	_, js := natstest.Connect(t, url, nats.UserInfo("client", "cpass"))
@@ -172,7 +178,7 @@ func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 			// Saved, result refused: the head says saved(step-05) at
 			// revision 5. Kill the worker holding it, right there.
 			var h *jobs.WorkspaceHead
-			poll(t, 2*time.Minute, "step 5 saved", func() bool {
+			testutil.Eventually(t, 2*time.Minute, "step 5 saved", func() bool {
 				h, err = client.Workspace(ctx, "agent-7")
 				return err == nil && h.Step != nil && h.Step.Job == j.ID && h.Step.State == jobs.StepSaved
 			})

@@ -2,7 +2,6 @@ package compose
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -56,37 +56,28 @@ func natsImage(t *testing.T) string {
 // and fails it instead when SANDFLEET_REQUIRE_DOCKER=1 (CI).
 func requireFleet(t *testing.T) *testcontainers.DockerClient {
 	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("SANDFLEET_REQUIRE_DOCKER=1 but %s", msg)
-		}
-		t.Skipf("skipping the fleet end-to-end test: %s (SANDFLEET_REQUIRE_DOCKER=1 makes this a failure)", msg)
-	}
-	if testing.Short() {
-		t.Skip("skipping the fleet end-to-end test in -short mode")
-	}
 	// No registry here: Ryuk cannot be pulled. Cleanup is explicit instead.
 	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-	if err != nil {
-		unavailable("no Docker client: %v", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
-		unavailable("Docker is not reachable: %v", err)
-	}
-	if _, err := os.Stat(dockerSocket); err != nil {
-		unavailable("workers need the Docker socket at %s: %v", dockerSocket, err)
-	}
-	for _, img := range []string{natsImage(t), workerImage, sandboxImage} {
-		if _, err := cli.ImageInspect(ctx, img); err != nil {
-			unavailable("image %s is missing (make images sandbox-image): %v", img, err)
+	var cli *testcontainers.DockerClient
+	testutil.NeedDocker(t, func(ctx context.Context) error {
+		var err error
+		if cli, err = testcontainers.NewDockerClientWithOpts(ctx); err != nil {
+			return fmt.Errorf("no Docker client: %w", err)
 		}
-	}
+		t.Cleanup(func() { cli.Close() })
+		if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
+			return fmt.Errorf("docker is not reachable: %w", err)
+		}
+		if _, err := os.Stat(dockerSocket); err != nil {
+			return fmt.Errorf("workers need the Docker socket at %s: %w", dockerSocket, err)
+		}
+		for _, img := range []string{natsImage(t), workerImage, sandboxImage} {
+			if _, err := cli.ImageInspect(ctx, img); err != nil {
+				return fmt.Errorf("image %s is missing (make images sandbox-image): %w", img, err)
+			}
+		}
+		return nil
+	})
 	return cli
 }
 
@@ -177,7 +168,7 @@ func startFleet(ctx context.Context, t *testing.T, cli *testcontainers.DockerCli
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 60*time.Second, func(ctx context.Context) error {
+	if err := testutil.Poll(ctx, 60*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
 		_, err := js.AccountInfo(ctx)
 		return err
 	}); err != nil {
@@ -341,7 +332,7 @@ func TestFleetEndToEnd(t *testing.T) {
 
 	// The workers create the topology; wait for it (a submitter may not),
 	// then open the client on it.
-	if err := poll(ctx, 90*time.Second, func(ctx context.Context) error {
+	if err := testutil.Poll(ctx, 90*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
 		if _, err := js.Stream(ctx, jobs.StreamName); err != nil {
 			return err
 		}
@@ -372,7 +363,7 @@ func TestFleetEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 60*time.Second, func(ctx context.Context) error {
+	if err := testutil.Poll(ctx, 60*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
 		for _, id := range workerIDs {
 			if _, err := workersKV.Get(ctx, id); err != nil {
 				return fmt.Errorf("heartbeat of %s: %w", id, err)
@@ -416,7 +407,7 @@ func TestFleetEndToEnd(t *testing.T) {
 			job := &jobs.Job{ID: id(i), Image: "shell", Code: fmt.Sprintf("echo $((%d * 7))", i)}
 			// A retry is safe: the job ID is the Nats-Msg-Id, so the stream
 			// drops a second copy.
-			if err := poll(ctx, 60*time.Second, func(ctx context.Context) error {
+			if err := testutil.Poll(ctx, 60*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
 				_, err := sub.Submit(ctx, job)
 				return err
 			}); err != nil {
@@ -501,27 +492,4 @@ func TestFleetEndToEnd(t *testing.T) {
 	}
 	t.Logf("%d jobs in %s (%.1f jobs/s) despite the faults; results per worker %v; %d redelivered",
 		e2eJobs, elapsed.Round(time.Millisecond), float64(e2eJobs)/elapsed.Seconds(), perWorker, redelivered)
-}
-
-// poll calls f until it succeeds or within has passed, and returns its last
-// error. Each call gets a context of at most 5s, so one hung request cannot
-// eat the whole budget.
-func poll(ctx context.Context, within time.Duration, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		actx, done := context.WithTimeout(ctx, 5*time.Second)
-		err := f(actx)
-		done()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-tick.C:
-		}
-	}
 }

@@ -9,15 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
-
-	"github.com/sandfleet/sandfleet/internal/workertest"
-
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -61,7 +59,7 @@ type conn struct {
 func connect(t *testing.T, s *server.Server, user, password string) *conn {
 	t.Helper()
 	c := &conn{violations: make(chan error, 64)}
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, password), nats.Name(user),
+	c.nc, c.js = natstest.Connect(t, s.ClientURL(), nats.UserInfo(user, password), nats.Name(user),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				select {
@@ -70,14 +68,6 @@ func connect(t *testing.T, s *server.Server, user, password string) *conn {
 				}
 			}
 		}))
-	if err != nil {
-		t.Fatalf("connect as %s: %v", user, err)
-	}
-	t.Cleanup(nc.Close)
-	c.nc = nc
-	if c.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
 	return c
 }
 

@@ -9,7 +9,10 @@
 # Environment:
 #   SUBMIT     the submit binary (default bin/submit; `make build` makes it)
 #   NATS_URL   the fleet (default nats://127.0.0.1:4222: `bin/worker --embedded`)
-#   HUMANEVAL  the problems (default ../shared/data/humaneval/HumanEval.jsonl.gz)
+#   HUMANEVAL  the problems, required: HumanEval.jsonl.gz, which is not part of
+#              this repository (get data/HumanEval.jsonl.gz from
+#              https://github.com/openai/human-eval), or another file of the
+#              same shape such as examples/problems/problems.jsonl
 #   OUT_DIR    batches, results and summaries (default build/humaneval)
 #
 # Job IDs are humaneval-<n> and humaneval-broken-<n>: running the script
@@ -17,7 +20,10 @@
 set -eu
 cd "$(dirname "$0")/../.."
 SUBMIT=${SUBMIT:-bin/submit}
-HUMANEVAL=${HUMANEVAL:-../shared/data/humaneval/HumanEval.jsonl.gz}
+if [ -z "${HUMANEVAL:-}" ] || [ ! -f "$HUMANEVAL" ]; then
+	echo "run.sh: set HUMANEVAL=path/to/HumanEval.jsonl.gz (https://github.com/openai/human-eval, data/HumanEval.jsonl.gz)" >&2
+	exit 2
+fi
 OUT_DIR=${OUT_DIR:-build/humaneval}
 mkdir -p "$OUT_DIR"
 

@@ -145,7 +145,7 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 		}
 		perm := fs.FileMode(hdr.Mode) & fs.ModePerm
 		switch hdr.Typeflag {
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
 			if hdr.Size < 0 || hdr.Size > lim.MaxBytes-st.Bytes {
 				return st, fmt.Errorf("%w: %w: %s of %d bytes takes the files past %d bytes", ErrRefused, ErrTooLarge, field.Quote(name), hdr.Size, lim.MaxBytes)
 			}

@@ -64,9 +64,9 @@ type Config struct {
 	// sandbox user of the image. Root ("0", "root") is refused.
 	User string
 
-	// KillGrace bounds each Docker call made after the job ended or was
-	// killed (kill, inspect, remove), which run with a fresh context so that
-	// a canceled job still gets cleaned up. 0 means 10s.
+	// KillGrace is how long a killed sandbox may take to exit before its
+	// job ends as an infrastructure failure. 0 means 10s. (Each call to the
+	// engine has a deadline of its own: see callDeadlines in docker.go.)
 	KillGrace time.Duration
 
 	// Pool is how many warm sandboxes are kept per distinct preset image

@@ -4,8 +4,8 @@
 // failed, timeout, oom, output_limit, canceled, and rejected for a job this
 // executor cannot accept: an unknown preset, limits over the caps). It
 // returns an error only for infrastructure failures (daemon unreachable,
-// image missing), which wrap ErrInfrastructure so that the caller can back
-// off and retry instead of charging the job.
+// image missing, sandboxes that do not start), which wrap ErrInfrastructure
+// so that the caller can back off and retry instead of charging the job.
 //
 // # Lifecycle
 //
@@ -33,9 +33,33 @@
 // goroutine per missing sandbox, once the job that took a sandbox is done
 // (launching during it would compete with it for the engine and the CPU);
 // after a failed launch it pauses with an
-// exponential back-off (Check ends it early). Idle sandboxes whose stream
+// exponential back-off (Check ends it early), and while sandboxes do not
+// start it does not launch at all (PoolStats.Halted, and a log line). Idle
+// sandboxes whose stream
 // ended (the container died, the connection broke) or older than
 // Config.PoolMaxAge are retired. Close removes the pool.
+//
+// # When sandboxes do not start
+//
+// An engine that answers its ping may still fail every start: a runtime
+// registered wrongly (runsc without --network=none), a host out of PIDs. A
+// launch that fails while the ping answers is a start failure: its error is
+// a *StartError ("runtime runsc: cannot start sandboxes: ..."), wrapping
+// ErrSandboxStart and ErrInfrastructure. Its container is removed and
+// checked gone. From then on launches are attempts, one at a time: the
+// next is due after a back-off of 2 s doubling to 30 s, which no ping
+// resets, and no more than 6 fail in any minute. Between attempts Run and
+// Check return the StartError at once and make no container (RetryAfter
+// says when the next is due); the first launch that starts a sandbox ends
+// the fault. Check makes the attempts when none is in flight: it launches a
+// throwaway sandbox before saying yes, so a worker that checks before
+// taking jobs knows that its runtime works. Until a first sandbox started,
+// launches go one at a time too, so a runtime broken from the start costs
+// one container, not one per slot and warm sandbox.
+//
+// Every call to the engine has a deadline of its own (callDeadlines in
+// docker.go) and is abandoned at it, even if the client does not return:
+// a wedged engine costs a call its deadline, never a hang.
 //
 // # The end of a job
 //
@@ -72,5 +96,6 @@
 // and either sandfleet.job=<id> or, launched for the warm pool,
 // sandfleet.pool=true. A worker calls Reap at start to remove what a crashed
 // predecessor with the same ID left, its warm pool included; Reap spares the
-// calling Executor's own containers.
+// calling Executor's own containers, and skips, after one log line, a
+// container it failed to remove (one wedged in the engine).
 package executor

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -30,6 +32,154 @@ type dockerAPI interface {
 }
 
 var _ dockerAPI = (*client.Client)(nil)
+
+// callDeadlines bound the engine's calls, one per kind of call. Every call
+// the executor makes goes through withDeadlines, so none can hang the
+// worker: a wedged engine (a container stuck inside dockerd, a daemon that
+// takes connections and never answers) costs a call its deadline, and the
+// call is abandoned then (see within). ContainerWait alone has none: it
+// lasts as long as its sandbox, whose job's timeout and KillGrace bound
+// how long anyone waits for it, and release ends it.
+type callDeadlines struct {
+	ping, list, image, create, attach, start, inspect, kill, remove time.Duration
+}
+
+// deadlines is the one table of the engine's deadlines. Each is several
+// times what a loaded host running runsc needs, so that hitting one means
+// a wedged engine, not a slow one.
+var deadlines = callDeadlines{
+	ping:    5 * time.Second,  // answered from the daemon's memory
+	list:    15 * time.Second, // one pass over the daemon's containers
+	image:   10 * time.Second, // a metadata lookup (ImageInspect)
+	create:  30 * time.Second, // prepares the container's root filesystem (fuse-overlayfs is slow under load)
+	attach:  10 * time.Second, // the handshake only: the stream outlives the call
+	start:   30 * time.Second, // the runtime boots the sandbox (runsc takes seconds)
+	inspect: 10 * time.Second, // reads the container's state
+	kill:    10 * time.Second, // delivers a signal
+	remove:  20 * time.Second, // stops what is left, unmounts and deletes the root filesystem
+}
+
+// errNoAnswer is the cause of a call abandoned at its deadline. It is
+// context.DeadlineExceeded to errors.Is.
+type errNoAnswer struct{ after time.Duration }
+
+func (e errNoAnswer) Error() string {
+	return fmt.Sprintf("no answer from the Docker engine within %s", e.after)
+}
+
+func (e errNoAnswer) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// within runs call with a deadline of d (or the caller's, if sooner) and
+// returns by then even if call does not: the real client gives up once its
+// context is done, but a worker must not depend on it. What an abandoned
+// call returns later goes to late, which cleans up what nobody else knows
+// of (a container, a connection); the goroutine that waits for it is the
+// one the executor does not wait for, since it may never end.
+func within[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error), late func(T)) (T, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, d, errNoAnswer{d})
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		defer cancel()
+		if r.err != nil && ctx.Err() != nil {
+			// The client gave up at the deadline: say which.
+			return r.v, fmt.Errorf("%w (%v)", context.Cause(ctx), r.err)
+		}
+		return r.v, r.err
+	case <-ctx.Done():
+		err := context.Cause(ctx)
+		cancel()
+		go func() {
+			if r := <-done; r.err == nil && late != nil {
+				late(r.v)
+			}
+		}()
+		var zero T
+		return zero, err
+	}
+}
+
+// withDeadlines is the engine with a deadline on every call but
+// ContainerWait.
+type withDeadlines struct {
+	api dockerAPI
+	d   callDeadlines
+	log *slog.Logger
+}
+
+var _ dockerAPI = withDeadlines{}
+
+func (w withDeadlines) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	return within(ctx, w.d.create, func(ctx context.Context) (client.ContainerCreateResult, error) {
+		return w.api.ContainerCreate(ctx, o)
+	}, func(r client.ContainerCreateResult) {
+		// Made after its caller gave up: nobody else will remove it.
+		if _, err := w.ContainerRemove(context.Background(), r.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+			w.log.Error("a container created after its deadline could not be removed; Reap removes it at the next start",
+				"container", shortID(r.ID), "error", err)
+		}
+	})
+}
+
+func (w withDeadlines) ContainerAttach(ctx context.Context, id string, o client.ContainerAttachOptions) (client.ContainerAttachResult, error) {
+	return within(ctx, w.d.attach, func(ctx context.Context) (client.ContainerAttachResult, error) {
+		return w.api.ContainerAttach(ctx, id, o)
+	}, func(r client.ContainerAttachResult) { r.HijackedResponse.Close() })
+}
+
+func (w withDeadlines) ContainerWait(ctx context.Context, id string, o client.ContainerWaitOptions) client.ContainerWaitResult {
+	return w.api.ContainerWait(ctx, id, o)
+}
+
+func (w withDeadlines) ContainerStart(ctx context.Context, id string, o client.ContainerStartOptions) (client.ContainerStartResult, error) {
+	return within(ctx, w.d.start, func(ctx context.Context) (client.ContainerStartResult, error) {
+		return w.api.ContainerStart(ctx, id, o)
+	}, nil)
+}
+
+func (w withDeadlines) ContainerKill(ctx context.Context, id string, o client.ContainerKillOptions) (client.ContainerKillResult, error) {
+	return within(ctx, w.d.kill, func(ctx context.Context) (client.ContainerKillResult, error) {
+		return w.api.ContainerKill(ctx, id, o)
+	}, nil)
+}
+
+func (w withDeadlines) ContainerInspect(ctx context.Context, id string, o client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	return within(ctx, w.d.inspect, func(ctx context.Context) (client.ContainerInspectResult, error) {
+		return w.api.ContainerInspect(ctx, id, o)
+	}, nil)
+}
+
+func (w withDeadlines) ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	return within(ctx, w.d.remove, func(ctx context.Context) (client.ContainerRemoveResult, error) {
+		return w.api.ContainerRemove(ctx, id, o)
+	}, nil)
+}
+
+func (w withDeadlines) ContainerList(ctx context.Context, o client.ContainerListOptions) (client.ContainerListResult, error) {
+	return within(ctx, w.d.list, func(ctx context.Context) (client.ContainerListResult, error) {
+		return w.api.ContainerList(ctx, o)
+	}, nil)
+}
+
+func (w withDeadlines) ImageInspect(ctx context.Context, image string, o ...client.ImageInspectOption) (client.ImageInspectResult, error) {
+	return within(ctx, w.d.image, func(ctx context.Context) (client.ImageInspectResult, error) {
+		return w.api.ImageInspect(ctx, image, o...)
+	}, nil)
+}
+
+func (w withDeadlines) Ping(ctx context.Context, o client.PingOptions) (client.PingResult, error) {
+	return within(ctx, w.d.ping, func(ctx context.Context) (client.PingResult, error) {
+		return w.api.Ping(ctx, o)
+	}, nil)
+}
 
 // Labels put on every sandbox container.
 const (
@@ -58,7 +208,7 @@ func infraErr(op string, err error) error {
 }
 
 // containerSpec is the one place a sandbox's configuration is built: the
-// hardening of DESIGN.md "Sandbox container". Nothing in it depends on the
+// hardening of docs/design.md "The sandbox container". Nothing in it depends on the
 // job beyond its limits and labels, so a pre-started container can take any
 // job that fits them: jobID "" builds one for the warm pool.
 func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.ContainerCreateOptions {

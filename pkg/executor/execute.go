@@ -68,9 +68,10 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 // limit or a cancellation.
 func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, restore *jobs.Snapshot, stdin []byte) (observed, error) {
 	// Calls after the job ended or was killed use a context of their own, so
-	// that a canceled caller still gets its container killed.
+	// that a canceled caller still gets its container killed; each has its
+	// deadline (callDeadlines).
 	fresh := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
+		return context.WithCancel(context.WithoutCancel(ctx))
 	}
 	obs := observed{started: time.Now()}
 	timer := time.NewTimer(lim.Timeout.D())

@@ -37,7 +37,14 @@ type Executor struct {
 	api       dockerAPI
 	ownClient *client.Client // created by New, closed by Close
 	instance  string         // LabelInstance of this Executor's containers
+	images    []string       // the presets' distinct images, in the order of their names
 	pool      *pool          // nil when Config.Pool is 0
+	starts    *startGate     // whether sandboxes start: every launch asks it
+
+	// Leftovers Reap failed to remove, which it skips from then on: a
+	// container wedged in the engine hangs every call that touches it.
+	mu          sync.Mutex
+	unremovable map[string]bool
 
 	// Removals of exited sandboxes run after Run returned, off the job's
 	// latency: at most cap(removeSlots) at once (past that, release
@@ -50,15 +57,17 @@ type Executor struct {
 const maxBackgroundRemovals = 16
 
 // New returns an Executor for cfg. It does not wait for the engine: call
-// Check to verify that the daemon answers and the images exist, and Reap to
-// clean up after a crashed predecessor with the same WorkerID. With
-// Config.Pool > 0 it starts filling the warm pool in the background (backing
-// off while the engine fails); Close stops it and removes the pool.
+// Check to verify that the daemon answers, the images exist and sandboxes
+// start, and Reap to clean up after a crashed predecessor with the same
+// WorkerID. With Config.Pool > 0 it starts filling the warm pool in the
+// background (backing off while the engine fails); Close stops it and
+// removes the pool. Every call to the engine has a deadline (see
+// callDeadlines).
 func New(cfg Config) (*Executor, error) {
 	if cfg.Client != nil {
 		return newWithAPI(cfg, cfg.Client)
 	}
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv) // negotiates the API version by default
 	if err != nil {
 		return nil, infraErr("docker client", err)
 	}
@@ -71,13 +80,40 @@ func New(cfg Config) (*Executor, error) {
 	return e, nil
 }
 
+// tuning is the executor's fixed timing: the engine's deadlines and the
+// back-off of failing starts. Tests shrink it.
+type tuning struct {
+	calls  callDeadlines
+	starts startTuning
+}
+
+var defaultTuning = tuning{calls: deadlines, starts: defaultStartTuning}
+
 // newWithAPI is New on any engine, a fake one in tests.
 func newWithAPI(cfg Config, api dockerAPI) (*Executor, error) {
+	return newTuned(cfg, api, defaultTuning)
+}
+
+func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 	cfg, err := cfg.resolved()
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, api: api, instance: randHex(8), removeSlots: make(chan struct{}, maxBackgroundRemovals)}
+	e := &Executor{
+		cfg:         cfg,
+		api:         withDeadlines{api: api, d: t.calls, log: cfg.Logger},
+		instance:    randHex(8),
+		starts:      newStartGate(cfg.Runtime, cfg.Logger.With("worker", cfg.WorkerID), t.starts),
+		unremovable: map[string]bool{},
+		removeSlots: make(chan struct{}, maxBackgroundRemovals),
+	}
+	seen := map[string]bool{}
+	for _, name := range e.Presets() {
+		if img := cfg.Presets[name].Image; !seen[img] {
+			seen[img] = true
+			e.images = append(e.images, img)
+		}
+	}
 	if cfg.Pool > 0 {
 		e.pool = newPool(e)
 	}
@@ -109,11 +145,20 @@ func (e *Executor) Presets() []string {
 	return names
 }
 
-// Check verifies that the engine answers and every preset's image is
-// present. Its errors wrap ErrInfrastructure (ErrImageMissing for images).
+// Check verifies that the engine answers, every preset's image is present
+// and sandboxes start with the configured runtime. Its errors wrap
+// ErrInfrastructure (ErrImageMissing for images, ErrSandboxStart, as a
+// *StartError, for starts).
+//
+// Whether sandboxes start is known from the last launch. Before the first
+// one, and while they fail, Check launches a throwaway sandbox when the
+// back-off allows (or waits for the launch in flight) and removes it: a
+// worker that calls it before taking jobs knows that its runtime works.
+// Between attempts it returns the last StartError without touching the
+// engine beyond the ping: a successful ping says nothing about starts.
 func (e *Executor) Check(ctx context.Context) (err error) {
-	if _, err := e.api.Ping(ctx, client.PingOptions{}); err != nil {
-		return infraErr("docker ping", err)
+	if err := e.ping(ctx); err != nil {
+		return err
 	}
 	defer func() {
 		if err == nil && e.pool != nil {
@@ -136,14 +181,50 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 			return infraErr("inspect image "+img, err)
 		}
 	}
+	for len(e.images) > 0 { // no preset, no sandbox to start
+		turn, ended, err := e.starts.turn(true)
+		switch turn {
+		case turnGo:
+			return nil
+		case turnDenied:
+			return err
+		case turnBusy:
+			select {
+			case <-ended:
+				continue
+			case <-ctx.Done():
+				return infraErr("runtime check", ctx.Err())
+			}
+		}
+		s, err := e.startSandbox(ctx, true, e.images[0], "", e.cfg.Defaults)
+		if err != nil {
+			return err
+		}
+		e.cfg.Logger.Debug("runtime check: a sandbox started", "runtime", e.cfg.Runtime, "container", s.short, "worker", e.cfg.WorkerID)
+		e.release(ctx, e.cfg.Logger, s)
+	}
 	return nil
 }
+
+func (e *Executor) ping(ctx context.Context) error {
+	if _, err := e.api.Ping(ctx, client.PingOptions{}); err != nil {
+		return infraErr("docker ping", err)
+	}
+	return nil
+}
+
+// StartErr returns the *StartError while sandboxes fail to start, else
+// nil.
+func (e *Executor) StartErr() error { return e.starts.err() }
 
 // Reap force-removes every container labelled with this worker's ID but not
 // made by this Executor: what a crashed predecessor left behind, running
 // sandboxes and warm pool alike. This Executor's own containers carry its
 // LabelInstance and are spared, so Reap is safe to call at any time,
-// though once at start is enough.
+// though once at start is enough. It returns how many it removed, and an
+// error only when it could not list them. A container it cannot remove
+// (the engine keeps it wedged: every call on it hangs until its deadline)
+// is logged and skipped, by this call and every later one.
 func (e *Executor) Reap(ctx context.Context) (int, error) {
 	list, err := e.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -153,21 +234,30 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 		return 0, infraErr("list containers", err)
 	}
 	n := 0
-	var errs []error
 	for _, c := range list.Items {
 		if c.Labels[LabelManaged] != "true" || c.Labels[LabelWorker] != e.cfg.WorkerID || c.Labels[LabelInstance] == e.instance {
 			continue
 		}
+		e.mu.Lock()
+		skip := e.unremovable[c.ID]
+		e.mu.Unlock()
+		if skip {
+			continue
+		}
 		if _, err := e.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, err)
+			if ctx.Err() != nil {
+				return n, infraErr("reap", ctx.Err())
+			}
+			e.mu.Lock()
+			e.unremovable[c.ID] = true
+			e.mu.Unlock()
+			e.cfg.Logger.Error("a leftover sandbox cannot be removed; skipping it (remove it by hand, or restart the engine)",
+				"container", shortID(c.ID), "job_id", c.Labels[LabelJob], "worker", e.cfg.WorkerID, "error", err)
 			continue
 		}
 		n++
 		e.cfg.Logger.Info("reaped a leftover sandbox", "container", shortID(c.ID),
 			"job_id", c.Labels[LabelJob], "pooled", c.Labels[LabelPool] == "true", "worker", e.cfg.WorkerID)
-	}
-	if len(errs) > 0 {
-		return n, infraErr("reap", errors.Join(errs...))
 	}
 	return n, nil
 }
@@ -218,7 +308,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	if s != nil {
 		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
 	} else {
-		s, err = e.launch(ctx, preset.Image, job.ID, lim)
+		s, err = e.admit(ctx, preset.Image, job.ID, lim)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller's cancellation is the job's outcome, not the engine's fault.
@@ -321,32 +411,87 @@ func (s *sandbox) alive() bool {
 	}
 }
 
+// admit launches a sandbox for a job when the gate lets it: at once while
+// sandboxes start; after the launch in flight when none was tried yet; and
+// while they fail only as the next attempt, once it is due. Otherwise it
+// returns the StartError and makes no container: a held job retried in a
+// loop must not become a container factory.
+func (e *Executor) admit(ctx context.Context, image, jobID string, lim limits.Limits) (*sandbox, error) {
+	for {
+		turn, ended, err := e.starts.turn(true)
+		switch turn {
+		case turnDenied:
+			return nil, err
+		case turnBusy:
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case <-ended:
+				continue
+			case <-ctx.Done():
+				return nil, infraErr("wait for the first sandbox to start", ctx.Err())
+			}
+		}
+		return e.startSandbox(ctx, turn == turnTrial, image, jobID, lim)
+	}
+}
+
+// startSandbox launches a sandbox and tells the gate how that went. A
+// launch that failed while the engine answers its ping is a start failure,
+// returned as a *StartError; one that failed because the engine does not
+// answer, the image is missing or ctx is done says nothing about starts.
+func (e *Executor) startSandbox(ctx context.Context, trial bool, image, jobID string, lim limits.Limits) (*sandbox, error) {
+	s, err := e.launch(ctx, image, jobID, lim)
+	switch {
+	case err == nil:
+		e.starts.started(trial)
+		return s, nil
+	case errors.Is(err, ErrImageMissing):
+		e.starts.inconclusive(trial)
+		return nil, err
+	case ctx.Err() != nil:
+		e.starts.inconclusive(trial)
+		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
+	}
+	if perr := e.ping(ctx); perr != nil {
+		e.starts.inconclusive(trial)
+		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
+	}
+	return nil, e.starts.failed(trial, err)
+}
+
 // launch creates, attaches, watches and starts a sandbox for limits lim.
-// jobID is "" for a pooled sandbox. On error, nothing is left behind.
+// jobID is "" for a pooled sandbox. On error, nothing is left behind (see
+// discard), and the error, but for ErrImageMissing, is the engine's,
+// prefixed with the step that failed.
 func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.Limits) (_ *sandbox, err error) {
 	// Not canceled with ctx: a create canceled in flight may still make a
 	// container the engine never names to us, and nothing would remove it
 	// before this worker restarts. A canceled job fails at the next step
 	// instead, and the container is removed below.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	created, err := e.api.ContainerCreate(cctx, e.containerSpec(image, jobID, lim))
-	cancel()
+	spec := e.containerSpec(image, jobID, lim)
+	created, err := e.api.ContainerCreate(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
 		}
-		return nil, infraErr("create container", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The engine may have made it after all: it goes by our name.
+			e.discard(ctx, spec.Name)
+		}
+		return nil, fmt.Errorf("create container: %w", err)
 	}
 	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now()}
 	defer func() {
 		if err != nil {
-			e.remove(context.WithoutCancel(ctx), s)
+			e.discard(ctx, s.id)
 		}
 	}()
 
 	att, err := e.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return nil, infraErr("attach", err)
+		return nil, fmt.Errorf("attach: %w", err)
 	}
 	s.att = att.HijackedResponse
 	// Registered before start, so that even an instant exit is seen. Its
@@ -370,9 +515,27 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 		s.att.Close()
 		<-s.copyDone
 		s.stopWait()
-		return nil, infraErr("start container", err)
+		return nil, fmt.Errorf("start container: %w", err)
 	}
 	return s, nil
+}
+
+// discard removes the container of a failed launch (by ID, or by name when
+// the create's answer never came) and checks that it is gone: a runtime
+// that fails every start leaves a created container per attempt, and
+// processes of the engine's behind it, unless they are removed.
+func (e *Executor) discard(ctx context.Context, idOrName string) {
+	ctx = context.WithoutCancel(ctx)
+	_, err := e.api.ContainerRemove(ctx, idOrName, client.ContainerRemoveOptions{Force: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		if _, err = e.api.ContainerInspect(ctx, idOrName, client.ContainerInspectOptions{}); err == nil {
+			err = errors.New("still there after it was removed")
+		} else if cerrdefs.IsNotFound(err) {
+			return
+		}
+	}
+	e.cfg.Logger.Error("removing a sandbox that failed to start failed; Reap will retry at the next start",
+		"container", shortID(idOrName), "worker", e.cfg.WorkerID, "error", err)
 }
 
 // release ends a sandbox's streams and goroutines and force-removes its
@@ -403,10 +566,10 @@ func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 	}
 }
 
+// remove force-removes a sandbox's container, even for a caller that gave
+// up: its deadline is the engine call's own.
 func (e *Executor) remove(ctx context.Context, s *sandbox) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.KillGrace)
-	defer cancel()
-	if _, err := e.api.ContainerRemove(rctx, s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+	if _, err := e.api.ContainerRemove(context.WithoutCancel(ctx), s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		return err
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -28,6 +29,7 @@ import (
 // killed.
 type fakeDocker struct {
 	createErr, attachErr, startErr, waitErr error
+	pingErr                                 error // guarded by mu: the engine is down
 	oom                                     bool
 	behave                                  func(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64
 
@@ -133,6 +135,12 @@ func (f *fakeDocker) ContainerKill(ctx context.Context, id string, o client.Cont
 
 func (f *fakeDocker) ContainerInspect(ctx context.Context, id string, o client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
 	f.record("inspect")
+	f.mu.Lock()
+	gone := f.removed > 0
+	f.mu.Unlock()
+	if gone {
+		return client.ContainerInspectResult{}, cerrdefs.ErrNotFound
+	}
 	return client.ContainerInspectResult{Container: container.InspectResponse{State: &container.State{OOMKilled: f.oom}}}, nil
 }
 
@@ -156,7 +164,9 @@ func (f *fakeDocker) ImageInspect(ctx context.Context, image string, o ...client
 }
 
 func (f *fakeDocker) Ping(ctx context.Context, o client.PingOptions) (client.PingResult, error) {
-	return client.PingResult{}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return client.PingResult{}, f.pingErr
 }
 
 // launcher behaves like the real launcher: it decodes the envelope, lets

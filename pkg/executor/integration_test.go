@@ -7,7 +7,6 @@ package executor
 import (
 	"context"
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -30,7 +30,7 @@ var (
 // is none.
 func sharedClient() (*client.Client, error) {
 	dockerOnce.Do(func() {
-		cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+		cli, err := client.New(client.FromEnv)
 		if err != nil {
 			dockerErr = err
 			return
@@ -50,18 +50,15 @@ func sharedClient() (*client.Client, error) {
 	return dockerCli, dockerErr
 }
 
+// requireDocker returns the shared client, or skips t (fails it under
+// SANDFLEET_REQUIRE_DOCKER=1) when Docker or the image is missing.
 func requireDocker(t testing.TB) *client.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipping the Docker integration test in -short mode")
-	}
-	cli, err := sharedClient()
-	if err != nil {
-		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("SANDFLEET_REQUIRE_DOCKER=1 but: %v", err)
-		}
-		t.Skipf("skipping the Docker integration test: %v (set SANDFLEET_REQUIRE_DOCKER=1 to fail instead)", err)
-	}
+	var cli *client.Client
+	testutil.NeedDocker(t, func(context.Context) (err error) {
+		cli, err = sharedClient()
+		return err
+	})
 	return cli
 }
 

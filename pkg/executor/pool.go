@@ -11,15 +11,9 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
-const (
-	// poolLaunchTimeout bounds the launch of one warm sandbox. It is not
-	// tied to Close: a create canceled half-way could leave a container the
-	// pool never learns about.
-	poolLaunchTimeout = time.Minute
-	// poolSweep is how often idle sandboxes are checked for death and age.
-	// The check only looks at channels and clocks, not at the engine.
-	poolSweep = 2 * time.Second
-)
+// poolSweep is how often idle sandboxes are checked for death and age.
+// The check only looks at channels and clocks, not at the engine.
+const poolSweep = 2 * time.Second
 
 // PoolStats are the warm pool's counters.
 type PoolStats struct {
@@ -30,6 +24,9 @@ type PoolStats struct {
 	Hits     int64 // jobs handed to a warm sandbox
 	Misses   int64 // pool-eligible jobs that found none and got a fresh container
 	Retired  int64 // warm sandboxes removed unused: dead stream, too old
+	// Halted is true while the pool does not refill because sandboxes do
+	// not start (Executor.StartErr says why); it resumes once one does.
+	Halted bool
 }
 
 // PoolStats returns the counters of the warm pool; zero without one.
@@ -69,26 +66,19 @@ type pool struct {
 	mu        sync.Mutex
 	idle      map[string][]*sandbox // per image, oldest first
 	launching map[string]int
+	waiting   bool // the last launchMissing found the start gate closed
 	closed    bool
 	stats     PoolStats
 }
 
 func newPool(e *Executor) *pool {
-	seen := map[string]bool{}
-	var images []string
-	for _, name := range e.Presets() {
-		if img := e.cfg.Presets[name].Image; !seen[img] {
-			seen[img] = true
-			images = append(images, img)
-		}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pool{
-		e: e, size: e.cfg.Pool, images: images, lim: e.cfg.Defaults,
+		e: e, size: e.cfg.Pool, images: e.images, lim: e.cfg.Defaults,
 		ctx: ctx, cancel: cancel,
 		kick:      make(chan struct{}, 1),
 		reset:     make(chan struct{}, 1),
-		result:    make(chan error, e.cfg.Pool*len(images)),
+		result:    make(chan error, e.cfg.Pool*len(e.images)),
 		idle:      map[string][]*sandbox{},
 		launching: map[string]int{},
 	}
@@ -156,7 +146,10 @@ func notify(c chan struct{}) {
 // fill keeps every image's pool topped up. After a failed launch it stops
 // launching for an exponentially growing pause (so a dead engine costs a
 // call every few seconds, not a spin), until a launch succeeds or Check
-// reports the engine back.
+// reports the engine back. It launches only what the start gate lets it:
+// nothing while sandboxes fail to start (Check and jobs make the attempts
+// that find out when they start again), and one at a time before the
+// first one started.
 func (p *pool) fill() {
 	defer p.wg.Done()
 	bo := backoff.NewExponentialBackOff()
@@ -175,8 +168,9 @@ func (p *pool) fill() {
 	sweep := time.NewTicker(poolSweep)
 	defer sweep.Stop()
 	for {
+		var gate <-chan struct{}
 		if !paused() {
-			p.launchMissing()
+			gate = p.launchMissing()
 		}
 		var pauseC <-chan time.Time
 		if pause != nil {
@@ -185,6 +179,9 @@ func (p *pool) fill() {
 		select {
 		case <-p.ctx.Done():
 			return
+		case <-gate:
+			resume()
+			bo.Reset()
 		case <-p.kick:
 		case <-sweep.C:
 			p.retire()
@@ -196,6 +193,8 @@ func (p *pool) fill() {
 		case err := <-p.result:
 			if err == nil {
 				bo.Reset()
+			} else if errors.Is(err, ErrSandboxStart) {
+				// The start gate paces what follows, not this back-off.
 			} else if !paused() {
 				d := bo.NextBackOff()
 				p.e.cfg.Logger.Warn("warm pool: launching a sandbox failed; backing off",
@@ -206,27 +205,59 @@ func (p *pool) fill() {
 	}
 }
 
-// launchMissing starts a launch for every sandbox the pool lacks.
-func (p *pool) launchMissing() {
+// launchMissing starts a launch for every sandbox the pool lacks, or for
+// one of them when that is the start gate's trial. When the gate holds
+// launches back it returns what to wait for before asking again: the end
+// of the trial in flight, or sandboxes starting again.
+func (p *pool) launchMissing() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return
+		return nil
 	}
+	var missing []string
 	for _, img := range p.images {
 		for n := len(p.idle[img]) + p.launching[img]; n < p.size; n++ {
-			p.launching[img]++
-			p.wg.Add(1)
-			go p.launch(img)
+			missing = append(missing, img)
 		}
 	}
+	if len(missing) == 0 {
+		return nil
+	}
+	turn, trialEnd, err := p.e.starts.turn(false)
+	switch turn {
+	case turnTrial:
+		missing = missing[:1]
+	case turnBusy, turnDenied:
+		if err != nil && !p.waiting {
+			p.e.cfg.Logger.Warn("warm pool: not refilling while sandboxes do not start",
+				"worker", p.e.cfg.WorkerID, "missing", len(missing), "error", err)
+		}
+		p.waiting = err != nil
+		p.stats.Halted = p.waiting
+		if turn == turnBusy {
+			return trialEnd
+		}
+		return p.e.starts.whenWorking()
+	}
+	if p.waiting {
+		p.e.cfg.Logger.Info("warm pool: refilling", "worker", p.e.cfg.WorkerID, "missing", len(missing))
+	}
+	p.waiting, p.stats.Halted = false, false
+	for _, img := range missing {
+		p.launching[img]++
+		p.wg.Add(1)
+		go p.launch(img, turn == turnTrial)
+	}
+	return nil
 }
 
-func (p *pool) launch(image string) {
+func (p *pool) launch(image string, trial bool) {
 	defer p.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), poolLaunchTimeout)
-	defer cancel()
-	s, err := p.e.launch(ctx, image, "", p.lim)
+	// Not tied to Close: a create canceled half-way could leave a container
+	// the pool never learns about. The engine's deadlines bound it.
+	ctx := context.Background()
+	s, err := p.e.startSandbox(ctx, trial, image, "", p.lim)
 	p.mu.Lock()
 	p.launching[image]--
 	p.stats.Launches++

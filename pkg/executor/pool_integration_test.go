@@ -5,6 +5,7 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -20,17 +22,10 @@ import (
 // the oldest of them is at least that old.
 func waitIdle(t testing.TB, e *Executor, n int, minAge time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, fmt.Sprintf("%d idle sandboxes (age %s)", n, minAge), func() bool {
 		st := e.PoolStats()
-		if st.Idle >= n && (minAge == 0 || oldestIdle(e) >= minAge) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not reach %d idle sandboxes (age %s): %+v", n, minAge, st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.Idle >= n && (minAge == 0 || oldestIdle(e) >= minAge)
+	})
 }
 
 func oldestIdle(e *Executor) time.Duration {
@@ -307,13 +302,7 @@ func TestIntegrationPoolDeadSandbox(t *testing.T) {
 	if _, err := e.api.ContainerKill(context.Background(), ids[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.PoolStats().Retired == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead sandbox was not retired: %+v", e.PoolStats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the dead sandbox retired", func() bool { return e.PoolStats().Retired > 0 })
 	res := run(t, e, job("print('ok')"))
 	want(t, res, jobs.StatusSucceeded)
 	if res.Stdout != "ok\n" {

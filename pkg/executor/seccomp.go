@@ -48,7 +48,7 @@ var SeccompProfile = sync.OnceValue(func() []byte {
 	kept := p.Syscalls[:0]
 	for _, rule := range p.Syscalls {
 		rule.Names = slices.DeleteFunc(rule.Names, func(n string) bool { return slices.Contains(DeniedSyscalls, n) })
-		if len(rule.Names) > 0 || rule.Name != "" {
+		if len(rule.Names) > 0 {
 			kept = append(kept, rule)
 		}
 	}

@@ -5,12 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
-
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -29,16 +28,8 @@ func restrictedServer(t *testing.T) (admin, submitter jetstream.JetStream) {
 		},
 	})
 	js := func(user, pass string) jetstream.JetStream {
-		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, pass),
+		_, js := natstest.Connect(t, s.ClientURL(), nats.UserInfo(user, pass),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusal is expected
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
 		return js
 	}
 	return js("admin", "a"), js("submitter", "s")

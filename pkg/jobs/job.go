@@ -50,7 +50,7 @@ type Job struct {
 // Status is the verdict of a job.
 type Status string
 
-// The statuses of DESIGN.md. Every status but the zero value is final.
+// The statuses of docs/design.md. Every status but the zero value is final.
 const (
 	StatusSucceeded   Status = "succeeded"    // ran, exit 0
 	StatusFailed      Status = "failed"       // ran, exit != 0
@@ -62,7 +62,7 @@ const (
 	StatusError       Status = "error"        // the fleet could not run it
 )
 
-// Statuses lists every status, in the order of DESIGN.md.
+// Statuses lists every status, in the order of docs/design.md.
 var Statuses = []Status{StatusSucceeded, StatusFailed, StatusTimeout, StatusOOM,
 	StatusOutputLimit, StatusCanceled, StatusRejected, StatusError}
 

@@ -12,7 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -125,11 +126,7 @@ func TestSubmitWhenRoom(t *testing.T) {
 		id, err := c.SubmitWhenRoom(t.Context(), &jobs.Job{ID: "second", Image: "python"}, b)
 		done <- outcome{id, err}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); b.n.Load() < 3; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("SubmitWhenRoom did not retry while the queue was full")
-		}
-	}
+	testutil.Eventually(t, 10*time.Second, "SubmitWhenRoom retrying while the queue is full", func() bool { return b.n.Load() >= 3 })
 	select {
 	case o := <-done:
 		t.Fatalf("SubmitWhenRoom returned %+v while the queue was full", o)

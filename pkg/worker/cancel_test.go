@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -22,7 +23,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "busy", Image: "python", Code: "block"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "busy job running", func() bool { return b.exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "busy job running", func() bool { return b.exec.Running() == 1 })
 	reply, err := b.nc.SubscribeSync("results.behind")
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 	if res, err := b.client.Cancel(waitCtx(t), "busy"); err != nil || res.Status != jobs.StatusCanceled || res.Attempt != 1 {
 		t.Errorf("cancel busy: %v %+v", err, res)
 	}
-	eventually(t, 10*time.Second, "stream empty", func() bool {
+	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
 		info, err := b.client.Stores().Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})

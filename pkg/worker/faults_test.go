@@ -14,8 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -58,7 +60,7 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 	if onReply, err := jobs.DecodeResult(msg.Data); err != nil || onReply.Status != jobs.StatusError || onReply.Error != res.Error {
 		t.Errorf("reply_to got %s (%v)", msg.Data, err)
 	}
-	eventually(t, 10*time.Second, "dead letter removed from the stream", func() bool {
+	testutil.Eventually(t, 10*time.Second, "dead letter removed from the stream", func() bool {
 		info, err := b.client.Stores().Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
@@ -72,7 +74,7 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 	// The observer (metrics) saw three deliveries of the doomed job, two
 	// of them redeliveries, one dead letter, and each outcome once.
 	// (A client may see the stored result before the observer is told.)
-	eventually(t, 10*time.Second, "next job observed", func() bool { _, f, _ := obs.snapshot(); return f["next"] != "" })
+	testutil.Eventually(t, 10*time.Second, "next job observed", func() bool { _, f, _ := obs.snapshot(); return f["next"] != "" })
 	attempts, finished, dead := obs.snapshot()
 	if want := []int{1, 2, 3, 1}; !slices.Equal(attempts, want) || dead != 1 ||
 		finished["doomed"] != "error/python" || finished["next"] != "succeeded/python" || len(finished) != 2 {
@@ -113,7 +115,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 		// Not acked: the "worker" died.
 	}
 	// A pull after the last lease expired makes the server give the job up.
-	eventually(t, 15*time.Second, "server gives the job up", func() bool {
+	testutil.Eventually(t, 15*time.Second, "server gives the job up", func() bool {
 		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			return false
@@ -139,7 +141,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 	if res.Status != jobs.StatusError || res.Attempt != 2 || !strings.Contains(res.Error, "gave up after 2 deliveries") {
 		t.Errorf("swept result: %+v", res)
 	}
-	eventually(t, 10*time.Second, "limbo message removed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "limbo message removed", func() bool {
 		q, err := b.client.Queued(t.Context(), "limbo")
 		return err == nil && !q
 	})
@@ -176,7 +178,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	// Not acked. The worker's first pull after the lease makes the server
 	// give up, and the worker gets the advisory.
 	b.startWorker(t, worker.Config{})
-	eventually(t, 15*time.Second, "message removed", func() bool {
+	testutil.Eventually(t, 15*time.Second, "message removed", func() bool {
 		q, err := b.client.Queued(t.Context(), "done-then-died")
 		return err == nil && !q
 	})
@@ -201,12 +203,12 @@ func TestInfrastructureDownHeartbeat(t *testing.T) {
 		}
 		return st
 	}
-	eventually(t, 10*time.Second, "heartbeat says not ready", func() bool {
+	testutil.Eventually(t, 10*time.Second, "heartbeat says not ready", func() bool {
 		st := beat()
 		return st.ID == "sick" && !st.Ready && strings.Contains(st.LastError, fakeexec.ErrDown.Error())
 	})
 	b.exec.SetDown(false)
-	eventually(t, 10*time.Second, "heartbeat says ready", func() bool {
+	testutil.Eventually(t, 10*time.Second, "heartbeat says ready", func() bool {
 		st := beat()
 		return st.Ready && st.LastError == ""
 	})
@@ -235,7 +237,7 @@ func TestBrokerRestart(t *testing.T) {
 		t.Helper()
 		var srv *server.Server
 		// The port may take a moment to be free again after a shutdown.
-		eventually(t, 10*time.Second, "server listening on "+listen, func() bool {
+		testutil.Eventually(t, 10*time.Second, "server listening on "+listen, func() bool {
 			var err error
 			srv, err = natsembed.Start(natsembed.Options{Listen: listen, StoreDir: dir})
 			return err == nil
@@ -251,15 +253,7 @@ func TestBrokerRestart(t *testing.T) {
 		srv.WaitForShutdown()
 	})
 	connect := func() jetstream.JetStream {
-		nc, err := nats.Connect("nats://"+listen, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := natstest.Connect(t, "nats://"+listen, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		return js
 	}
 	topo := jobs.Topology{AckWait: 2 * time.Second}
@@ -276,14 +270,14 @@ func TestBrokerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "jobs running", func() bool { return b.exec.Running() == 4 })
+	testutil.Eventually(t, 10*time.Second, "jobs running", func() bool { return b.exec.Running() == 4 })
 	total := b.exec.Total()
 	srvMu.Lock()
 	srv.Shutdown()
 	srv.WaitForShutdown()
 	srvMu.Unlock()
 	// Every job in flight finishes with the broker gone.
-	eventually(t, 10*time.Second, "jobs in flight finished during the outage", func() bool { return b.exec.Running() == 0 })
+	testutil.Eventually(t, 10*time.Second, "jobs in flight finished during the outage", func() bool { return b.exec.Running() == 0 })
 	if b.exec.Total() != total {
 		t.Errorf("a job started during the outage")
 	}
@@ -295,7 +289,7 @@ func TestBrokerRestart(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("br-%02d", i)
 		var res *jobs.Result
-		eventually(t, 30*time.Second, "result of "+id, func() bool {
+		testutil.Eventually(t, 30*time.Second, "result of "+id, func() bool {
 			res, err = client.Get(ctx, id)
 			return err == nil
 		})
@@ -303,7 +297,7 @@ func TestBrokerRestart(t *testing.T) {
 			t.Errorf("%s: %+v", id, res)
 		}
 	}
-	eventually(t, 15*time.Second, "stream empty", func() bool {
+	testutil.Eventually(t, 15*time.Second, "stream empty", func() bool {
 		info, err := client.Stores().Stream.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/natstest"
-
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -97,5 +97,5 @@ func TestSetupRetriesUntilJetStream(t *testing.T) {
 	if err != nil || res.Status != jobs.StatusSucceeded || res.Worker != "early" {
 		t.Fatalf("job after JetStream came up: %v %+v", err, res)
 	}
-	eventually(t, 10*time.Second, "worker ready", w.Ready)
+	testutil.Eventually(t, 10*time.Second, "worker ready", w.Ready)
 }

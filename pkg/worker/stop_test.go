@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -49,8 +50,8 @@ func TestStopLeavesNoPullOutstanding(t *testing.T) {
 			if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "stuck", Image: "python", Code: "block"}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
-			eventually(t, 10*time.Second, "an idle slot waiting in a pull", func() bool { return info().NumWaiting > 0 })
+			testutil.Eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
+			testutil.Eventually(t, 10*time.Second, "an idle slot waiting in a pull", func() bool { return info().NumWaiting > 0 })
 
 			naks, err := b.nc.SubscribeSync(server.JSAdvisoryConsumerMsgNakPre + "." + jobs.StreamName + "." + jobs.ConsumerName(jobs.DefaultQueue))
 			if err != nil {
@@ -64,7 +65,7 @@ func TestStopLeavesNoPullOutstanding(t *testing.T) {
 			if tc.atOnce {
 				r.force()
 			} else {
-				eventually(t, 5*time.Second, "no pull outstanding after the stop", func() bool { return info().NumWaiting == 0 })
+				testutil.Eventually(t, 5*time.Second, "no pull outstanding after the stop", func() bool { return info().NumWaiting == 0 })
 				if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "later", Image: "python", Code: "print later"}); err != nil {
 					t.Fatal(err)
 				}
@@ -94,7 +95,7 @@ func TestStopLeavesNoPullOutstanding(t *testing.T) {
 			}
 
 			b.startWorker(t, worker.Config{ID: "next"})
-			eventually(t, 10*time.Second, "the job redelivered at once", func() bool { return b.exec.Runs("stuck") == 2 && b.exec.Running() == 1 })
+			testutil.Eventually(t, 10*time.Second, "the job redelivered at once", func() bool { return b.exec.Runs("stuck") == 2 && b.exec.Running() == 1 })
 			res, err := b.client.Cancel(t.Context(), "stuck")
 			if err != nil || res.Attempt != 2 || res.Worker != "next" {
 				t.Errorf("redelivered job: %v %+v, want attempt 2 on next", err, res)

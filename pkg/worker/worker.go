@@ -28,9 +28,13 @@ type Executor interface {
 }
 
 // Pinger is implemented by executors that can cheaply check their
-// infrastructure (the Docker daemon). After an infrastructure error the
-// worker stops fetching until Ping succeeds; without it, it retries Run
-// after a back-off.
+// infrastructure (the Docker daemon). The worker fetches nothing until a
+// first Ping succeeded, pings every WorkerTTL/3 while it serves, and after
+// an infrastructure error (of Run or Ping) stops fetching until Ping
+// succeeds again, pinging with back-off; without Pinger, it retries Run
+// after a back-off. A Ping error that has a method RetryAfter()
+// time.Duration sets the delay before the next ping instead: the executor
+// knows when trying again can help (pkg/executor's StartError does).
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
@@ -218,6 +222,7 @@ type Worker struct {
 	setUp    atomic.Bool  // the topology is ensured
 	draining atomic.Bool
 	health   *health
+	beat     chan struct{} // the executor's health changed: beat now
 
 	mu      sync.Mutex
 	running map[*run]struct{}
@@ -243,6 +248,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		obs:     cfg.Observer,
 		start:   time.Now().UTC(),
 		health:  newHealth(),
+		beat:    make(chan struct{}, 1),
 		running: map[*run]struct{}{},
 	}, nil
 }
@@ -304,13 +310,12 @@ func (w *Worker) Run(stop, force context.Context) error {
 	w.stores, w.cons = st, cons
 	w.setUp.Store(true)
 
-	// An executor that is down at start is treated as one that failed:
-	// nothing is fetched until it answers.
-	if p, ok := w.exec.(Pinger); ok {
-		if err := p.Ping(stop); err != nil && stop.Err() == nil {
-			w.log.Error("executor not ready; not fetching until it is", "err", err)
-			w.health.down(err)
-		}
+	// Nothing is fetched until the executor answered a first ping, which
+	// the prober sends at once: start-up does not wait on it, so the
+	// heartbeat says why the worker is not ready yet, however long the
+	// executor's infrastructure takes to answer.
+	if _, ok := w.exec.(Pinger); ok {
+		w.health.down(errNotChecked)
 	}
 
 	bg, cancelBg := context.WithCancel(context.Background())
@@ -556,7 +561,8 @@ func (w *Worker) handBack(it jetstream.MessagesContext) {
 	}
 }
 
-// heartbeat keeps the worker's entry in WORKERS fresh.
+// heartbeat keeps the worker's entry in WORKERS fresh, and writes it at
+// once when the prober learns something of the executor's health.
 func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Topology.WorkerTTL / 3)
 	defer t.Stop()
@@ -567,6 +573,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		}
 		select {
 		case <-t.C:
+		case <-w.beat:
 		case <-ctx.Done():
 			return
 		}
@@ -652,40 +659,86 @@ func (w *Worker) cancelQueued(ctx context.Context, id string) {
 	}
 }
 
-// probe waits for the executor to be reported down, then pings it with
-// back-off until it answers and marks it up again.
+// errNotChecked is why a worker whose executor is a Pinger is not ready
+// before its first ping answered.
+var errNotChecked = errors.New("executor not checked yet")
+
+// probe keeps the executor's health. While it is up, a Pinger is pinged
+// every WorkerTTL/3, so that an idle worker does not claim to be ready on
+// an engine that died or a runtime that broke. Once it is down (a Run or a
+// ping failed), it is pinged until it answers (see recover) and marked up
+// again.
 func (w *Worker) probe(ctx context.Context) {
 	pinger, _ := w.exec.(Pinger)
+	check := time.NewTicker(w.cfg.Topology.WorkerTTL / 3)
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-check.C:
+			if pinger != nil && w.health.ready() {
+				if err := pinger.Ping(ctx); err != nil && ctx.Err() == nil {
+					w.log.Error("executor check failed; not fetching until it passes", "err", err)
+					w.health.down(err) // kicks the next round
+					w.beatNow()
+				}
+			}
+			continue
 		case <-w.health.kick:
 		}
-		b := backoff.WithContext(w.cfg.Backoff(), ctx)
-		err := backoff.Retry(func() error {
-			if pinger == nil {
-				return nil // the held job's next Run is the probe
-			}
-			err := pinger.Ping(ctx)
-			if err != nil {
-				w.log.Warn("executor still down", "err", err)
-			}
-			return err
-		}, b)
-		if err != nil {
+		if !w.recover(ctx, pinger) {
 			return
 		}
-		if pinger == nil {
-			// Space the retries of Run out like pings would be.
-			select {
-			case <-time.After(b.NextBackOff()):
-			case <-ctx.Done():
-				return
-			}
-		}
-		w.log.Info("executor up again")
+		w.log.Info("executor up")
 		w.health.up()
+		w.beatNow()
+	}
+}
+
+// beatNow has the heartbeat written without waiting for its tick.
+func (w *Worker) beatNow() {
+	select {
+	case w.beat <- struct{}{}:
+	default:
+	}
+}
+
+// recover pings the executor with back-off until it answers, and reports
+// false if ctx ended first. Each failure becomes the reason the worker is
+// not ready. Without a Pinger it only waits one back-off step: the held
+// job's next Run is the probe.
+func (w *Worker) recover(ctx context.Context, pinger Pinger) bool {
+	b := w.cfg.Backoff()
+	for {
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			d = 30 * time.Second
+		}
+		if pinger != nil {
+			err := pinger.Ping(ctx)
+			if ctx.Err() != nil {
+				return false
+			}
+			if err == nil {
+				return true
+			}
+			var hint interface{ RetryAfter() time.Duration }
+			if errors.As(err, &hint) {
+				d = max(hint.RetryAfter(), 10*time.Millisecond)
+			}
+			w.log.Warn("executor still down", "err", err, "retry_in", d.Round(time.Millisecond))
+			w.health.down(err)
+			w.beatNow()
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return false
+		}
+		if pinger == nil {
+			return true
+		}
 	}
 }
 

@@ -17,8 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -115,18 +116,6 @@ func (b *bundle) startWorker(t *testing.T, cfg worker.Config) *running {
 	go func() { r.done <- w.Run(stopCtx, forceCtx) }()
 	t.Cleanup(func() { r.force(); r.Stop(t) })
 	return r
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling, not synchronisation
-	}
 }
 
 func waitCtx(t *testing.T) context.Context {
@@ -239,7 +228,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 	if n := b.exec.Runs("same-id"); n != 1 {
 		t.Errorf("job ran %d times, want 1", n)
 	}
-	eventually(t, 10*time.Second, "stream empty", func() bool {
+	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
 		info, err := b.client.Stores().Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
@@ -277,11 +266,7 @@ func TestBareClientPublish(t *testing.T) {
 	b := setup(t)
 	b.startWorker(t, worker.Config{})
 
-	nc, err := nats.Connect(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, _ := natstest.Connect(t, b.url)
 	sub, err := nc.SubscribeSync("agent.7.results")
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +357,7 @@ func TestInvalidJobsRejected(t *testing.T) {
 			}
 			var res *jobs.Result
 			var err error
-			eventually(t, 10*time.Second, "a result for "+tc.id, func() bool {
+			testutil.Eventually(t, 10*time.Second, "a result for "+tc.id, func() bool {
 				res, err = b.client.Get(t.Context(), tc.id)
 				return err == nil
 			})
@@ -397,7 +382,7 @@ func TestInvalidJobsRejected(t *testing.T) {
 	if err != nil || res.Status != jobs.StatusSucceeded {
 		t.Fatalf("after rejections: %v %+v", err, res)
 	}
-	eventually(t, 10*time.Second, "a result for the job at the size cap", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a result for the job at the size cap", func() bool {
 		res, err = b.client.Get(t.Context(), "at-cap")
 		return err == nil
 	})
@@ -407,7 +392,7 @@ func TestInvalidJobsRejected(t *testing.T) {
 	if n := b.exec.Total(); n != 2 {
 		t.Errorf("sandbox runs = %d, want 2", n)
 	}
-	eventually(t, 10*time.Second, "rejected jobs removed from the stream", func() bool {
+	testutil.Eventually(t, 10*time.Second, "rejected jobs removed from the stream", func() bool {
 		info, err := b.client.Stores().Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
@@ -432,10 +417,10 @@ func TestInfrastructureDownBurnsNoDelivery(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "waiting", Image: "python", Code: "print w"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "worker reports not ready", func() bool { return !r.w.Ready() })
+	testutil.Eventually(t, 10*time.Second, "worker reports not ready", func() bool { return !r.w.Ready() })
 	// Longer than AckWait (2s): the lease is kept alive meanwhile.
 	deadline := time.Now().Add(3 * time.Second)
-	eventually(t, 10*time.Second, "held past one lease", func() bool { return time.Now().After(deadline) })
+	testutil.Eventually(t, 10*time.Second, "held past one lease", func() bool { return time.Now().After(deadline) })
 	b.exec.SetDown(false)
 	res, err := rw.Next(waitCtx(t))
 	if err != nil {
@@ -491,15 +476,15 @@ func TestCancel(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "running", Image: "python", Code: "block"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
 	if _, err := b.client.Cancel(t.Context(), "running"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "sandbox stopped", func() bool { return b.exec.Running() == 0 })
+	testutil.Eventually(t, 5*time.Second, "sandbox stopped", func() bool { return b.exec.Running() == 0 })
 	if res, err := rw.Next(waitCtx(t)); err != nil || res.Status != jobs.StatusCanceled || res.ExitCode() != 130 || res.Worker != "w1" {
 		t.Errorf("canceled running job: %v %+v", err, res)
 	}
-	eventually(t, 10*time.Second, "stream empty", func() bool {
+	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
 		info, err := b.client.Stores().Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
@@ -519,7 +504,7 @@ func TestDrainAndForce(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "inflight", Image: "python", Code: "sleep 500ms\nprint done"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
 	r.Stop(t)
 	res, err := b.client.Get(t.Context(), "inflight")
 	if err != nil || res.Status != jobs.StatusSucceeded {
@@ -530,7 +515,7 @@ func TestDrainAndForce(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "stuck", Image: "python", Code: "block"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
 	r.stop()
 	r.force()
 	r.Stop(t)
@@ -539,7 +524,7 @@ func TestDrainAndForce(t *testing.T) {
 	}
 	n0 := b.exec.Runs("stuck")
 	b.startWorker(t, worker.Config{ID: "after"})
-	eventually(t, 10*time.Second, "job redelivered", func() bool { return b.exec.Runs("stuck") > n0 && b.exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "job redelivered", func() bool { return b.exec.Runs("stuck") > n0 && b.exec.Running() == 1 })
 	if _, err := b.client.Cancel(t.Context(), "stuck"); err != nil {
 		t.Fatal(err)
 	}
@@ -558,9 +543,9 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st jobs.WorkerStatus
-	eventually(t, 10*time.Second, "heartbeat", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a heartbeat saying ready", func() bool {
 		e, err := kv.Get(t.Context(), "beater")
-		return err == nil && json.Unmarshal(e.Value(), &st) == nil
+		return err == nil && json.Unmarshal(e.Value(), &st) == nil && st.Ready
 	})
 	if st.Slots != 3 || st.Version != "v9" || st.Queue != "default" || !st.Ready {
 		t.Errorf("heartbeat: %+v", st)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -57,7 +58,7 @@ func (b *bundle) head(t *testing.T, name string) *jobs.WorkspaceHead {
 func (b *bundle) released(t *testing.T, name string) *jobs.WorkspaceHead {
 	t.Helper()
 	var h *jobs.WorkspaceHead
-	eventually(t, 10*time.Second, "workspace "+name+" released", func() bool {
+	testutil.Eventually(t, 10*time.Second, "workspace "+name+" released", func() bool {
 		h = b.head(t, name)
 		return h.Step == nil
 	})
@@ -437,11 +438,11 @@ func TestWorkspaceWaiterCanceled(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "holder", Image: "python", Workspace: "busy", Code: "append f holder\nwaitfile " + release}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "holder running", func() bool { return b.exec.Running() == 1 })
+	testutil.Eventually(t, 10*time.Second, "holder running", func() bool { return b.exec.Running() == 1 })
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "waiter", Image: "python", Workspace: "busy", Code: "append f waiter"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "waiter delivered", func() bool {
+	testutil.Eventually(t, 10*time.Second, "waiter delivered", func() bool {
 		q, err := b.client.Queued(t.Context(), "waiter")
 		if err != nil || !q {
 			return false

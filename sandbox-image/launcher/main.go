@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,12 +61,24 @@ var forwarded = map[os.Signal]bool{
 func main() {
 	// Not dumpable before anything else: the job runs as the same uid.
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+	// The launcher must not need a new OS thread once the job runs: a job
+	// that exhausts the pids limit would make the Go runtime fail to create
+	// one, which is fatal, and the verdict would be lost. So one P, and no
+	// syscall that blocks a thread: the pipes and the container's stdout go
+	// through the runtime's poller, and children are reaped on SIGCHLD
+	// without waiting.
+	runtime.GOMAXPROCS(1)
 	// Every signal comes here, so that none sent by the job (a SIGSEGV, say)
 	// reaches the Go runtime's default of crashing. Faults of the launcher's
 	// own still crash it: the kernel marks those as not sent by a process.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs)
-	os.Exit(run(sigs))
+	// SIGCHLD also on a channel of its own: a job flooding PID 1 with
+	// other signals may fill sigs, and one pending SIGCHLD is enough, since
+	// each reaps every child that has exited.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	os.Exit(run(sigs, chld))
 }
 
 // framer writes frames to the container's stdout, whole, one at a time,
@@ -107,7 +120,7 @@ func (w frameWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func run(sigs <-chan os.Signal) int {
+func run(sigs, chld <-chan os.Signal) int {
 	h, err := envelope.Decode(os.Stdin)
 	if err != nil {
 		// No key to sign a trailer with: the executor finds no verdict.
@@ -115,7 +128,11 @@ func run(sigs <-chan os.Signal) int {
 		return exitLauncher
 	}
 	seal := h.Seal()
-	fr := &framer{out: os.Stdout, n: map[byte]int64{}}
+	out := os.Stdout
+	if err := syscall.SetNonblock(1, true); err == nil {
+		out = os.NewFile(1, "stdout") // non-blocking: the poller's, not a thread's
+	}
+	fr := &framer{out: out, n: map[byte]int64{}}
 	stdout, stderr := fr.writer(envelope.FrameStdout), fr.writer(envelope.FrameStderr)
 	finish := func(t envelope.Trailer) int {
 		fr.mu.Lock()
@@ -172,14 +189,16 @@ func run(sigs <-chan os.Signal) int {
 	var pumps sync.WaitGroup
 	pumps.Go(func() { pump(stdout, outR) })
 	pumps.Go(func() { pump(stderr, errR) })
-	exited := reap(pid)
-
+	// A slow tick reaps too, should a SIGCHLD ever be missed.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	var st waited
-wait:
-	for {
+	for done := false; !done; {
 		select {
-		case st = <-exited:
-			break wait
+		case <-chld:
+			st, done = reap(pid, st)
+		case <-tick.C:
+			st, done = reap(pid, st)
 		case s := <-sigs:
 			if forwarded[s] {
 				_ = syscall.Kill(pid, s.(syscall.Signal))
@@ -228,27 +247,24 @@ type waited struct {
 	usage  syscall.Rusage
 }
 
-// reap waits for every child of this process, as PID 1 must: the job and
-// whatever of its descendants outlive their parents and are handed to PID
-// 1. The job's own status is sent on the returned channel.
-func reap(job int) <-chan waited {
-	ch := make(chan waited, 1)
-	go func() {
-		for {
-			var w waited
-			pid, err := syscall.Wait4(-1, &w.status, 0, &w.usage)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			if err != nil {
-				return // ECHILD: no children left
-			}
-			if pid == job {
-				ch <- w
-			}
+// reap collects every child of this process that has exited, without
+// waiting, as PID 1 must: the job and whatever of its descendants outlived
+// their parents and were handed to PID 1. done reports that the job itself
+// was among them, with its status in st.
+func reap(job int, st waited) (_ waited, done bool) {
+	for {
+		var w waited
+		pid, err := syscall.Wait4(-1, &w.status, syscall.WNOHANG, &w.usage)
+		if errors.Is(err, syscall.EINTR) {
+			continue
 		}
-	}()
-	return ch
+		if err != nil || pid <= 0 {
+			return st, done // ECHILD, or nothing more has exited
+		}
+		if pid == job {
+			st, done = w, true
+		}
+	}
 }
 
 // unpack writes the job's files into dir. Over a restored workspace

@@ -105,21 +105,27 @@ func (w *archiveWriter) Write(p []byte) (int, error) {
 }
 
 // quiesce kills every process of the sandbox but the launcher (what the
-// job left running) and waits, a second at most, until they are gone. Only
-// as PID 1: kill(-1) from anywhere else would reach far more.
+// job left running) and waits, a second at most, until they are gone and
+// reaped: a zombie still counts against the pids limit, and the launcher
+// may not be refused a thread. Only as PID 1: kill(-1) from anywhere else
+// would reach far more.
 func quiesce() {
 	if os.Getpid() != 1 {
 		return
 	}
 	_ = syscall.Kill(-1, syscall.SIGKILL)
 	deadline := time.Now().Add(time.Second)
-	for othersAlive() && time.Now().Before(deadline) {
+	for {
+		reap(0, waited{}) // every child that has exited; none is the job now
+		if !othersAlive() || time.Now().After(deadline) {
+			return
+		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 // othersAlive reports whether /proc shows a process other than PID 1 that
-// is not yet reaped.
+// has not exited.
 func othersAlive() bool {
 	des, err := os.ReadDir("/proc")
 	if err != nil {

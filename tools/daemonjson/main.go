@@ -7,14 +7,13 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
-	"reflect"
 	"strings"
+
+	"github.com/sandfleet/sandfleet/internal/daemonjson"
 )
 
 type stringList []string
@@ -42,46 +41,14 @@ func run(args []string) error {
 	if *name == "" || *path == "" {
 		return errors.New("-name and -path are required")
 	}
-	cfg := map[string]any{}
-	b, err := os.ReadFile(*file)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return err
-	default:
-		if err := json.Unmarshal(b, &cfg); err != nil {
-			return fmt.Errorf("%s: %w", *file, err)
-		}
-	}
-	runtimes, _ := cfg["runtimes"].(map[string]any)
-	if runtimes == nil {
-		runtimes = map[string]any{}
-	}
-	entry := map[string]any{"path": *path}
-	if len(rargs) > 0 {
-		list := make([]any, len(rargs))
-		for i, a := range rargs {
-			list[i] = a
-		}
-		entry["runtimeArgs"] = list
-	}
-	if reflect.DeepEqual(runtimes[*name], entry) {
-		fmt.Println("unchanged")
-		return nil
-	}
-	runtimes[*name] = entry
-	cfg["runtimes"] = runtimes
-	out, err := json.MarshalIndent(cfg, "", "  ")
+	changed, err := daemonjson.Register(*file, *name, *path, rargs)
 	if err != nil {
 		return err
 	}
-	tmp := *file + ".sandfleet.tmp"
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
-		return err
+	if changed {
+		fmt.Println("registered")
+	} else {
+		fmt.Println("unchanged")
 	}
-	if err := os.Rename(tmp, *file); err != nil {
-		return err
-	}
-	fmt.Println("registered")
 	return nil
 }

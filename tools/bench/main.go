@@ -10,10 +10,12 @@
 //	(c)  queue overhead alone: jobs/s through an in-process JetStream and
 //	     the real pkg/worker on a no-op executor;
 //	(d)  the worker subprocess's RSS idle and under load;
-//	(e)  what a workspace's restore and save add to a warm job, for 0 B,
+//	(e)  (b) and (b') again with --runtime runsc, when the engine has
+//	     gVisor registered (make runsc): what the second kernel costs;
+//	(f)  what a workspace's restore and save add to a warm job, for 0 B,
 //	     1 MiB and 20 MiB (workspace.go).
 //
-// Usage (make bench): go run ./internal/cmd/bench [-n 20] [-jobs 40] ...
+// Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
 package main
 
@@ -61,8 +63,10 @@ type options struct {
 	cpuProfile string
 	skipDocker bool
 	code       string
+	runsc      string // auto, on or off
+	runtime    string // the worker's --runtime for (b); "" for its default
 
-	// (e), workspace.go
+	// (f), workspace.go
 	image          string
 	workspaces     bool
 	workspacesOnly bool
@@ -90,9 +94,10 @@ func run(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of (c) to `FILE`")
 	fs.BoolVar(&o.skipDocker, "skip-docker", false, "run (c) only")
 	fs.StringVar(&o.code, "code", "print(1)", "the Python job")
-	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (e)'s worker (default the worker's, "+executor.DefaultImage+")")
-	fs.BoolVar(&o.workspaces, "workspaces", true, "run (e), the workspace phase")
-	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (e) alone")
+	fs.StringVar(&o.runsc, "runsc", "auto", "measure (e) under gVisor: auto (when the engine has runsc), on or off")
+	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (f)'s worker (default the worker's, "+executor.DefaultImage+")")
+	fs.BoolVar(&o.workspaces, "workspaces", true, "run (f), the workspace phase")
+	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (f) alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -127,11 +132,22 @@ func run(args []string) error {
 		if err := viaWorker(ctx, o, 0, &r.fresh, false, r); err != nil {
 			return fmt.Errorf("(b'): %w", err)
 		}
+		if o.runsc == "on" || (o.runsc == "auto" && hasRuntime(ctx, "runsc")) {
+			gv := o
+			gv.runtime = "runsc"
+			step("(e) sandfleet under runsc, --pool %d and --pool 0", o.pool)
+			if err := viaWorker(ctx, gv, o.pool, &r.runscPooled, false, r); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
+			if err := viaWorker(ctx, gv, 0, &r.runscFresh, false, r); err != nil {
+				return fmt.Errorf("(e): %w", err)
+			}
+		}
 		if o.workspaces {
-			step("(e) workspaces of 0 B, 1 MiB and 20 MiB: %d steps each, interleaved with plain jobs", o.n)
+			step("(f) workspaces of 0 B, 1 MiB and 20 MiB: %d steps each, interleaved with plain jobs", o.n)
 			var err error
 			if r.ws, err = workspaceCost(ctx, o); err != nil {
-				return fmt.Errorf("(e): %w", err)
+				return fmt.Errorf("(f): %w", err)
 			}
 		}
 	}
@@ -156,18 +172,19 @@ type figures struct {
 }
 
 type report struct {
-	cores                int
-	o                    options
-	docker, pooled       figures
-	fresh                figures
-	queue                float64
-	queueCPU             time.Duration // per job: server, worker and client together
-	rssIdle, rssLoad     int64         // KiB
-	hwm                  int64
-	poolHits, poolMisses string
-	ws                   *wsFigures
-	load                 [2]string
-	took                 time.Duration
+	cores            int
+	o                options
+	docker, pooled   figures
+	fresh            figures
+	runscPooled      figures // (e)
+	runscFresh       figures
+	queue            float64
+	queueCPU         time.Duration // per job: server, worker and client together
+	rssIdle, rssLoad int64         // KiB
+	hwm              int64
+	ws               *wsFigures // (f)
+	load             [2]string
+	took             time.Duration
 }
 
 // (a) ----------------------------------------------------------------------
@@ -259,8 +276,12 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(o.workerBin, "--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
-		"--id", id, "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool), "--log-level", "warn")
+	args := []string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+		"--id", id, "--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool), "--log-level", "warn"}
+	if o.runtime != "" {
+		args = append(args, "--runtime", o.runtime)
+	}
+	cmd := exec.Command(o.workerBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err
@@ -584,6 +605,8 @@ func (r *report) print(w io.Writer) {
 	row(fmt.Sprintf("(a)  docker run --rm (%d parallel)", r.o.parallel), r.docker)
 	row(fmt.Sprintf("(b)  sandfleet, --pool %d --slots %d", r.o.pool, r.o.slots), r.pooled)
 	row(fmt.Sprintf("(b') sandfleet, --pool 0 --slots %d", r.o.slots), r.fresh)
+	row(fmt.Sprintf("(e)  runsc, --pool %d --slots %d", r.o.pool, r.o.slots), r.runscPooled)
+	row(fmt.Sprintf("(e') runsc, --pool 0 --slots %d", r.o.slots), r.runscFresh)
 	tw(fmt.Sprintf("(c)  queue only, no-op executor, %d slots", r.o.queueSlots), "", "", fmt.Sprintf("%.0f jobs/s", r.queue))
 	fmt.Fprintf(w, "     (c) costs %.0f µs of CPU per job, NATS server, worker and client together: at most %.0f jobs/s per core\n",
 		float64(r.queueCPU)/float64(time.Microsecond), float64(time.Second)/float64(max(r.queueCPU, 1)))
@@ -612,6 +635,11 @@ func (r *report) print(w io.Writer) {
 		ft := r.fresh.tput / r.docker.tput
 		fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(b')/(a), no pool: p50, throughput", fmt.Sprintf("%.2f×, %.2f×", fl, ft), "(for comparison)", "")
 	}
+	if len(r.runscPooled.seq) > 0 && len(r.pooled.seq) > 0 {
+		wl := float64(pct(r.runscPooled.seq, .5)) / float64(pct(r.pooled.seq, .5))
+		cl := float64(pct(r.runscFresh.seq, .5)) / float64(pct(r.fresh.seq, .5))
+		fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(e)/(b) runsc cost: warm p50, cold p50", fmt.Sprintf("%.2f×, %.2f×", wl, cl), "(for comparison)", "")
+	}
 	const goal = 3000.0 // on 2 cores
 	verdict("(c) queue throughput", fmt.Sprintf("%.0f jobs/s", r.queue), fmt.Sprintf("≥ %.0f jobs/s", goal), r.queue >= goal, false)
 	if r.rssIdle > 0 {
@@ -619,4 +647,10 @@ func (r *report) print(w io.Writer) {
 		verdict("(d) worker RSS idle", fmt.Sprintf("%.1f MiB", mib), "≤ 50 MiB", mib <= 50, false)
 	}
 	r.ws.print(w)
+}
+
+// hasRuntime reports whether the Docker engine has the named runtime.
+func hasRuntime(ctx context.Context, name string) bool {
+	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{json .Runtimes}}").Output()
+	return err == nil && bytes.Contains(out, []byte(`"`+name+`"`))
 }

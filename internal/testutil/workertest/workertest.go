@@ -1,4 +1,5 @@
-// Package workertest runs a pkg/worker Worker for the length of a test.
+// Package workertest runs a pkg/worker Worker for the length of a test, and
+// gives tests that need real sandboxes a pkg/executor Executor.
 package workertest
 
 import (
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
@@ -38,4 +41,25 @@ func Start(t testing.TB, js jetstream.JetStream, exec worker.Executor, cfg worke
 		}
 	})
 	return w
+}
+
+// Sandbox returns a real executor for cfg, closed when the test ends, once
+// Docker and the sandbox image answer its Check; otherwise the test is
+// skipped, or failed under SANDFLEET_REQUIRE_DOCKER=1 (testutil.NeedDocker).
+// A nil cfg.Logger is a silent one.
+func Sandbox(t testing.TB, cfg executor.Config) *executor.Executor {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var e *executor.Executor
+	testutil.NeedDocker(t, func(ctx context.Context) error {
+		var err error
+		if e, err = executor.New(cfg); err != nil {
+			return err
+		}
+		t.Cleanup(func() { e.Close() })
+		return e.Check(ctx)
+	})
+	return e
 }

@@ -1,6 +1,6 @@
 package main
 
-// (e) What a workspace adds to a warm job (issue 12): a bin/worker
+// (f) What a workspace adds to a warm job (issue 12): a bin/worker
 // --embedded subprocess with its warm pool runs, one after another, in
 // rounds of a plain print(1) job and a print(1) step on workspaces of 0 B,
 // 1 MiB and 20 MiB (random bytes: nothing compresses), shuffled within
@@ -31,7 +31,7 @@ import (
 // wsSizes are the workspaces measured, in bytes of data.
 var wsSizes = []int64{0, 1 << 20, 20 << 20}
 
-// wsFigures are phase (e)'s measurements: [0] the plain job, [1+i] a step
+// wsFigures are phase (f)'s measurements: [0] the plain job, [1+i] a step
 // on wsSizes[i].
 type wsFigures struct {
 	n        int
@@ -159,15 +159,15 @@ func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
 	return f, nil
 }
 
-// workspacesAlone runs phase (e) by itself (-workspaces-only).
+// workspacesAlone runs phase (f) by itself (-workspaces-only).
 func workspacesAlone(ctx context.Context, o options) error {
 	load0, start := loadAvg(), time.Now()
-	step("(e) workspaces of 0 B, 1 MiB and 20 MiB: %d steps each, interleaved with plain jobs", o.n)
+	step("(f) workspaces of 0 B, 1 MiB and 20 MiB: %d steps each, interleaved with plain jobs", o.n)
 	f, err := workspaceCost(ctx, o)
 	if err != nil {
-		return fmt.Errorf("(e): %w", err)
+		return fmt.Errorf("(f): %w", err)
 	}
-	fmt.Printf("\nsandfleet bench (e): %d cores, load average %s at start, %s at end, %s in all\n",
+	fmt.Printf("\nsandfleet bench (f): %d cores, load average %s at start, %s at end, %s in all\n",
 		runtime.NumCPU(), load0, loadAvg(), time.Since(start).Round(time.Second))
 	f.print(os.Stdout)
 	return nil
@@ -177,7 +177,7 @@ func (f *wsFigures) print(w io.Writer) {
 	if f == nil {
 		return
 	}
-	fmt.Fprintf(w, "\n(e)  a workspace's restore and save, on a warm job: %d runs of each kind, shuffled\n", f.n)
+	fmt.Fprintf(w, "\n(f)  a workspace's restore and save, on a warm job: %d runs of each kind, shuffled\n", f.n)
 	fmt.Fprintf(w, "%-40s %9s %9s %10s %14s %10s\n", "", "p50", "p95", "added p50", "in the sandbox", "snapshot")
 	row := func(name string, k int, snap string) {
 		added, inside := "", ms(pct(f.sandbox[k], .5))
@@ -197,7 +197,7 @@ func (f *wsFigures) print(w io.Writer) {
 	if added <= 30*time.Millisecond {
 		v = "met"
 	}
-	fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(e) 1 MiB workspace, added p50", signed(added), "≤ +30 ms", v)
+	fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(f) 1 MiB workspace, added p50", signed(added), "≤ +30 ms", v)
 }
 
 func signed(d time.Duration) string {

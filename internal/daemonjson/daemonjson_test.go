@@ -1,0 +1,58 @@
+package daemonjson
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestRegisterKeepsOtherSettings(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "daemon.json")
+	orig := `{"storage-driver": "overlay2", "runtimes": {"runsc": {"path": "/usr/bin/runsc"}}}`
+	if err := os.WriteFile(file, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]any {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]any{}
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	var before map[string]any
+	_ = json.Unmarshal([]byte(orig), &before)
+
+	steps := []struct {
+		name    string
+		do      func() (bool, error)
+		changed bool
+	}{
+		{"register", func() (bool, error) { return Register(file, "broken", "/tmp/rt", []string{"--x"}) }, true},
+		{"register again", func() (bool, error) { return Register(file, "broken", "/tmp/rt", []string{"--x"}) }, false},
+		{"unregister", func() (bool, error) { return Unregister(file, "broken") }, true},
+		{"unregister again", func() (bool, error) { return Unregister(file, "broken") }, false},
+	}
+	for _, s := range steps {
+		changed, err := s.do()
+		if err != nil || changed != s.changed {
+			t.Fatalf("%s: changed %v, %v; want %v", s.name, changed, err, s.changed)
+		}
+		if s.name == "register" {
+			rt := read()["runtimes"].(map[string]any)
+			if !reflect.DeepEqual(rt["broken"], map[string]any{"path": "/tmp/rt", "runtimeArgs": []any{"--x"}}) || rt["runsc"] == nil {
+				t.Fatalf("runtimes after register: %v", rt)
+			}
+		}
+	}
+	if after := read(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("after register and unregister: %v, want %v", after, before)
+	}
+}
