@@ -236,3 +236,31 @@ print("ok")`, withLimits(limits.Limits{Timeout: limits.Duration(90 * time.Second
 		t.Fatalf("archive %+v", req)
 	}
 }
+
+// A job that leaves the pids limit exhausted by background processes still
+// gets its verdict and a whole snapshot: the launcher kills and reaps them
+// before it archives, so it is never refused the thread it may need.
+func TestIntegrationArchiveAfterPidsExhausted(t *testing.T) {
+	t.Parallel()
+	e := workspaceSetup(t)
+	var out bytes.Buffer
+	req := &jobs.ArchiveRequest{All: true, W: &out}
+	res := runWith(t, e, job(`
+import subprocess
+open("kept.txt", "w").write("kept\n")
+n = 0
+try:
+    while n < 200:
+        subprocess.Popen(["sleep", "60"])
+        n += 1
+except OSError:
+    pass
+print("spawned", n, "until the limit" if n < 200 else "")`, withLimits(limits.Limits{Pids: 32})), jobs.RunOptions{Archive: req})
+	want(t, res, jobs.StatusSucceeded)
+	if !strings.Contains(res.Stdout, "until the limit") {
+		t.Fatalf("the pids limit was not reached: %q", res.Stdout)
+	}
+	if !req.Complete || !slices.Contains(names(t, out.Bytes()), "kept.txt") {
+		t.Fatalf("archive %+v, entries %q", req, names(t, out.Bytes()))
+	}
+}
