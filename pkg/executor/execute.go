@@ -93,10 +93,14 @@ func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim 
 			return
 		}
 		if restore != nil {
-			if _, err := io.CopyN(s.att.Conn, readerOnly{restore.R, &feedErr}, restore.Size); err != nil {
-				if errors.Is(err, io.EOF) { // the snapshot is shorter than announced
-					feedErr = io.ErrUnexpectedEOF
-				}
+			// Large writes (the connection's ReadFrom would copy 32 KiB at
+			// a time): each one crosses dockerd and the shim.
+			conn := struct{ io.Writer }{s.att.Conn}
+			n, err := io.CopyBuffer(conn, io.LimitReader(readerOnly{restore.R, &feedErr}, restore.Size), make([]byte, 256<<10))
+			if err == nil && n < restore.Size && feedErr == nil { // the snapshot is shorter than announced
+				feedErr = io.ErrUnexpectedEOF
+			}
+			if err != nil || n < restore.Size {
 				_ = s.att.CloseWrite()
 				return
 			}

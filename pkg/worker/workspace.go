@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -23,8 +22,8 @@ import (
 )
 
 // A job's workspace and outputs, around its run (see wshead.go for the
-// head's rules). Snapshots pass through the worker as bytes in unlinked
-// temporary files, never unpacked: the sandbox's launcher restores and
+// head's rules). Snapshots pass through the worker as bytes (spool.go:
+// memory, or unlinked temporary files when large), never unpacked: the sandbox's launcher restores and
 // archives them. The order of writes is what makes a step exactly once:
 //
 //  1. take the head: running(J), by compare-and-swap;
@@ -67,10 +66,10 @@ type wsStep struct {
 	base    jobs.WorkspaceRef   // the state restored (Revision 0: empty)
 	saved   bool                // the head is saved(J) (this step's save, or a replay's)
 
-	snap            *os.File // the base's snapshot; nil when there is none
+	snap            *spool // the base's snapshot; nil when there is none
 	snapSize        int64
 	snapSHA         string
-	arch            *os.File // the archive the launcher makes
+	arch            *spool // the archive the launcher makes
 	req             *jobs.ArchiveRequest
 	result          jobs.WorkspaceStep
 	waitingReported bool
@@ -113,11 +112,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 		}
 	}
 	if s.mode == modeFresh || len(job.Outputs) > 0 {
-		f, err := tempFile(w.cfg.TempDir)
-		if err != nil {
-			return s.giveBack(jobCtx, "temporary file: "+err.Error())
-		}
-		s.arch = f
+		s.arch = &spool{dir: w.cfg.TempDir}
 	}
 	return s, nil, nil
 }
@@ -245,12 +240,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 
 // fetch copies the base's snapshot to a temporary file.
 func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
-	f, err := tempFile(s.w.cfg.TempDir)
-	if err != nil {
-		_, res, d := s.giveBack(ctx, "temporary file: "+err.Error())
-		return res, d
-	}
-	s.snap = f
+	s.snap = &spool{dir: s.w.cfg.TempDir}
 	obj, err := s.w.stores.Workspaces.Snapshots.Get(ctx, jobs.SnapshotName(s.base.Name, s.base.Revision))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		now := time.Now().UTC()
@@ -263,7 +253,7 @@ func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
 	}
 	defer obj.Close()
 	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, sum), obj)
+	n, err := io.Copy(io.MultiWriter(s.snap, sum), obj)
 	if err != nil {
 		_, res, d := s.giveBack(ctx, "get the snapshot: "+err.Error())
 		return res, d
@@ -280,11 +270,10 @@ func (s *wsStep) options() jobs.RunOptions {
 		return o
 	}
 	if s.snap != nil {
-		o.Restore = &jobs.Snapshot{R: io.NewSectionReader(s.snap, 0, s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
+		o.Restore = &jobs.Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
 	}
 	if s.arch != nil {
-		_ = s.arch.Truncate(0)
-		_, _ = s.arch.Seek(0, io.SeekStart)
+		_ = s.arch.reset() // a failure shows as the archive's: W fails
 		s.req = &jobs.ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
 		o.Archive = s.req
 	}
@@ -339,7 +328,7 @@ func (s *wsStep) save(ctx context.Context) error {
 	snaps := s.w.stores.Workspaces.Snapshots
 	rev := s.head.Revision + 1
 	obj := jobs.SnapshotName(s.job.Workspace, rev)
-	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj}, io.NewSectionReader(s.arch, 0, s.req.Bytes)); err != nil {
+	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj}, s.arch.reader(s.req.Bytes)); err != nil {
 		return fmt.Errorf("put %s: %w", obj, err)
 	}
 	for {
@@ -385,7 +374,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		return
 	}
 	store := s.w.stores.Workspaces.Artifacts
-	tr := tar.NewReader(io.NewSectionReader(s.arch, 0, s.req.Bytes))
+	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
 	var total int64
 	more := 0
 	skip := func(name string, size int64, reason string) {
@@ -495,11 +484,8 @@ func (s *wsStep) close() {
 	if s == nil {
 		return
 	}
-	for _, f := range []*os.File{s.snap, s.arch} {
-		if f != nil {
-			f.Close()
-		}
-	}
+	s.snap.close()
+	s.arch.close()
 }
 
 // retry runs op with back-off until it succeeds, HoldMax passes or force.
@@ -585,18 +571,4 @@ func (w *Worker) holderGone(ctx context.Context, job string) (bool, error) {
 		return true, nil
 	}
 	return false, err
-}
-
-// tempFile returns a temporary file already unlinked: nothing is left
-// behind when the worker dies.
-func tempFile(dir string) (*os.File, error) {
-	f, err := os.CreateTemp(dir, "sandfleet-ws-")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }

@@ -8,9 +8,13 @@ package main
 // clean-up weighs on one kind more than another. Each step restores its
 // workspace (object store → temporary file → the sandbox's stdin → tmpfs)
 // and saves it again (tmpfs → frames → temporary file → object store →
-// the head's compare-and-swap). The cost is p50(step) − p50(plain job),
-// end to end (submit → result) and inside the sandbox (duration_ms, from
-// the hand-off to the launcher's verdict, restore and archive included).
+// the head's compare-and-swap). The cost is given three ways: p50(step) −
+// p50(plain job) end to end (submit → result); the median over rounds of
+// step − the plain job of the same round (paired: the order being
+// shuffled, the load of the moment weighs on both alike, which makes it
+// the least noisy on a busy machine, and the one the target is judged
+// by); and inside the sandbox (duration_ms, from the hand-off to the
+// launcher's verdict, restore and archive included).
 
 import (
 	"context"
@@ -36,6 +40,7 @@ var wsSizes = []int64{0, 1 << 20, 20 << 20}
 type wsFigures struct {
 	n        int
 	wall     [][]time.Duration // submit → result
+	paired   [][]time.Duration // a step − the plain job of the same round
 	sandbox  [][]time.Duration // the result's duration_ms
 	snapshot []int64           // per size: the snapshot's bytes
 }
@@ -116,7 +121,8 @@ func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
 		return time.Since(t), res, nil
 	}
 	name := func(size int64) string { return "bench-" + strconv.FormatInt(size, 10) }
-	f := &wsFigures{n: o.n, wall: make([][]time.Duration, 1+len(wsSizes)), sandbox: make([][]time.Duration, 1+len(wsSizes)),
+	f := &wsFigures{n: o.n, wall: make([][]time.Duration, 1+len(wsSizes)), paired: make([][]time.Duration, 1+len(wsSizes)),
+		sandbox:  make([][]time.Duration, 1+len(wsSizes)),
 		snapshot: make([]int64, len(wsSizes))}
 	for i, size := range wsSizes {
 		code := fmt.Sprintf("import os\nopen('blob.bin', 'wb').write(os.urandom(%d))\n", size)
@@ -141,6 +147,7 @@ func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
 	}
 	for range o.n {
 		rng.Shuffle(len(kinds), func(a, b int) { kinds[a], kinds[b] = kinds[b], kinds[a] })
+		round := make([]time.Duration, len(kinds))
 		for _, k := range kinds {
 			j := &jobs.Job{Image: "python", Code: o.code}
 			if k > 0 {
@@ -151,9 +158,13 @@ func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
 				return nil, fail(err)
 			}
 			f.wall[k] = append(f.wall[k], d)
+			round[k] = d
 			if res.DurationMS != nil {
 				f.sandbox[k] = append(f.sandbox[k], time.Duration(*res.DurationMS)*time.Millisecond)
 			}
+		}
+		for k := 1; k < len(kinds); k++ {
+			f.paired[k] = append(f.paired[k], round[k]-round[0])
 		}
 	}
 	return f, nil
@@ -178,26 +189,29 @@ func (f *wsFigures) print(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "\n(f)  a workspace's restore and save, on a warm job: %d runs of each kind, shuffled\n", f.n)
-	fmt.Fprintf(w, "%-40s %9s %9s %10s %14s %10s\n", "", "p50", "p95", "added p50", "in the sandbox", "snapshot")
+	fmt.Fprintf(w, "%-36s %8s %8s %10s %8s %16s %9s\n", "", "p50", "p95", "added p50", "paired", "in the sandbox", "snapshot")
 	row := func(name string, k int, snap string) {
-		added, inside := "", ms(pct(f.sandbox[k], .5))
+		added, paired, inside := "", "", ms(pct(f.sandbox[k], .5))
 		if k > 0 {
 			added = signed(pct(f.wall[k], .5) - pct(f.wall[0], .5))
+			paired = signed(pct(f.paired[k], .5))
 			inside += " (" + signed(pct(f.sandbox[k], .5)-pct(f.sandbox[0], .5)) + ")"
 		}
-		fmt.Fprintf(w, "%-40s %9s %9s %10s %14s %10s\n", name, ms(pct(f.wall[k], .5)), ms(pct(f.wall[k], .95)), added, inside, snap)
+		fmt.Fprintf(w, "%-36s %8s %8s %10s %8s %16s %9s\n", name, ms(pct(f.wall[k], .5)), ms(pct(f.wall[k], .95)), added, paired, inside, snap)
 	}
 	row("     plain print(1), no workspace", 0, "")
 	for i, size := range wsSizes {
 		row(fmt.Sprintf("     a step on a %s workspace", sizeName(size)), 1+i, sizeName(f.snapshot[i]))
 	}
+	// The paired median: within a round the order is shuffled, so the
+	// load of the moment weighs on a step and its round's plain job alike.
 	k := 1 + slices.Index(wsSizes, 1<<20)
-	added := pct(f.wall[k], .5) - pct(f.wall[0], .5)
+	added := pct(f.paired[k], .5)
 	v := "MISSED"
 	if added <= 30*time.Millisecond {
 		v = "met"
 	}
-	fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(f) 1 MiB workspace, added p50", signed(added), "≤ +30 ms", v)
+	fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "(f) 1 MiB workspace, added (paired p50)", signed(added), "≤ +30 ms", v)
 }
 
 func signed(d time.Duration) string {
