@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"image/png"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // sessionSteps are an agent's ten tool calls on one workspace: write a
@@ -85,31 +85,22 @@ print("plot.png", w, "x", h)
 	return steps
 }
 
-// sessionServer starts a JetStream server whose "worker" user may not
-// publish to the subjects in deny (a real fault: the server refuses the
-// write), and returns it with a function that lifts the denial.
-func sessionServer(t *testing.T, deny ...string) (*server.Server, func()) {
+// sessionServer starts a JetStream server with a user per worker process,
+// "worker-a" and "worker-b", of which only worker-a may not publish to the
+// subjects in deny (a real fault: the server refuses the write), and a
+// "client".
+func sessionServer(t *testing.T, deny ...string) *server.Server {
 	t.Helper()
-	storeDir := t.TempDir()
-	opts := func(deny []string, port int) *server.Options {
-		all := &server.SubjectPermission{Allow: []string{">"}}
-		return &server.Options{
-			Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: storeDir, MaxPayload: 8 << 20,
-			NoSigs: true, NoLog: true,
-			Users: []*server.User{
-				{Username: "worker", Password: "wpass", Permissions: &server.Permissions{
-					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}, Subscribe: all}},
-				{Username: "client", Password: "cpass"},
-			},
-		}
-	}
-	srv := natstest.ServerWith(t, opts(deny, -1))
-	port := srv.Addr().(*net.TCPAddr).Port
-	return srv, func() {
-		if err := srv.ReloadOptions(opts(nil, port)); err != nil {
-			t.Errorf("lift the denial: %v", err)
-		}
-	}
+	all := &server.SubjectPermission{Allow: []string{">"}}
+	return natstest.ServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 8 << 20,
+		Users: []*server.User{
+			{Username: "worker-a", Password: "apass", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny}, Subscribe: all}},
+			{Username: "worker-b", Password: "bpass"},
+			{Username: "client", Password: "cpass"},
+		},
+	})
 }
 
 // testImageConfig returns the flags that make the worker's presets use
@@ -131,14 +122,14 @@ func testImageConfig(t *testing.T) []string {
 	return []string{"--config", path}
 }
 
-// The agent session of issue 12, on real Docker and two worker processes.
-// The worker that runs step 5 saves its snapshot (revision 5) and then
-// cannot store its result (the server refuses the write); it is SIGKILLed
-// right there, with the head saying saved(step-05). The other worker gets
-// step 5 again when its lease runs out: it runs it against revision 4,
-// saves nothing, and reports revision 5. The session completes, and every
-// step's effect is applied exactly once: steps.log has 10 lines, not 11,
-// and data.csv 9 rows, not 12.
+// The agent session of issue 12, on real Docker and two worker processes
+// of one slot each. Worker A runs step 5: it saves its snapshot (revision
+// 5) and then cannot store its result (the server refuses A that one
+// write), and is SIGKILLed right there, with the head saying
+// saved(step-05). Worker B gets step 5 again when its lease runs out: it
+// runs it against revision 4, saves nothing, and reports revision 5. The
+// session completes, and every step's effect is applied exactly once:
+// steps.log has 10 lines, not 11, and data.csv 9 rows, not 12.
 func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 	t.Parallel()
 	probe := executor.Config{WorkerID: "probe"}
@@ -146,27 +137,59 @@ func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 		probe.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
 	}
 	workertest.Sandbox(t, probe) // Docker and the image answer, or skip
-	srv, lift := sessionServer(t, "$KV.RESULTS.step-05")
+	srv := sessionServer(t, "$KV.RESULTS.step-05")
 	url := srv.ClientURL()
 	_, js := natstest.Connect(t, url, nats.UserInfo("client", "cpass"))
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wurl := strings.Replace(url, "nats://", "nats://worker:wpass@", 1)
-	ids := []string{uniqueID("ws-a"), uniqueID("ws-b")}
-	workers := map[string]*proc{}
+	a, b := uniqueID("ws-a"), uniqueID("ws-b")
 	args := append([]string{"--ack-wait", "3s", "--slots", "1"}, testImageConfig(t)...)
-	for _, id := range ids {
-		workers[id] = dockerWorker(t, wurl, id, args...)
+	workers := map[string]*proc{
+		a: dockerWorker(t, strings.Replace(url, "nats://", "nats://worker-a:apass@", 1), a, args...),
+		b: dockerWorker(t, strings.Replace(url, "nats://", "nats://worker-b:bpass@", 1), b, args...),
 	}
 
 	ctx := t.Context()
+	holder := func(ws string) string {
+		var h *jobs.WorkspaceHead
+		testutil.Eventually(t, 2*time.Minute, ws+" held", func() bool {
+			h, err = client.Workspace(ctx, ws)
+			return err == nil && h.Step != nil
+		})
+		return h.Step.Worker
+	}
+	// block takes a worker's one slot with a job holding workspace ws, and
+	// returns the worker.
+	block := func(id, ws string) string {
+		if _, err := client.Submit(ctx, &jobs.Job{ID: id, Image: "python", Workspace: ws, Code: "import time\ntime.sleep(300)",
+			Limits: limits.Limits{Timeout: limits.Duration(5 * time.Minute)}}); err != nil {
+			t.Fatal(err)
+		}
+		return holder(ws)
+	}
+	unblock := func(id string) {
+		if res, err := client.Cancel(ctx, id); err != nil || res.Status != jobs.StatusCanceled {
+			t.Fatalf("cancel %s: %v %+v", id, err, res)
+		}
+	}
+
 	results := map[int]*jobs.Result{}
-	victim := ""
+	var blockers map[string]string // worker → the blocker job holding its slot
 	for n, j := range sessionSteps() {
 		n++
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		if n == 5 {
+			// Both workers busy with a blocker each, then A's canceled:
+			// A is the one free slot when step 5 comes.
+			blockers = map[string]string{block("blocker-1", "hold-1"): "blocker-1"}
+			blockers[block("blocker-2", "hold-2")] = "blocker-2"
+			if blockers[a] == "" || blockers[b] == "" {
+				t.Fatalf("blockers held by %v, want one on each worker", blockers)
+			}
+			unblock(blockers[a])
+		}
 		rw, err := client.Watch(sctx, j.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -182,14 +205,13 @@ func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 				h, err = client.Workspace(ctx, "agent-7")
 				return err == nil && h.Step != nil && h.Step.Job == j.ID && h.Step.State == jobs.StepSaved
 			})
-			if h.Revision != 5 || h.Step.Base.Revision != 4 {
-				t.Fatalf("head after step 5's save: %+v", h)
+			if h.Revision != 5 || h.Step.Base.Revision != 4 || h.Step.Worker != a {
+				t.Fatalf("head after step 5's save: %+v %+v; want revision 5 from 4, by %s", h, *h.Step, a)
 			}
-			victim = h.Step.Worker
-			workers[victim].kill()
-			t.Logf("killed %s after it saved revision 5 (head %+v)", victim, *h.Step)
-			delete(workers, victim)
-			lift()
+			workers[a].kill()
+			t.Logf("killed %s after it saved revision 5 (head %+v)", a, *h.Step)
+			delete(workers, a)
+			unblock(blockers[b]) // B takes step 5 once its lease runs out
 		}
 		res, err := rw.Next(sctx)
 		rw.Stop()
@@ -234,7 +256,7 @@ func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 	}
 	// What the killed worker left (its last sandbox, its warm pool, maybe
 	// created after the kill) is what a restart under its ID would reap.
-	if left := containers(t, executor.LabelWorker+"="+victim); len(left) > 0 {
+	if left := containers(t, executor.LabelWorker+"="+a); len(left) > 0 {
 		t.Logf("reaping %d containers the killed worker left", len(left))
 		_ = exec.Command("docker", append([]string{"rm", "-f"}, left...)...).Run()
 	}

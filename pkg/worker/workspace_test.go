@@ -468,3 +468,25 @@ func TestWorkspaceWaiterCanceled(t *testing.T) {
 		t.Fatalf("head %+v", h)
 	}
 }
+
+// A workspace without a step for its TTL is gone, its snapshots with it;
+// the next step starts afresh.
+func TestWorkspaceExpires(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: time.Second})
+	b.startWorker(t, worker.Config{ID: "w1"})
+	wantStep(t, b.step(t, &jobs.Job{ID: "e1", Workspace: "short", Code: "write f 1"}), 0, 1)
+	testutil.Eventually(t, 15*time.Second, "workspace expired", func() bool {
+		_, err := b.client.Workspace(t.Context(), "short")
+		return errors.Is(err, jobs.ErrNoWorkspace)
+	})
+	testutil.Eventually(t, 15*time.Second, "snapshot expired", func() bool {
+		_, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), jobs.SnapshotName("short", 1))
+		return errors.Is(err, jetstream.ErrObjectNotFound)
+	})
+	res := b.step(t, &jobs.Job{ID: "e2", Workspace: "short", Code: "cat f"})
+	wantStep(t, res, 0, 1)
+	if res.Stdout != "" {
+		t.Fatalf("an expired workspace came back: %q", res.Stdout)
+	}
+}
