@@ -23,7 +23,7 @@ import (
 // get and wait exit with once they have a result).
 const (
 	exitOK          = 0
-	exitNotFound    = 1   // get, wait, cancel, logs: no job with this ID; cancel: already finished
+	exitNotFound    = 1   // get, wait, cancel, logs, artifacts: no job with this ID; cancel: already finished; workspace: none such
 	exitUsage       = 2   // bad command line or invalid job (as the rejected status)
 	exitPending     = 75  // get, logs: the job is queued or running, no result yet (EX_TEMPFAIL)
 	exitUnavailable = 125 // NATS unreachable, queue full (as the error status)
@@ -42,6 +42,8 @@ Commands:
   logs ID [-f] [--json]              replay a job's output from its start; -f follows it
   batch FILE.jsonl [-o OUT] [flags]  run a file of jobs, resumable
   status [--json]                    show the workers and each queue's backlog
+  workspace ls|show|rm|get [NAME]    list, show, remove or download workspaces
+  artifacts ID [-O DIR]              list (and download) the files a job returned
   help [COMMAND]                     this text, or a command's
 
 Global flags (before or after the command):
@@ -53,9 +55,11 @@ Exit codes of run, get, wait and logs, from the job's status:
   succeeded 0, failed the job's exit code, timeout 124, oom 137,
   output_limit 1, canceled 130, rejected 2, error 125.
 Other exit codes:
-  1   get/wait/cancel/logs: no job with this ID; cancel: the job already finished
+  1   get/wait/cancel/logs/artifacts: no job with this ID; cancel: the job
+      already finished; workspace: no such workspace or revision, or a refused
+      snapshot
   2   usage error, or a job submit refuses as invalid
-  75  get, logs without -f: the job is queued or running, no result yet
+  75  get, artifacts, logs without -f: the job is queued or running, no result yet
   125 NATS unreachable, or the queue is full
   130 interrupted while waiting (the job goes on: submit logs -f ID); batch:
       interrupted, the command to resume is printed
@@ -104,6 +108,10 @@ func (m *Main) command(name string) command {
 		return &logsCommand{m: m}
 	case "status":
 		return &statusCommand{m: m}
+	case "workspace":
+		return &workspaceCommand{m: m}
+	case "artifacts":
+		return &artifactsCommand{m: m}
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ type runCommand struct {
 	waitRoom                          time.Duration
 	lim                               limits.Limits
 	files, env, labels                kvFlag
+	ws                                workspaceFlags // workspace.go
 }
 
 func (c *runCommand) synopsis() string { return "run [-c CODE | FILE | -] [flags]" }
@@ -64,6 +65,7 @@ func (c *runCommand) define(fs *pflag.FlagSet) {
 	fs.StringVar(&c.queue, "queue", jobs.DefaultQueue, "queue `NAME`")
 	fs.BoolVar(&c.detach, "detach", false, "print the job ID and exit without waiting (then: submit wait ID)")
 	fs.DurationVar(&c.waitRoom, "wait-room", 0, "when the queue is full, retry with backoff for up to `D` (default 0: fail at once, exit 125)")
+	c.ws.define(fs)
 	c.out = output{m: c.m}
 	c.out.define(fs, "print the Result object as JSON on stdout", true)
 }
@@ -115,7 +117,14 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	if _, err := submit(); err != nil {
 		return submitFailed(err)
 	}
-	return c.out.await(ctx, rw, job.ID)
+	res, err := c.out.next(ctx, rw, job.ID)
+	if err != nil {
+		return err
+	}
+	if err := c.ws.download(ctx, c.m, client, res); err != nil {
+		return err
+	}
+	return c.out.report(res)
 }
 
 // job builds the job of the command line.
@@ -169,6 +178,9 @@ func (c *runCommand) job(fs *pflag.FlagSet) (*jobs.Job, error) {
 		}
 		job.Files[name] = string(data)
 	}
+	if err := c.ws.apply(job); err != nil {
+		return nil, usage("%v", err)
+	}
 	job.Normalize()
 	if err := job.Validate(); err != nil {
 		return nil, usage("%v", err)
@@ -188,14 +200,23 @@ func submitFailed(err error) error {
 
 // await waits on an open watch and reports the result.
 func (o *output) await(ctx context.Context, rw *jobs.ResultWatch, id string) error {
+	res, err := o.next(ctx, rw, id)
+	if err != nil {
+		return err
+	}
+	return o.report(res)
+}
+
+// next waits on an open watch for the result.
+func (o *output) next(ctx context.Context, rw *jobs.ResultWatch, id string) (*jobs.Result, error) {
 	res, err := rw.Next(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fail(exitInterrupted, "interrupted; job %s goes on: submit wait %s", id, id)
+			return nil, fail(exitInterrupted, "interrupted; job %s goes on: submit wait %s", id, id)
 		}
-		return fail(exitUnavailable, "wait for %s: %w", id, err)
+		return nil, fail(exitUnavailable, "wait for %s: %w", id, err)
 	}
-	return o.report(res)
+	return res, nil
 }
 
 // report prints a result (the job's output, or the Result as JSON) and

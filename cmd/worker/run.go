@@ -91,6 +91,7 @@ type options struct {
 	maxAckPending       int
 	replicas            int
 	events              bool
+	workspaceTTL        time.Duration
 	version             bool
 	http                httpOptions // http.go
 
@@ -126,6 +127,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.maxAckPending, "max-ack-pending", 0, "at most `N` jobs of a queue in flight across the fleet (default 1000; set it to the fleet's slots or more; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
 	fs.BoolVar(&o.events, "events", true, "publish each job's output and lifecycle to the stream EVENTS while it runs (submit run's live output, submit logs); --events=false turns them off")
+	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step (default 24h; fleet-wide)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	httpFlags(fs, &o.http)
 	return fs
@@ -303,6 +305,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			MaxDeliver:    o.maxDeliver,
 			MaxAckPending: o.maxAckPending,
 			Replicas:      o.replicas,
+			WorkspaceTTL:  o.workspaceTTL,
 		},
 		Logger:   log,
 		Observer: obs,

@@ -5,11 +5,13 @@
 //
 //	SANDFLEET2 <n>\n
 //	<n bytes of JSON Header>
+//	<Header.Restore.Bytes of a workspace's snapshot, when the header has one>
 //	<the job's own stdin, raw, until EOF>
 //
-// Decode reads exactly the first two parts and never past them, so that the
-// launcher's fd 0 is then exactly the job's stdin and can be handed to the
-// job's process as is. The container therefore needs nothing job-specific at
+// Decode reads exactly the first two parts and never past them; the
+// launcher then reads exactly the snapshot's bytes, if any, so that its fd
+// 0 is then exactly the job's stdin and can be handed to the job's process
+// as is. The container therefore needs nothing job-specific at
 // create time, which is what lets a warm pool start containers before their
 // jobs arrive.
 //
@@ -62,6 +64,12 @@ type Header struct {
 	Dir   string            `json:"dir,omitempty"` // "" means DefaultDir
 	Files []File            `json:"files,omitempty"`
 	Key   string            `json:"key"` // signs the trailer; 64 hex digits (see Seal)
+
+	// Restore and Archive are a workspace's (see workspace.go); both are
+	// opt-in, so that a launcher and an executor of different versions
+	// agree on every job that uses neither.
+	Restore *Restore `json:"restore,omitempty"`
+	Archive *Archive `json:"archive,omitempty"`
 }
 
 // Seal returns the seal the header carries.
@@ -116,7 +124,7 @@ func (h *Header) Validate() error {
 	if !keyRE.MatchString(h.Key) {
 		return errorf("key must be 64 lowercase hex digits")
 	}
-	return nil
+	return h.validateWorkspace()
 }
 
 // Marshal returns the header part of an envelope: the first line and the

@@ -38,10 +38,23 @@ type Trailer struct {
 	// Error is set when the launcher could not run the job at all (a file
 	// that did not fit, a command not found).
 	Error string `json:"error,omitempty"`
+
+	// The archive the launcher framed after the job, when the header asked
+	// for one (see Archive): its size and digest, which the executor checks
+	// against what it received, how many entries it holds and how many
+	// were left out, and why it is incomplete, if it is. All are absent
+	// for a job that asked for none.
+	ArchiveBytes   int64  `json:"archive_bytes,omitempty"`
+	ArchiveSHA256  string `json:"archive_sha256,omitempty"`
+	ArchiveFiles   int    `json:"archive_files,omitempty"`
+	ArchiveSkipped int    `json:"archive_skipped,omitempty"`
+	ArchiveError   string `json:"archive_error,omitempty"`
 }
 
-// MaxTrailerBytes bounds an encoded trailer, MAC included.
-const MaxTrailerBytes = 1024
+// MaxTrailerBytes bounds an encoded trailer, MAC included. A trailer
+// without the archive's fields stays under 1024 bytes, the bound of
+// executors that know none.
+const MaxTrailerBytes = 2048
 
 // maxErrorBytes bounds Trailer.Error, so that the trailer fits in MaxTrailerBytes.
 const maxErrorBytes = 512
@@ -83,6 +96,9 @@ func (s Seal) mac(body []byte) []byte {
 func (s Seal) Sign(t Trailer) []byte {
 	if len(t.Error) > maxErrorBytes {
 		t.Error = t.Error[:maxErrorBytes]
+	}
+	if len(t.ArchiveError) > maxErrorBytes {
+		t.ArchiveError = t.ArchiveError[:maxErrorBytes]
 	}
 	body, _ := json.Marshal(t) // cannot fail: plain fields only
 	out := append(body, ' ')

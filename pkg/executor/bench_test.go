@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // Compare with:
@@ -33,7 +34,7 @@ func BenchmarkDockerRunTrivial(b *testing.B) {
 		b.Skip("no docker CLI")
 	}
 	e := setup(b, nil)
-	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"])
+	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), jobs.RunOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

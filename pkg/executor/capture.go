@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"io"
 	"sync"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
@@ -33,6 +34,7 @@ type capture struct {
 	ended          chan struct{}
 	closed         bool
 	onOutput       func(kind byte, p []byte) // set at the hand-off; nil for none
+	archive        *archiveSink              // set at the hand-off when the job asked for an archive
 }
 
 // stream is one of the job's streams: the first limit bytes, and a count.
@@ -64,6 +66,12 @@ func (c *capture) frame(kind byte, p []byte) {
 	case envelope.FrameTrailer:
 		c.trailer = append([]byte(nil), p...)
 		c.end()
+		return
+	case envelope.FrameArchive:
+		if c.archive == nil {
+			c.archive = newArchiveSink(io.Discard, 0) // counted, so that the trailer cannot agree
+		}
+		c.archive.add(p)
 		return
 	}
 	if c.onOutput != nil {
@@ -116,6 +124,13 @@ func (c *capture) watch(onOutput func(kind byte, p []byte)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.onOutput = onOutput
+}
+
+// keepArchive sets where the archive frames go, before the hand-off.
+func (c *capture) keepArchive(a *archiveSink) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.archive = a
 }
 
 // frameErr reports whether the framing broke, and why.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -23,6 +24,8 @@ type observed struct {
 	engineOOM        bool        // the engine reported an OOM kill
 	stdout, stderr   []byte      // the job's streams as framed by the launcher, up to the cap
 	stdoutN, stderrN int64       // their full sizes
+	archiveN         int64       // bytes of archive that came (FrameArchive)
+	archiveSHA       string      // their SHA-256, hex; "" when none came
 	trailer          []byte      // the trailer frame's payload, nil if none came
 	framesBroken     error       // why the framing broke, if it did
 	diag             []byte      // the container's stderr: the launcher before it had a seal
@@ -34,6 +37,12 @@ type observed struct {
 // watches it to the end. The job's clock, and its wall-clock limit, start at
 // the hand-off: the job cannot begin before its envelope.
 func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte, opts jobs.RunOptions) (*outcome, error) {
+	var sink *archiveSink
+	if opts.Archive != nil {
+		// The launcher stops at the tmpfs size; a frame more is slack.
+		sink = newArchiveSink(opts.Archive.W, int64(lim.Tmpfs)+envelope.MaxFramePayload)
+		s.out.keepArchive(sink)
+	}
 	if opts.OnOutput != nil {
 		s.out.watch(func(kind byte, p []byte) {
 			switch kind {
@@ -47,19 +56,20 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 	if opts.OnStart != nil {
 		opts.OnStart(jobs.Start{Container: s.short, Limits: lim})
 	}
-	obs, err := e.watch(ctx, log, s, lim, env, stdin)
+	obs, err := e.watch(ctx, log, s, lim, env, opts.Restore, stdin)
 	if err != nil {
 		return nil, err
 	}
 	out := verdict(obs, env.seal, lim)
 	out.container = s.short
+	reportArchive(opts.Archive, sink, out)
 	return out, nil
 }
 
 // watch runs the job to its end and records what happened: the trailers on
 // both streams, or the container's exit, or the executor's own kill at a
 // limit or a cancellation.
-func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte) (observed, error) {
+func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, restore *jobs.Snapshot, stdin []byte) (observed, error) {
 	// Calls after the job ended or was killed use a context of their own, so
 	// that a canceled caller still gets its container killed; each has its
 	// deadline (callDeadlines).
@@ -78,11 +88,25 @@ func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim 
 	early := false
 
 	feedDone := make(chan struct{})
+	var feedErr error // reading the snapshot failed: the worker's fault
 	go func() {
 		defer close(feedDone)
 		// Errors here mean the container is gone, which the wait reports.
 		if _, err := s.att.Conn.Write(env.header); err != nil {
 			return
+		}
+		if restore != nil {
+			// Large writes (the connection's ReadFrom would copy 32 KiB at
+			// a time): each one crosses dockerd and the shim.
+			conn := struct{ io.Writer }{s.att.Conn}
+			n, err := io.CopyBuffer(conn, io.LimitReader(readerOnly{restore.R, &feedErr}, restore.Size), make([]byte, 256<<10))
+			if err == nil && n < restore.Size && feedErr == nil { // the snapshot is shorter than announced
+				feedErr = io.ErrUnexpectedEOF
+			}
+			if err != nil || n < restore.Size {
+				_ = s.att.CloseWrite()
+				return
+			}
 		}
 		if len(stdin) > 0 {
 			if _, err := s.att.Conn.Write(stdin); err != nil {
@@ -156,6 +180,7 @@ wait:
 	if waitErr != nil {
 		return obs, infraErr("wait", waitErr)
 	}
+
 	if !early {
 		select {
 		case <-s.copyDone:
@@ -173,10 +198,20 @@ wait:
 			obs.engineOOM = info.Container.State.OOMKilled
 		}
 	}
+	if restore != nil {
+		s.att.Close()
+		<-feedDone
+		if feedErr != nil {
+			return obs, infraErr("restore", fmt.Errorf("%w: %w", errRestoreSource, feedErr))
+		}
+	}
 	c := s.out // the copy has ended: no lock needed
 	obs.stdout, obs.stderr = c.stdout.buf, c.stderr.buf
 	obs.stdoutN, obs.stderrN = c.stdout.n, c.stderr.n
 	obs.trailer, obs.diag = c.trailer, c.diag
+	if c.archive != nil {
+		obs.archiveN, obs.archiveSHA = c.archive.n, c.archive.digest()
+	}
 	obs.framesBroken = c.frames.Err()
 	return obs, nil
 }

@@ -293,7 +293,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
 	}
-	env, err := buildEnvelope(job, preset)
+	env, err := buildEnvelope(job, preset, lim, opts)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
 	}
@@ -344,7 +344,7 @@ type sealed struct {
 	seal   envelope.Seal
 }
 
-func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
+func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions) (sealed, error) {
 	argv := p.Argv
 	if len(job.Argv) > 0 {
 		argv = job.Argv
@@ -353,8 +353,12 @@ func buildEnvelope(job *jobs.Job, p Preset) (sealed, error) {
 	if mainInFiles && job.Code != "" {
 		return sealed{}, fmt.Errorf("files[%q]: collides with the preset's main file, which holds code", p.MainFile)
 	}
+	restore, arch, err := workspaceHeader(opts, lim)
+	if err != nil {
+		return sealed{}, err
+	}
 	seal := envelope.NewSeal()
-	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key}
+	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
 	if !mainInFiles {
 		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
 	}

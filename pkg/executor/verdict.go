@@ -21,6 +21,14 @@ type outcome struct {
 	started, finished        time.Time
 	cpuMS, peakBytes         *int64
 	container                string
+	archive                  archiveVerdict
+}
+
+// archiveVerdict is what the trailer says of the archive, if it checks.
+type archiveVerdict struct {
+	signed         bool // a signed trailer covers exactly the archive that came
+	files, skipped int
+	err            string // the launcher's reason it is incomplete
 }
 
 // errNoVerdict is the message of a job whose launcher gave no trailer that
@@ -33,8 +41,9 @@ const errNoVerdict = "the sandbox's launcher gave no verdict"
 //   - an OOM kill seen by the engine or the sandbox's cgroup comes next;
 //   - output past the cap, as counted by the executor, is output_limit;
 //   - only then the launcher's trailer, and only one signed with the job's
-//     seal, in a stream whose framing held, whose byte counts match what
-//     arrived: its exit status is the job's. Without one the job failed,
+//     seal, in a stream whose framing held, whose byte counts (and
+//     archive's size and digest) match what arrived: its exit status is
+//     the job's. Without one the job failed,
 //     whatever the container's exit status was, since a job that silenced
 //     the launcher could choose that.
 func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
@@ -42,7 +51,11 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	capped := int64(lim.Output)
 	out.stdoutTrunc, out.stderrTrunc = o.stdoutN > capped, o.stderrN > capped
 	t, signed := seal.Open(o.trailer)
-	signed = signed && o.framesBroken == nil && t.StdoutBytes == o.stdoutN && t.StderrBytes == o.stderrN
+	signed = signed && o.framesBroken == nil && t.StdoutBytes == o.stdoutN && t.StderrBytes == o.stderrN &&
+		t.ArchiveBytes == o.archiveN && t.ArchiveSHA256 == o.archiveSHA
+	if signed && o.killed == "" {
+		out.archive = archiveVerdict{signed: true, files: t.ArchiveFiles, skipped: t.ArchiveSkipped, err: t.ArchiveError}
+	}
 	code := int(o.exitCode)
 	if signed {
 		code = t.Exit

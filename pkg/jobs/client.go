@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -41,6 +42,9 @@ type Client struct {
 	topo   Topology
 	stores *Stores // nil for a tenant's client
 	tenant string  // see NewTenantClient
+
+	wsMu sync.Mutex
+	ws   *WorkspaceStores // opened on first use (workspace_client.go)
 }
 
 // NewClient opens the topology, creating what is missing (Topology.Open),

@@ -15,10 +15,14 @@
 // output as it is written and its lifecycle, for watching; the result in
 // RESULTS stays the authority. Workers create or update it
 // (Topology.Ensure); clients create only what is missing (Topology.Open).
+// Workspaces add the bucket WORKSPACES (heads) and the object stores
+// SNAPSHOTS and ARTIFACTS (workspace.go), which clients open on first use.
 //
 // Client: Submit, Get, Wait (a KV watch), SubmitAndWait (the watch opened
 // before the publish), Follow (a job's events from the start, ending with
-// its result), Queued, Phase (queued or running) and Cancel. Errors to test
-// with errors.Is:
-// ErrQueueFull, ErrNotFound, ErrFinished, ErrInvalidJob.
+// its result), Queued, Phase (queued or running) and Cancel; Workspace,
+// Workspaces, DeleteWorkspace, WriteSnapshot, ExtractWorkspace,
+// WriteArtifact and DownloadArtifacts. Errors to test with errors.Is:
+// ErrQueueFull, ErrNotFound, ErrFinished, ErrInvalidJob, ErrNoWorkspace,
+// ErrNoRevision, ErrDigest.
 package jobs

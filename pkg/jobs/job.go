@@ -33,6 +33,18 @@ type Job struct {
 	Limits  limits.Limits     `json:"limits,omitzero"`
 	ReplyTo string            `json:"reply_to,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+
+	// Workspace names the workspace the job runs in: its latest snapshot
+	// is restored into the working directory before the job, and the
+	// directory becomes its next snapshot after (see workspace.go).
+	Workspace string `json:"workspace,omitempty"`
+	// WorkspaceFrom starts from another workspace's revision: with
+	// Workspace, a new workspace forked from it; alone, a copy of it whose
+	// changes are not kept.
+	WorkspaceFrom *WorkspaceRef `json:"workspace_from,omitempty"`
+	// Outputs are globs of files under the working directory returned as
+	// artifacts ("*.png", "results/**").
+	Outputs []string `json:"outputs,omitempty"`
 }
 
 // Status is the verdict of a job.
@@ -106,6 +118,15 @@ type Result struct {
 	FinishedAt      *time.Time        `json:"finished_at"`
 	Error           string            `json:"error,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
+
+	// Workspace is the step the job made in its workspace, if it named one.
+	Workspace *WorkspaceStep `json:"workspace,omitempty"`
+	// Artifacts are the files of the job's outputs that were kept, and
+	// ArtifactsSkipped those that were not, with the reason; ArtifactsError
+	// says why there are none at all when the job asked for some.
+	Artifacts        []Artifact        `json:"artifacts,omitempty"`
+	ArtifactsSkipped []SkippedArtifact `json:"artifacts_skipped,omitempty"`
+	ArtifactsError   string            `json:"artifacts_error,omitempty"`
 }
 
 // EncodingBase64 marks a stream of a Result held as base64.
@@ -215,6 +236,7 @@ func (j *Job) Validate() error {
 		field.Argv(j.Argv),
 		field.Env(j.Env),
 		field.Labels(j.Labels),
+		j.validateWorkspace(),
 	} {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)

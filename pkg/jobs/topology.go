@@ -93,6 +93,9 @@ type Topology struct {
 	// oldest events go first. Default 1 GiB. What one job may put there is
 	// bounded by its worker, after the job's output cap (see pkg/worker).
 	EventsMaxBytes int64
+	// WorkspaceTTL is how long a workspace is kept after its last step
+	// (WORKSPACES and SNAPSHOTS). Default 24h.
+	WorkspaceTTL time.Duration
 }
 
 // WithDefaults returns t with every zero field set to its default.
@@ -125,6 +128,7 @@ func (t Topology) WithDefaults() Topology {
 	defD(&t.CancelWait, 2*time.Second)
 	defD(&t.EventsMaxAge, time.Hour)
 	def(&t.EventsMaxBytes, 1<<30)
+	defD(&t.WorkspaceTTL, 24*time.Hour)
 	return t
 }
 
@@ -165,6 +169,8 @@ func (t Topology) Validate() error {
 		return badField("EventsMaxAge", "%s is under 1s", t.EventsMaxAge)
 	case t.EventsMaxBytes < 0:
 		return badField("EventsMaxBytes", "%d is negative", t.EventsMaxBytes)
+	case t.WorkspaceTTL < time.Second:
+		return badField("WorkspaceTTL", "%s is under 1s", t.WorkspaceTTL)
 	}
 	return nil
 }
@@ -175,6 +181,9 @@ type Stores struct {
 	Results jetstream.KeyValue // job ID → Result JSON; first writer wins
 	Workers jetstream.KeyValue // worker ID → Heartbeat JSON, with a TTL
 	Cancels jetstream.KeyValue // job ID → cancel request, watched by workers
+	// Workspaces holds the workspace buckets; set by Ensure (workers), not
+	// by Open (a client opens them on first use).
+	Workspaces *WorkspaceStores
 
 	// MaxResultBytes is the most an encoded Result may take in RESULTS: the
 	// server's max_payload less room for the message's subject and headers.
@@ -191,8 +200,9 @@ func resultRoom(js jetstream.JetStream) int {
 	return 1<<20 - headroom // a stock server's max_payload
 }
 
-// Ensure creates or updates the streams JOBS and EVENTS and the buckets
-// RESULTS, WORKERS and CANCELS. It is idempotent and safe to call from every
+// Ensure creates or updates the streams JOBS and EVENTS, the buckets
+// RESULTS, WORKERS and CANCELS, and the workspace buckets
+// (EnsureWorkspaces). It is idempotent and safe to call from every
 // process.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
 	if err := t.Validate(); err != nil {
@@ -241,6 +251,9 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	}
 	if _, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
+	}
+	if st.Workspaces, err = t.EnsureWorkspaces(ctx, js); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -143,6 +143,10 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	if stored, err := w.lookup(job.ID); err != nil {
 		return decision{verdict: verdictNakDelay, reason: "read RESULTS: " + err.Error()}
 	} else if stored != nil {
+		if job.Workspace != "" {
+			// Stored, then died before releasing: release now.
+			w.releaseHead(job.Workspace, job.ID, log)
+		}
 		w.reply(job, stored, log)
 		return decision{verdict: verdictAck, result: stored, reason: "result already stored"}
 	}
@@ -170,15 +174,35 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	}
 
 	var res *jobs.Result
+	var ws *wsStep // the job's workspace and outputs, if any (workspace.go)
+	defer func() { ws.close() }()
 	if !errors.Is(context.Cause(jobCtx), ErrCancelRequested) {
 		var d *decision
-		res, d = w.runHeld(stop, jobCtx, job, ev, log)
+		ws, res, d = w.beginWorkspace(stop, jobCtx, job, log)
 		if d != nil {
 			return *d
+		}
+		if res == nil && jobCtx.Err() == nil {
+			// The workspace's restore and archive, and the events' output
+			// and start: one RunOptions for each run.
+			opts := func() jobs.RunOptions {
+				o, e := ws.options(), ev.runOptions()
+				o.OnOutput, o.OnStart = e.OnOutput, e.OnStart
+				return o
+			}
+			res, d = w.runHeld(stop, jobCtx, job, opts, log)
+			if d == nil && res != nil {
+				d = ws.afterRun(force, res)
+			}
+			if d != nil {
+				ws.abandon()
+				return *d
+			}
 		}
 	}
 	switch cause := context.Cause(jobCtx); {
 	case errors.Is(cause, ErrForced):
+		ws.abandon()
 		return decision{verdict: verdictNak, reason: "forced stop"}
 	case errors.Is(cause, ErrCancelRequested):
 		switch {
@@ -193,18 +217,20 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	}
 	w.fill(res, job, dl)
 	ev.ended(res)
-	return w.finish(force, job, res, ev, log)
+	d := w.finish(force, job, res, ev, log)
+	ws.settled(d)
+	return d
 }
 
 // runHeld runs the job. On an infrastructure error it marks the executor
 // down (the fetcher pauses and the prober pings with back-off), holds the
 // message, and runs it again once the executor is up: no delivery is
 // burnt. It gives the job back on drain, force or after HoldMax.
-func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, ev *jobEvents, log *slog.Logger) (*jobs.Result, *decision) {
+func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func() jobs.RunOptions, log *slog.Logger) (*jobs.Result, *decision) {
 	var hold <-chan time.Time
 	for {
 		log.Debug("running")
-		res, err := w.runOnce(jobCtx, job, ev.runOptions())
+		res, err := w.runOnce(jobCtx, job, opts())
 		if err == nil {
 			if res == nil {
 				now := time.Now().UTC()

@@ -100,6 +100,18 @@ type Config struct {
 	// prints live and `submit logs` replays (see events.go). Default: they
 	// are published.
 	NoEvents bool
+	// KeepRevisions is how many revisions of a workspace keep their
+	// snapshots (a fork may start from any of them). Default 10; at
+	// least 2.
+	KeepRevisions int
+	// MaxArtifacts and MaxArtifactBytes bound the files one job returns;
+	// past them files are skipped, and listed in the result. Defaults 100
+	// and 64 MiB.
+	MaxArtifacts     int
+	MaxArtifactBytes int64
+	// TempDir holds a job's snapshot and archive while it runs, as
+	// unlinked files. Default os.TempDir().
+	TempDir string
 }
 
 // ErrInvalidConfig is wrapped by Config.Validate's errors.
@@ -158,6 +170,18 @@ func (c Config) withDefaults() Config {
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
+	if c.KeepRevisions == 0 {
+		c.KeepRevisions = 10
+	}
+	if c.MaxArtifacts == 0 {
+		c.MaxArtifacts = 100
+	}
+	if c.MaxArtifactBytes == 0 {
+		c.MaxArtifactBytes = 64 << 20
+	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
+	}
 	return c
 }
 
@@ -189,6 +213,12 @@ func (c Config) Validate() error {
 		return bad("NakDelay", "%s is negative", c.NakDelay)
 	case c.SweepInterval < 10*time.Millisecond:
 		return bad("SweepInterval", "%s is under 10ms", c.SweepInterval)
+	case c.KeepRevisions < 2:
+		return bad("KeepRevisions", "%d is under 2 (a step's base must be kept)", c.KeepRevisions)
+	case c.MaxArtifacts < 0:
+		return bad("MaxArtifacts", "%d is negative", c.MaxArtifacts)
+	case c.MaxArtifactBytes < 0:
+		return bad("MaxArtifactBytes", "%d is negative", c.MaxArtifactBytes)
 	}
 	if err := c.Topology.Validate(); err != nil {
 		return fmt.Errorf("%w: Topology: %w", ErrInvalidConfig, err)

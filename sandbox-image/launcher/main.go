@@ -150,7 +150,11 @@ func run(sigs, chld <-chan os.Signal) int {
 	if dir == "" {
 		dir = envelope.DefaultDir
 	}
-	if err := unpack(dir, h.Files); err != nil {
+	restored, err := restore(dir, h.Restore, os.Stdin)
+	if err != nil {
+		return fail(exitLauncher, "restoring the workspace: %v", err)
+	}
+	if err := unpack(dir, h.Files, restored); err != nil {
 		return fail(exitLauncher, "writing files: %v", err)
 	}
 	env := buildEnv(os.Environ(), h.Env, dir)
@@ -215,6 +219,7 @@ func run(sigs, chld <-chan os.Signal) int {
 	cpu := st.usage.Utime.Nano() + st.usage.Stime.Nano()
 	t.MaxRSSBytes, t.CPUNanos = &rss, &cpu
 	t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
+	saveArchive(fr, dir, h.Archive, &t)
 	return finish(t)
 }
 
@@ -262,11 +267,19 @@ func reap(job int, st waited) (_ waited, done bool) {
 	}
 }
 
-func unpack(dir string, files []envelope.File) error {
+// unpack writes the job's files into dir. Over a restored workspace
+// (replace), a file replaces what was there under its name, a link
+// included; otherwise dir is a fresh tmpfs.
+func unpack(dir string, files []envelope.File, replace bool) error {
 	for _, f := range files {
 		p := filepath.Join(dir, f.Name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
+		}
+		if replace {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
 		mode := fs.FileMode(f.Mode)
 		if mode == 0 {

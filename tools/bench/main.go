@@ -11,7 +11,9 @@
 //	     the real pkg/worker on a no-op executor;
 //	(d)  the worker subprocess's RSS idle and under load;
 //	(e)  (b) and (b') again with --runtime runsc, when the engine has
-//	     gVisor registered (make runsc): what the second kernel costs.
+//	     gVisor registered (make runsc): what the second kernel costs;
+//	(f)  what a workspace's restore and save add to a warm job, for 0 B,
+//	     1 MiB and 20 MiB (workspace.go).
 //
 // Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
@@ -73,6 +75,11 @@ type options struct {
 	quietCode   string
 	eventsN     int
 	eventsOnly  bool
+
+	// (h), workspace.go
+	image          string
+	workspaces     bool
+	workspacesOnly bool
 }
 
 func main() {
@@ -103,6 +110,9 @@ func run(args []string) error {
 	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (f), which writes nothing")
 	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (f)")
 	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (f) only")
+	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (h)'s worker (default the worker's, "+executor.DefaultImage+")")
+	fs.BoolVar(&o.workspaces, "workspaces", true, "run (h), the workspace phase")
+	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (h) alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,6 +124,9 @@ func run(args []string) error {
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
+	if o.workspacesOnly {
+		return workspacesAlone(ctx, o)
+	}
 	load0 := loadAvg()
 	start := time.Now()
 	r := &report{cores: cores, o: o}
@@ -162,6 +175,13 @@ func run(args []string) error {
 		if events, err = streamingCost(ctx, o); err != nil {
 			return fmt.Errorf("(f): %w", err)
 		}
+		if o.workspaces {
+			step("(h) workspaces of 0 B, 1 MiB and 20 MiB: %d steps each, interleaved with plain jobs", o.n)
+			var err error
+			if r.ws, err = workspaceCost(ctx, o); err != nil {
+				return fmt.Errorf("(h): %w", err)
+			}
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -201,6 +221,7 @@ type report struct {
 	hwm               int64
 	viaGo, viaGoReply gatewayFigures // (g)
 	viaHTTP           gatewayFigures
+	ws                *wsFigures // (h)
 	load              [2]string
 	took              time.Duration
 }
@@ -696,6 +717,7 @@ func (r *report) print(w io.Writer) {
 		mib := float64(r.rssIdle) / 1024
 		verdict("(d) worker RSS idle", fmt.Sprintf("%.1f MiB", mib), "≤ 50 MiB", mib <= 50, false)
 	}
+	r.ws.print(w)
 }
 
 // hasRuntime reports whether the Docker engine has the named runtime.

@@ -16,6 +16,7 @@
 //	infra          fail as a broken infrastructure would (an error wrapping
 //	               ErrInfra), without the fake going down: the worker holds
 //	               the job, then hands it back, and its deliveries run out
+//	write, append, cat  files of a workspace (see workspace.go)
 //
 // Images other than "python" and "shell" are rejected as unknown presets,
 // and limits are resolved against limits.Default() and Caps, as the real
@@ -161,9 +162,19 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	}
 	var stdout, stderr strings.Builder
 	defer func() { res.Stdout, res.Stderr = stdout.String(), stderr.String() }()
+	ws, err := restore(opts, job) // workspace.go
+	if err != nil {
+		code := 125
+		res.Error = "restoring the workspace: " + err.Error()
+		return finish(jobs.StatusFailed, &code)
+	}
+	defer func() { ws.archive(opts, res.Status) }()
 	sc := bufio.NewScanner(strings.NewReader(job.Code))
 	for sc.Scan() {
 		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if ws.command(cmd, arg, &stdout) {
+			continue
+		}
 		switch cmd {
 		case "print":
 			stdout.WriteString(arg + "\n")

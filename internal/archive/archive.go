@@ -1,0 +1,281 @@
+// Package archive reads and writes the tar archives of a workspace: the
+// snapshot the launcher restores into the working directory before a job
+// and writes after it, and the files a job returns as artifacts.
+//
+// Both sides hold the same rules, so that what Write produces Extract
+// accepts, and nothing else: directories, regular files and symbolic links
+// whose target stays inside the tree, with permission bits only (no
+// setuid, setgid or sticky bit), names that are relative and free of "."
+// and ".." parts, at most Limits.MaxFiles entries and Limits.MaxBytes bytes.
+// Extract refuses anything else outright (hard links, devices, fifos,
+// sparse files, a symlink that leads out, a name given twice) and checks
+// the limits while it reads, before it writes a byte past them; every write
+// goes through an os.Root, so that nothing lands outside the tree even
+// through a link the archive made a moment before.
+//
+// The launcher runs Extract and Write inside the sandbox, as the sandbox
+// user; the worker only reads archives (to pick artifacts out of them), and
+// `submit workspace get` extracts one on the user's machine with the same
+// rules. The package imports nothing of the project's but internal/field,
+// so that the launcher stays small.
+package archive
+
+import (
+	"archive/tar"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/field"
+)
+
+// DefaultMaxFiles bounds the entries of a snapshot: files, directories and
+// links together.
+const DefaultMaxFiles = 100_000
+
+// maxLinkHops is how many symbolic links a resolution follows before it
+// gives up, as the kernel's MAXSYMLINKS.
+const maxLinkHops = 40
+
+// Limits bound an archive.
+type Limits struct {
+	// MaxBytes bounds the archive's own size in bytes, and so the sum of its
+	// files' sizes (a sparse file counts its full size).
+	MaxBytes int64
+	// MaxFiles bounds its entries.
+	MaxFiles int
+}
+
+// Stats describe an archive that was read or written.
+type Stats struct {
+	Files   int   // entries: directories, regular files and links
+	Bytes   int64 // the sum of the regular files' sizes
+	Skipped int   // Write: entries left out (fifos, sockets, devices, links leading out, unreadable)
+}
+
+var (
+	// ErrRefused is wrapped by every error of Extract about the archive's
+	// content: it holds something no launcher writes.
+	ErrRefused = errors.New("archive refused")
+	// ErrTooLarge is wrapped by the errors of Write and Extract for an
+	// archive over its Limits.
+	ErrTooLarge = errors.New("archive over its limit")
+)
+
+func refuse(name, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrRefused, field.Quote(name), fmt.Sprintf(format, args...))
+}
+
+// Extract reads a tar archive from r into the tree under root, with the
+// rules of the package. On an error, what was extracted so far stays, but
+// never a link that leads out.
+func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
+	tr := tar.NewReader(r)
+	seen := map[string]bool{}
+	var links []string
+	// Links are checked once all are made, whatever stopped the
+	// extraction: one made later may change where an earlier one leads.
+	// One that leads out is removed.
+	checked := false
+	checkLinks := func() error {
+		checked = true
+		var first error
+		for _, l := range links {
+			out, err := leadsOut(root, l)
+			if err == nil && !out {
+				continue
+			}
+			_ = root.Remove(l)
+			if err == nil {
+				err = refuse(l, "the link leads out of the workspace")
+			}
+			first = cmp.Or(first, err)
+		}
+		return first
+	}
+	defer func() {
+		if !checked {
+			err = cmp.Or(err, checkLinks())
+		}
+	}()
+	type dirMode struct {
+		name  string
+		mode  fs.FileMode
+		mtime time.Time
+	}
+	var dirs []dirMode
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("%w: not a tar archive the launcher wrote: %v", ErrRefused, err)
+		}
+		st.Files++
+		if st.Files > lim.MaxFiles {
+			return st, fmt.Errorf("%w: %w: more than %d entries", ErrRefused, ErrTooLarge, lim.MaxFiles)
+		}
+		name := hdr.Name
+		if hdr.Typeflag == tar.TypeDir {
+			name = strings.TrimSuffix(name, "/")
+		}
+		if err := field.FileName(name); err != nil {
+			return st, refuse(hdr.Name, "a name must be relative, without empty, '.' or '..' parts")
+		}
+		if seen[name] {
+			return st, refuse(name, "given twice")
+		}
+		seen[name] = true
+		if hdr.Mode&0o7000 != 0 {
+			return st, refuse(name, "mode %o has a setuid, setgid or sticky bit", hdr.Mode)
+		}
+		for k := range hdr.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return st, refuse(name, "a sparse file")
+			}
+		}
+		perm := fs.FileMode(hdr.Mode) & fs.ModePerm
+		switch hdr.Typeflag {
+		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
+			if hdr.Size < 0 || hdr.Size > lim.MaxBytes-st.Bytes {
+				return st, fmt.Errorf("%w: %w: %s of %d bytes takes the files past %d bytes", ErrRefused, ErrTooLarge, field.Quote(name), hdr.Size, lim.MaxBytes)
+			}
+			st.Bytes += hdr.Size
+			if err := writeFile(root, name, perm, hdr.ModTime, tr, hdr.Size); err != nil {
+				return st, err
+			}
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o700); err != nil {
+				return st, fmt.Errorf("%s: %w", field.Quote(name), err)
+			}
+			// Modes last: a directory without write permission must
+			// still take its files.
+			dirs = append(dirs, dirMode{name, perm, hdr.ModTime})
+		case tar.TypeSymlink:
+			if err := linkInside(name, hdr.Linkname); err != nil {
+				return st, err
+			}
+			if err := mkParent(root, name); err != nil {
+				return st, err
+			}
+			if err := root.Symlink(hdr.Linkname, name); err != nil {
+				return st, fmt.Errorf("%s: %w", field.Quote(name), err)
+			}
+			links = append(links, name)
+		default:
+			return st, refuse(name, "entries of type %q (a hard link, device, fifo or sparse file) are not kept in a workspace", hdr.Typeflag)
+		}
+	}
+	if err := checkLinks(); err != nil {
+		return st, err
+	}
+	for _, d := range slices.Backward(dirs) {
+		if err := root.Chmod(d.name, d.mode); err != nil {
+			return st, fmt.Errorf("%s: %w", field.Quote(d.name), err)
+		}
+		if !d.mtime.IsZero() {
+			_ = root.Chtimes(d.name, d.mtime, d.mtime)
+		}
+	}
+	return st, nil
+}
+
+func mkParent(root *os.Root, name string) error {
+	if dir := path.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("%s: %w", field.Quote(name), err)
+		}
+	}
+	return nil
+}
+
+func writeFile(root *os.Root, name string, perm fs.FileMode, mtime time.Time, r io.Reader, size int64) error {
+	if err := mkParent(root, name); err != nil {
+		return err
+	}
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field.Quote(name), err)
+	}
+	_, err = io.CopyN(f, r, size)
+	if err == nil {
+		err = f.Chmod(perm) // exactly, whatever the umask
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", field.Quote(name), err)
+	}
+	if !mtime.IsZero() {
+		_ = root.Chtimes(name, mtime, mtime)
+	}
+	return nil
+}
+
+// linkInside checks a link's target as written: relative, and inside the
+// tree when read as a path from the link's directory.
+func linkInside(name, target string) error {
+	switch {
+	case target == "" || strings.IndexByte(target, 0) >= 0:
+		return refuse(name, "a link needs a target without NUL")
+	case path.IsAbs(target):
+		return refuse(name, "the link's target %s is absolute", field.Quote(target))
+	}
+	if p := path.Join(path.Dir(name), target); p == ".." || strings.HasPrefix(p, "../") {
+		return refuse(name, "the link's target %s leads out of the workspace", field.Quote(target))
+	}
+	return nil
+}
+
+// leadsOut resolves the link at name as the kernel would, following every
+// link on the way, and reports whether the resolution leaves the tree: a
+// target that looks inside can still lead out through another link
+// ("d/l" -> "..", "m" -> "d/l/.."). A part that does not exist is taken as
+// a directory, as the job could create it later.
+func leadsOut(root *os.Root, name string) (bool, error) {
+	var at []string                  // the resolved directories, from the root down
+	todo := strings.Split(name, "/") // what is left to resolve
+	hops := 0
+	for len(todo) > 0 {
+		part := todo[0]
+		todo = todo[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			if len(at) == 0 {
+				return true, nil
+			}
+			at = at[:len(at)-1]
+			continue
+		}
+		p := path.Join(append(slices.Clone(at), part)...)
+		fi, err := root.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			at = append(at, part)
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return false, refuse(name, "more than %d links to follow", maxLinkHops)
+		}
+		target, err := root.Readlink(p)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", field.Quote(p), err)
+		}
+		if path.IsAbs(target) {
+			return true, nil
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return false, nil
+}

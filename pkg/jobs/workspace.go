@@ -1,0 +1,257 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/field"
+)
+
+// Workspaces: an agent's state across jobs, kept in JetStream. Workers stay
+// stateless and sandboxes single-use: a job naming a workspace has its
+// latest snapshot (a tar of the working directory, written by the sandbox's
+// launcher) restored before it runs, and the directory after it becomes
+// the workspace's next revision. Snapshots are objects of the SNAPSHOTS
+// object store, named "<workspace>/<revision>"; the head of each workspace
+// is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
+// WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
+// the files a job's outputs name, are objects of ARTIFACTS named
+// "<job id>/<path>".
+
+// Names of the workspace buckets, part of the wire contract.
+const (
+	WorkspacesBucket = "WORKSPACES" // KV: workspace name → WorkspaceHead
+	SnapshotsBucket  = "SNAPSHOTS"  // objects: "<workspace>/<revision>" → tar
+	ArtifactsBucket  = "ARTIFACTS"  // objects: "<job id>/<path>" → the file
+)
+
+// WorkspaceRef names a workspace's revision; Revision 0 means its head.
+type WorkspaceRef struct {
+	Name     string `json:"name"`
+	Revision int64  `json:"revision,omitempty"`
+}
+
+func (r WorkspaceRef) String() string {
+	if r.Revision == 0 {
+		return r.Name
+	}
+	return r.Name + "@" + strconv.FormatInt(r.Revision, 10)
+}
+
+// ParseWorkspaceRef reads NAME or NAME@REVISION.
+func ParseWorkspaceRef(s string) (WorkspaceRef, error) {
+	name, rev, found := cutLast(s, '@')
+	r := WorkspaceRef{Name: name}
+	if found {
+		n, err := strconv.ParseInt(rev, 10, 64)
+		if err != nil || n < 1 {
+			return r, fmt.Errorf("%w: workspace_from: revision %q must be a number from 1", ErrInvalidJob, rev)
+		}
+		r.Revision = n
+	}
+	if err := field.Name("workspace_from.name", r.Name); err != nil {
+		return r, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	return r, nil
+}
+
+func cutLast(s string, sep byte) (before, after string, found bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// SnapshotName is the object of a workspace's revision in SNAPSHOTS.
+func SnapshotName(workspace string, revision int64) string {
+	return workspace + "/" + strconv.FormatInt(revision, 10)
+}
+
+// ArtifactKey is the object of a job's artifact in ARTIFACTS.
+func ArtifactKey(jobID, name string) string { return jobID + "/" + name }
+
+func (j *Job) validateWorkspace() error {
+	if j.Workspace != "" {
+		if err := field.Name("workspace", j.Workspace); err != nil {
+			return err
+		}
+	}
+	if f := j.WorkspaceFrom; f != nil {
+		if err := field.Name("workspace_from.name", f.Name); err != nil {
+			return err
+		}
+		switch {
+		case f.Revision < 0:
+			return &field.Error{Field: "workspace_from.revision", Reason: "must be 0 (the head) or more"}
+		case f.Name == j.Workspace:
+			return &field.Error{Field: "workspace_from", Reason: "a workspace cannot start from itself (leave workspace_from out)"}
+		}
+	}
+	return field.Outputs(j.Outputs)
+}
+
+// WorkspaceStep is what a job did in its workspace, in its Result.
+type WorkspaceStep struct {
+	// Name is the job's workspace; "" for a copy (workspace_from alone).
+	Name string `json:"name,omitempty"`
+	// From is the state the job started from: a revision of its own
+	// workspace (0: it was empty), or the workspace it was forked from.
+	From WorkspaceRef `json:"from"`
+	// Revision is the revision the job produced; From.Revision of its own
+	// workspace when nothing was saved (see Error).
+	Revision  int64 `json:"revision"`
+	SizeBytes int64 `json:"size_bytes,omitempty"` // the snapshot's size (a tar)
+	Files     int   `json:"files,omitempty"`      // entries: files, directories, links
+	// Skipped counts what the snapshot could not keep: fifos, sockets,
+	// links leading out of the workspace, unreadable files.
+	Skipped int `json:"skipped,omitempty"`
+	// Replayed is set on a redelivered job whose first attempt had already
+	// saved its revision: it ran again against the same state, and the
+	// revision stands as the first attempt saved it.
+	Replayed bool `json:"replayed,omitempty"`
+	// Error says why the job's changes were not saved.
+	Error string `json:"error,omitempty"`
+}
+
+// Artifact is a file a job returned: in ARTIFACTS under Key.
+type Artifact struct {
+	Name   string `json:"name"` // path under the working directory
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Key    string `json:"key"`
+}
+
+// SkippedArtifact is a file matching the job's outputs that was not kept.
+type SkippedArtifact struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	Reason string `json:"reason"`
+}
+
+// StepState is the state of the step in flight on a workspace.
+type StepState string
+
+const (
+	// StepRunning: the job holds the workspace and runs; its revision is
+	// not saved.
+	StepRunning StepState = "running"
+	// StepSaved: the job's revision is saved and is the head, but its
+	// result is not stored yet. A redelivery of the same job runs it again
+	// against Base, saves nothing, and reports the same revision.
+	StepSaved StepState = "saved"
+)
+
+// InFlight is the step holding a workspace: one at a time.
+type InFlight struct {
+	Job    string       `json:"job"`
+	State  StepState    `json:"state"`
+	Base   WorkspaceRef `json:"base"` // the state it started from, with its revision
+	Worker string       `json:"worker"`
+	Since  time.Time    `json:"since"`
+}
+
+// WorkspaceHead is the value of a workspace's key in WORKSPACES.
+type WorkspaceHead struct {
+	Name string `json:"name"`
+	// Revision is the latest saved revision: 0 while the workspace is
+	// empty. Its snapshot is SnapshotName(Name, Revision).
+	Revision  int64         `json:"revision"`
+	SizeBytes int64         `json:"size_bytes"`
+	Files     int           `json:"files"`
+	SHA256    string        `json:"sha256,omitempty"`
+	Job       string        `json:"job,omitempty"` // the job that saved Revision
+	Forked    *WorkspaceRef `json:"forked_from,omitempty"`
+	// Kept lists the revisions whose snapshots are kept, oldest first; a
+	// fork may start from any of them.
+	Kept      []int64   `json:"kept,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Step is the step in flight, if any.
+	Step *InFlight `json:"step,omitempty"`
+}
+
+// WorkspaceStores are the JetStream objects of workspaces and artifacts.
+type WorkspaceStores struct {
+	Heads     jetstream.KeyValue    // WORKSPACES
+	Snapshots jetstream.ObjectStore // SNAPSHOTS
+	Artifacts jetstream.ObjectStore // ARTIFACTS
+}
+
+// ErrNoWorkspaces: the fleet keeps no workspaces (its workers predate
+// them, or none ever started).
+var ErrNoWorkspaces = errors.New("this fleet keeps no workspaces (no WORKSPACES bucket)")
+
+// EnsureWorkspaces creates or updates the workspace buckets: WORKSPACES
+// and SNAPSHOTS expire after WorkspaceTTL without a step, ARTIFACTS with
+// the results (ResultTTL). Workers call it; clients use OpenWorkspaces.
+func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	t = t.WithDefaults()
+	ws := &WorkspaceStores{}
+	var err error
+	ws.Heads, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      WorkspacesBucket,
+		Description: "sandfleet workspace heads by name",
+		TTL:         t.WorkspaceTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, err)
+	}
+	obj := func(name, desc string, ttl time.Duration) (jetstream.ObjectStore, error) {
+		o, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      name,
+			Description: desc,
+			TTL:         ttl,
+			Storage:     jetstream.FileStorage,
+			Replicas:    t.Replicas,
+			Compression: true,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("object store %s: %w", name, err)
+		}
+		return o, nil
+	}
+	if ws.Snapshots, err = obj(SnapshotsBucket, "sandfleet workspace snapshots: <workspace>/<revision>", t.WorkspaceTTL); err != nil {
+		return nil, err
+	}
+	if ws.Artifacts, err = obj(ArtifactsBucket, "sandfleet artifacts: <job id>/<path>", t.ResultTTL); err != nil {
+		return nil, err
+	}
+	return ws, nil
+}
+
+// OpenWorkspaces binds the workspace buckets without creating them:
+// ErrNoWorkspaces when they do not exist.
+func OpenWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
+	ws := &WorkspaceStores{}
+	var err error
+	if ws.Heads, err = js.KeyValue(ctx, WorkspacesBucket); err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, ErrNoWorkspaces
+		}
+		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, err)
+	}
+	if ws.Snapshots, err = js.ObjectStore(ctx, SnapshotsBucket); err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, ErrNoWorkspaces
+		}
+		return nil, fmt.Errorf("object store %s: %w", SnapshotsBucket, err)
+	}
+	if ws.Artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, ErrNoWorkspaces
+		}
+		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
+	}
+	return ws, nil
+}

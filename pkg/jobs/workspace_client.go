@@ -1,0 +1,285 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/archive"
+	"github.com/sandfleet/sandfleet/internal/field"
+)
+
+var (
+	// ErrNoWorkspace: no workspace has this name (it was never made, was
+	// removed, or expired).
+	ErrNoWorkspace = errors.New("no such workspace")
+	// ErrNoRevision: the workspace does not keep this revision.
+	ErrNoRevision = errors.New("revision not kept")
+	// ErrDigest: what was read does not have the digest it was stored with.
+	ErrDigest = errors.New("digest mismatch")
+)
+
+// workspaceStores opens the workspace buckets on first use: a client that
+// never touches a workspace works with a fleet that keeps none.
+func (c *Client) workspaceStores(ctx context.Context) (*WorkspaceStores, error) {
+	c.wsMu.Lock()
+	defer c.wsMu.Unlock()
+	if c.ws != nil {
+		return c.ws, nil
+	}
+	ws, err := OpenWorkspaces(ctx, c.js)
+	if err != nil {
+		return nil, err
+	}
+	c.ws = ws
+	return ws, nil
+}
+
+// DecodeWorkspaceHead parses a head as stored in WORKSPACES under key name.
+func DecodeWorkspaceHead(name string, data []byte) (*WorkspaceHead, error) {
+	var h WorkspaceHead
+	if err := json.Unmarshal(data, &h); err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", name, err)
+	}
+	if h.Name != name {
+		return nil, fmt.Errorf("workspace %s: the head names %q", name, h.Name)
+	}
+	return &h, nil
+}
+
+// Workspace returns the head of a workspace, or ErrNoWorkspace.
+func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, error) {
+	if err := field.Name("workspace", name); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := ws.Heads.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, fmt.Errorf("%w: %s", ErrNoWorkspace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", name, err)
+	}
+	return DecodeWorkspaceHead(name, e.Value())
+}
+
+// Workspaces returns every workspace's head, by name.
+func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := ws.Heads.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	var names []string
+	for k := range lister.Keys() {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var heads []*WorkspaceHead
+	for _, n := range names {
+		h, err := c.Workspace(ctx, n)
+		if errors.Is(err, ErrNoWorkspace) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		heads = append(heads, h)
+	}
+	return heads, nil
+}
+
+// DeleteWorkspace removes a workspace: its head at once, then the
+// snapshots it keeps. A step in flight fails to save. It returns how many
+// snapshots could not be deleted (a fleet's submitter may not): they expire
+// with the workspaces' TTL, and nothing refers to them any more.
+func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, err error) {
+	h, err := c.Workspace(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := ws.Heads.Purge(ctx, name); err != nil {
+		return 0, fmt.Errorf("remove workspace %s: %w", name, err)
+	}
+	revs := h.Kept
+	if h.Revision > 0 && !slices.Contains(revs, h.Revision) {
+		revs = append(revs, h.Revision)
+	}
+	for _, r := range revs {
+		dctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+		err := ws.Snapshots.Delete(dctx, SnapshotName(name, r))
+		cancel()
+		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			left++
+		}
+	}
+	return left, nil
+}
+
+// resolve returns the revision ref names: its own, or the head's.
+func (c *Client) resolve(ctx context.Context, ref WorkspaceRef) (*WorkspaceHead, int64, error) {
+	h, err := c.Workspace(ctx, ref.Name)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev := ref.Revision
+	if rev == 0 {
+		rev = h.Revision
+	}
+	if rev == 0 {
+		return h, 0, fmt.Errorf("%w: workspace %s is empty (no revision saved yet)", ErrNoRevision, ref.Name)
+	}
+	if rev != h.Revision && !slices.Contains(h.Kept, rev) {
+		return h, 0, fmt.Errorf("%w: %s@%d (it keeps %v)", ErrNoRevision, ref.Name, rev, h.Kept)
+	}
+	return h, rev, nil
+}
+
+// WriteSnapshot writes the snapshot of ref (a tar, as the launcher wrote
+// it) to w and returns its revision.
+func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Writer) (int64, error) {
+	h, rev, err := c.resolve(ctx, ref)
+	if err != nil {
+		return 0, err
+	}
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return 0, err
+	}
+	want := ""
+	if rev == h.Revision {
+		want = h.SHA256
+	}
+	if err := getObject(ctx, ws.Snapshots, SnapshotName(ref.Name, rev), want, w); err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return 0, fmt.Errorf("%w: %s@%d: its snapshot is gone (expired or removed)", ErrNoRevision, ref.Name, rev)
+		}
+		return 0, err
+	}
+	return rev, nil
+}
+
+// ExtractWorkspace writes the files of ref's snapshot into dir, which must
+// be empty or not exist, with the launcher's rules (internal/archive):
+// nothing lands outside dir, and a snapshot holding what a launcher never
+// writes is refused. It returns the revision and the entries written.
+func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir string) (rev int64, files int, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, 0, err
+	}
+	if des, err := os.ReadDir(dir); err != nil {
+		return 0, 0, err
+	} else if len(des) > 0 {
+		return 0, 0, fmt.Errorf("%s is not empty", dir)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer root.Close()
+	pr, pw := io.Pipe()
+	type got struct {
+		rev int64
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		rev, err := c.WriteSnapshot(ctx, ref, pw)
+		pw.CloseWithError(err)
+		done <- got{rev, err}
+	}()
+	st, xerr := archive.Extract(root, pr, archive.Limits{MaxBytes: 1 << 40, MaxFiles: archive.DefaultMaxFiles})
+	_, _ = io.Copy(io.Discard, pr) // let the writer finish
+	g := <-done
+	if g.err != nil {
+		return 0, st.Files, g.err
+	}
+	return g.rev, st.Files, xerr
+}
+
+// WriteArtifact writes an artifact's bytes to w, checking its digest.
+func (c *Client) WriteArtifact(ctx context.Context, a Artifact, w io.Writer) error {
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return err
+	}
+	if err := getObject(ctx, ws.Artifacts, a.Key, a.SHA256, w); err != nil {
+		return fmt.Errorf("artifact %s: %w", a.Name, err)
+	}
+	return nil
+}
+
+// DownloadArtifacts writes artifacts into dir under their names, making
+// directories as needed and replacing files of the same names. A name that
+// would leave dir is refused (a worker never lists one).
+func (c *Client) DownloadArtifacts(ctx context.Context, arts []Artifact, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, a := range arts {
+		if err := field.FileName(a.Name); err != nil {
+			return fmt.Errorf("artifact %s: %w", field.Quote(a.Name), err)
+		}
+		if d := path.Dir(a.Name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		f, err := root.OpenFile(a.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+		if err != nil {
+			return err
+		}
+		err = c.WriteArtifact(ctx, a, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getObject copies an object to w; with want set, its SHA-256 must be
+// want (hex). The object store checks its own digest too.
+func getObject(ctx context.Context, store jetstream.ObjectStore, name, want string, w io.Writer) error {
+	obj, err := store.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(w, sum), obj); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); want != "" && !strings.EqualFold(got, want) {
+		return fmt.Errorf("%w: %s has sha256 %s, not %s", ErrDigest, name, got, want)
+	}
+	return nil
+}

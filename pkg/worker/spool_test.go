@@ -1,0 +1,42 @@
+package worker
+
+import (
+	"bytes"
+	"io"
+	"testing"
+)
+
+// A spool keeps small contents in memory and spills large ones to an
+// unlinked file; either way it reads back what was written, from the
+// start, as often as asked, and empties for another run.
+func TestSpool(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 1000, spoolMemory, spoolMemory + 1, 3*spoolMemory + 7} {
+		s := &spool{dir: t.TempDir()}
+		data := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+		for rest := data; len(rest) > 0; {
+			n := min(len(rest), 100_000)
+			if _, err := s.Write(rest[:n]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		if spilled := s.f != nil; spilled != (size > spoolMemory) {
+			t.Errorf("%d bytes: spilled %v", size, spilled)
+		}
+		for range 2 {
+			got, err := io.ReadAll(s.reader(s.n))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%d bytes: read %d, %v", size, len(got), err)
+			}
+		}
+		if err := s.reset(); err != nil {
+			t.Fatal(err)
+		}
+		s.Write([]byte("again"))
+		if got, _ := io.ReadAll(s.reader(s.n)); string(got) != "again" {
+			t.Fatalf("%d bytes, after reset: %q", size, got)
+		}
+		s.close()
+	}
+}

@@ -1,0 +1,574 @@
+package worker
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/archive"
+	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// A job's workspace and outputs, around its run (see wshead.go for the
+// head's rules). Snapshots pass through the worker as bytes (spool.go:
+// memory, or unlinked temporary files when large), never unpacked: the sandbox's launcher restores and
+// archives them. The order of writes is what makes a step exactly once:
+//
+//  1. take the head: running(J), by compare-and-swap;
+//  2. run J against the base snapshot; the launcher archives the result;
+//  3. put the archive as SNAPSHOTS "<ws>/<rev+1>", then move the head to
+//     saved(J) at rev+1 (compare-and-swap): the commit;
+//  4. store J's result (first writer wins), then release the head.
+//
+// A death before 3's swap leaves running(J): the redelivery takes it over
+// and starts again from the same base (overwriting the unreferenced
+// object). A death between 3 and 4 leaves saved(J): the redelivery runs J
+// again against the base, saves nothing and reports rev+1. A death after
+// 4 leaves J's result, which ends any later delivery before it runs, and
+// makes J's holding of the head "gone" for the next job.
+
+// stepMode is what a job does with a workspace.
+type stepMode int
+
+const (
+	modeOutputs stepMode = iota // no workspace: only the outputs
+	modeCopy                    // workspace_from alone: restore, never save
+	modeFresh                   // holds running(J): restore the base, save
+	modeReplay                  // found saved(J): restore the base, save nothing
+)
+
+// maxSkippedListed bounds the skipped artifacts a result lists; the rest
+// are counted in ArtifactsError.
+const maxSkippedListed = 100
+
+// wsStep is one job's use of a workspace, from taking its head to
+// releasing it. A nil *wsStep is a job without workspace or outputs.
+type wsStep struct {
+	w    *Worker
+	job  *jobs.Job
+	log  *slog.Logger
+	mode stepMode
+
+	head    *jobs.WorkspaceHead // as last written or read by this step
+	headRev uint64              // its KV revision
+	base    jobs.WorkspaceRef   // the state restored (Revision 0: empty)
+	saved   bool                // the head is saved(J) (this step's save, or a replay's)
+
+	snap            *spool // the base's snapshot; nil when there is none
+	snapSize        int64
+	snapSHA         string
+	arch            *spool // the archive the launcher makes
+	req             *jobs.ArchiveRequest
+	result          jobs.WorkspaceStep
+	waitingReported bool
+}
+
+func (w *Worker) heads() jetstream.KeyValue { return w.stores.Workspaces.Heads }
+
+// beginWorkspace readies a job's workspace before it runs: it takes the
+// head (waiting while another job holds it), resolves a fork's source, and
+// fetches the snapshot to restore. It returns nil for a job without
+// workspace or outputs; a result when the job cannot run (rejected, or its
+// snapshot is gone), to be stored as is; a decision when the message goes
+// back. A canceled jobCtx returns a nil result and decision: the caller
+// tells why from the context.
+func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*wsStep, *jobs.Result, *decision) {
+	if job.Workspace == "" && job.WorkspaceFrom == nil && len(job.Outputs) == 0 {
+		return nil, nil, nil
+	}
+	s := &wsStep{w: w, job: job, log: log.With("workspace", job.Workspace)}
+	var fork *jobs.WorkspaceRef
+	if job.WorkspaceFrom != nil {
+		ref, msg, err := w.resolveFork(jobCtx, *job.WorkspaceFrom)
+		switch {
+		case err != nil:
+			return s.giveBack(jobCtx, "read the workspace to start from: "+err.Error())
+		case msg != "":
+			return s, rejected(msg), nil
+		}
+		fork = &ref
+		s.mode, s.base = modeCopy, ref
+	}
+	if job.Workspace != "" {
+		if res, d := s.take(stop, jobCtx, fork); res != nil || d != nil || jobCtx.Err() != nil {
+			return s, res, d
+		}
+	}
+	if s.base.Revision > 0 {
+		if res, d := s.fetch(jobCtx); res != nil || d != nil {
+			return s, res, d
+		}
+	}
+	if s.mode == modeFresh || len(job.Outputs) > 0 {
+		s.arch = &spool{dir: w.cfg.TempDir}
+	}
+	return s, nil, nil
+}
+
+// giveBack hands the message back for a later delivery, after a failure
+// that is not the job's (NATS, the worker's disk), releasing what the step
+// holds.
+func (s *wsStep) giveBack(ctx context.Context, reason string) (*wsStep, *jobs.Result, *decision) {
+	if ctx.Err() != nil {
+		return s, nil, nil
+	}
+	s.abandon()
+	return s, nil, &decision{verdict: verdictNakDelay, reason: "workspace: " + reason}
+}
+
+func rejected(msg string) *jobs.Result {
+	now := time.Now().UTC()
+	return &jobs.Result{Status: jobs.StatusRejected, Error: msg, FinishedAt: &now}
+}
+
+// resolveFork returns the revision a job starts from, or why the job is
+// rejected (msg), or an error of NATS.
+func (w *Worker) resolveFork(ctx context.Context, ref jobs.WorkspaceRef) (jobs.WorkspaceRef, string, error) {
+	h, _, err := w.readHead(ctx, ref.Name)
+	if err != nil {
+		return ref, "", err
+	}
+	if h == nil {
+		return ref, fmt.Sprintf("workspace_from: no workspace %s", ref.Name), nil
+	}
+	if ref.Revision == 0 {
+		ref.Revision = h.Revision
+	} else if ref.Revision != h.Revision && !contains(h.Kept, ref.Revision) {
+		return ref, fmt.Sprintf("workspace_from: %s does not keep revision %d (it keeps %v)", ref.Name, ref.Revision, h.Kept), nil
+	}
+	return ref, "", nil
+}
+
+func contains(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// take takes the job's workspace head, waiting while another job holds it,
+// for HoldMax at most.
+func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*jobs.Result, *decision) {
+	w, name := s.w, s.job.Workspace
+	hold := time.NewTimer(w.cfg.HoldMax)
+	defer hold.Stop()
+	var watch jetstream.KeyWatcher
+	defer func() {
+		if watch != nil {
+			_ = watch.Stop()
+		}
+	}()
+	for {
+		h, rev, err := w.readHead(jobCtx, name)
+		if err != nil {
+			_, res, d := s.giveBack(jobCtx, "read the head: "+err.Error())
+			return res, d
+		}
+		ev := evBegin{Job: s.job.ID, Worker: w.cfg.ID, Fork: fork, Now: time.Now().UTC()}
+		if h != nil && h.Step != nil && h.Step.Job != s.job.ID {
+			if ev.HolderGone, err = w.holderGone(jobCtx, h.Step.Job); err != nil {
+				_, res, d := s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
+				return res, d
+			}
+		}
+		next, act, err := transition(name, h, ev)
+		if err != nil {
+			return rejected(fmt.Sprintf("workspace_from: %v", err)), nil
+		}
+		switch act {
+		case actWrite:
+			newRev, err := w.writeHead(jobCtx, name, h == nil, rev, next)
+			if errors.Is(err, errRaced) {
+				continue
+			}
+			if err != nil {
+				_, res, d := s.giveBack(jobCtx, "take the head: "+err.Error())
+				return res, d
+			}
+			s.head, s.headRev, s.mode, s.base = next, newRev, modeFresh, next.Step.Base
+			s.log.Debug("workspace taken", "base", next.Step.Base.String())
+			return nil, nil
+		case actReplay:
+			s.head, s.headRev, s.mode, s.base, s.saved = h, rev, modeReplay, h.Step.Base, true
+			s.log.Info("replaying a step whose revision is saved", "revision", h.Revision, "base", h.Step.Base.String())
+			return nil, nil
+		}
+		// actWait: another job holds it.
+		if !s.waitingReported {
+			s.waitingReported = true
+			s.log.Info("workspace busy; waiting", "holder", h.Step.Job, "state", string(h.Step.State))
+		}
+		if watch == nil {
+			if watch, err = w.heads().Watch(jobCtx, name, jetstream.UpdatesOnly()); err != nil {
+				watch = nil
+			}
+		}
+		var updates <-chan jetstream.KeyValueEntry
+		if watch != nil {
+			updates = watch.Updates()
+		}
+		// A holder that ended without releasing (its worker died after
+		// storing its result) changes nothing in the head: look again
+		// every second.
+		select {
+		case <-updates:
+		case <-time.After(time.Second):
+		case <-jobCtx.Done():
+			return nil, nil
+		case <-stop.Done():
+			return nil, &decision{verdict: verdictNak, reason: "draining while waiting for workspace " + name}
+		case <-hold.C:
+			return nil, &decision{verdict: verdictNakDelay, reason: fmt.Sprintf(
+				"workspace %s held by job %s for over %s", name, h.Step.Job, w.cfg.HoldMax)}
+		}
+	}
+}
+
+// fetch copies the base's snapshot to a temporary file.
+func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
+	s.snap = &spool{dir: s.w.cfg.TempDir}
+	obj, err := s.w.stores.Workspaces.Snapshots.Get(ctx, jobs.SnapshotName(s.base.Name, s.base.Revision))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		now := time.Now().UTC()
+		return &jobs.Result{Status: jobs.StatusError, FinishedAt: &now, Error: fmt.Sprintf(
+			"workspace: the snapshot of %s@%d is gone (expired or removed)", s.base.Name, s.base.Revision)}, nil
+	}
+	if err != nil {
+		_, res, d := s.giveBack(ctx, "get the snapshot: "+err.Error())
+		return res, d
+	}
+	defer obj.Close()
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(s.snap, sum), obj)
+	if err != nil {
+		_, res, d := s.giveBack(ctx, "get the snapshot: "+err.Error())
+		return res, d
+	}
+	s.snapSize, s.snapSHA = n, hex.EncodeToString(sum.Sum(nil))
+	return nil, nil
+}
+
+// options returns the run's workspace options, fresh for each run: the
+// snapshot is read from its start, and the archive overwrites the last.
+func (s *wsStep) options() jobs.RunOptions {
+	var o jobs.RunOptions
+	if s == nil {
+		return o
+	}
+	if s.snap != nil {
+		o.Restore = &jobs.Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
+	}
+	if s.arch != nil {
+		_ = s.arch.reset() // a failure shows as the archive's: W fails
+		s.req = &jobs.ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
+		o.Archive = s.req
+	}
+	return o
+}
+
+// afterRun saves the workspace's next revision (a fresh step whose job
+// ran to its own end) and stores the artifacts, and fills the result's
+// workspace and artifacts. A decision is returned when NATS failed for
+// longer than HoldMax: the step is then given up, unsaved, and the
+// message goes back.
+func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
+	if s == nil {
+		return nil
+	}
+	ran := res.Status == jobs.StatusSucceeded || res.Status == jobs.StatusFailed
+	s.result = jobs.WorkspaceStep{Name: s.job.Workspace, From: s.base, Revision: s.base.Revision}
+	if s.base.Name != s.job.Workspace {
+		s.result.Revision = 0 // a fork's source is not this workspace's revision
+	}
+	switch s.mode {
+	case modeFresh:
+		switch {
+		case !ran:
+			s.result.Error = fmt.Sprintf("not saved: the job ended as %s (a job saves when it ends on its own, succeeded or failed)", res.Status)
+		case !s.req.Complete:
+			s.result.Error = "not saved: " + s.req.Err
+		default:
+			if err := s.retry(force, s.save); err != nil {
+				s.abandon()
+				return &decision{verdict: verdictNakDelay, result: res, reason: "workspace: save: " + err.Error()}
+			}
+		}
+	case modeReplay:
+		h := s.head
+		s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Replayed = h.Revision, h.SizeBytes, h.Files, true
+	}
+	if s.mode != modeOutputs {
+		r := s.result
+		res.Workspace = &r
+	}
+	if len(s.job.Outputs) > 0 {
+		s.storeArtifacts(force, res, ran)
+	}
+	return nil
+}
+
+// save puts the archive as the next revision's snapshot and moves the
+// head to it. Losing the head meanwhile (the workspace was removed) is
+// no error of NATS: the result says so.
+func (s *wsStep) save(ctx context.Context) error {
+	snaps := s.w.stores.Workspaces.Snapshots
+	rev := s.head.Revision + 1
+	obj := jobs.SnapshotName(s.job.Workspace, rev)
+	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj}, s.arch.reader(s.req.Bytes)); err != nil {
+		return fmt.Errorf("put %s: %w", obj, err)
+	}
+	for {
+		next, _, err := transition(s.job.Workspace, s.head, evSave{Job: s.job.ID, SizeBytes: s.req.Bytes,
+			Files: s.req.Files, SHA256: s.req.SHA256, Keep: s.w.cfg.KeepRevisions, Now: time.Now().UTC()})
+		if errors.Is(err, errNotHeld) {
+			s.result.Error = "not saved: the workspace was removed or taken over while the job ran"
+			_ = snaps.Delete(ctx, obj)
+			return nil
+		}
+		newRev, err := s.w.writeHead(ctx, s.job.Workspace, false, s.headRev, next)
+		if errors.Is(err, errRaced) {
+			if s.head, s.headRev, err = s.w.readHead(ctx, s.job.Workspace); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, r := range pruned(s.head, next) {
+			if err := snaps.Delete(ctx, jobs.SnapshotName(s.job.Workspace, r)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				s.log.Warn("prune an old snapshot; it expires with the TTL", "revision", r, "err", err)
+			}
+		}
+		s.head, s.headRev, s.saved = next, newRev, true
+		s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Skipped = next.Revision, s.req.Bytes, s.req.Files, s.req.Skipped
+		s.log.Info("workspace saved", "revision", next.Revision, "size_bytes", s.req.Bytes, "files", s.req.Files)
+		return nil
+	}
+}
+
+// storeArtifacts puts the regular files of the archive that match the
+// job's outputs into ARTIFACTS, within the worker's caps, and lists in the
+// result what was kept and what was not.
+func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool) {
+	switch {
+	case s.req == nil || !ran:
+		res.ArtifactsError = fmt.Sprintf("no artifacts: the job ended as %s (files come back from a job that ends on its own)", res.Status)
+		return
+	case !s.req.Complete:
+		res.ArtifactsError = "no artifacts: " + s.req.Err
+		return
+	}
+	store := s.w.stores.Workspaces.Artifacts
+	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
+	var total int64
+	more := 0
+	skip := func(name string, size int64, reason string) {
+		if len(res.ArtifactsSkipped) < maxSkippedListed {
+			res.ArtifactsSkipped = append(res.ArtifactsSkipped, jobs.SkippedArtifact{Name: name, Size: size, Reason: reason})
+		} else {
+			more++
+		}
+	}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			res.ArtifactsError = "reading the archive: " + err.Error()
+			return
+		}
+		if hdr.Typeflag != tar.TypeReg || !archive.MatchAny(s.job.Outputs, hdr.Name) {
+			continue
+		}
+		switch {
+		case field.FileName(hdr.Name) != nil:
+			skip(hdr.Name, hdr.Size, "not a name a file can have here")
+			continue
+		case len(res.Artifacts) >= s.w.cfg.MaxArtifacts:
+			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %d artifacts", s.w.cfg.MaxArtifacts))
+			continue
+		case total+hdr.Size > s.w.cfg.MaxArtifactBytes:
+			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %s of artifacts", limits.Size(s.w.cfg.MaxArtifactBytes)))
+			continue
+		}
+		key := jobs.ArtifactKey(s.job.ID, hdr.Name)
+		sum := sha256.New()
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))
+		cancel()
+		if err != nil {
+			skip(hdr.Name, hdr.Size, "storing it failed: "+err.Error())
+			continue
+		}
+		total += hdr.Size
+		res.Artifacts = append(res.Artifacts, jobs.Artifact{Name: hdr.Name, Size: hdr.Size, SHA256: hex.EncodeToString(sum.Sum(nil)), Key: key})
+	}
+	if more > 0 {
+		res.ArtifactsError = fmt.Sprintf("%d more files matching the outputs were skipped (past the %d listed)", more, maxSkippedListed)
+	}
+}
+
+// settled ends the step once the message is settled: a stored result
+// (ack, term) releases the head; a message handed back keeps a saved step
+// for its replay and releases one that saved nothing.
+func (s *wsStep) settled(d decision) {
+	if s == nil {
+		return
+	}
+	if d.verdict == verdictAck || d.verdict == verdictTerm {
+		s.release()
+		return
+	}
+	s.abandon()
+}
+
+// abandon gives the step up: a step that saved nothing releases the head,
+// so that the next job need not wait for this one's redelivery.
+func (s *wsStep) abandon() {
+	if s != nil && s.mode == modeFresh && !s.saved {
+		s.release()
+	}
+}
+
+// release removes the job's step from the head, if it is still there.
+func (s *wsStep) release() {
+	if s == nil || (s.mode != modeFresh && s.mode != modeReplay) {
+		return
+	}
+	s.w.releaseHead(s.job.Workspace, s.job.ID, s.log)
+	s.mode = modeCopy // released: nothing more to do
+}
+
+// releaseHead removes job's step from the head of name, if it holds it.
+func (w *Worker) releaseHead(name, job string, log *slog.Logger) {
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, rev, err := w.readHead(ctx, name)
+		if err == nil {
+			next, act, _ := transition(name, h, evRelease{Job: job, Now: time.Now().UTC()})
+			if act != actWrite {
+				cancel()
+				return
+			}
+			_, err = w.writeHead(ctx, name, false, rev, next)
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errRaced) {
+			log.Warn("release the workspace; the next job takes it once this job's result is seen", "err", err)
+			return
+		}
+	}
+}
+
+// close removes the step's temporary files.
+func (s *wsStep) close() {
+	if s == nil {
+		return
+	}
+	s.snap.close()
+	s.arch.close()
+}
+
+// retry runs op with back-off until it succeeds, HoldMax passes or force.
+func (s *wsStep) retry(force context.Context, op func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(force, s.w.cfg.HoldMax)
+	defer cancel()
+	return backoff.Retry(func() error {
+		octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer ocancel()
+		err := op(octx)
+		if err != nil {
+			s.log.Warn("workspace", "err", err)
+		}
+		return err
+	}, backoff.WithContext(s.w.cfg.Backoff(), ctx))
+}
+
+// errRaced: the head changed since it was read.
+var errRaced = errors.New("workspace head changed")
+
+// readHead returns the head of name and its KV revision; nil when absent.
+func (w *Worker) readHead(ctx context.Context, name string) (*jobs.WorkspaceHead, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := w.heads().Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := jobs.DecodeWorkspaceHead(name, e.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return h, e.Revision(), nil
+}
+
+// writeHead writes next over the head read at rev (create: there was
+// none), or returns errRaced when it changed meanwhile.
+func (w *Worker) writeHead(ctx context.Context, name string, create bool, rev uint64, next *jobs.WorkspaceHead) (uint64, error) {
+	data, err := json.Marshal(next)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var newRev uint64
+	if create {
+		newRev, err = w.heads().Create(ctx, name, data)
+	} else {
+		newRev, err = w.heads().Update(ctx, name, data, rev)
+	}
+	if raced(err) {
+		return 0, errRaced
+	}
+	return newRev, err
+}
+
+// raced reports whether a KV write failed for the key's revision: the
+// codes differ between a stream of one replica and a replicated one.
+func raced(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// holderGone reports whether job has finished: it has a result, or is no
+// longer in the stream (a job leaves it only once its result is stored).
+func (w *Worker) holderGone(ctx context.Context, job string) (bool, error) {
+	if res, err := w.lookup(job); err != nil {
+		return false, err
+	} else if res != nil {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.SubjectPrefix+"*."+job)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil
+	}
+	return false, err
+}

@@ -1,0 +1,128 @@
+package worker
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+func TestTransition(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	idle := func(rev int64, kept ...int64) *jobs.WorkspaceHead {
+		return &jobs.WorkspaceHead{Name: "ws", Revision: rev, Kept: kept, Job: "prev"}
+	}
+	with := func(h *jobs.WorkspaceHead, job string, st jobs.StepState, base jobs.WorkspaceRef) *jobs.WorkspaceHead {
+		h.Step = &jobs.InFlight{Job: job, State: st, Base: base, Worker: "w0", Since: now.Add(-time.Minute)}
+		return h
+	}
+	own := func(rev int64) jobs.WorkspaceRef { return jobs.WorkspaceRef{Name: "ws", Revision: rev} }
+	base := &jobs.WorkspaceRef{Name: "base", Revision: 3}
+
+	cases := []struct {
+		name string
+		h    *jobs.WorkspaceHead
+		ev   any
+		act  action
+		err  error
+		// what the next head must show
+		rev   int64
+		step  jobs.StepState // "" for none
+		from  jobs.WorkspaceRef
+		kept  []int64
+		owner string
+	}{
+		{name: "begin on a new workspace", h: nil, ev: evBegin{Job: "J", Worker: "w1", Now: now},
+			act: actWrite, step: jobs.StepRunning, from: own(0), owner: "J"},
+		{name: "begin on an idle head", h: idle(4, 3, 4), ev: evBegin{Job: "J", Now: now},
+			act: actWrite, rev: 4, step: jobs.StepRunning, from: own(4), kept: []int64{3, 4}, owner: "J"},
+		{name: "begin while another runs", h: with(idle(4), "K", jobs.StepRunning, own(4)), ev: evBegin{Job: "J", Now: now},
+			act: actWait, rev: 4, step: jobs.StepRunning, from: own(4), owner: "K"},
+		{name: "begin while another's result is pending", h: with(idle(5), "K", jobs.StepSaved, own(4)), ev: evBegin{Job: "J", Now: now},
+			act: actWait, rev: 5, step: jobs.StepSaved, from: own(4), owner: "K"},
+		{name: "begin over a gone holder that saved", h: with(idle(5, 4, 5), "K", jobs.StepSaved, own(4)), ev: evBegin{Job: "J", HolderGone: true, Now: now},
+			act: actWrite, rev: 5, step: jobs.StepRunning, from: own(5), kept: []int64{4, 5}, owner: "J"},
+		{name: "begin over a gone holder that did not save", h: with(idle(4), "K", jobs.StepRunning, own(4)), ev: evBegin{Job: "J", HolderGone: true, Now: now},
+			act: actWrite, rev: 4, step: jobs.StepRunning, from: own(4), owner: "J"},
+		{name: "redelivery after a death before saving: take over, same base", h: with(idle(4), "J", jobs.StepRunning, own(4)), ev: evBegin{Job: "J", Worker: "w2", Now: now},
+			act: actWrite, rev: 4, step: jobs.StepRunning, from: own(4), owner: "J"},
+		{name: "redelivery after a death after saving: replay", h: with(idle(5), "J", jobs.StepSaved, own(4)), ev: evBegin{Job: "J", Worker: "w2", Now: now},
+			act: actReplay, rev: 5, step: jobs.StepSaved, from: own(4), owner: "J"},
+		{name: "fork into a new workspace", h: nil, ev: evBegin{Job: "J", Fork: base, Now: now},
+			act: actWrite, step: jobs.StepRunning, from: *base, owner: "J"},
+		{name: "fork into an empty workspace", h: idle(0), ev: evBegin{Job: "J", Fork: base, Now: now},
+			act: actWrite, step: jobs.StepRunning, from: *base, owner: "J"},
+		{name: "fork into a workspace with a revision", h: idle(2), ev: evBegin{Job: "J", Fork: base, Now: now},
+			act: actNone, err: errForkExists, rev: 2},
+		{name: "fork redelivered after saving: replay", h: with(idle(1), "J", jobs.StepSaved, *base), ev: evBegin{Job: "J", Fork: base, Now: now},
+			act: actReplay, rev: 1, step: jobs.StepSaved, from: *base, owner: "J"},
+		{name: "save", h: with(idle(4, 3, 4), "J", jobs.StepRunning, own(4)), ev: evSave{Job: "J", SizeBytes: 10, Files: 2, SHA256: "ab", Keep: 2, Now: now},
+			act: actWrite, rev: 5, step: jobs.StepSaved, from: own(4), kept: []int64{4, 5}, owner: "J"},
+		{name: "save a fork", h: with(idle(0), "J", jobs.StepRunning, *base), ev: evSave{Job: "J", Keep: 10, Now: now},
+			act: actWrite, rev: 1, step: jobs.StepSaved, from: *base, kept: []int64{1}, owner: "J"},
+		{name: "save after losing the head", h: with(idle(4), "K", jobs.StepRunning, own(4)), ev: evSave{Job: "J", Keep: 10, Now: now},
+			act: actNone, err: errNotHeld, rev: 4, step: jobs.StepRunning, from: own(4), owner: "K"},
+		{name: "save on a removed workspace", h: nil, ev: evSave{Job: "J", Keep: 10, Now: now}, act: actNone, err: errNotHeld},
+		{name: "save twice", h: with(idle(5), "J", jobs.StepSaved, own(4)), ev: evSave{Job: "J", Keep: 10, Now: now},
+			act: actNone, err: errNotHeld, rev: 5, step: jobs.StepSaved, from: own(4), owner: "J"},
+		{name: "release after saving", h: with(idle(5, 5), "J", jobs.StepSaved, own(4)), ev: evRelease{Job: "J", Now: now},
+			act: actWrite, rev: 5, kept: []int64{5}},
+		{name: "release without saving", h: with(idle(4), "J", jobs.StepRunning, own(4)), ev: evRelease{Job: "J", Now: now},
+			act: actWrite, rev: 4},
+		{name: "release of another's step", h: with(idle(4), "K", jobs.StepRunning, own(4)), ev: evRelease{Job: "J", Now: now},
+			act: actNone, rev: 4, step: jobs.StepRunning, from: own(4), owner: "K"},
+		{name: "release on an idle head", h: idle(4), ev: evRelease{Job: "J", Now: now}, act: actNone, rev: 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var before *jobs.WorkspaceHead
+			if tc.h != nil {
+				before = clone(tc.h)
+			}
+			next, act, err := transition("ws", tc.h, tc.ev)
+			if act != tc.act || !errors.Is(err, tc.err) {
+				t.Fatalf("action %s, err %v; want %s, %v", act, err, tc.act, tc.err)
+			}
+			if tc.h != nil && !equalHead(tc.h, before) {
+				t.Fatalf("transition modified its input")
+			}
+			if next == nil {
+				if tc.h != nil {
+					t.Fatal("next is nil")
+				}
+				return
+			}
+			if next.Name != "ws" || next.Revision != tc.rev || !slices.Equal(next.Kept, tc.kept) {
+				t.Errorf("next revision %d kept %v; want %d %v", next.Revision, next.Kept, tc.rev, tc.kept)
+			}
+			switch {
+			case tc.step == "" && next.Step != nil:
+				t.Errorf("step %+v, want none", next.Step)
+			case tc.step != "" && (next.Step == nil || next.Step.State != tc.step || next.Step.Base != tc.from || next.Step.Job != tc.owner):
+				t.Errorf("step %+v, want %s by %s from %v", next.Step, tc.step, tc.owner, tc.from)
+			}
+			if act == actWrite && !next.UpdatedAt.Equal(now) {
+				t.Errorf("updated_at %v", next.UpdatedAt)
+			}
+		})
+	}
+}
+
+func equalHead(a, b *jobs.WorkspaceHead) bool {
+	if a.Revision != b.Revision || !slices.Equal(a.Kept, b.Kept) || (a.Step == nil) != (b.Step == nil) {
+		return false
+	}
+	return a.Step == nil || *a.Step == *b.Step
+}
+
+func TestPruned(t *testing.T) {
+	t.Parallel()
+	got := pruned(&jobs.WorkspaceHead{Kept: []int64{1, 2, 3}}, &jobs.WorkspaceHead{Kept: []int64{3, 4}})
+	if !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("pruned %v", got)
+	}
+}
