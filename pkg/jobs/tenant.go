@@ -219,3 +219,6 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	}
 	return nil, fmt.Errorf("cancel %s: %w (or no job has this ID)", id, ErrCancelPending)
 }
+
+// Tenant returns the tenant of a tenant's client, "" for another.
+func (c *Client) Tenant() string { return c.tenant }
