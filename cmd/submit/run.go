@@ -339,6 +339,9 @@ func (c *idCommand) wait(ctx context.Context, client *jobs.Client, id string) er
 	// that is neither stored nor queued is unknown.
 	if _, err := client.Get(ctx, id); errors.Is(err, jobs.ErrNotFound) {
 		queued, err := client.Queued(ctx, id)
+		if errors.Is(err, jobs.ErrNotTenants) {
+			queued, err = true, nil // a tenant cannot look at the queue: wait for the result
+		}
 		if err != nil {
 			return fail(exitUnavailable, "%w", err)
 		}

@@ -121,7 +121,7 @@ func TestBinaryCrashDocker(t *testing.T) {
 	if code := w.exited(t, 30*time.Second); code != 0 {
 		t.Errorf("worker exited %d", code)
 	}
-	testutil.Eventually(t, 30*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	testutil.Eventually(t, 90*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
 }
 
 // Drain then force on real Docker: the second SIGTERM stops the sandbox,

@@ -121,6 +121,7 @@ func (w frameWriter) Write(p []byte) (int, error) {
 }
 
 func run(sigs, chld <-chan os.Signal) int {
+	warmed := warmThreads(spareThreads)
 	h, err := envelope.Decode(os.Stdin)
 	if err != nil {
 		// No key to sign a trailer with: the executor finds no verdict.
@@ -170,6 +171,7 @@ func run(sigs, chld <-chan os.Signal) int {
 	if err != nil {
 		return fail(exitLauncher, "stderr pipe: %v", err)
 	}
+	<-warmed
 	pid, err := syscall.ForkExec(path, h.Argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
@@ -410,4 +412,32 @@ func readInt(path string) *int64 {
 		return nil
 	}
 	return &n
+}
+
+// spareThreads is how many OS threads the launcher has the runtime start
+// before the job runs. Even with one P and no blocking I/O, the runtime
+// hands its P to another thread now and then (os/signal's receiving
+// goroutine sleeps in a blocking call); once a job has exhausted the pids
+// limit, creating that thread would fail, which is fatal. Idle threads are
+// kept by the runtime, so starting them first is enough.
+const spareThreads = 8
+
+// warmThreads makes the runtime start about n threads: n goroutines sleep
+// in a blocking system call at once, and each time one blocks the runtime
+// gives its P to a new thread for the others. It runs while the launcher
+// waits for its envelope; the channel is closed when it is done.
+func warmThreads(n int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				ts := syscall.Timespec{Nsec: 20e6}
+				_ = syscall.Nanosleep(&ts, nil)
+			})
+		}
+		wg.Wait()
+	}()
+	return done
 }
