@@ -117,11 +117,7 @@ func TestBinaryCrashDocker(t *testing.T) {
 	if info, err := kv.Info(ctx); err != nil || info.State.LastSeq != 1 {
 		t.Errorf("RESULTS writes: %+v %v, want exactly 1", info.State, err)
 	}
-	w.signal(t, syscall.SIGTERM)
-	if code := w.exited(t, 30*time.Second); code != 0 {
-		t.Errorf("worker exited %d", code)
-	}
-	testutil.Eventually(t, 90*time.Second, "no containers of "+id, func() bool { return len(containers(t, executor.LabelWorker+"="+id)) == 0 })
+	stopDockerWorker(t, w, id)
 }
 
 // Drain then force on real Docker: the second SIGTERM stops the sandbox,
