@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
@@ -137,28 +138,10 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// logBuffer is a process's output, read while the process writes it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // start runs a binary until the test ends (SIGINT, then its exit).
-func start(t *testing.T, name string, args ...string) *logBuffer {
+func start(t *testing.T, name string, args ...string) *testutil.Buffer {
 	t.Helper()
-	log := &logBuffer{}
+	log := &testutil.Buffer{}
 	cmd := exec.Command(filepath.Join(binaries(t), name), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

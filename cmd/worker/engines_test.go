@@ -31,7 +31,7 @@ type engine struct {
 	dir    string // holds everything the daemon writes
 	sock   string
 	driver string // storage driver, the main engine's
-	logs   *syncBuffer
+	logs   *testutil.Buffer
 	cmd    *exec.Cmd
 	done   chan struct{}
 }
@@ -42,7 +42,7 @@ func (e *engine) host() string { return "unix://" + e.sock }
 // startEngine starts a second dockerd and waits until it answers. An error
 // means this machine cannot run one (not root, no dockerd, ...).
 func startEngine(dir, driver string) (*engine, error) {
-	e := &engine{dir: dir, sock: filepath.Join(dir, "docker.sock"), driver: driver, logs: &syncBuffer{}}
+	e := &engine{dir: dir, sock: filepath.Join(dir, "docker.sock"), driver: driver, logs: &testutil.Buffer{}}
 	return e, e.start()
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -83,29 +84,10 @@ func buildWorker(t *testing.T, tags string) string {
 	return path
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec.Cmd
-// and the test's readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a worker process.
 type proc struct {
 	cmd     *exec.Cmd
-	logs    *syncBuffer
+	logs    *testutil.Buffer
 	done    chan struct{}
 	waitErr error
 }
@@ -123,7 +105,7 @@ func startBinary(t *testing.T, bin, name string, args []string, env ...string) *
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, logs: &testutil.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	err = serve(context.Background(), context.Background(), o, log, &fakeexec.Executor{})
 	if err == nil {
@@ -51,7 +51,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testutil.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	stop, stopNow := context.WithCancel(context.Background())
 	done := make(chan error, 1)

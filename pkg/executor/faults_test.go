@@ -2,7 +2,6 @@ package executor
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -209,27 +208,9 @@ var fastTuning = tuning{
 	starts: startTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond, cap: 100, window: time.Minute},
 }
 
-// logBuffer is a slog destination that tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func faultyExecutor(t *testing.T, f *faultyEngine, tune tuning, mod func(*Config)) (*Executor, *logBuffer) {
+func faultyExecutor(t *testing.T, f *faultyEngine, tune tuning, mod func(*Config)) (*Executor, *testutil.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testutil.Buffer{}
 	cfg := Config{WorkerID: "w", Runtime: "broken", Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	if mod != nil {
 		mod(&cfg)

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
@@ -111,7 +111,7 @@ func TestBatchStrict(t *testing.T) {
 // goroutines it had before, and the gateway's slots are free.
 func TestClientLeavesMidStream(t *testing.T) {
 	t.Parallel()
-	var errs lockedBuffer // a client that leaves is no error of the gateway's
+	var errs testutil.Buffer // a client that leaves is no error of the gateway's
 	b := setup(t, options{cfg: gateway.Config{Logger: slog.New(slog.NewTextHandler(&errs, &slog.HandlerOptions{Level: slog.LevelError}))}})
 	settle := func() int {
 		// Idle connections of the test's client hold goroutines too.
@@ -183,21 +183,4 @@ func TestClientLeavesMidStream(t *testing.T) {
 	if errs.String() != "" {
 		t.Errorf("the gateway logged errors:\n%s", errs.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
