@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +252,25 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 		}
 		if py[2].Success || py[2].ExitCode != 124 || !strings.Contains(py[2].Output, "[sandfleet] timeout") {
 			t.Errorf("endless loop with timeout=2: %+v, want exit 124 and a timeout", py[2])
+		}
+	})
+	t.Run("python workspace and artifacts", func(t *testing.T) {
+		out := run(t, "python", append(env, "PYTHONPATH=."), "python3", "examples/agent.py")
+		var got struct {
+			Steps        []string `json:"steps"`
+			Stdout       string   `json:"stdout"`
+			Artifacts    []string `json:"artifacts"`
+			PNGSignature bool     `json:"png_signature"`
+			Revision     int      `json:"revision"`
+			Snapshot     []string `json:"snapshot"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		if !slices.Equal(got.Steps, []string{"succeeded", "succeeded"}) || got.Stdout != "2 rows\n" ||
+			!slices.Equal(got.Artifacts, []string{"plots/plot.png"}) || !got.PNGSignature || got.Revision != 2 ||
+			!slices.Equal(got.Snapshot, []string{"data.csv", "plots/plot.png"}) {
+			t.Errorf("agent session over HTTP: %+v", got)
 		}
 	})
 	t.Run("typescript", func(t *testing.T) {

@@ -1,12 +1,15 @@
 package gateway_test
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +90,9 @@ func TestAPI(t *testing.T) {
 		t.Fatalf("fixture: %d %s", r.status, r.body)
 	}
 	if r := b.submit(t, `{"id":"parked-1","queue":"parked","image":"python","code":"print x"}`, ""); r.status != 202 {
+		t.Fatalf("fixture: %d %s", r.status, r.body)
+	}
+	if r := b.submit(t, `{"id":"ws-1","image":"python","workspace":"agent-7","outputs":["*.png","out/*"],"code":"write plot.png PNG\nwrite out/deep.png DEEP\nwrite notes.txt hi"}`, "10s"); r.status != 200 {
 		t.Fatalf("fixture: %d %s", r.status, r.body)
 	}
 	eventually(t, 10*time.Second, "run-1 running", func() bool {
@@ -177,10 +183,48 @@ func TestAPI(t *testing.T) {
 			}},
 		{name: "events of an unknown job", method: "GET", path: "/v1/jobs/nope-1/events", token: a, status: 404, code: gateway.CodeNotFound},
 		{name: "events, bad Last-Event-ID", method: "GET", path: "/v1/jobs/done-1/events", token: a, header: []string{"Last-Event-ID", "x"}, status: 400, code: gateway.CodeInvalidRequest},
-		{name: "artifacts", method: "GET", path: "/v1/jobs/done-1/artifacts", token: a, status: 501, code: gateway.CodeNotImplemented},
-		{name: "artifact", method: "GET", path: "/v1/jobs/done-1/artifacts/plot.png", token: a, status: 501, code: gateway.CodeNotImplemented},
-		{name: "workspace", method: "GET", path: "/v1/workspaces/agent-7", token: a, status: 501, code: gateway.CodeNotImplemented},
-		{name: "snapshot", method: "GET", path: "/v1/workspaces/agent-7/snapshot", token: a, status: 501, code: gateway.CodeNotImplemented},
+		{name: "artifacts", method: "GET", path: "/v1/jobs/ws-1/artifacts", token: a, status: 200, check: func(t *testing.T, r reply) {
+			var l gateway.ArtifactList
+			r.decode(t, &l)
+			if len(l.Artifacts) != 2 || l.Artifacts[0].Name != "out/deep.png" || l.Artifacts[1].Name != "plot.png" || l.Artifacts[1].Size != 4 || len(l.Skipped) != 0 {
+				t.Errorf("artifacts of ws-1: %s", r.body)
+			}
+		}},
+		{name: "no artifacts", method: "GET", path: "/v1/jobs/done-1/artifacts", token: a, status: 200, check: func(t *testing.T, r reply) {
+			if string(r.body) != `{"id":"done-1","artifacts":[],"skipped":[]}`+"\n" {
+				t.Errorf("artifacts of done-1: %s", r.body)
+			}
+		}},
+		{name: "artifacts of a queued job", method: "GET", path: "/v1/jobs/parked-1/artifacts", token: a, status: 202, check: pending("queued")},
+		{name: "artifacts of an unknown job", method: "GET", path: "/v1/jobs/nope/artifacts", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "artifact", method: "GET", path: "/v1/jobs/ws-1/artifacts/plot.png", token: a, status: 200, check: func(t *testing.T, r reply) {
+			if string(r.body) != "PNG\n" || r.header.Get("Content-Type") != "application/octet-stream" ||
+				r.header.Get("Content-Length") != "4" || !strings.Contains(r.header.Get("Content-Disposition"), `filename=plot.png`) {
+				t.Errorf("artifact: %q, headers %v", r.body, r.header)
+			}
+		}},
+		{name: "artifact not kept", method: "GET", path: "/v1/jobs/ws-1/artifacts/notes.txt", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "artifact, no token", method: "GET", path: "/v1/jobs/ws-1/artifacts/plot.png", status: 401, code: gateway.CodeUnauthorized},
+		{name: "workspace", method: "GET", path: "/v1/workspaces/agent-7", token: a, status: 200, check: func(t *testing.T, r reply) {
+			var h jobs.WorkspaceHead
+			r.decode(t, &h)
+			if h.Name != "agent-7" || h.Revision != 1 || h.Job != "ws-1" || h.Files != 3 {
+				t.Errorf("head: %s", r.body)
+			}
+		}},
+		{name: "unknown workspace", method: "GET", path: "/v1/workspaces/nope", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "bad workspace name", method: "GET", path: "/v1/workspaces/a.b", token: a, status: 404, code: gateway.CodeNotFound, docRefuses: true},
+		{name: "snapshot", method: "GET", path: "/v1/workspaces/agent-7/snapshot", token: a, status: 200, check: func(t *testing.T, r reply) {
+			names := tarNames(t, r.body)
+			if r.header.Get("Content-Type") != "application/x-tar" || r.header.Get("X-Sandfleet-Revision") != "1" ||
+				!slices.Equal(names, []string{"notes.txt", "out/deep.png", "plot.png"}) {
+				t.Errorf("snapshot: files %v, headers %v", names, r.header)
+			}
+		}},
+		{name: "snapshot of a revision", method: "GET", path: "/v1/workspaces/agent-7/snapshot?revision=1", token: a, status: 200},
+		{name: "snapshot of a revision not kept", method: "GET", path: "/v1/workspaces/agent-7/snapshot?revision=9", token: a, status: 404, code: gateway.CodeNotFound},
+		{name: "snapshot, bad revision", method: "GET", path: "/v1/workspaces/agent-7/snapshot?revision=x", token: a, status: 400, code: gateway.CodeInvalidRequest, docRefuses: true},
+		{name: "snapshot of an unknown workspace", method: "GET", path: "/v1/workspaces/nope/snapshot", token: a, status: 404, code: gateway.CodeNotFound},
 		{name: "events, no token", method: "GET", path: "/v1/jobs/done-1/events", status: 401, code: gateway.CodeUnauthorized},
 		{name: "status", method: "GET", path: "/v1/status", token: a, status: 200, check: func(t *testing.T, r reply) {
 			var st jobs.FleetStatus
@@ -208,6 +252,15 @@ func TestAPI(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, b, doc) })
 	}
+
+	// An artifact's name keeps its slashes in the path (OpenAPI's path
+	// templates cannot say so, hence outside the contract check).
+	t.Run("artifact in a directory", func(t *testing.T) {
+		r := b.do(t, "GET", "/v1/jobs/ws-1/artifacts/out/deep.png", a, nil)
+		if r.status != 200 || string(r.body) != "DEEP\n" {
+			t.Errorf("%d %q, want 200 DEEP", r.status, r.body)
+		}
+	})
 
 	// A body of unknown length is cut at the cap too.
 	t.Run("too large, chunked", func(t *testing.T) {
@@ -358,4 +411,21 @@ func gaugeValue(t testing.TB, b *bundle, series string) float64 {
 		}
 	}
 	return 0
+}
+
+// tarNames lists the entries of a tar archive.
+func tarNames(t *testing.T, data []byte) []string {
+	t.Helper()
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatalf("not a tar: %v", err)
+		}
+		names = append(names, h.Name)
+	}
 }

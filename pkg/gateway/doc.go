@@ -5,14 +5,15 @@
 //	POST /v1/jobs[?wait=D]           queue a job; with wait, its result (200) or 202
 //	GET  /v1/jobs/{id}[?wait=D]      the result (200), 202 while queued or running, 404
 //	POST /v1/jobs/{id}/cancel        cancel; 200 canceled, 202 canceling, 409 finished
+//	GET  /v1/jobs/{id}/events        output and lifecycle as Server-Sent Events
+//	GET  /v1/jobs/{id}/artifacts[/{name...}]  what the job kept; one file's bytes
+//	GET  /v1/workspaces/{name}[/snapshot]     a workspace's head; its tar
 //	POST /v1/batches                 JSONL in, results streamed back as JSONL
 //	GET  /v1/status                  workers and queues
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
 //
 // openapi.yaml is the contract; TestOpenAPI checks every route's requests
-// and answers against it. Live output (/v1/jobs/{id}/events) and
-// artifacts and workspaces are designed there and answer 501 until the
-// fleet has them.
+// and answers against it.
 //
 // # Waiting
 //

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -93,6 +95,8 @@ func (g *Gateway) classify(err error) *Error {
 		return apiErr(http.StatusBadRequest, CodeInvalidJob, "%s", err)
 	case errors.Is(err, jobs.ErrNotFound):
 		return apiErr(http.StatusNotFound, CodeNotFound, "no job with this id")
+	case errors.Is(err, jobs.ErrNoRevision), errors.Is(err, jetstream.ErrObjectNotFound):
+		return apiErr(http.StatusNotFound, CodeNotFound, "%s", err)
 	case errors.Is(err, jobs.ErrFinished):
 		return apiErr(http.StatusConflict, CodeAlreadyFinished, "the job has already finished")
 	case errors.Is(err, batch.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), isNATSDown(err):

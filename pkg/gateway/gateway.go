@@ -176,22 +176,15 @@ type route struct {
 
 // routes is the API: every endpoint, as openapi.yaml describes it.
 func (g *Gateway) routes() []route {
-	notYet := func(what string) handler {
-		return func(http.ResponseWriter, *http.Request, *Token) error {
-			return apiErr(http.StatusNotImplemented, CodeNotImplemented, "%s: not implemented by this gateway yet", what)
-		}
-	}
 	return []route{
 		{pattern: "POST /v1/jobs", h: g.submit, body: g.cfg.MaxJobBytes, long: true},
 		{pattern: "GET /v1/jobs/{id}", h: g.get, long: true},
 		{pattern: "POST /v1/jobs/{id}/cancel", h: g.cancel, long: true},
 		{pattern: "GET /v1/jobs/{id}/events", h: g.follow, stream: true},
-		// Artifacts and workspaces are designed in openapi.yaml; they land
-		// with the branch that adds them.
-		{pattern: "GET /v1/jobs/{id}/artifacts", h: notYet("artifacts")},
-		{pattern: "GET /v1/jobs/{id}/artifacts/{name...}", h: notYet("artifacts")},
-		{pattern: "GET /v1/workspaces/{name}", h: notYet("workspaces")},
-		{pattern: "GET /v1/workspaces/{name}/snapshot", h: notYet("workspace snapshots")},
+		{pattern: "GET /v1/jobs/{id}/artifacts", h: g.artifacts},
+		{pattern: "GET /v1/jobs/{id}/artifacts/{name...}", h: g.artifact, stream: true},
+		{pattern: "GET /v1/workspaces/{name}", h: g.workspace},
+		{pattern: "GET /v1/workspaces/{name}/snapshot", h: g.snapshot, stream: true},
 		{pattern: "POST /v1/batches", h: g.submitBatch, body: g.cfg.MaxBatchBytes, stream: true},
 		{pattern: "GET /v1/status", h: g.status},
 		{pattern: "GET /healthz", h: g.healthz, open: true},

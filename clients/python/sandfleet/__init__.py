@@ -302,6 +302,41 @@ class Sandbox:
         job_id = self.submit(code, **kwargs)
         return Stream(self, job_id, timeout)
 
+    # -- artifacts and workspaces ------------------------------------------
+
+    def artifacts(self, job_id: str) -> Dict[str, Any]:
+        """What a finished job kept of its `outputs`: {"artifacts": [{name,
+        size, sha256, key}], "skipped": [{name, size, reason}]}. A job
+        without a result yet raises SandfleetError(code="not_finished")."""
+        status, body = self._request("GET", "/v1/jobs/" + _quote(job_id) + "/artifacts")
+        if status != 200:
+            raise SandfleetError(f"job {job_id} has not finished", code="not_finished", status=status)
+        return body
+
+    def artifact(self, job_id: str, name: str) -> bytes:
+        """One artifact's bytes (name as listed, e.g. "results/plot.png")."""
+        path = "/v1/jobs/" + _quote(job_id) + "/artifacts/" + "/".join(_quote(p) for p in name.split("/"))
+        return self._download(path, None)
+
+    def workspace(self, name: str) -> Dict[str, Any]:
+        """A workspace's head: revision, size_bytes, files, job, kept."""
+        return self._request("GET", "/v1/workspaces/" + _quote(name))[1]
+
+    def snapshot(self, name: str, revision: Optional[int] = None) -> bytes:
+        """A workspace's snapshot (its head, or a revision it keeps) as the
+        bytes of a tar archive: tarfile.open(fileobj=io.BytesIO(data))."""
+        return self._download("/v1/workspaces/" + _quote(name) + "/snapshot", {"revision": str(revision) if revision else None})
+
+    def _download(self, path: str, query: Optional[Mapping[str, Optional[str]]]) -> bytes:
+        with self._open("GET", path, query=query, data=None, content_type="", wait=0.0) as resp:
+            if resp.status != 200:
+                raise SandfleetError(f"{path}: the job has not finished", code="not_finished", status=resp.status)
+            data = resp.read()
+            want = resp.headers.get("Content-Length")
+            if want is not None and len(data) != int(want):
+                raise SandfleetError(f"{path}: {len(data)} of {want} bytes arrived", code="short_download")
+            return data
+
     # -- batches and the fleet ---------------------------------------------
 
     def batch(

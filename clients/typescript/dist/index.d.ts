@@ -73,6 +73,31 @@ export interface Result {
     finished_at: string | null;
     error?: string;
     labels?: Record<string, string>;
+    workspace?: Record<string, unknown>;
+    artifacts?: Artifact[];
+    artifacts_skipped?: {
+        name: string;
+        size: number;
+        reason: string;
+    }[];
+}
+/** A file a job kept from its outputs. */
+export interface Artifact {
+    name: string;
+    size: number;
+    sha256: string;
+    key: string;
+}
+/** GET /v1/jobs/{id}/artifacts. */
+export interface ArtifactList {
+    id: string;
+    artifacts: Artifact[];
+    skipped: {
+        name: string;
+        size: number;
+        reason: string;
+    }[];
+    error?: string;
 }
 /** A piece of a job's output, as Sandbox.stream yields it. */
 export interface Output {
@@ -158,6 +183,15 @@ export declare class Sandbox {
         queue?: string;
         strict?: boolean;
     }): AsyncGenerator<BatchItem, Record<string, unknown> | undefined>;
+    /** What a finished job kept of its outputs, and what it skipped; a job without a result yet throws (code not_finished). */
+    artifacts(id: string): Promise<ArtifactList>;
+    /** One artifact's bytes (its name as listed, e.g. "results/plot.png"). */
+    artifact(id: string, name: string): Promise<Uint8Array>;
+    /** A workspace's head: revision, size_bytes, files, job, kept. */
+    workspace(name: string): Promise<Record<string, unknown>>;
+    /** A workspace's snapshot (its head, or a revision it keeps): the bytes of a tar archive. */
+    snapshot(name: string, revision?: number): Promise<Uint8Array>;
+    private download;
     /** The fleet's workers and queues. */
     status(): Promise<Record<string, unknown>>;
     private request;

@@ -215,6 +215,37 @@ export class Sandbox {
         }
         return summary;
     }
+    /** What a finished job kept of its outputs, and what it skipped; a job without a result yet throws (code not_finished). */
+    async artifacts(id) {
+        const { status, body } = await this.request("GET", `/v1/jobs/${encodeURIComponent(id)}/artifacts`);
+        if (status !== 200)
+            throw new SandfleetError(`job ${id} has not finished`, "not_finished", status);
+        return body;
+    }
+    /** One artifact's bytes (its name as listed, e.g. "results/plot.png"). */
+    async artifact(id, name) {
+        const path = name.split("/").map(encodeURIComponent).join("/");
+        return this.download(`/v1/jobs/${encodeURIComponent(id)}/artifacts/${path}`);
+    }
+    /** A workspace's head: revision, size_bytes, files, job, kept. */
+    async workspace(name) {
+        return (await this.request("GET", `/v1/workspaces/${encodeURIComponent(name)}`)).body;
+    }
+    /** A workspace's snapshot (its head, or a revision it keeps): the bytes of a tar archive. */
+    async snapshot(name, revision) {
+        return this.download(`/v1/workspaces/${encodeURIComponent(name)}/snapshot`, { revision: revision?.toString() });
+    }
+    async download(path, query) {
+        const resp = await this.open("GET", path, { query, waitMs: 0 });
+        if (resp.status !== 200)
+            throw new SandfleetError(`${path}: the job has not finished`, "not_finished", resp.status);
+        const data = new Uint8Array(await resp.arrayBuffer());
+        const want = resp.headers.get("Content-Length");
+        if (want !== null && data.length !== Number(want)) {
+            throw new SandfleetError(`${path}: ${data.length} of ${want} bytes arrived`, "short_download");
+        }
+        return data;
+    }
     /** The fleet's workers and queues. */
     async status() {
         return (await this.request("GET", "/v1/status")).body;

@@ -81,6 +81,25 @@ export interface Result {
   finished_at: string | null;
   error?: string;
   labels?: Record<string, string>;
+  workspace?: Record<string, unknown>;
+  artifacts?: Artifact[];
+  artifacts_skipped?: { name: string; size: number; reason: string }[];
+}
+
+/** A file a job kept from its outputs. */
+export interface Artifact {
+  name: string;
+  size: number;
+  sha256: string;
+  key: string;
+}
+
+/** GET /v1/jobs/{id}/artifacts. */
+export interface ArtifactList {
+  id: string;
+  artifacts: Artifact[];
+  skipped: { name: string; size: number; reason: string }[];
+  error?: string;
 }
 
 /** A piece of a job's output, as Sandbox.stream yields it. */
@@ -310,6 +329,40 @@ export class Sandbox {
       else throw new SandfleetError(ev.error.message, ev.error.code);
     }
     return summary;
+  }
+
+  /** What a finished job kept of its outputs, and what it skipped; a job without a result yet throws (code not_finished). */
+  async artifacts(id: string): Promise<ArtifactList> {
+    const { status, body } = await this.request("GET", `/v1/jobs/${encodeURIComponent(id)}/artifacts`);
+    if (status !== 200) throw new SandfleetError(`job ${id} has not finished`, "not_finished", status);
+    return body as ArtifactList;
+  }
+
+  /** One artifact's bytes (its name as listed, e.g. "results/plot.png"). */
+  async artifact(id: string, name: string): Promise<Uint8Array> {
+    const path = name.split("/").map(encodeURIComponent).join("/");
+    return this.download(`/v1/jobs/${encodeURIComponent(id)}/artifacts/${path}`);
+  }
+
+  /** A workspace's head: revision, size_bytes, files, job, kept. */
+  async workspace(name: string): Promise<Record<string, unknown>> {
+    return (await this.request("GET", `/v1/workspaces/${encodeURIComponent(name)}`)).body as Record<string, unknown>;
+  }
+
+  /** A workspace's snapshot (its head, or a revision it keeps): the bytes of a tar archive. */
+  async snapshot(name: string, revision?: number): Promise<Uint8Array> {
+    return this.download(`/v1/workspaces/${encodeURIComponent(name)}/snapshot`, { revision: revision?.toString() });
+  }
+
+  private async download(path: string, query?: Record<string, string | undefined>): Promise<Uint8Array> {
+    const resp = await this.open("GET", path, { query, waitMs: 0 });
+    if (resp.status !== 200) throw new SandfleetError(`${path}: the job has not finished`, "not_finished", resp.status);
+    const data = new Uint8Array(await resp.arrayBuffer());
+    const want = resp.headers.get("Content-Length");
+    if (want !== null && data.length !== Number(want)) {
+      throw new SandfleetError(`${path}: ${data.length} of ${want} bytes arrived`, "short_download");
+    }
+    return data;
   }
 
   /** The fleet's workers and queues. */

@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// ArtifactList is the answer of GET /v1/jobs/{id}/artifacts: what the
+// job's result says it kept and skipped.
+type ArtifactList struct {
+	ID        string                 `json:"id"`
+	Artifacts []jobs.Artifact        `json:"artifacts"`
+	Skipped   []jobs.SkippedArtifact `json:"skipped"`
+	Error     string                 `json:"error,omitempty"`
+}
+
+// finished returns the job's result; a job without one yet is answered
+// 202 (done is then true), an unknown one 404.
+func (g *Gateway) finished(w http.ResponseWriter, r *http.Request) (res *jobs.Result, done bool, err error) {
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		return nil, false, apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	}
+	res, err = g.client.Get(r.Context(), id)
+	if errors.Is(err, jobs.ErrNotFound) {
+		// Queued or running: the artifacts come with the result.
+		return nil, true, g.lookup(w, r.Context(), id)
+	}
+	return res, false, err
+}
+
+// artifacts: GET /v1/jobs/{id}/artifacts.
+func (g *Gateway) artifacts(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	res, done, err := g.finished(w, r)
+	if done || err != nil {
+		return err
+	}
+	list := ArtifactList{ID: res.ID, Artifacts: res.Artifacts, Skipped: res.ArtifactsSkipped, Error: res.ArtifactsError}
+	if list.Artifacts == nil {
+		list.Artifacts = []jobs.Artifact{}
+	}
+	if list.Skipped == nil {
+		list.Skipped = []jobs.SkippedArtifact{}
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// artifact: GET /v1/jobs/{id}/artifacts/{name...}: the file's bytes,
+// checked against the digest its result lists.
+func (g *Gateway) artifact(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	res, done, err := g.finished(w, r)
+	if done || err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	for _, a := range res.Artifacts {
+		if a.Name != name {
+			continue
+		}
+		dw := g.download(w, "application/octet-stream", path.Base(a.Name), a.Size)
+		dw.h.Set("X-Sandfleet-Sha256", a.SHA256)
+		return dw.finish(g.client.WriteArtifact(r.Context(), a, dw))
+	}
+	return apiErr(http.StatusNotFound, CodeNotFound, "job %s has no artifact %q", res.ID, name)
+}
+
+// workspace: GET /v1/workspaces/{name}: its head.
+func (g *Gateway) workspace(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	h, err := g.head(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, h)
+	return nil
+}
+
+// snapshot: GET /v1/workspaces/{name}/snapshot[?revision=N]: a revision's
+// tar, as the sandbox's launcher wrote it.
+func (g *Gateway) snapshot(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	h, err := g.head(r)
+	if err != nil {
+		return err
+	}
+	ref := jobs.WorkspaceRef{Name: h.Name, Revision: h.Revision}
+	if v := r.URL.Query().Get("revision"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return apiErr(http.StatusBadRequest, CodeInvalidRequest, "revision %q must be a number from 1", v)
+		}
+		ref.Revision = n
+	}
+	if ref.Revision == 0 {
+		return apiErr(http.StatusNotFound, CodeNotFound, "workspace %s is empty: no revision saved yet", h.Name)
+	}
+	size := int64(-1)
+	if ref.Revision == h.Revision {
+		size = h.SizeBytes
+	}
+	dw := g.download(w, "application/x-tar", fmt.Sprintf("%s-%d.tar", h.Name, ref.Revision), size)
+	dw.h.Set("X-Sandfleet-Revision", strconv.FormatInt(ref.Revision, 10))
+	_, err = g.client.WriteSnapshot(r.Context(), ref, dw)
+	return dw.finish(err)
+}
+
+// head reads the workspace the path names; an unknown one, or a fleet
+// that keeps none, is 404.
+func (g *Gateway) head(r *http.Request) (*jobs.WorkspaceHead, error) {
+	name := r.PathValue("name")
+	h, err := g.client.Workspace(r.Context(), name)
+	switch {
+	case errors.Is(err, jobs.ErrInvalidJob):
+		return nil, apiErr(http.StatusNotFound, CodeNotFound, "no workspace %q (names match [A-Za-z0-9_-]{1,128})", name)
+	case errors.Is(err, jobs.ErrNoWorkspace), errors.Is(err, jobs.ErrNoWorkspaces):
+		return nil, apiErr(http.StatusNotFound, CodeNotFound, "no workspace %q (never made, removed, or expired)", name)
+	}
+	return h, err
+}
+
+// downloadWriter sends a file: its headers go out with the first bytes,
+// so an error found before them (an unknown revision) is still a JSON
+// error; each write has a deadline of its own, as a stream's lines do.
+type downloadWriter struct {
+	w       http.ResponseWriter
+	h       http.Header
+	rc      *http.ResponseController
+	timeout time.Duration
+	started bool
+}
+
+func (g *Gateway) download(w http.ResponseWriter, ctype, filename string, size int64) *downloadWriter {
+	h := http.Header{}
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filename}))
+	h.Set("X-Content-Type-Options", "nosniff")
+	if size >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	return &downloadWriter{w: w, h: h, rc: http.NewResponseController(w), timeout: g.cfg.WriteTimeout}
+}
+
+func (d *downloadWriter) Write(p []byte) (int, error) {
+	if !d.started {
+		d.started = true
+		for k, v := range d.h {
+			d.w.Header()[k] = v
+		}
+		d.w.WriteHeader(http.StatusOK)
+	}
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.w.Write(p)
+}
+
+// finish ends a download. An error before the first byte is the
+// handler's to answer. After it, the answer is cut off rather than ended
+// cleanly, so the client cannot take a short or corrupted file for the
+// whole one.
+func (d *downloadWriter) finish(err error) error {
+	if err == nil && !d.started {
+		_, err = d.Write(nil) // an empty file
+	}
+	if err != nil && d.started {
+		panic(http.ErrAbortHandler)
+	}
+	return err
+}
