@@ -183,6 +183,14 @@ func TestAPI(t *testing.T) {
 			}},
 		{name: "events of an unknown job", method: "GET", path: "/v1/jobs/nope-1/events", token: a, status: 404, code: gateway.CodeNotFound},
 		{name: "events, bad Last-Event-ID", method: "GET", path: "/v1/jobs/done-1/events", token: a, header: []string{"Last-Event-ID", "x"}, status: 400, code: gateway.CodeInvalidRequest},
+		{name: "submit with a workspace and outputs", method: "POST", path: "/v1/jobs?wait=10s", token: a,
+			body: `{"image":"python","workspace":"agent-8","workspace_from":{"name":"agent-7","revision":1},"outputs":["*.png"],"code":"cat plot.png"}`, status: 200,
+			check: result(jobs.StatusSucceeded, func(t *testing.T, res *jobs.Result) {
+				if res.Stdout != "PNG\n" || res.Workspace == nil || res.Workspace.Revision != 1 || len(res.Artifacts) != 1 {
+					t.Errorf("a fork of agent-7@1: stdout %q, workspace %+v, artifacts %+v", res.Stdout, res.Workspace, res.Artifacts)
+				}
+			})},
+		{name: "bad workspace_from", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","workspace_from":{"name":"a b"},"code":"x"}`, status: 400, code: gateway.CodeInvalidJob, docRefuses: true},
 		{name: "artifacts", method: "GET", path: "/v1/jobs/ws-1/artifacts", token: a, status: 200, check: func(t *testing.T, r reply) {
 			var l gateway.ArtifactList
 			r.decode(t, &l)

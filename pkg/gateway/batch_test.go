@@ -147,6 +147,20 @@ func TestClientLeavesMidStream(t *testing.T) {
 		}
 		resp.Body.Close() // mid-stream: the connection is closed
 
+		// A follower of a running job that leaves after its first event.
+		id := fmt.Sprintf("sse-%d", round)
+		b.submit(t, `{"id":"`+id+`","image":"python","code":"print first\nsleep 1s\nprint second"}`, "")
+		req, _ = http.NewRequestWithContext(t.Context(), "GET", b.url+"/v1/jobs/"+id+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+b.alice)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc := bufio.NewScanner(resp.Body); !sc.Scan() {
+			t.Fatal("no first event")
+		}
+		resp.Body.Close()
+
 		// And a long poll whose client gives up.
 		cl := &http.Client{Timeout: 100 * time.Millisecond}
 		req, _ = http.NewRequest("POST", b.url+"/v1/jobs?wait=30s", strings.NewReader(`{"image":"python","code":"sleep 500ms"}`))
@@ -170,7 +184,7 @@ func TestClientLeavesMidStream(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("goroutines: %d before, %d after 3 abandoned batches and long polls", before, after)
+	t.Logf("goroutines: %d before, %d after 3 abandoned batches, event streams and long polls", before, after)
 	if after > before+2 {
 		buf := make([]byte, 1<<20)
 		t.Errorf("goroutines: %d before, %d after: a leak\n%s", before, after, buf[:runtime.Stack(buf, true)])
