@@ -284,6 +284,10 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 				{Name: "nofile", Soft: 1024, Hard: 1024},
 				{Name: "fsize", Soft: fsize, Hard: fsize},
 				{Name: "core", Soft: 0, Hard: 0},
+				// No POSIX message queues: /dev/mqueue is the private IPC
+				// namespace's, but a queue's messages are kernel memory
+				// beside the tmpfs mounts, and no workload needs one.
+				{Name: "msgqueue", Soft: 0, Hard: 0},
 			},
 		},
 	}

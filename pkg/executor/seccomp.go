@@ -30,6 +30,8 @@ import (
 //   - unshare, setns, mount, umount2, pivot_root, chroot: namespaces and
 //     mounts (already tied to capabilities the sandbox drops; listed so
 //     the profile says so itself).
+//
+// personality keeps only what AllowedPersonalities lists.
 var DeniedSyscalls = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
@@ -39,15 +41,28 @@ var DeniedSyscalls = []string{
 	"unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
 }
 
+// AllowedPersonalities are the personality(2) arguments a job may pass:
+// PER_LINUX and the query 0xffffffff. Docker's default also allows
+// PER_LINUX32 and UNAME26, which change what uname(2) reports (the old
+// trick for kernel info leaks and exploit targeting); Docker already
+// refuses ADDR_NO_RANDOMIZE and the rest.
+var AllowedPersonalities = []uint64{0, 0xffffffff}
+
 // SeccompProfile returns the sandbox's seccomp profile as the JSON Docker
 // takes: Docker's default profile (github.com/moby/profiles/seccomp, the
 // one the engine itself would apply, kept current by its maintainers)
-// without DeniedSyscalls, which a last rule refuses explicitly.
+// without DeniedSyscalls, which a last rule refuses explicitly, and with
+// personality narrowed to AllowedPersonalities (the profile's default
+// action, EPERM, refuses the rest).
 var SeccompProfile = sync.OnceValue(func() []byte {
 	p := seccomp.DefaultProfile()
 	kept := p.Syscalls[:0]
 	for _, rule := range p.Syscalls {
 		rule.Names = slices.DeleteFunc(rule.Names, func(n string) bool { return slices.Contains(DeniedSyscalls, n) })
+		if slices.Equal(rule.Names, []string{"personality"}) && len(rule.Args) == 1 &&
+			!slices.Contains(AllowedPersonalities, rule.Args[0].Value) {
+			continue
+		}
 		if len(rule.Names) > 0 {
 			kept = append(kept, rule)
 		}
