@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -64,7 +65,6 @@ func TestIntegrationOutputFlood(t *testing.T) {
 
 func TestIntegrationNoNetwork(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
 	code := `import os, socket
 print("ifaces", sorted(os.listdir("/sys/class/net")))
 try:
@@ -78,18 +78,19 @@ try:
 except OSError as err:
     print("dns failed", type(err).__name__)
 `
-	res := run(t, e, job(code))
-	want(t, res, jobs.StatusSucceeded)
-	for _, s := range []string{"ifaces ['lo']", "connect failed", "dns failed"} {
-		if !strings.Contains(res.Stdout, s) {
-			t.Errorf("stdout %q lacks %q", res.Stdout, s)
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		res := run(t, e, job(code))
+		want(t, res, jobs.StatusSucceeded)
+		for _, s := range []string{"ifaces ['lo']", "connect failed", "dns failed"} {
+			if !strings.Contains(res.Stdout, s) {
+				t.Errorf("stdout %q lacks %q", res.Stdout, s)
+			}
 		}
-	}
+	})
 }
 
 func TestIntegrationFilesystem(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
 	code := `import os
 for path in ["/x", "/usr/x", "/etc/passwd", "/usr/local/bin/sandfleet-launcher"]:
     try:
@@ -110,33 +111,34 @@ try:
 except OSError as err:
     print("tmp stopped", n, err.errno)
 `
-	res := run(t, e, job(code, withLimits(limits.Limits{Tmpfs: 16 * limits.MiB})))
-	want(t, res, jobs.StatusSucceeded)
-	if strings.Contains(res.Stdout, "wrote") || strings.Count(res.Stdout, "denied") != 4 || !strings.Contains(res.Stdout, "workspace ok") {
-		t.Fatalf("read-only root not enforced: %q", res.Stdout)
-	}
-	var n, errno int
-	i := strings.Index(res.Stdout, "tmp stopped")
-	if i < 0 {
-		t.Fatalf("200 MB to /tmp did not stop: %q", res.Stdout)
-	}
-	if _, err := fmt.Sscanf(res.Stdout[i:], "tmp stopped %d %d", &n, &errno); err != nil || n > 16 {
-		t.Fatalf("/tmp took %d MiB, over its 16 MiB size (%q)", n, res.Stdout[i:])
-	}
-	// ENOSPC from the tmpfs, or EFBIG from the fsize ulimit set to the same size.
-	if errno != 28 && errno != 27 {
-		t.Fatalf("/tmp stopped with errno %d, want ENOSPC or EFBIG", errno)
-	}
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		res := run(t, e, job(code, withLimits(limits.Limits{Tmpfs: 16 * limits.MiB})))
+		want(t, res, jobs.StatusSucceeded)
+		if strings.Contains(res.Stdout, "wrote") || strings.Count(res.Stdout, "denied") != 4 || !strings.Contains(res.Stdout, "workspace ok") {
+			t.Fatalf("read-only root not enforced: %q", res.Stdout)
+		}
+		var n, errno int
+		i := strings.Index(res.Stdout, "tmp stopped")
+		if i < 0 {
+			t.Fatalf("200 MB to /tmp did not stop: %q", res.Stdout)
+		}
+		if _, err := fmt.Sscanf(res.Stdout[i:], "tmp stopped %d %d", &n, &errno); err != nil || n > 16 {
+			t.Fatalf("/tmp took %d MiB, over its 16 MiB size (%q)", n, res.Stdout[i:])
+		}
+		// ENOSPC from the tmpfs, or EFBIG from the fsize ulimit set to the same size.
+		if errno != 28 && errno != 27 {
+			t.Fatalf("/tmp stopped with errno %d, want ENOSPC or EFBIG", errno)
+		}
+	})
 }
 
 func TestIntegrationPrivileges(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
 	code := `import ctypes, os, subprocess
 st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
 print("uid", os.getuid(), os.geteuid())
-print("capeff", st["CapEff"].strip(), "capprm", st["CapPrm"].strip(), "nnp", st["NoNewPrivs"].strip())
-print("seccomp", st["Seccomp"].strip())
+print("capeff", st["CapEff"].strip(), "capprm", st["CapPrm"].strip(), "nnp", st.get("NoNewPrivs", "absent").strip())
+print("seccomp", st.get("Seccomp", "absent").strip())
 for s in ["/var/run/docker.sock", "/run/docker.sock"]:
     print("sock", s, os.path.exists(s))
 r = subprocess.run(["mount", "-t", "tmpfs", "none", "/tmp"], capture_output=True)
@@ -145,23 +147,28 @@ libc = ctypes.CDLL(None, use_errno=True)
 for name, flag in [("user", 0x10000000), ("mnt", 0x00020000), ("net", 0x40000000)]:
     print("unshare", name, libc.unshare(flag))
 `
-	res := run(t, e, job(code))
-	want(t, res, jobs.StatusSucceeded)
-	for _, s := range []string{"uid 10001 10001", "capeff 0000000000000000 capprm 0000000000000000 nnp 1",
-		"seccomp 2", "sock /var/run/docker.sock False", "sock /run/docker.sock False",
-		"unshare user -1", "unshare mnt -1", "unshare net -1"} {
-		if !strings.Contains(res.Stdout, s) {
-			t.Errorf("stdout lacks %q:\n%s", s, res.Stdout)
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		res := run(t, e, job(code))
+		want(t, res, jobs.StatusSucceeded)
+		nnp := "nnp 1"
+		if e.cfg.Runtime == "runsc" {
+			nnp = "nnp absent" // gVisor's /proc/self/status has no such line
 		}
-	}
-	if strings.Contains(res.Stdout, "mount rc 0") {
-		t.Errorf("mount succeeded:\n%s", res.Stdout)
-	}
+		for _, s := range []string{"uid 10001 10001", "capeff 0000000000000000 capprm 0000000000000000 " + nnp,
+			"seccomp 2", "sock /var/run/docker.sock False", "sock /run/docker.sock False",
+			"unshare user -1", "unshare mnt -1", "unshare net -1"} {
+			if !strings.Contains(res.Stdout, s) {
+				t.Errorf("stdout lacks %q:\n%s", s, res.Stdout)
+			}
+		}
+		if strings.Contains(res.Stdout, "mount rc 0") {
+			t.Errorf("mount succeeded:\n%s", res.Stdout)
+		}
+	})
 }
 
 func TestIntegrationPayloadIntegrity(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
 	rng := rand.New(rand.NewPCG(1, 2))
 	random := func(n int) string {
 		b := make([]byte, n)
@@ -184,21 +191,24 @@ for root, _, names in sorted(os.walk(".")):
 print("<stdin>", hashlib.sha256(sys.stdin.buffer.read()).hexdigest())
 `
 	code := prog + "#" + strings.Repeat("y", (1<<20)-len(prog)-2) + "\n"
-	res := run(t, e, job(code, func(j *jobs.Job) { j.Files, j.Stdin = files, stdin }))
-	want(t, res, jobs.StatusSucceeded)
-	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
-	var wantLines []string
-	files["main.py"] = code
-	for n, data := range files {
-		wantLines = append(wantLines, n+" "+sum(data))
-	}
-	sort.Strings(wantLines)
-	wantLines = append(wantLines, "<stdin> "+sum(stdin))
-	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	sort.Strings(got[:len(got)-1])
-	if strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
-		t.Fatalf("payload differs:\ngot  %v\nwant %v", got, wantLines)
-	}
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		files := maps.Clone(files) // each runtime's run adds main.py below
+		res := run(t, e, job(code, func(j *jobs.Job) { j.Files, j.Stdin = files, stdin }))
+		want(t, res, jobs.StatusSucceeded)
+		sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+		var wantLines []string
+		files["main.py"] = code
+		for n, data := range files {
+			wantLines = append(wantLines, n+" "+sum(data))
+		}
+		sort.Strings(wantLines)
+		wantLines = append(wantLines, "<stdin> "+sum(stdin))
+		got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		sort.Strings(got[:len(got)-1])
+		if strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
+			t.Fatalf("payload differs:\ngot  %v\nwant %v", got, wantLines)
+		}
+	})
 }
 
 // TestIntegrationInspectAndCancel inspects a running sandbox, then cancels
