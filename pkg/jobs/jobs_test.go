@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -247,4 +248,56 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed the job:\n%s\n%s", a, b)
 		}
 	})
+}
+
+// Jobs at the edges of the fleet's defaults (a job of up to MaxJobBytes):
+// each is refused with ErrInvalidJob naming its field, never taken.
+func TestDecodeRefusesEdges(t *testing.T) {
+	t.Parallel()
+	many := func(n int, prefix, value string) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"%s%d":%q`, prefix, i, value)
+		}
+		return b.String()
+	}
+	exact := `{"image":"python","code":"`
+	exact += strings.Repeat("x", jobs.MaxJobBytes-len(exact)-2) + `"}`
+	tests := []struct {
+		name, body, want string
+	}{
+		{"ten thousand files", `{"image":"python","files":{` + many(10000, "f", "") + `}}`, "files: 10000 files, over the limit of 1000"},
+		{"env value over 128 KiB", `{"image":"python","env":{"K":"` + strings.Repeat("v", 128<<10+1) + `"}}`, `env["K"]: the value is 131073 bytes`},
+		{"env name over 256 bytes", `{"image":"python","env":{"` + strings.Repeat("N", 257) + `":"v"}}`, "the name is 257 bytes"},
+		{"label key over 128 bytes", `{"image":"python","labels":{"` + strings.Repeat("k", 129) + `":"v"}}`, "labels["},
+		{"one byte over the cap", exact[:len(exact)-2] + `x"}`, fmt.Sprintf("job is %d bytes, over the cap of %d", jobs.MaxJobBytes+1, jobs.MaxJobBytes)},
+		{"invalid UTF-8 in code", "{\"image\":\"python\",\"code\":\"\xff\xfe\"}", "code"},
+		{"invalid UTF-8 in stdin", "{\"image\":\"python\",\"code\":\"x\",\"stdin\":\"a\xc3\"}", "stdin"},
+		{"reply_to of >", `{"image":"python","code":"x","reply_to":">"}`, "reply_to"},
+		{"reply_to into the JetStream API", `{"image":"python","code":"x","reply_to":"$JS.API.STREAM.DELETE.JOBS"}`, "reply_to"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := jobs.Decode([]byte(tc.body), 0)
+			if err == nil {
+				j.Normalize()
+				err = j.Validate()
+			}
+			if !errors.Is(err, jobs.ErrInvalidJob) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want ErrInvalidJob naming %q", err, tc.want)
+			}
+		})
+	}
+	// Exactly the cap is a job.
+	j, err := jobs.Decode([]byte(exact), 0)
+	if err == nil {
+		j.Normalize()
+		err = j.Validate()
+	}
+	if err != nil {
+		t.Errorf("a job of exactly %d bytes: %v", jobs.MaxJobBytes, err)
+	}
 }
