@@ -307,6 +307,9 @@ type output struct {
 	m    *Main
 	json bool
 	raw  bool
+	// then, when set, runs on the result a watch ends with, after its
+	// output (run's artifact download).
+	then func(*jobs.Result) error
 }
 
 func (o *output) define(fs *pflag.FlagSet, jsonUsage string, jobOutput bool) {

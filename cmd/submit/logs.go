@@ -78,9 +78,23 @@ func (o *output) fallBack(ctx context.Context, client *jobs.Client, id string, p
 		return fail(exitUnavailable, "wait for %s: %w", id, err)
 	case o.json:
 		o.printJSON(&jobs.Event{Type: jobs.EventFinished, ID: id, Attempt: res.Attempt, Result: res})
-		return exitWith(res.ExitCode())
 	}
-	return p.finished(res)
+	return o.end(p, res)
+}
+
+// end ends a watch with its result: what the printer still owes, then
+// o.then, then the exit code of the result's status.
+func (o *output) end(p *printer, res *jobs.Result) error {
+	code := exitWith(res.ExitCode())
+	if !o.json {
+		code = p.finished(res)
+	}
+	if o.then != nil {
+		if err := o.then(res); err != nil {
+			return err
+		}
+	}
+	return code
 }
 
 // errNoResultYet: the events ended before the finished one (ReplayOnly).
@@ -116,10 +130,7 @@ func (o *output) watch(ctx context.Context, client *jobs.Client, id string, foll
 			p.event(ev)
 		}
 		if ev.Type == jobs.EventFinished && ev.Result != nil {
-			if o.json {
-				return exitWith(ev.Result.ExitCode())
-			}
-			return p.finished(ev.Result)
+			return o.end(p, ev.Result)
 		}
 	}
 	p.flush()

@@ -101,14 +101,15 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		fmt.Fprintln(c.m.Stdout, id)
 		return nil
 	}
-	// Live, unless the output is JSON, a tenant's client (it reads no
-	// stream) or the artifacts are to be downloaded after the result.
-	if !c.out.json && client.Tenant() == "" && c.ws.dir == "" {
+	// Live, unless the output is JSON or the client a tenant's (it reads
+	// no stream); the artifacts are downloaded once the result is in.
+	if !c.out.json && client.Tenant() == "" {
 		// The job's events are kept, so following after the submit
 		// misses nothing.
 		if _, err := submit(); err != nil {
 			return submitFailed(err)
 		}
+		c.out.then = func(res *jobs.Result) error { return c.ws.download(ctx, c.m, client, res) }
 		return c.out.watch(ctx, client, job.ID, true)
 	}
 	rw, err := client.Watch(ctx, job.ID)
