@@ -92,6 +92,7 @@ type options struct {
 	replicas            int
 	events              bool
 	workspaceTTL        time.Duration
+	eventsMaxAge        time.Duration
 	version             bool
 	http                httpOptions // http.go
 
@@ -127,6 +128,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.maxAckPending, "max-ack-pending", 0, "at most `N` jobs of a queue in flight across the fleet (default 1000; set it to the fleet's slots or more; fleet-wide)")
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
 	fs.BoolVar(&o.events, "events", true, "publish each job's output and lifecycle to the stream EVENTS while it runs (submit run's live output, submit logs); --events=false turns them off")
+	fs.DurationVar(&o.eventsMaxAge, "events-max-age", 0, "keep a job's events (its live output) `D` in the stream EVENTS (default 1h; fleet-wide; the result in RESULTS stays the authority)")
 	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step (default 24h; fleet-wide)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	httpFlags(fs, &o.http)
@@ -306,6 +308,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			MaxAckPending: o.maxAckPending,
 			Replicas:      o.replicas,
 			WorkspaceTTL:  o.workspaceTTL,
+			EventsMaxAge:  o.eventsMaxAge,
 		},
 		Logger:   log,
 		Observer: obs,

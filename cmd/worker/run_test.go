@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -254,5 +255,30 @@ func TestDockerEndToEnd(t *testing.T) {
 	res, err := c.SubmitAndWait(ctx, &jobs.Job{Image: "cobol", Code: "x"})
 	if err != nil || res.Status != jobs.StatusRejected || !strings.Contains(res.Error, "cobol") {
 		t.Errorf("unknown preset: %v %+v", err, res)
+	}
+}
+
+// The fleet-wide retention flags reach the streams they set: EVENTS keeps
+// a job's events --events-max-age, WORKSPACES its heads --workspace-ttl.
+func TestRetentionFlags(t *testing.T) {
+	t.Parallel()
+	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "ret1",
+		"--events-max-age", "10m", "--workspace-ttl", "2h"}
+	s := startServe(t, args, &fakeexec.Executor{})
+	defer s.Stop(t)
+	_, js := natstest.Connect(t, s.url)
+	for stream, want := range map[string]time.Duration{jobs.EventsStreamName: 10 * time.Minute, "KV_" + jobs.WorkspacesBucket: 2 * time.Hour} {
+		var got time.Duration
+		testutil.Eventually(t, 10*time.Second, stream+" created", func() bool {
+			st, err := js.Stream(t.Context(), stream)
+			if err != nil {
+				return false
+			}
+			got = st.CachedInfo().Config.MaxAge
+			return true
+		})
+		if got != want {
+			t.Errorf("%s keeps %s, want %s", stream, got, want)
+		}
 	}
 }
