@@ -63,6 +63,7 @@ func (c *statusCommand) table(w io.Writer, st *jobs.FleetStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tQUEUE\tSLOTS\tREADY\tSTATE\tVERSION\tLAST SEEN\tUP")
 	now := time.Now()
+	var notReady []jobs.WorkerStatus
 	for _, w := range st.Workers {
 		state := "serving"
 		if w.Draining {
@@ -72,7 +73,7 @@ func (c *statusCommand) table(w io.Writer, st *jobs.FleetStatus) {
 		if !w.Ready {
 			ready = "no"
 			if w.LastError != "" {
-				ready = "no (" + truncateText(w.LastError, 40) + ")"
+				notReady = append(notReady, w)
 			}
 		}
 		queue := w.Queue
@@ -84,6 +85,12 @@ func (c *statusCommand) table(w io.Writer, st *jobs.FleetStatus) {
 	}
 	if len(st.Workers) == 0 {
 		fmt.Fprintln(tw, "(no live workers)")
+	}
+	tw.Flush()
+	// Why a worker is not ready, whole: the engine's error is the line an
+	// operator needs, and too long for a column.
+	for _, nr := range notReady {
+		fmt.Fprintf(w, "%s is not ready: %s\n", nr.ID, nr.LastError)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "QUEUE\tPENDING\tIN FLIGHT\tREDELIVERED\tIDLE PULLS")
@@ -109,11 +116,4 @@ func ago(now, t time.Time) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
-}
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

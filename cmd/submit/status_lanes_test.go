@@ -24,3 +24,20 @@ func TestStatusShowsLanes(t *testing.T) {
 		}
 	}
 }
+
+// A worker that is not ready says why, whole, under the table: the
+// engine's error is what an operator needs ("runtime runsc: cannot start
+// sandboxes: ..." is longer than any column).
+func TestStatusShowsWhyNotReady(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	why := "runtime runsc: cannot start sandboxes: OCI runtime create failed: cannot run with network enabled in root network namespace"
+	var b strings.Builder
+	(&statusCommand{}).table(&b, &jobs.FleetStatus{Workers: []jobs.WorkerStatus{
+		{ID: "broken", Queue: "default", Slots: 2, Ready: false, LastError: why, StartedAt: now, LastSeen: now},
+		{ID: "fine", Queue: "default", Slots: 2, Ready: true, StartedAt: now, LastSeen: now},
+	}})
+	if !strings.Contains(b.String(), "broken is not ready: "+why+"\n") || strings.Contains(b.String(), "fine is not ready") {
+		t.Errorf("status table:\n%s", b.String())
+	}
+}
