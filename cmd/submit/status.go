@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -72,7 +73,7 @@ func (c *statusCommand) table(w io.Writer, st *jobs.FleetStatus) {
 		if !w.Ready {
 			ready = "no"
 			if w.LastError != "" {
-				ready = "no (" + truncateText(w.LastError, 40) + ")"
+				ready = "no (" + shorten.Text(w.LastError, 40) + ")"
 			}
 		}
 		queue := w.Queue
@@ -109,11 +110,4 @@ func ago(now, t time.Time) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
-}
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

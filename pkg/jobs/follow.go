@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // FollowOption changes what Follow yields.
@@ -56,13 +58,13 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 	}
 	return func(yield func(*Event, error) bool) {
 		if !ValidID(id) {
-			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140)))
+			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140)))
 			return
 		}
 		if c.stores == nil {
 			// A tenant's client reads no stream: its permissions are for
 			// its own keys only.
-			yield(nil, fmt.Errorf("follow %s: %w", truncate(id, 140), ErrNotTenants))
+			yield(nil, fmt.Errorf("follow %s: %w", shorten.Text(id, 140), ErrNotTenants))
 			return
 		}
 		ctx, cancel := context.WithCancel(ctx)
