@@ -21,6 +21,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -198,12 +199,7 @@ func New(client *jobs.Client, cfg Config) (*Runner, error) {
 		cfg.MaxLineBytes = jobs.MaxJobBytes
 	}
 	if cfg.Backoff == nil {
-		cfg.Backoff = func() backoff.BackOff {
-			return backoff.NewExponentialBackOff(
-				backoff.WithInitialInterval(100*time.Millisecond),
-				backoff.WithMaxInterval(5*time.Second),
-				backoff.WithMaxElapsedTime(0))
-		}
+		cfg.Backoff = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Func()
 	}
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = 2 * time.Minute
