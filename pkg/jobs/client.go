@@ -242,23 +242,11 @@ func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
 	if rw.it != nil {
 		return rw.nextMsg(ctx)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-rw.w.Updates():
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				return nil, errors.New("result watch closed")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // end of initial values, or a deleted/expired result
-			}
-			return DecodeStoredResult(e.Key(), e.Value())
-		}
+	e, err := nextPut(ctx, rw.w)
+	if err != nil {
+		return nil, err
 	}
+	return DecodeStoredResult(e.Key(), e.Value())
 }
 
 // Stop closes the watch.

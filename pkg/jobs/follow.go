@@ -165,7 +165,7 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 			}
 		case e, ok := <-updates:
 			if !ok {
-				return fmt.Errorf("follow %s: result watch closed", f.id)
+				return fmt.Errorf("follow %s: %w", f.id, ErrWatchClosed)
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
@@ -223,7 +223,7 @@ func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error)
 			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("result watch closed")
+				return nil, ErrWatchClosed
 			}
 			if e == nil {
 				return res, nil // end of the initial values
