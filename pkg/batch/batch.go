@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -185,9 +184,9 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 	defer cancel(nil)
 	// The watch is open before any lookup, so a result stored after a
 	// lookup missed it is still delivered.
-	watch, err := r.client.Stores().Results.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := r.client.WatchResults(ctx)
 	if err != nil {
-		return summary(false), fmt.Errorf("%w: watch results: %w", ErrUnavailable, err)
+		return summary(false), fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer watch.Stop()
 
@@ -263,32 +262,25 @@ func (r *Runner) complete(res *jobs.Result, reused bool) error {
 }
 
 // dispatch feeds results from the watch to the jobs in flight.
-func (r *Runner) dispatch(ctx context.Context, fail context.CancelCauseFunc, w jetstream.KeyWatcher) {
+func (r *Runner) dispatch(ctx context.Context, fail context.CancelCauseFunc, w *jobs.ResultsWatch) {
 	for {
-		select {
-		case <-ctx.Done():
+		stored, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(fmt.Errorf("%w: %w", ErrUnavailable, err))
+			}
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() == nil {
-					fail(fmt.Errorf("%w: the result watch closed", ErrUnavailable))
-				}
-				return
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			if !r.t.waiting(e.Key()) {
-				continue // another client's job, or one already done
-			}
-			res, err := jobs.DecodeStoredResult(e.Key(), e.Value())
-			if err != nil {
-				continue // not ours to repair; the job stays pending
-			}
-			if err := r.complete(res, false); err != nil {
-				fail(err)
-				return
-			}
+		}
+		if !r.t.waiting(stored.ID) {
+			continue // another client's job, or one already done
+		}
+		res, err := stored.Decode()
+		if err != nil {
+			continue // not ours to repair; the job stays pending
+		}
+		if err := r.complete(res, false); err != nil {
+			fail(err)
+			return
 		}
 	}
 }

@@ -60,7 +60,9 @@ func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Cli
 }
 
 // Stores returns the stream and buckets the client uses; nil for a
-// tenant's client.
+// tenant's client. The client's methods cover what a submitter does
+// (WatchResults watches RESULTS): these raw handles are for the tests
+// and tools that act as a worker would.
 func (c *Client) Stores() *Stores { return c.stores }
 
 // Encode normalizes and validates a copy of job and returns it with its wire
