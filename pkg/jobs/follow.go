@@ -218,24 +218,15 @@ func (f *follower) finish(yield func(*Event, error) bool, ev *Event, res *Result
 func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error) {
 	var res *Result
 	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, ErrWatchClosed
-			}
-			if e == nil {
-				return res, nil // end of the initial values
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			r, err := DecodeStoredResult(e.Key(), e.Value())
-			if err != nil {
-				return nil, err
-			}
-			res = r
+		e, err := nextEntry(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			return res, nil // end of the initial values
+		}
+		if res, err = DecodeStoredResult(e.Key(), e.Value()); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -70,8 +70,18 @@ func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
 func (rw *ResultsWatch) Stop() error { return rw.w.Stop() }
 
 // nextPut returns the next value stored under a key w watches, skipping
-// the end of the initial values and deleted or expired keys.
+// the end of the initial values.
 func nextPut(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueEntry, error) {
+	for {
+		if e, err := nextEntry(ctx, w); err != nil || e != nil {
+			return e, err
+		}
+	}
+}
+
+// nextEntry returns the next value stored under a key w watches, or nil
+// at the end of the initial values, skipping deleted or expired keys.
+func nextEntry(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueEntry, error) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -83,7 +93,7 @@ func nextPut(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueEnt
 				}
 				return nil, ErrWatchClosed
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			return e, nil
