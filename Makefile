@@ -11,7 +11,7 @@ TESTHOOKS := sandfleet_testhooks
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image runsc run test test-short vet lint bench humaneval humaneval-data soak up down clean
+.PHONY: all build sandbox-image runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
 
 all: build
 

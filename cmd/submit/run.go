@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -89,8 +89,7 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, c.waitRoom)
 		defer cancel()
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+		b := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.New()
 		return client.SubmitWhenRoom(ctx, job, b)
 	}
 	if c.detach {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -40,10 +41,7 @@ func (d *dockerExecutor) startReaping() {
 // reap calls Reap until it could list the leftovers. A leftover it cannot
 // remove is logged once by Reap and skipped: it is not retried in a loop.
 func (d *dockerExecutor) reap(ctx context.Context) {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = time.Second
-	b.MaxInterval = 30 * time.Second
-	b.MaxElapsedTime = 0
+	b := retry.Policy{Initial: time.Second, Max: 30 * time.Second}.New()
 	_ = backoff.RetryNotify(func() error {
 		n, err := d.Reap(ctx)
 		if n > 0 {

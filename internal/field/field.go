@@ -1,8 +1,8 @@
 // Package field holds the checks of a job's fields that more than one room
 // makes: pkg/jobs when a job is decoded, internal/envelope when the
 // executor seals it and the launcher opens it. One copy, so they cannot
-// disagree; the package imports nothing of the project's, so the launcher
-// stays small.
+// disagree; the package imports nothing of the project's but
+// internal/shorten (the standard library only), so the launcher stays small.
 //
 // Each check returns a *Error naming the field as a user wrote it
 // (`files["a/../b"]`, `env["PATH"]`, `labels`), which callers wrap in their
@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // Bounds on a job's fields. The job's encoded size (jobs.MaxJobBytes)
@@ -47,11 +49,7 @@ func fail(name, format string, args ...any) error {
 
 // Quote shows s as a field key in an error: quoted, and shortened when long.
 func Quote(s string) string {
-	const n = 64
-	if len(s) > n {
-		s = s[:n] + "..."
-	}
-	return fmt.Sprintf("%q", s)
+	return fmt.Sprintf("%q", shorten.Text(s, 64))
 }
 
 // FileName checks a path to be written into the working directory: 1 to

@@ -1,26 +1,16 @@
 package batch
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"regexp"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -97,83 +87,17 @@ type Outcome struct {
 	Reused bool
 }
 
-// Progress is a snapshot of a running batch.
-type Progress struct {
-	Total    int                 // valid jobs in the input
-	Done     int                 // results received
-	Reused   int                 // of Done, stored before this run
-	InFlight int                 // looked up or published, no result yet
-	Bad      int                 // bad lines
-	Statuses map[jobs.Status]int // results by status
-	Elapsed  time.Duration       // since Run started publishing
-	// Rate is the results per second produced by the fleet during this
-	// run (reused results excluded); 0 until the first arrives.
-	Rate float64
-	// ETA is the time left at Rate; -1 while unknown.
-	ETA time.Duration
-}
-
-// Summary is the end of a batch. Its JSON form is `submit batch --json`.
-type Summary struct {
-	Name    string `json:"batch"`
-	Total   int    `json:"total"`
-	Done    int    `json:"done"`
-	Reused  int    `json:"reused"`
-	Pending int    `json:"pending"` // not finished when Run returned
-	// InFlight are the pending jobs that were published (or found queued):
-	// they go on in the fleet after an interruption.
-	InFlight    int                 `json:"in_flight"`
-	Bad         int                 `json:"bad_lines"`
-	Statuses    map[jobs.Status]int `json:"statuses"`
-	Duration    Percentiles         `json:"duration_ms"`
-	WallMS      int64               `json:"wall_ms"`
-	Throughput  float64             `json:"throughput_per_s"` // results of this run per second of wall time
-	Interrupted bool                `json:"interrupted"`
-}
-
-// Percentiles of the jobs' durations (Result.DurationMS), null when no
-// result had one.
-type Percentiles struct {
-	P50 *int64 `json:"p50"`
-	P95 *int64 `json:"p95"`
-	Max *int64 `json:"max"`
-}
-
-// AllSucceeded reports whether every line was a valid job that succeeded.
-func (s *Summary) AllSucceeded() bool {
-	return s.Bad == 0 && s.Pending == 0 && s.Done == s.Total && s.Statuses[jobs.StatusSucceeded] == s.Total
-}
-
 // Runner runs one batch. Progress may be called concurrently with Run.
 type Runner struct {
 	client *jobs.Client
 	cfg    Config
+	t      *tracker // the window, the jobs in flight, the counts
 
-	mu        sync.Mutex
-	inflight  map[string]*flight // by job ID
-	total     int
-	done      int
-	reused    int
-	bad       int
-	statuses  map[jobs.Status]int
-	durations []int64
-	started   time.Time
-	allDone   chan struct{} // closed when done == total after publishing ended
-	feeding   bool
-
+	// sinkMu serializes the calls of OnResult and OnBadLine while
+	// publishing, and makes taking a result's job out of the window and
+	// handing the result on one step: the watch and a lookup may both
+	// find it.
 	sinkMu sync.Mutex
-	sem    chan struct{} // the window: one token per job in flight
-}
-
-var badNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-
-// CleanName turns s into a batch name usable in job IDs.
-func CleanName(s string) string {
-	s = badNameChars.ReplaceAllString(s, "-")
-	if len(s) > 64 {
-		s = s[:64]
-	}
-	return s
 }
 
 // New returns a Runner of one batch.
@@ -198,34 +122,19 @@ func New(client *jobs.Client, cfg Config) (*Runner, error) {
 		cfg.MaxLineBytes = jobs.MaxJobBytes
 	}
 	if cfg.Backoff == nil {
-		cfg.Backoff = func() backoff.BackOff {
-			return backoff.NewExponentialBackOff(
-				backoff.WithInitialInterval(100*time.Millisecond),
-				backoff.WithMaxInterval(5*time.Second),
-				backoff.WithMaxElapsedTime(0))
-		}
+		cfg.Backoff = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Func()
 	}
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = 2 * time.Minute
 	}
-	return &Runner{
-		client:   client,
-		cfg:      cfg,
-		inflight: map[string]*flight{},
-		statuses: map[jobs.Status]int{},
-		allDone:  make(chan struct{}),
-		sem:      make(chan struct{}, cfg.Window),
-	}, nil
+	return &Runner{client: client, cfg: cfg, t: newTracker(cfg.Window)}, nil
 }
 
 // Name returns the batch name used in derived IDs, once cleaned.
 func (r *Runner) Name() string { return r.cfg.Name }
 
-// flight is a job looked up or published, waiting for its result.
-type flight struct {
-	line      int
-	published bool // in the fleet: published now, or queued by an earlier run
-}
+// Progress returns a snapshot of the batch.
+func (r *Runner) Progress() Progress { return r.t.progress() }
 
 // item is one valid line on its way to the fleet.
 type item struct {
@@ -240,13 +149,12 @@ type item struct {
 // one batch once.
 func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error) {
 	start := time.Now()
+	summary := func(interrupted bool) *Summary { return r.t.summary(r.cfg.Name, start, interrupted) }
 	// Pass 1: validate and count.
 	total := 0
 	err := r.scan(input, func(line int, _ *jobs.Job, err error) error {
 		if err != nil {
-			r.mu.Lock()
-			r.bad++
-			r.mu.Unlock()
+			r.t.badLine()
 			if r.cfg.OnBadLine != nil {
 				r.cfg.OnBadLine(BadLine{Line: line, Err: err})
 			}
@@ -256,21 +164,18 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 		return ctx.Err()
 	})
 	if err != nil {
-		return r.summary(start, ctx.Err() != nil), err
+		return summary(ctx.Err() != nil), err
 	}
-	r.mu.Lock()
-	r.total = total
-	bad := r.bad
-	r.mu.Unlock()
+	bad := r.t.setTotal(total)
 	if r.cfg.Strict && bad > 0 {
-		return r.summary(start, false), fmt.Errorf("%w: %d bad lines, nothing published", ErrBadInput, bad)
+		return summary(false), fmt.Errorf("%w: %d bad lines, nothing published", ErrBadInput, bad)
 	}
 	if _, err := input.Seek(0, io.SeekStart); err != nil {
-		return r.summary(start, false), fmt.Errorf("rewind the input: %w", err)
+		return summary(false), fmt.Errorf("rewind the input: %w", err)
 	}
 	if r.cfg.OnStart != nil {
 		if err := r.cfg.OnStart(total); err != nil {
-			return r.summary(start, false), err
+			return summary(false), err
 		}
 	}
 
@@ -279,17 +184,13 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 	defer cancel(nil)
 	// The watch is open before any lookup, so a result stored after a
 	// lookup missed it is still delivered.
-	watch, err := r.client.Stores().Results.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := r.client.WatchResults(ctx)
 	if err != nil {
-		return r.summary(start, false), fmt.Errorf("%w: watch results: %w", ErrUnavailable, err)
+		return summary(false), fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer watch.Stop()
 
-	r.mu.Lock()
-	r.started = time.Now()
-	r.feeding = true
-	r.mu.Unlock()
-
+	r.t.startFeeding()
 	var wg sync.WaitGroup
 	wg.Go(func() { r.dispatch(ctx, cancel, watch) })
 	work := make(chan item)
@@ -307,19 +208,14 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 		if err != nil {
 			return nil // reported in pass 1
 		}
-		select {
-		case r.sem <- struct{}{}:
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		if err := r.t.add(ctx, job.ID, line); err != nil {
+			return err
 		}
-		r.mu.Lock()
-		r.inflight[job.ID] = &flight{line: line}
-		r.mu.Unlock()
 		select {
 		case work <- item{line, job}:
 			return nil
 		case <-ctx.Done():
-			r.forget(job.ID)
+			r.t.forget(job.ID)
 			return context.Cause(ctx)
 		}
 	})
@@ -327,121 +223,64 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 	if feedErr != nil && ctx.Err() == nil {
 		cancel(fmt.Errorf("read the input: %w", feedErr))
 	}
-	r.mu.Lock()
-	r.feeding = false
-	r.checkDoneLocked()
-	r.mu.Unlock()
+	r.t.endFeeding()
 
 	select {
-	case <-r.allDone:
+	case <-r.t.allDone:
 	case <-ctx.Done():
 	}
 	cause := context.Cause(ctx)
 	cancel(nil)
 	wg.Wait()
 	if cause != nil && parent.Err() == nil {
-		return r.summary(start, false), cause // a sink, publish or watch failure
+		return summary(false), cause // a sink, publish or watch failure
 	}
-	r.mu.Lock()
-	finished := r.done == r.total
-	r.mu.Unlock()
-	if !finished {
-		return r.summary(start, true), parent.Err()
+	if !r.t.finished() {
+		return summary(true), parent.Err()
 	}
-	return r.summary(start, false), nil
-}
-
-// forget drops a job from the in-flight set and frees its window slot,
-// unless a result got there first.
-func (r *Runner) forget(id string) {
-	r.mu.Lock()
-	_, ok := r.inflight[id]
-	delete(r.inflight, id)
-	r.mu.Unlock()
-	if ok {
-		<-r.sem
-	}
-}
-
-// checkDoneLocked closes allDone once every job has its result.
-func (r *Runner) checkDoneLocked() {
-	if !r.feeding && r.done >= r.total && len(r.inflight) == 0 {
-		select {
-		case <-r.allDone:
-		default:
-			close(r.allDone)
-		}
-	}
+	return summary(false), nil
 }
 
 // complete hands a result to the sink, once per job: the watch and a
 // lookup may both find it.
 func (r *Runner) complete(res *jobs.Result, reused bool) error {
-	r.mu.Lock()
-	f, ok := r.inflight[res.ID]
-	r.mu.Unlock()
-	if !ok {
+	if !r.t.waiting(res.ID) {
 		return nil
 	}
-	line := f.line
 	r.sinkMu.Lock()
 	defer r.sinkMu.Unlock()
-	r.mu.Lock()
-	if _, ok := r.inflight[res.ID]; !ok { // the other path won meanwhile
-		r.mu.Unlock()
+	line, ok := r.t.take(res.ID)
+	if !ok { // the other path won meanwhile
 		return nil
 	}
-	delete(r.inflight, res.ID)
-	r.mu.Unlock()
 	var err error
 	if r.cfg.OnResult != nil {
 		err = r.cfg.OnResult(Outcome{Line: line, Result: res, Reused: reused})
 	}
-	r.mu.Lock()
-	r.done++
-	if reused {
-		r.reused++
-	}
-	r.statuses[res.Status]++
-	if res.DurationMS != nil {
-		r.durations = append(r.durations, *res.DurationMS)
-	}
-	r.checkDoneLocked()
-	r.mu.Unlock()
-	<-r.sem
+	r.t.finish(res, reused)
 	return err
 }
 
 // dispatch feeds results from the watch to the jobs in flight.
-func (r *Runner) dispatch(ctx context.Context, fail context.CancelCauseFunc, w jetstream.KeyWatcher) {
+func (r *Runner) dispatch(ctx context.Context, fail context.CancelCauseFunc, w *jobs.ResultsWatch) {
 	for {
-		select {
-		case <-ctx.Done():
+		stored, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(fmt.Errorf("%w: %w", ErrUnavailable, err))
+			}
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() == nil {
-					fail(fmt.Errorf("%w: the result watch closed", ErrUnavailable))
-				}
-				return
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			r.mu.Lock()
-			_, mine := r.inflight[e.Key()]
-			r.mu.Unlock()
-			if !mine {
-				continue // another client's job, or one already done
-			}
-			res, err := jobs.DecodeStoredResult(e.Key(), e.Value())
-			if err != nil {
-				continue // not ours to repair; the job stays pending
-			}
-			if err := r.complete(res, false); err != nil {
-				fail(err)
-				return
-			}
+		}
+		if !r.t.waiting(stored.ID) {
+			continue // another client's job, or one already done
+		}
+		res, err := stored.Decode()
+		if err != nil {
+			continue // not ours to repair; the job stays pending
+		}
+		if err := r.complete(res, false); err != nil {
+			fail(err)
+			return
 		}
 	}
 }
@@ -451,10 +290,7 @@ func (r *Runner) dispatch(ctx context.Context, fail context.CancelCauseFunc, w j
 func (r *Runner) submit(ctx context.Context, it item) error {
 	var firstFail time.Time
 	op := func() error {
-		r.mu.Lock()
-		_, waiting := r.inflight[it.job.ID]
-		r.mu.Unlock()
-		if !waiting {
+		if !r.t.waiting(it.job.ID) {
 			return nil // the watch delivered its result already
 		}
 		res, err := r.client.Get(ctx, it.job.ID)
@@ -466,22 +302,14 @@ func (r *Runner) submit(ctx context.Context, it item) error {
 		}
 		switch {
 		case err == nil:
-			r.mu.Lock()
-			if f, ok := r.inflight[it.job.ID]; ok {
-				f.published = true
-			}
-			r.mu.Unlock()
+			r.t.published(it.job.ID)
 			return nil
 		case ctx.Err() != nil:
 			return backoff.Permanent(context.Cause(ctx))
 		case errors.Is(err, jobs.ErrInvalidJob): // refused by the server, e.g. its size
-			r.forget(it.job.ID)
+			r.t.forget(it.job.ID)
 			r.sinkMu.Lock()
-			r.mu.Lock()
-			r.bad++
-			r.total--
-			r.checkDoneLocked()
-			r.mu.Unlock()
+			r.t.refused()
 			if r.cfg.OnBadLine != nil {
 				r.cfg.OnBadLine(BadLine{Line: it.line, Err: err})
 			}
@@ -504,210 +332,4 @@ func (r *Runner) submit(ctx context.Context, it item) error {
 		return nil // interrupted: Run reports it
 	}
 	return err
-}
-
-// scan reads input line by line and calls fn with each non-blank line's
-// job (its ID derived when it has none, its queue defaulted) or the reason
-// it is bad. It stops at fn's first error.
-func (r *Runner) scan(input io.Reader, fn func(line int, job *jobs.Job, err error) error) error {
-	br := bufio.NewReaderSize(input, 64<<10)
-	occ := map[[8]byte]uint32{} // content hash → lines seen with it
-	seen := map[[8]byte]int{}   // ID hash → first line
-	var buf []byte
-	for n := 1; ; n++ {
-		line, tooLong, err := readLine(br, &buf, r.cfg.MaxLineBytes)
-		if errors.Is(err, io.EOF) && len(line) == 0 && !tooLong {
-			return nil
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		if len(bytes.TrimSpace(line)) == 0 && !tooLong {
-			continue
-		}
-		var job *jobs.Job
-		var bad error
-		if tooLong {
-			bad = fmt.Errorf("%w: line longer than %d bytes", jobs.ErrInvalidJob, r.cfg.MaxLineBytes)
-		} else {
-			job, bad = r.parse(line, occ)
-		}
-		if bad == nil {
-			idSum := sha256.Sum256([]byte(job.ID))
-			key := [8]byte(idSum[:8])
-			if first, dup := seen[key]; dup {
-				bad = fmt.Errorf("%w: id %q is also the id of line %d", jobs.ErrInvalidJob, job.ID, first)
-			} else {
-				seen[key] = n
-			}
-		}
-		if bad != nil {
-			job = nil
-		}
-		if err := fn(n, job, bad); err != nil {
-			return err
-		}
-	}
-}
-
-// readLine reads one line into *buf without its newline. A line over max
-// bytes is consumed whole but not kept: tooLong reports it.
-func readLine(br *bufio.Reader, buf *[]byte, max int) (line []byte, tooLong bool, err error) {
-	*buf = (*buf)[:0]
-	for {
-		frag, err := br.ReadSlice('\n')
-		if !tooLong {
-			if len(*buf)+len(frag) > max+1 { // +1: the newline
-				tooLong = true
-				*buf = (*buf)[:0]
-			} else {
-				*buf = append(*buf, frag...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		line = bytes.TrimSuffix(*buf, []byte("\n"))
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		if cap(*buf) > 1<<20 && len(*buf) < 64<<10 {
-			*buf = nil // do not keep one huge line's buffer for the rest
-		}
-		return line, tooLong, err
-	}
-}
-
-// parse decodes and validates one line and gives it its ID.
-func (r *Runner) parse(line []byte, occ map[[8]byte]uint32) (*jobs.Job, error) {
-	job, err := jobs.Decode(line, r.cfg.MaxLineBytes)
-	if err != nil {
-		return nil, err
-	}
-	if job.ID == "" {
-		canonical, err := json.Marshal(job)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", jobs.ErrInvalidJob, err)
-		}
-		cs := sha256.Sum256(canonical)
-		key := [8]byte(cs[:8])
-		k := occ[key]
-		occ[key]++
-		job.ID = DeriveID(r.cfg.Name, canonical, k)
-	}
-	if job.Queue == "" {
-		job.Queue = r.cfg.Queue
-	}
-	if r.cfg.Amend != nil {
-		if err := r.cfg.Amend(job); err != nil {
-			return nil, err
-		}
-	}
-	if _, _, err := jobs.Encode(job, r.cfg.MaxLineBytes); err != nil {
-		return nil, err
-	}
-	return job, nil
-}
-
-// DeriveID is the ID of a line without one: name, then 24 hex digits of
-// the SHA-256 of the name, the line's canonical JSON (a jobs.Job as
-// json.Marshal writes it) and k, the number of earlier lines of the batch
-// with the same canonical JSON.
-func DeriveID(name string, canonical []byte, k uint32) string {
-	h := sha256.New()
-	h.Write([]byte(name))
-	h.Write([]byte{0})
-	h.Write(canonical)
-	var kb [4]byte
-	binary.BigEndian.PutUint32(kb[:], k)
-	h.Write(kb[:])
-	return name + "-" + hex.EncodeToString(h.Sum(nil)[:12])
-}
-
-func (r *Runner) publishedLocked() int {
-	n := 0
-	for _, f := range r.inflight {
-		if f.published {
-			n++
-		}
-	}
-	return n
-}
-
-// Progress returns a snapshot of the batch.
-func (r *Runner) Progress() Progress {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := Progress{
-		Total:    r.total,
-		Done:     r.done,
-		Reused:   r.reused,
-		InFlight: len(r.inflight),
-		Bad:      r.bad,
-		Statuses: make(map[jobs.Status]int, len(r.statuses)),
-		ETA:      -1,
-	}
-	for k, v := range r.statuses {
-		p.Statuses[k] = v
-	}
-	if !r.started.IsZero() {
-		p.Elapsed = time.Since(r.started)
-	}
-	if ran := r.done - r.reused; ran > 0 && p.Elapsed > 0 {
-		p.Rate = float64(ran) / p.Elapsed.Seconds()
-		p.ETA = time.Duration(float64(r.total-r.done) / p.Rate * float64(time.Second))
-	}
-	return p
-}
-
-func (r *Runner) summary(start time.Time, interrupted bool) *Summary {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	wall := time.Since(start)
-	s := &Summary{
-		Name:        r.cfg.Name,
-		Total:       r.total,
-		Done:        r.done,
-		Reused:      r.reused,
-		Pending:     r.total - r.done,
-		InFlight:    r.publishedLocked(),
-		Bad:         r.bad,
-		Statuses:    map[jobs.Status]int{},
-		WallMS:      wall.Milliseconds(),
-		Interrupted: interrupted,
-	}
-	for k, v := range r.statuses {
-		s.Statuses[k] = v
-	}
-	if wall > 0 {
-		s.Throughput = math.Round(float64(r.done-r.reused)/wall.Seconds()*100) / 100
-	}
-	if len(r.durations) > 0 {
-		d := slices.Clone(r.durations)
-		slices.Sort(d)
-		pick := func(q float64) *int64 {
-			// nearest rank
-			i := int(math.Ceil(q*float64(len(d)))) - 1
-			v := d[max(0, min(i, len(d)-1))]
-			return &v
-		}
-		s.Duration = Percentiles{P50: pick(0.50), P95: pick(0.95), Max: pick(1)}
-	}
-	return s
-}
-
-// FormatStatuses formats a status count map in the order of jobs.Statuses.
-func FormatStatuses(m map[jobs.Status]int) string {
-	var b bytes.Buffer
-	for _, st := range jobs.Statuses {
-		if m[st] == 0 {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(string(st) + " " + strconv.Itoa(m[st]))
-	}
-	if b.Len() == 0 {
-		return "none yet"
-	}
-	return b.String()
 }

@@ -6,8 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -152,10 +151,7 @@ func notify(c chan struct{}) {
 // first one started.
 func (p *pool) fill() {
 	defer p.wg.Done()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 250 * time.Millisecond
-	bo.MaxInterval = 30 * time.Second
-	bo.MaxElapsedTime = 0 // never give up
+	bo := retry.Policy{Initial: 250 * time.Millisecond, Max: 30 * time.Second}.New()
 	var pause *time.Timer
 	paused := func() bool { return pause != nil }
 	resume := func() {

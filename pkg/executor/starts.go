@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/sandfleet/sandfleet/internal/retry"
 )
 
 // ErrSandboxStart wraps ErrInfrastructure: the engine answers its ping but
@@ -103,12 +105,7 @@ type startTuning struct {
 var defaultStartTuning = startTuning{first: startBackoffFirst, max: startBackoffMax, cap: startCap, window: startWindow}
 
 func newStartGate(runtime string, log *slog.Logger, t startTuning) *startGate {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = t.first
-	bo.MaxInterval = t.max
-	bo.Multiplier = 2
-	bo.RandomizationFactor = 0.1
-	bo.MaxElapsedTime = 0
+	bo := retry.Policy{Initial: t.first, Max: t.max, Multiplier: 2, Jitter: 0.1}.New()
 	return &startGate{runtime: runtime, log: log, cap: t.cap, window: t.window, bo: bo, working: make(chan struct{})}
 }
 

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // Errors of the client API. Test for them with errors.Is.
@@ -59,7 +60,9 @@ func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Cli
 }
 
 // Stores returns the stream and buckets the client uses; nil for a
-// tenant's client.
+// tenant's client. The client's methods cover what a submitter does
+// (WatchResults watches RESULTS): these raw handles are for the tests
+// and tools that act as a worker would.
 func (c *Client) Stores() *Stores { return c.stores }
 
 // Encode normalizes and validates a copy of job and returns it with its wire
@@ -159,7 +162,7 @@ func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 	}
 	e, err := c.stores.Results.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140))
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", id, err)
@@ -207,7 +210,7 @@ func DecodeStoredResult(id string, data []byte) (*Result, error) {
 		return nil, err
 	}
 	if r.ID != id {
-		return nil, fmt.Errorf("%w: stored for %s, names %s", ErrForeignResult, truncate(id, 140), truncate(r.ID, 140))
+		return nil, fmt.Errorf("%w: stored for %s, names %s", ErrForeignResult, shorten.Text(id, 140), shorten.Text(r.ID, 140))
 	}
 	return r, nil
 }
@@ -224,7 +227,7 @@ type ResultWatch struct {
 // delivered first.
 func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
 	if !ValidID(id) {
-		return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", truncate(id, 140))
+		return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", shorten.Text(id, 140))
 	}
 	if c.tenant != "" {
 		return c.tenantWatch(ctx, id)
@@ -241,23 +244,11 @@ func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
 	if rw.it != nil {
 		return rw.nextMsg(ctx)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-rw.w.Updates():
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				return nil, errors.New("result watch closed")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // end of initial values, or a deleted/expired result
-			}
-			return DecodeStoredResult(e.Key(), e.Value())
-		}
+	e, err := nextPut(ctx, rw.w)
+	if err != nil {
+		return nil, err
 	}
+	return DecodeStoredResult(e.Key(), e.Value())
 }
 
 // Stop closes the watch.
@@ -435,24 +426,13 @@ func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
 				if st.encoding == EncodingBase64 {
 					n -= n % 4 // whole base64 quanta, so that it still decodes
 				}
-				*st.s, *st.trunc, cut = cutRunes(*st.s, n), true, true
+				*st.s, *st.trunc, cut = shorten.Cut(*st.s, n), true, true
 			}
 		}
 		if !cut {
 			return nil, fmt.Errorf("encode result %s: %d bytes without any output, over the %d the server takes", r.ID, len(data), maxBytes)
 		}
 	}
-}
-
-// cutRunes returns s cut to at most n bytes, at a rune boundary.
-func cutRunes(s string, n int) string {
-	if n >= len(s) {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // ValidReplyTo reports why s may not be a job's reply subject, or nil:

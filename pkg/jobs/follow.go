@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // FollowOption changes what Follow yields.
@@ -56,13 +58,13 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 	}
 	return func(yield func(*Event, error) bool) {
 		if !ValidID(id) {
-			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140)))
+			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140)))
 			return
 		}
 		if c.stores == nil {
 			// A tenant's client reads no stream: its permissions are for
 			// its own keys only.
-			yield(nil, fmt.Errorf("follow %s: %w", truncate(id, 140), ErrNotTenants))
+			yield(nil, fmt.Errorf("follow %s: %w", shorten.Text(id, 140), ErrNotTenants))
 			return
 		}
 		ctx, cancel := context.WithCancel(ctx)
@@ -163,7 +165,7 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 			}
 		case e, ok := <-updates:
 			if !ok {
-				return fmt.Errorf("follow %s: result watch closed", f.id)
+				return fmt.Errorf("follow %s: %w", f.id, ErrWatchClosed)
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
@@ -216,24 +218,15 @@ func (f *follower) finish(yield func(*Event, error) bool, ev *Event, res *Result
 func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error) {
 	var res *Result
 	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("result watch closed")
-			}
-			if e == nil {
-				return res, nil // end of the initial values
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			r, err := DecodeStoredResult(e.Key(), e.Value())
-			if err != nil {
-				return nil, err
-			}
-			res = r
+		e, err := nextEntry(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			return res, nil // end of the initial values
+		}
+		if res, err = DecodeStoredResult(e.Key(), e.Value()); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -223,10 +224,10 @@ func (j *Job) Normalize() {
 // limits against caps are the worker's to check.
 func (j *Job) Validate() error {
 	if !ValidID(j.ID) {
-		return invalid("id %q must match [A-Za-z0-9_-]{1,128}, or be <tenant>.<that>", truncate(j.ID, 170))
+		return invalid("id %q must match [A-Za-z0-9_-]{1,128}, or be <tenant>.<that>", shorten.Text(j.ID, 170))
 	}
 	if !ValidQueue(j.Queue) {
-		return invalid("queue %q must match [A-Za-z0-9_-]{1,64}", truncate(j.Queue, 70))
+		return invalid("queue %q must match [A-Za-z0-9_-]{1,64}", shorten.Text(j.Queue, 70))
 	}
 	if j.Image == "" {
 		return invalid("image: missing (name a preset such as \"python\")")
@@ -285,13 +286,6 @@ func validSubject(s string) bool {
 		}
 	}
 	return true
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // notUTF8 names the field of a job that is not valid UTF-8. A JSON decoder

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // Phase is where a job without a result is: queued or running.
@@ -25,7 +27,7 @@ const (
 // queue's consumer, so any client sees the same as the fleet.
 func (c *Client) Phase(ctx context.Context, id string) (Phase, error) {
 	if !ValidID(id) {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 140))
+		return "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
 	msg, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // Tenants. Several teams share a fleet (one JetStream account, one JOBS
@@ -117,7 +118,7 @@ func (c *Client) QualifyID(id string) (string, error) {
 	case t == "":
 		return c.tenant + "." + id, nil
 	case t != c.tenant:
-		return "", invalid("id %q is tenant %s's, not %s's", truncate(id, 170), t, c.tenant)
+		return "", invalid("id %q is tenant %s's, not %s's", shorten.Text(id, 170), t, c.tenant)
 	}
 	return id, nil
 }
@@ -140,12 +141,12 @@ func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
 	switch m.Header.Get("Status") {
 	case "":
 	case "404":
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 170))
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
 	default:
 		return nil, fmt.Errorf("get %s: status %s %s", id, m.Header.Get("Status"), m.Header.Get("Description"))
 	}
 	if isKVDelete(m.Header) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, truncate(id, 170))
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
 	}
 	return DecodeStoredResult(id, m.Data)
 }

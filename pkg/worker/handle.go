@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -288,24 +289,17 @@ func (w *Worker) decode(data []byte, dl delivery) (*jobs.Job, error) {
 	if j.ID == "" {
 		j.ID = dl.id
 	} else if j.ID != dl.id {
-		return j, fmt.Errorf("%w: id %q does not match the subject's %q", jobs.ErrInvalidJob, trunc(j.ID), trunc(dl.id))
+		return j, fmt.Errorf("%w: id %q does not match the subject's %q", jobs.ErrInvalidJob, shorten.Text(j.ID, 140), shorten.Text(dl.id, 140))
 	}
 	if j.Queue == "" {
 		j.Queue = dl.queue
 	} else if j.Queue != dl.queue {
-		return j, fmt.Errorf("%w: queue %q does not match the subject's %q", jobs.ErrInvalidJob, trunc(j.Queue), trunc(dl.queue))
+		return j, fmt.Errorf("%w: queue %q does not match the subject's %q", jobs.ErrInvalidJob, shorten.Text(j.Queue, 140), shorten.Text(dl.queue, 140))
 	}
 	if err := j.Validate(); err != nil {
 		return j, err
 	}
 	return j, nil
-}
-
-func trunc(s string) string {
-	if len(s) > 140 {
-		return s[:140] + "..."
-	}
-	return s
 }
 
 func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -153,13 +154,7 @@ func (c Config) withDefaults() Config {
 		c.NakDelay = 5 * time.Second
 	}
 	if c.Backoff == nil {
-		c.Backoff = func() backoff.BackOff {
-			b := backoff.NewExponentialBackOff()
-			b.InitialInterval = 250 * time.Millisecond
-			b.MaxInterval = 30 * time.Second
-			b.MaxElapsedTime = 0
-			return b
-		}
+		c.Backoff = retry.Policy{Initial: 250 * time.Millisecond, Max: 30 * time.Second}.Func()
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Minute

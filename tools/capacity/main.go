@@ -214,7 +214,7 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	watch, err := client.Stores().Results.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := client.WatchResults(ctx)
 	if err != nil {
 		return err
 	}
@@ -234,12 +234,13 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 	nodes0, workers0 := cpu(nodes), cpu(workerProcs)
 	began := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, 16)
+	sctx, submitFailed := context.WithCancelCause(ctx)
+	defer submitFailed(nil)
 	for g := range 16 {
 		wg.Go(func() {
 			for i := g; i < n; i += 16 {
-				if _, err := client.Submit(ctx, &jobs.Job{ID: fmt.Sprintf("cap-%d-%06d", began.Unix(), i), Image: "python", Code: code}); err != nil {
-					errs <- err
+				if _, err := client.Submit(sctx, &jobs.Job{ID: fmt.Sprintf("cap-%d-%06d", began.Unix(), i), Image: "python", Code: code}); err != nil {
+					submitFailed(err)
 					return
 				}
 			}
@@ -248,17 +249,17 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 	got := 0
 	var stored int64
 	for got < n {
-		select {
-		case e := <-watch.Updates():
-			if e != nil {
-				got++
-				stored += int64(len(e.Value()))
-			}
-		case err := <-errs:
-			return err
-		case <-ctx.Done():
+		res, err := watch.Next(sctx)
+		switch {
+		case ctx.Err() != nil:
 			return fmt.Errorf("%d results of %d", got, n)
+		case sctx.Err() != nil:
+			return context.Cause(sctx)
+		case err != nil:
+			return err
 		}
+		got++
+		stored += int64(len(res.Data))
 	}
 	wall := time.Since(began)
 	wg.Wait()

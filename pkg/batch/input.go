@@ -1,0 +1,104 @@
+package batch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// scan reads input line by line and calls fn with each non-blank line's
+// job (its ID derived when it has none, its queue defaulted) or the reason
+// it is bad. It stops at fn's first error.
+func (r *Runner) scan(input io.Reader, fn func(line int, job *jobs.Job, err error) error) error {
+	br := bufio.NewReaderSize(input, 64<<10)
+	ids := newLineIDs(r.cfg.Name)
+	var buf []byte
+	for n := 1; ; n++ {
+		line, tooLong, err := readLine(br, &buf, r.cfg.MaxLineBytes)
+		if errors.Is(err, io.EOF) && len(line) == 0 && !tooLong {
+			return nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if len(bytes.TrimSpace(line)) == 0 && !tooLong {
+			continue
+		}
+		var job *jobs.Job
+		var bad error
+		if tooLong {
+			bad = fmt.Errorf("%w: line longer than %d bytes", jobs.ErrInvalidJob, r.cfg.MaxLineBytes)
+		} else {
+			job, bad = r.parse(line, ids)
+		}
+		if bad == nil {
+			if first, ok := ids.claim(job.ID, n); !ok {
+				bad = fmt.Errorf("%w: id %q is also the id of line %d", jobs.ErrInvalidJob, job.ID, first)
+			}
+		}
+		if bad != nil {
+			job = nil
+		}
+		if err := fn(n, job, bad); err != nil {
+			return err
+		}
+	}
+}
+
+// readLine reads one line into *buf without its newline. A line over max
+// bytes is consumed whole but not kept: tooLong reports it.
+func readLine(br *bufio.Reader, buf *[]byte, max int) (line []byte, tooLong bool, err error) {
+	*buf = (*buf)[:0]
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(*buf)+len(frag) > max+1 { // +1: the newline
+				tooLong = true
+				*buf = (*buf)[:0]
+			} else {
+				*buf = append(*buf, frag...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		line = bytes.TrimSuffix(*buf, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if cap(*buf) > 1<<20 && len(*buf) < 64<<10 {
+			*buf = nil // do not keep one huge line's buffer for the rest
+		}
+		return line, tooLong, err
+	}
+}
+
+// parse decodes and validates one line and gives it its ID.
+func (r *Runner) parse(line []byte, ids *lineIDs) (*jobs.Job, error) {
+	job, err := jobs.Decode(line, r.cfg.MaxLineBytes)
+	if err != nil {
+		return nil, err
+	}
+	if job.ID == "" {
+		canonical, err := json.Marshal(job)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", jobs.ErrInvalidJob, err)
+		}
+		job.ID = ids.derive(canonical)
+	}
+	if job.Queue == "" {
+		job.Queue = r.cfg.Queue
+	}
+	if r.cfg.Amend != nil {
+		if err := r.cfg.Amend(job); err != nil {
+			return nil, err
+		}
+	}
+	if _, _, err := jobs.Encode(job, r.cfg.MaxLineBytes); err != nil {
+		return nil, err
+	}
+	return job, nil
+}

@@ -1,0 +1,98 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+func TestWatchResults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ids  []string
+		// of the results stored after the watch opened, a, b and c, in
+		// order: a result not watched for, or stored before, would come first
+		want []string
+	}{
+		{"every job", nil, []string{"a", "b", "c"}},
+		{"a set of IDs", []string{"c", "a"}, []string{"a", "c"}},
+		{"one ID", []string{"b"}, []string{"b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, _ := setup(t, jobs.Topology{})
+			store := func(id string) {
+				t.Helper()
+				res := &jobs.Result{ID: id, Status: jobs.StatusSucceeded}
+				if _, _, err := jobs.StoreResult(t.Context(), c.Stores().Results, res, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			store("before") // stored before the watch: Get's to find, not the watch's
+			ids := slices.Clone(tc.ids)
+			rw, err := c.WatchResults(t.Context(), ids...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rw.Stop()
+			if !slices.Equal(ids, tc.ids) {
+				t.Fatalf("WatchResults changed its ids to %q", ids)
+			}
+			for _, id := range []string{"a", "b", "c"} {
+				store(id)
+			}
+			for _, want := range tc.want {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				got, err := rw.Next(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("Next, waiting for %s: %v", want, err)
+				}
+				res, err := got.Decode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.ID != want || res.ID != want || res.Status != jobs.StatusSucceeded {
+					t.Fatalf("Next = %s (%+v), want %s", got.ID, res, want)
+				}
+			}
+		})
+	}
+}
+
+func TestWatchResultsRefuses(t *testing.T) {
+	t.Parallel()
+	c, js := setup(t, jobs.Topology{})
+	if _, err := c.WatchResults(t.Context(), "ok", "not ok"); !errors.Is(err, jobs.ErrInvalidJob) {
+		t.Errorf("an invalid ID: %v, want ErrInvalidJob", err)
+	}
+	tc, err := jobs.NewTenantClient(js, "acme", jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.WatchResults(t.Context()); !errors.Is(err, jobs.ErrNotTenants) {
+		t.Errorf("a tenant's client: %v, want ErrNotTenants", err)
+	}
+}
+
+func TestWatchResultsClosed(t *testing.T) {
+	t.Parallel()
+	c, _ := setup(t, jobs.Topology{})
+	rw, err := c.WatchResults(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := rw.Next(ctx); !errors.Is(err, jobs.ErrWatchClosed) {
+		t.Fatalf("Next after Stop: %v, want ErrWatchClosed", err)
+	}
+}
