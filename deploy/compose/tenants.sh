@@ -53,6 +53,10 @@ tenant_permissions() {
 				"\$JS.API.CONSUMER.MSG.NEXT.KV_RESULTS.*"                # ... its pulls (its name is random, not listable)
 				"\$JS.API.CONSUMER.DELETE.KV_RESULTS.*"                  # ... and its removal
 				"\$KV.CANCELS.$t.*"                                      # request a cancel
+				"\$JS.API.CONSUMER.CREATE.EVENTS.*.events.$t.*"         # follow a job: a consumer filtered to its events
+				"\$JS.API.CONSUMER.MSG.NEXT.EVENTS.*"                   # ... its pulls (a random name, not listable)
+				"\$JS.API.CONSUMER.DELETE.EVENTS.*"
+				"\$JS.API.DIRECT.GET.EVENTS.events.$t.*"                # ... and a job's last event
 				"\$JS.API.DIRECT.GET.KV_WORKSPACES.\$KV.WORKSPACES.$t.*"  # workspace show: a head
 				"\$JS.API.CONSUMER.CREATE.KV_WORKSPACES.*.\$KV.WORKSPACES.$t.*" # ls, watch: a consumer filtered to its keys
 				"\$JS.API.CONSUMER.MSG.NEXT.KV_WORKSPACES.*"
