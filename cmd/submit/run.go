@@ -101,9 +101,9 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		fmt.Fprintln(c.m.Stdout, id)
 		return nil
 	}
-	// Live, unless the output is JSON, a tenant's client (it reads no
-	// stream) or the artifacts are to be downloaded after the result.
-	if !c.out.json && client.Tenant() == "" && c.ws.dir == "" {
+	// Live, unless the output is JSON or the artifacts are to be
+	// downloaded after the result.
+	if !c.out.json && c.ws.dir == "" {
 		// The job's events are kept, so following after the submit
 		// misses nothing.
 		if _, err := submit(); err != nil {
