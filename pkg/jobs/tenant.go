@@ -41,15 +41,19 @@ import (
 // its publisher sent. Objects get a bucket per tenant, not a key prefix:
 // an object's name appears base64-encoded in its subject ($O.<bucket>.M.<b64>),
 // which no permission can match by prefix, while a bucket's stream name is
-// a token of every API subject about it.
+// a token of every API subject about it. It also makes a head harmless
+// whatever it says (t may write its own heads, as it may remove them): a
+// worker reads and writes the snapshots of t's job in t's store alone.
 //
-// A tenant reads nothing else: no stream or consumer info (it would list
-// other tenants' keys through a subjects filter), no message of JOBS.
+// A tenant reads nothing else: no info of a shared stream or consumer (it
+// would list other tenants' keys through a subjects filter), no message
+// of JOBS.
 // So a TenantClient works without them: Get is a direct get, a watch an
-// ordered consumer filtered to one key, and Cancel cannot tell a queued
-// job from an unknown ID (ErrCancelPending for both, until a worker
-// answers). Workers serve every tenant; nothing in a worker knows the
-// tenants.
+// ordered consumer filtered to one key, Follow a consumer filtered to one
+// job's events, and Cancel and Follow cannot tell a queued job from an
+// unknown ID (ErrCancelPending for both, until a worker answers; queued).
+// Workers serve every tenant and know none in advance: a tenant's object
+// stores are made by the first worker that needs them.
 
 // tenantPattern is a tenant's name: lower-case, so that it can also name
 // users and environment variables.
@@ -106,8 +110,10 @@ func TenantOptions(t string) []nats.Option {
 // with TenantOptions(t) and t's credentials. It opens nothing (a tenant
 // may not read the topology); topo's MaxJobBytes and CancelWait apply.
 // Submit qualifies job IDs (id → t.id; a new ID is t.<UUIDv7>) and
-// returns the qualified ID, which Get, Wait and Cancel take. Status and
-// Stores are not a tenant's.
+// workspace names (agent → t.agent) and returns the qualified ID, which
+// Get, Wait, Cancel and Follow take; the workspace calls take a name with
+// or without its tenant, and read only t's. Status, Queued and Stores are
+// not a tenant's.
 func NewTenantClient(js jetstream.JetStream, t string, topo Topology) (*Client, error) {
 	if !ValidTenant(t) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, t)
