@@ -121,7 +121,7 @@ func (m *Main) command(name string) command {
 func (m *Main) globalFlags() *pflag.FlagSet {
 	fs := cmdline.NewFlagSet("submit")
 	fs.StringVar(&m.natsURL, "nats", "", natsconn.URLHelp)
-	fs.StringVar(&m.tenant, "tenant", os.Getenv("SANDFLEET_TENANT"), "act as tenant `NAME` of the fleet (its credentials in the URL): job IDs become NAME.<id>; default $SANDFLEET_TENANT")
+	fs.StringVar(&m.tenant, "tenant", os.Getenv("SANDFLEET_TENANT"), "act as tenant `NAME` of the fleet (its credentials in the URL): job IDs and workspaces become NAME.<id>, NAME.<workspace>; default $SANDFLEET_TENANT")
 	return fs
 }
 

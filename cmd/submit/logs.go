@@ -55,7 +55,10 @@ func (c *logsCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	}
 	defer closeConn()
 	err = c.out.watch(ctx, client, id, c.follow)
-	if errors.Is(err, errNoResultYet) {
+	switch {
+	case errors.Is(err, errNoResultYet) && client.Tenant() != "":
+		return fail(exitPending, "job %s has no result yet: queued or running, or no such job (a tenant cannot read the queue; submit logs -f %s)", id, id)
+	case errors.Is(err, errNoResultYet):
 		return fail(exitPending, "job %s is queued or running; no result yet (submit logs -f %s)", id, id)
 	}
 	return err
@@ -115,8 +118,6 @@ func (o *output) watch(ctx context.Context, client *jobs.Client, id string, foll
 		switch {
 		case errors.Is(err, jobs.ErrNotFound):
 			return fail(exitNotFound, "no job %s: no result and nothing queued (results are kept 24h)", id)
-		case errors.Is(err, jobs.ErrNotTenants):
-			return o.fallBack(ctx, client, id, p, follow) // no events for a tenant: the result, as before
 		case err != nil && ctx.Err() != nil:
 			p.flush()
 			return fail(exitInterrupted, "detached; job %s goes on: submit logs -f %s", id, id)

@@ -100,9 +100,9 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		fmt.Fprintln(c.m.Stdout, id)
 		return nil
 	}
-	// Live, unless the output is JSON or the client a tenant's (it reads
-	// no stream); the artifacts are downloaded once the result is in.
-	if !c.out.json && client.Tenant() == "" {
+	// Live, unless the output is JSON; the artifacts are downloaded once
+	// the result is in.
+	if !c.out.json {
 		// The job's events are kept, so following after the submit
 		// misses nothing.
 		if _, err := submit(); err != nil {

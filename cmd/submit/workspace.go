@@ -107,7 +107,11 @@ func (c *artifactsCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	defer closeConn()
 	res, err := client.Get(ctx, id)
 	if errors.Is(err, jobs.ErrNotFound) {
-		if queued, qerr := client.Queued(ctx, id); qerr == nil && queued {
+		queued, qerr := client.Queued(ctx, id)
+		switch {
+		case errors.Is(qerr, jobs.ErrNotTenants):
+			return fail(exitPending, "job %s has no result yet: queued or running, or no such job (a tenant cannot read the queue; results and artifacts are kept 24h)", id)
+		case qerr == nil && queued:
 			return fail(exitPending, "job %s is queued or running; no artifacts yet (submit wait %s)", id, id)
 		}
 		return fail(exitNotFound, "no job %s (results and artifacts are kept 24h)", id)
@@ -158,7 +162,8 @@ func (c *workspaceCommand) about() string {
 	return `Workspaces are an agent's files across jobs (submit run --workspace NAME),
 kept by the fleet in JetStream and removed after a day without a step.
 
-  ls               every workspace: its revision, size, files, last job
+  ls               every workspace (a tenant's: its own, named <tenant>.<name>):
+                   its revision, size, files, last job
   show NAME        one workspace: its head, the revisions kept, a step in flight
   rm NAME          remove it (a step in flight then saves nothing)
   get NAME[@REV] -o DIR
@@ -296,11 +301,15 @@ func (c *workspaceCommand) get(ctx context.Context, client *jobs.Client, arg str
 	if err != nil {
 		return fail(exitUsage, "%w", err)
 	}
+	name, err := client.QualifyWorkspace(ref.Name)
+	if err != nil {
+		return fail(exitUsage, "%w", err)
+	}
 	rev, files, err := client.ExtractWorkspace(ctx, ref, c.dir)
 	if err != nil {
 		return notFound(err)
 	}
-	fmt.Fprintf(c.m.Stdout, "wrote %s@%d (%d entries) to %s\n", ref.Name, rev, files, c.dir)
+	fmt.Fprintf(c.m.Stdout, "wrote %s@%d (%d entries) to %s\n", name, rev, files, c.dir)
 	return nil
 }
 

@@ -277,6 +277,26 @@ func TestSecurityModel(t *testing.T) {
 		wrk.expectViolation(t, jobs.Subject("default", "from-worker"))
 	})
 
+	t.Run("worker cannot purge or delete the fleet's streams", func(t *testing.T) {
+		// Workers may create, update and purge streams by any name (the
+		// tenants' object stores are named on first use); the denies keep
+		// these out.
+		for _, subj := range []string{
+			"$JS.API.STREAM.PURGE.JOBS",
+			"$JS.API.STREAM.PURGE.KV_RESULTS",
+			"$JS.API.STREAM.PURGE.EVENTS",
+			"$JS.API.STREAM.DELETE.KV_RESULTS",
+			"$JS.API.STREAM.DELETE.OBJ_SNAPSHOTS",
+		} {
+			cctx, done := short()
+			if m, err := wrk.nc.RequestWithContext(cctx, subj, []byte(`{}`)); err == nil {
+				t.Errorf("%s answered: %s", subj, m.Data)
+			}
+			done()
+			wrk.expectViolation(t, subj)
+		}
+	})
+
 	// After all that the job is untouched: queued, not in flight, no result.
 	info, err := stores.Stream.Info(ctx)
 	if err != nil {

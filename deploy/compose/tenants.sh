@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Write the tenants of the fleet into nats.conf: for each tenant a user
 # "tenant-<name>" whose password is $SANDFLEET_TENANT_<NAME>_PASSWORD (made
-# by secrets.sh) and whose permissions confine it to its own jobs, results
-# and cancels (pkg/jobs/tenant.go names them; tenants_test.go proves them on
-# a server started from the file this writes).
+# by secrets.sh) and whose permissions confine it to its own jobs, results,
+# cancels, events, workspaces, snapshots and artifacts (pkg/jobs/tenant.go
+# names them; tenants_test.go and tenants_workspace_test.go prove them on a
+# server started from the file this writes).
 #
 # Usage: tenants.sh [--conf FILE] [NAME...]
 #   NAME...  the tenants ([a-z0-9][a-z0-9-]{0,31}); default $SANDFLEET_TENANTS,
@@ -39,8 +40,10 @@ tenant_permissions() {
 	v=$(var "$t")
 	cat <<EOT
 	# tenant $t: its jobs are jobs.<queue>.$t.<id>, their results and
-	# cancels the keys $t.<id>; it reads nothing else (no stream or consumer
-	# info: a subjects filter would list other tenants' keys).
+	# cancels the keys $t.<id>, their events events.$t.<id>, its workspaces
+	# the keys $t.<name>, its snapshots and artifacts object stores of its
+	# own; it reads nothing else (no info of a shared stream or consumer: a
+	# subjects filter would list other tenants' keys).
 	TENANT_$v = {
 		publish = {
 			allow = [
@@ -50,6 +53,26 @@ tenant_permissions() {
 				"\$JS.API.CONSUMER.MSG.NEXT.KV_RESULTS.*"                # ... its pulls (its name is random, not listable)
 				"\$JS.API.CONSUMER.DELETE.KV_RESULTS.*"                  # ... and its removal
 				"\$KV.CANCELS.$t.*"                                      # request a cancel
+				"\$JS.API.CONSUMER.CREATE.EVENTS.*.events.$t.*"         # follow a job: a consumer filtered to its events
+				"\$JS.API.CONSUMER.MSG.NEXT.EVENTS.*"                   # ... its pulls (a random name, not listable)
+				"\$JS.API.CONSUMER.DELETE.EVENTS.*"
+				"\$JS.API.DIRECT.GET.EVENTS.events.$t.*"                # ... and a job's last event
+				"\$JS.API.DIRECT.GET.KV_WORKSPACES.\$KV.WORKSPACES.$t.*"  # workspace show: a head
+				"\$JS.API.CONSUMER.CREATE.KV_WORKSPACES.*.\$KV.WORKSPACES.$t.*" # ls, watch: a consumer filtered to its keys
+				"\$JS.API.CONSUMER.MSG.NEXT.KV_WORKSPACES.*"
+				"\$JS.API.CONSUMER.DELETE.KV_WORKSPACES.*"
+				"\$KV.WORKSPACES.$t.*"                                   # rm: purge a head
+$(for b in SNAPSHOTS ARTIFACTS; do cat <<EOB
+				"\$JS.API.STREAM.INFO.OBJ_${b}_$t"                    # its own object store: bind it,
+				"\$JS.API.DIRECT.GET.OBJ_${b}_$t.>"                   # ... read an object's meta,
+				"\$JS.API.STREAM.MSG.GET.OBJ_${b}_$t"
+				"\$JS.API.CONSUMER.CREATE.OBJ_${b}_$t.>"              # ... its chunks, or list them
+				"\$JS.API.CONSUMER.DELETE.OBJ_${b}_$t.>"
+				"\$JS.FC.OBJ_${b}_$t.>"
+				"\$O.${b}_$t.M.*"                                     # ... delete one: a marker on its name, then
+				"\$JS.API.STREAM.PURGE.OBJ_${b}_$t"                   # ... its chunks purged (it writes no chunk)
+EOB
+done)
 			]
 		}
 		subscribe = {

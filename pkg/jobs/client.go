@@ -45,7 +45,8 @@ type Client struct {
 	tenant string  // see NewTenantClient
 
 	wsMu sync.Mutex
-	ws   *WorkspaceStores // opened on first use (workspace_client.go)
+	ws   *WorkspaceStores                 // opened on first use (workspace_client.go)
+	objs map[string]jetstream.ObjectStore // tenants' object stores by bucket, bound on first use
 }
 
 // NewClient opens the topology, creating what is missing (Topology.Open),
@@ -93,14 +94,9 @@ func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
 // Either way the job runs once. A full stream yields ErrQueueFull; an
 // invalid job an error wrapping ErrInvalidJob.
 func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
-	id, err := c.QualifyID(job.ID)
+	job, err := c.qualifyJob(job)
 	if err != nil {
 		return "", err
-	}
-	if id != job.ID {
-		q := *job
-		q.ID = id
-		job = &q
 	}
 	j, data, err := Encode(job, c.topo.MaxJobBytes)
 	if err != nil {

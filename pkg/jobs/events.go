@@ -63,8 +63,8 @@ const (
 type Event struct {
 	Type    EventType `json:"type"`
 	ID      string    `json:"id"`
-	Attempt int       `json:"attempt"` // the delivery the event belongs to; 0 for queued
-	Time    time.Time `json:"time"`
+	Attempt int       `json:"attempt"`       // the delivery the event belongs to; 0 for queued
+	Time    time.Time `json:"time,omitzero"` // absent only in a tenant's queued event (see Follow)
 	// Seq is the event's sequence in the stream, set by Follow (0 for the
 	// events Follow makes itself: queued, and a finished read from RESULTS).
 	Seq uint64 `json:"seq,omitempty"`

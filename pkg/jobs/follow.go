@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/shorten"
@@ -61,10 +63,8 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140)))
 			return
 		}
-		if c.stores == nil {
-			// A tenant's client reads no stream: its permissions are for
-			// its own keys only.
-			yield(nil, fmt.Errorf("follow %s: %w", shorten.Text(id, 140), ErrNotTenants))
+		if c.tenant != "" && TenantOf(id) != c.tenant {
+			yield(nil, fmt.Errorf("%w: %s (not tenant %s's)", ErrNotFound, shorten.Text(id, 140), c.tenant))
 			return
 		}
 		ctx, cancel := context.WithCancel(ctx)
@@ -76,12 +76,91 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 	}
 }
 
-// follower is one call of Follow.
+// follower is one call of Follow. A tenant's binds no stream (it may read
+// no stream's info: a subjects filter would list other tenants' jobs): it
+// reads its job's result by key, takes a job with no result as queued (it
+// may not read JOBS), and reads EVENTS by direct gets of the job's subject
+// and a consumer filtered to it, both named in the API subject, where its
+// permissions see them.
 type follower struct {
-	c      *Client
-	id     string
-	o      followOptions
-	events jetstream.Stream // nil when the fleet has no EVENTS
+	c        *Client
+	id       string
+	o        followOptions
+	events   jetstream.Stream // nil when the fleet has no EVENTS, and for a tenant
+	noEvents bool             // a tenant's: the fleet has no EVENTS
+}
+
+// resultUpdate is a result stored after Follow looked, or why the watch
+// for it ended.
+type resultUpdate struct {
+	res *Result
+	err error
+}
+
+// watchResult returns the job's stored result (nil when there is none
+// yet) and a channel that delivers the one stored later: a job's result
+// is written once. stop ends the watch and waits for it.
+func (f *follower) watchResult(ctx context.Context) (initial *Result, later <-chan resultUpdate, stop func(), err error) {
+	ch := make(chan resultUpdate, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	stop = func() { cancel(); <-done }
+	if f.c.tenant != "" {
+		// The watch first, so that a result stored from now on reaches it.
+		rw, err := f.c.tenantWatch(ctx, f.id)
+		if err != nil {
+			cancel()
+			return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
+		}
+		initial, err = f.c.tenantGet(ctx, f.id)
+		if errors.Is(err, ErrNotFound) {
+			initial, err = nil, nil
+		}
+		if err != nil || initial != nil {
+			rw.Stop()
+			cancel()
+			return initial, nil, func() {}, err
+		}
+		go func() {
+			defer close(done)
+			defer rw.Stop()
+			r, err := rw.Next(ctx)
+			ch <- resultUpdate{r, err}
+		}()
+		return nil, ch, stop, nil
+	}
+	w, err := f.c.stores.Results.Watch(ctx, f.id)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
+	}
+	if initial, err = initialResult(ctx, w); err != nil {
+		_ = w.Stop()
+		cancel()
+		return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
+	}
+	go func() {
+		defer close(done)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				switch {
+				case !ok:
+					ch <- resultUpdate{err: ErrWatchClosed}
+					return
+				case e == nil || e.Operation() != jetstream.KeyValuePut:
+					continue
+				}
+				r, err := DecodeStoredResult(e.Key(), e.Value())
+				ch <- resultUpdate{r, err}
+				return
+			}
+		}
+	}()
+	return initial, ch, stop, nil
 }
 
 // eventsTimeout bounds each call Follow makes about the stream EVENTS: a
@@ -91,15 +170,11 @@ const eventsTimeout = 5 * time.Second
 func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) error {
 	// The result's watch is opened first: a result stored from now on
 	// reaches it, one stored before is its initial value.
-	w, err := f.c.stores.Results.Watch(ctx, f.id)
+	final, updates, stopWatch, err := f.watchResult(ctx)
 	if err != nil {
-		return fmt.Errorf("follow %s: %w", f.id, err)
+		return err
 	}
-	defer w.Stop()
-	final, err := initialResult(ctx, w)
-	if err != nil {
-		return fmt.Errorf("follow %s: %w", f.id, err)
-	}
+	defer stopWatch()
 	queued, final, err := f.queued(ctx, final)
 	if err != nil {
 		return err
@@ -136,8 +211,7 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 			return err
 		}
 	}
-	updates := w.Updates()
-	if f.o.replayOnly {
+	if f.o.replayOnly || final != nil {
 		updates = nil // a result stored after the call is not replayed
 	}
 	idle := time.NewTimer(catchUpIdle)
@@ -163,17 +237,14 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 			} else if f.o.replayOnly {
 				return nil
 			}
-		case e, ok := <-updates:
-			if !ok {
-				return fmt.Errorf("follow %s: %w", f.id, ErrWatchClosed)
+		case u := <-updates:
+			if u.err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("follow %s: %w", f.id, u.err)
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			if final, err = DecodeStoredResult(e.Key(), e.Value()); err != nil {
-				return err
-			}
-			updates = nil
+			final, updates = u.res, nil
 			if target, err = f.lastSeq(ctx); err != nil {
 				return err
 			}
@@ -237,6 +308,11 @@ func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error)
 // between the two looks.
 func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, error) {
 	ev := &Event{Type: EventQueued, ID: f.id}
+	if final == nil && f.c.tenant != "" {
+		// A tenant cannot read JOBS: a job without a result is taken as
+		// queued (an unknown ID too), with no time.
+		return ev, nil, nil
+	}
 	if final == nil {
 		m, err := f.c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+f.id)
 		switch {
@@ -260,6 +336,9 @@ func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, 
 // openEvents binds the stream EVENTS; a fleet whose workers never created
 // it has no events, and Follow yields queued and the result.
 func (f *follower) openEvents(ctx context.Context) error {
+	if f.c.tenant != "" {
+		return nil // nothing to bind: lastSeq and consume say when there are no events
+	}
 	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
 	defer cancel()
 	st, err := f.c.js.Stream(ctx, EventsStreamName)
@@ -276,6 +355,9 @@ func (f *follower) openEvents(ctx context.Context) error {
 // lastSeq returns the sequence of the job's last event stored now, 0 when
 // there is none.
 func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
+	if f.c.tenant != "" {
+		return f.tenantLastSeq(ctx)
+	}
 	if f.events == nil {
 		return 0, nil
 	}
@@ -298,12 +380,14 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 // deleted, or lost with its server). stop ends it, waits for its callback
 // and deletes it.
 func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, done <-chan struct{}, stop func(), err error) {
-	if f.events == nil {
+	if (f.c.tenant == "" && f.events == nil) || f.noEvents {
 		return nil, nil, func() {}, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, eventsTimeout)
 	defer cancel()
-	cons, err := f.events.CreateConsumer(cctx, jetstream.ConsumerConfig{
+	// A consumer of one subject: its filter is in the API subject, where
+	// a tenant's permissions see it.
+	cons, err := f.c.js.CreateConsumer(cctx, EventsStreamName, jetstream.ConsumerConfig{
 		FilterSubject:     EventSubject(f.id),
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -311,6 +395,10 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 		MemoryStorage:     true,
 		Replicas:          1,
 	})
+	if f.c.tenant != "" && errors.Is(err, jetstream.ErrStreamNotFound) {
+		f.noEvents = true
+		return nil, nil, func() {}, nil
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("follow %s: read the events: %w", f.id, err)
 	}
@@ -333,9 +421,30 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 		<-cc.Closed()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = f.events.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		_ = f.c.js.DeleteConsumer(dctx, EventsStreamName, cons.CachedInfo().Name)
 	}
 	return ch, cc.Closed(), stop, nil
+}
+
+// tenantLastSeq is lastSeq for a tenant: a direct get of the job's
+// subject. A fleet without EVENTS, or whose EVENTS predates direct gets,
+// has no responder: no events to wait for.
+func (f *follower) tenantLastSeq(ctx context.Context) (uint64, error) {
+	if f.noEvents {
+		return 0, nil
+	}
+	m, err := f.c.directGet(ctx, EventsStreamName, EventSubject(f.id))
+	switch {
+	case errors.Is(err, errNoMessage) || errors.Is(err, nats.ErrNoResponders):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("follow %s: the last event: %w", f.id, err)
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("follow %s: the last event: bad sequence %q", f.id, m.Header.Get(jetstream.SequenceHeader))
+	}
+	return seq, nil
 }
 
 func finishedAt(r *Result) time.Time {

@@ -289,6 +289,71 @@ func TestFollowBreak(t *testing.T) {
 	}
 }
 
+// A tenant's client follows its own jobs without binding a stream: the
+// result by key, the events by a consumer filtered to the job and direct
+// gets; a job with no result is queued (it cannot read JOBS), with no
+// time; another tenant's job is not found.
+func TestFollowTenant(t *testing.T) {
+	t.Parallel()
+	s := newStandIn(t, "team-a.live-1", true)
+	tc, err := jobs.NewTenantClient(s.js, "team-a", jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := follow(t, tc, s.id, jobs.ReplayOnly())
+	if ev := next(t, ch); ev.Type != jobs.EventQueued || !ev.Time.IsZero() {
+		t.Fatalf("first event %+v, want queued without a time", ev)
+	}
+	ended(t, ch)
+
+	ch = follow(t, tc, s.id)
+	next(t, ch) // queued
+	s.publish(jobs.Event{Type: jobs.EventStarted, Worker: "w1"})
+	if ev := next(t, ch); ev.Type != jobs.EventStarted || ev.Seq == 0 {
+		t.Fatalf("got %+v, want started", ev)
+	}
+	s.output(jobs.Stdout, 0, "one\n")
+	if ev := next(t, ch); ev.Type != jobs.EventOutput || string(ev.DataBytes()) != "one\n" {
+		t.Fatalf("got %+v, want output", ev)
+	}
+	s.output(jobs.Stdout, 4, "two\n")
+	s.store(&jobs.Result{Status: jobs.StatusSucceeded, Stdout: "one\ntwo\n", Attempt: 1})
+	if ev := next(t, ch); ev.Type != jobs.EventOutput || string(ev.DataBytes()) != "two\n" {
+		t.Fatalf("got %+v, want the output stored before the result", ev)
+	}
+	if fin := next(t, ch); fin.Type != jobs.EventFinished || fin.Result.Stdout != "one\ntwo\n" {
+		t.Fatalf("got %+v, want finished with the stored result", fin)
+	}
+	ended(t, ch)
+
+	// After the end: everything again, then the result.
+	ch = follow(t, tc, s.id)
+	for _, want := range []jobs.EventType{jobs.EventQueued, jobs.EventStarted, jobs.EventOutput, jobs.EventOutput, jobs.EventFinished} {
+		if ev := next(t, ch); ev.Type != want {
+			t.Fatalf("got %+v, want %s", ev, want)
+		}
+	}
+	ended(t, ch)
+
+	for ev, err := range tc.Follow(t.Context(), "team-b.live-1") {
+		if !errors.Is(err, jobs.ErrNotFound) {
+			t.Errorf("another tenant's job: %+v, %v; want ErrNotFound", ev, err)
+		}
+	}
+
+	// A fleet without EVENTS: queued, then the result.
+	if err := s.js.DeleteStream(t.Context(), jobs.EventsStreamName); err != nil {
+		t.Fatal(err)
+	}
+	ch = follow(t, tc, s.id)
+	for _, want := range []jobs.EventType{jobs.EventQueued, jobs.EventFinished} {
+		if ev := next(t, ch); ev.Type != want {
+			t.Fatalf("without EVENTS: got %+v, want %s", ev, want)
+		}
+	}
+	ended(t, ch)
+}
+
 func TestTopologyEvents(t *testing.T) {
 	t.Parallel()
 	_, js := setup(t, jobs.Topology{EventsMaxAge: 10 * time.Minute, EventsMaxBytes: 1 << 20})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,14 +29,32 @@ import (
 //	cancel         CANCELS key t.<id>         t may put $KV.CANCELS.t.*
 //	inbox          _INBOX.t.<...>             t alone may subscribe _INBOX.t.> and results.t.>
 //	reply_to       _INBOX.t.> or results.t.>  checked by Validate: a tenant's job replies only to it
+//	workspace      WORKSPACES key t.<name>    t may direct-get, list and watch $KV.WORKSPACES.t.*, purge its own
+//	snapshots      object store SNAPSHOTS_t   a stream of t's own: t reads it, deletes in it
+//	artifacts      object store ARTIFACTS_t   the same
+//	events         events.t.<id>              t may create a consumer filtered to events.t.*, direct-get its last
 //
-// A tenant reads nothing else: no stream or consumer info (it would list
-// other tenants' keys through a subjects filter), no message of JOBS.
+// A workspace is its tenant's: a job names only its own tenant's
+// workspaces, qualified as its ID is (t.<name> for t's job, a name without
+// a tenant for a job of none), in workspace and workspace_from alike;
+// Validate checks it against the job's ID, which the worker takes from the
+// subject, so a job of t naming another's workspace is rejected whatever
+// its publisher sent. Objects get a bucket per tenant, not a key prefix:
+// an object's name appears base64-encoded in its subject ($O.<bucket>.M.<b64>),
+// which no permission can match by prefix, while a bucket's stream name is
+// a token of every API subject about it. It also makes a head harmless
+// whatever it says (t may write its own heads, as it may remove them): a
+// worker reads and writes the snapshots of t's job in t's store alone.
+//
+// A tenant reads nothing else: no info of a shared stream or consumer (it
+// would list other tenants' keys through a subjects filter), no message
+// of JOBS.
 // So a TenantClient works without them: Get is a direct get, a watch an
-// ordered consumer filtered to one key, and Cancel cannot tell a queued
-// job from an unknown ID (ErrCancelPending for both, until a worker
-// answers). Workers serve every tenant; nothing in a worker knows the
-// tenants.
+// ordered consumer filtered to one key, Follow a consumer filtered to one
+// job's events, and Cancel and Follow cannot tell a queued job from an
+// unknown ID (ErrCancelPending for both, until a worker answers; queued).
+// Workers serve every tenant and know none in advance: a tenant's object
+// stores are made by the first worker that needs them.
 
 // tenantPattern is a tenant's name: lower-case, so that it can also name
 // users and environment variables.
@@ -44,7 +63,8 @@ var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 // ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31}.
 func ValidTenant(s string) bool { return tenantPattern.MatchString(s) }
 
-// TenantOf returns the tenant of a job ID, "" for a job of no tenant.
+// TenantOf returns the tenant of a job ID or of a workspace's name, ""
+// for one of no tenant.
 func TenantOf(id string) string {
 	t, _, ok := strings.Cut(id, ".")
 	if !ok {
@@ -91,8 +111,10 @@ func TenantOptions(t string) []nats.Option {
 // with TenantOptions(t) and t's credentials. It opens nothing (a tenant
 // may not read the topology); topo's MaxJobBytes and CancelWait apply.
 // Submit qualifies job IDs (id → t.id; a new ID is t.<UUIDv7>) and
-// returns the qualified ID, which Get, Wait and Cancel take. Status and
-// Stores are not a tenant's.
+// workspace names (agent → t.agent) and returns the qualified ID, which
+// Get, Wait, Cancel and Follow take; the workspace calls take a name with
+// or without its tenant, and read only t's. Status, Queued and Stores are
+// not a tenant's.
 func NewTenantClient(js jetstream.JetStream, t string, topo Topology) (*Client, error) {
 	if !ValidTenant(t) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, t)
@@ -123,37 +145,190 @@ func (c *Client) QualifyID(id string) (string, error) {
 	return id, nil
 }
 
+// QualifyWorkspace returns a workspace's name as this client's jobs name it:
+// unchanged for a client of no tenant; for a tenant's, qualified by the
+// tenant, or an error wrapping ErrInvalidJob when it is another tenant's.
+func (c *Client) QualifyWorkspace(name string) (string, error) {
+	switch t := TenantOf(name); {
+	case c.tenant == "":
+		return name, nil
+	case t == "":
+		return c.tenant + "." + name, nil
+	case t != c.tenant:
+		return "", invalid("workspace %q is tenant %s's, not %s's", shorten.Text(name, 170), t, c.tenant)
+	}
+	return name, nil
+}
+
+// qualifyJob returns job as this client submits it: its ID, workspace and
+// workspace_from qualified by the client's tenant. job itself is not
+// modified.
+func (c *Client) qualifyJob(job *Job) (*Job, error) {
+	if c.tenant == "" {
+		return job, nil
+	}
+	q := *job
+	var err error
+	if q.ID, err = c.QualifyID(job.ID); err != nil {
+		return nil, err
+	}
+	if q.Workspace != "" {
+		if q.Workspace, err = c.QualifyWorkspace(q.Workspace); err != nil {
+			return nil, err
+		}
+	}
+	if f := q.WorkspaceFrom; f != nil {
+		from := *f
+		if from.Name, err = c.QualifyWorkspace(f.Name); err != nil {
+			return nil, err
+		}
+		q.WorkspaceFrom = &from
+	}
+	return &q, nil
+}
+
+// ownWorkspace reports why the job with this ID may not name workspace
+// name in field at, or nil: a workspace is its tenant's, and a job names
+// only its own tenant's.
+func ownWorkspace(jobID, at, name string) error {
+	jt, wt := TenantOf(jobID), TenantOf(name)
+	var reason string
+	switch {
+	case jt == wt:
+		return nil
+	case jt == "":
+		reason = fmt.Sprintf("%s is tenant %s's: a job of no tenant names no tenant's workspace", field.Quote(name), wt)
+	case wt == "":
+		reason = fmt.Sprintf("%s: a job of tenant %s names its own workspaces, %s.<name>", field.Quote(name), jt, jt)
+	default:
+		reason = fmt.Sprintf("%s is tenant %s's: a job of tenant %s names only its own workspaces, %s.<name>", field.Quote(name), wt, jt, jt)
+	}
+	return &field.Error{Field: at, Reason: reason}
+}
+
 // kvSubject is the subject of key in bucket.
 func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
-// tenantGet reads RESULTS[id] by a direct get of its subject: the one
-// form of read a tenant's permissions name by key.
-func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
-	subj := "$JS.API.DIRECT.GET.KV_" + ResultsBucket + "." + kvSubject(ResultsBucket, id)
+// errNoMessage: a direct get found no message on the subject.
+var errNoMessage = errors.New("no message")
+
+// directGet reads the last message on subject of stream by a direct get
+// of the subject's form ($JS.API.DIRECT.GET.<stream>.<subject>): the one
+// form of read a tenant's permissions can name by key (the other carries
+// the subject in its body). It returns errNoMessage when there is none,
+// and the KV deletes and purges as such.
+func (c *Client) directGet(ctx context.Context, stream, subject string) (*nats.Msg, error) {
 	// As a JetStream API call: a request the permissions refuse gets no
 	// answer, only this deadline.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the JetStream API's default
 	defer cancel()
-	m, err := c.js.Conn().RequestWithContext(ctx, subj, nil)
+	m, err := c.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream+"."+subject, nil)
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", id, err)
+		return nil, err
 	}
 	switch m.Header.Get("Status") {
 	case "":
 	case "404":
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
+		return nil, errNoMessage
 	default:
-		return nil, fmt.Errorf("get %s: status %s %s", id, m.Header.Get("Status"), m.Header.Get("Description"))
+		return nil, fmt.Errorf("status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 	}
 	if isKVDelete(m.Header) {
+		return nil, errNoMessage
+	}
+	return m, nil
+}
+
+// tenantGet reads RESULTS[id] by a direct get of its subject.
+func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
+	m, err := c.directGet(ctx, "KV_"+ResultsBucket, kvSubject(ResultsBucket, id))
+	switch {
+	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
+	case err != nil:
+		return nil, fmt.Errorf("get %s: %w", id, err)
 	}
 	return DecodeStoredResult(id, m.Data)
 }
 
+// kvOperation is the header of a KV delete or purge.
+const kvOperation = "KV-Operation"
+
 func isKVDelete(h nats.Header) bool {
-	op := h.Get("KV-Operation")
+	op := h.Get(kvOperation)
 	return op == "DEL" || op == "PURGE"
+}
+
+// tenantHead reads WORKSPACES[name] by a direct get of its subject.
+func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, error) {
+	m, err := c.directGet(ctx, "KV_"+WorkspacesBucket, kvSubject(WorkspacesBucket, name))
+	switch {
+	case errors.Is(err, errNoMessage):
+		return nil, fmt.Errorf("%w: %s", ErrNoWorkspace, name)
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, ErrNoWorkspaces
+	case err != nil:
+		return nil, fmt.Errorf("workspace %s: %w", name, err)
+	}
+	return DecodeWorkspaceHead(name, m.Data)
+}
+
+// tenantHeads lists the tenant's workspaces: an ephemeral consumer on
+// WORKSPACES filtered to its keys ($KV.WORKSPACES.<tenant>.*), the last
+// value of each; the filter is in the API subject, where the permissions
+// see it.
+func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	prefix := kvSubject(WorkspacesBucket, c.tenant+".")
+	cons, err := c.js.CreateConsumer(ctx, "KV_"+WorkspacesBucket, jetstream.ConsumerConfig{
+		FilterSubject:     prefix + "*",
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute, // removed by the server if the delete below is lost
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNoWorkspaces
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces: %w", err)
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer dcancel()
+		_ = c.js.DeleteConsumer(dctx, "KV_"+WorkspacesBucket, cons.CachedInfo().Name)
+	}()
+	var heads []*WorkspaceHead
+	for left := cons.CachedInfo().NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("list workspaces: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if isKVDelete(m.Headers()) {
+				continue
+			}
+			name := strings.TrimPrefix(m.Subject(), kvSubject(WorkspacesBucket, ""))
+			h, err := DecodeWorkspaceHead(name, m.Data())
+			if err != nil {
+				return nil, err
+			}
+			heads = append(heads, h)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("list workspaces: %w", err)
+		}
+		if n == 0 {
+			break // what was pending expired meanwhile
+		}
+		left -= uint64(n)
+	}
+	slices.SortFunc(heads, func(a, b *WorkspaceHead) int { return strings.Compare(a.Name, b.Name) })
+	return heads, nil
 }
 
 // tenantWatch watches RESULTS[id] with an ordered consumer filtered to

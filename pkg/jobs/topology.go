@@ -276,6 +276,9 @@ func (t Topology) eventsConfig() jetstream.StreamConfig {
 		// base64), or a result without its output.
 		MaxMsgSize: 1 << 20,
 		Replicas:   t.Replicas,
+		// A job's last event by a direct get of its subject: the form a
+		// tenant's permissions can name (events.<tenant>.*).
+		AllowDirect: true,
 	}
 }
 

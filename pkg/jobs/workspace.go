@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // Workspaces: an agent's state across jobs, kept in JetStream. Workers stay
@@ -21,7 +23,9 @@ import (
 // is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
 // WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
 // the files a job's outputs name, are objects of ARTIFACTS named
-// "<job id>/<path>".
+// "<job id>/<path>". A tenant's workspaces are named <tenant>.<name> and
+// its snapshots and artifacts live in object stores of its own,
+// SNAPSHOTS_<tenant> and ARTIFACTS_<tenant> (see tenant.go).
 
 // Names of the workspace buckets, part of the wire contract.
 const (
@@ -29,6 +33,28 @@ const (
 	SnapshotsBucket  = "SNAPSHOTS"  // objects: "<workspace>/<revision>" → tar
 	ArtifactsBucket  = "ARTIFACTS"  // objects: "<job id>/<path>" → the file
 )
+
+// SnapshotsBucketOf is the object store of tenant t's snapshots:
+// SnapshotsBucket for workspaces of no tenant, SNAPSHOTS_<t> for t's.
+func SnapshotsBucketOf(t string) string { return tenantBucket(SnapshotsBucket, t) }
+
+// ArtifactsBucketOf is the object store of the artifacts of tenant t's
+// jobs: ArtifactsBucket for jobs of no tenant, ARTIFACTS_<t> for t's.
+func ArtifactsBucketOf(t string) string { return tenantBucket(ArtifactsBucket, t) }
+
+func tenantBucket(base, t string) string {
+	if t == "" {
+		return base
+	}
+	return base + "_" + t
+}
+
+// ArtifactTenant is the tenant of the job an artifact's key names (see
+// ArtifactKey): whose object store holds it.
+func ArtifactTenant(key string) string {
+	job, _, _ := strings.Cut(key, "/")
+	return TenantOf(job)
+}
 
 // WorkspaceRef names a workspace's revision; Revision 0 means its head.
 type WorkspaceRef struct {
@@ -54,10 +80,25 @@ func ParseWorkspaceRef(s string) (WorkspaceRef, error) {
 		}
 		r.Revision = n
 	}
-	if err := field.Name("workspace_from.name", r.Name); err != nil {
+	if err := checkWorkspaceName("workspace_from.name", r.Name); err != nil {
 		return r, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	return r, nil
+}
+
+// checkWorkspaceName checks a workspace's name: NAME, or <tenant>.NAME for
+// a tenant's, NAME as field.Name says, so that it is a KV key of one or
+// two subject tokens and an object name prefix as it is.
+func checkWorkspaceName(at, name string) error {
+	t, rest, qualified := strings.Cut(name, ".")
+	if !qualified {
+		return field.Name(at, name)
+	}
+	if !ValidTenant(t) || field.Name(at, rest) != nil {
+		return &field.Error{Field: at, Reason: fmt.Sprintf("%s must be 1 to %d of A-Z a-z 0-9 _ -, or <tenant>.<that> (a tenant [a-z0-9][a-z0-9-]{0,31})",
+			field.Quote(shorten.Text(name, 170)), field.MaxNameBytes)}
+	}
+	return nil
 }
 
 func cutLast(s string, sep byte) (before, after string, found bool) {
@@ -77,14 +118,23 @@ func SnapshotName(workspace string, revision int64) string {
 // ArtifactKey is the object of a job's artifact in ARTIFACTS.
 func ArtifactKey(jobID, name string) string { return jobID + "/" + name }
 
+// validateWorkspace checks the job's workspace fields, and that it names
+// only workspaces of its own tenant (the tenant of its ID: the worker's
+// check, with the subject's ID, whatever the publisher's client did).
 func (j *Job) validateWorkspace() error {
 	if j.Workspace != "" {
-		if err := field.Name("workspace", j.Workspace); err != nil {
+		if err := checkWorkspaceName("workspace", j.Workspace); err != nil {
+			return err
+		}
+		if err := ownWorkspace(j.ID, "workspace", j.Workspace); err != nil {
 			return err
 		}
 	}
 	if f := j.WorkspaceFrom; f != nil {
-		if err := field.Name("workspace_from.name", f.Name); err != nil {
+		if err := checkWorkspaceName("workspace_from.name", f.Name); err != nil {
+			return err
+		}
+		if err := ownWorkspace(j.ID, "workspace_from.name", f.Name); err != nil {
 			return err
 		}
 		switch {
@@ -187,9 +237,17 @@ type WorkspaceStores struct {
 // them, or none ever started).
 var ErrNoWorkspaces = errors.New("this fleet keeps no workspaces (no WORKSPACES bucket)")
 
+// ObjectStores are the object stores of one tenant (or of no tenant):
+// its workspaces' snapshots and its jobs' artifacts.
+type ObjectStores struct {
+	Snapshots jetstream.ObjectStore // SnapshotsBucketOf(tenant)
+	Artifacts jetstream.ObjectStore // ArtifactsBucketOf(tenant)
+}
+
 // EnsureWorkspaces creates or updates the workspace buckets: WORKSPACES
 // and SNAPSHOTS expire after WorkspaceTTL without a step, ARTIFACTS with
 // the results (ResultTTL). Workers call it; clients use OpenWorkspaces.
+// A tenant's object stores are made on first use (EnsureObjects).
 func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -207,6 +265,22 @@ func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) 
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, err)
 	}
+	objs, err := t.EnsureObjects(ctx, js, "")
+	if err != nil {
+		return nil, err
+	}
+	ws.Snapshots, ws.Artifacts = objs.Snapshots, objs.Artifacts
+	return ws, nil
+}
+
+// EnsureObjects creates or updates the object stores of tenant ("": of no
+// tenant): snapshots expire after WorkspaceTTL, artifacts with the results
+// (ResultTTL). Workers call it when a tenant's job first needs them.
+func (t Topology) EnsureObjects(ctx context.Context, js jetstream.JetStream, tenant string) (ObjectStores, error) {
+	if tenant != "" && !ValidTenant(tenant) {
+		return ObjectStores{}, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, tenant)
+	}
+	t = t.WithDefaults()
 	obj := func(name, desc string, ttl time.Duration) (jetstream.ObjectStore, error) {
 		o, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      name,
@@ -221,13 +295,19 @@ func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) 
 		}
 		return o, nil
 	}
-	if ws.Snapshots, err = obj(SnapshotsBucket, "sandfleet workspace snapshots: <workspace>/<revision>", t.WorkspaceTTL); err != nil {
-		return nil, err
+	var o ObjectStores
+	var err error
+	of := ""
+	if tenant != "" {
+		of = " of tenant " + tenant
 	}
-	if ws.Artifacts, err = obj(ArtifactsBucket, "sandfleet artifacts: <job id>/<path>", t.ResultTTL); err != nil {
-		return nil, err
+	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>", t.WorkspaceTTL); err != nil {
+		return ObjectStores{}, err
 	}
-	return ws, nil
+	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<path>", t.ResultTTL); err != nil {
+		return ObjectStores{}, err
+	}
+	return o, nil
 }
 
 // OpenWorkspaces binds the workspace buckets without creating them:

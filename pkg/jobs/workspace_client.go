@@ -14,10 +14,12 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 var (
@@ -31,7 +33,8 @@ var (
 )
 
 // workspaceStores opens the workspace buckets on first use: a client that
-// never touches a workspace works with a fleet that keeps none.
+// never touches a workspace works with a fleet that keeps none. Not for a
+// tenant's client, which may not bind them (see heads and objectStore).
 func (c *Client) workspaceStores(ctx context.Context) (*WorkspaceStores, error) {
 	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
@@ -46,6 +49,39 @@ func (c *Client) workspaceStores(ctx context.Context) (*WorkspaceStores, error) 
 	return ws, nil
 }
 
+// objectStore binds an object store of a tenant's (snapshots or
+// artifacts; of no tenant, the fleet's) on first use: a tenant may read
+// the info of its own. A bucket that does not exist yet is ErrNoWorkspaces.
+func (c *Client) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	if c.tenant == "" && (bucket == SnapshotsBucket || bucket == ArtifactsBucket) {
+		ws, err := c.workspaceStores(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if bucket == SnapshotsBucket {
+			return ws.Snapshots, nil
+		}
+		return ws.Artifacts, nil
+	}
+	c.wsMu.Lock()
+	defer c.wsMu.Unlock()
+	if o := c.objs[bucket]; o != nil {
+		return o, nil
+	}
+	o, err := c.js.ObjectStore(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: no object store %s", ErrNoWorkspaces, bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", bucket, err)
+	}
+	if c.objs == nil {
+		c.objs = map[string]jetstream.ObjectStore{}
+	}
+	c.objs[bucket] = o
+	return o, nil
+}
+
 // DecodeWorkspaceHead parses a head as stored in WORKSPACES under key name.
 func DecodeWorkspaceHead(name string, data []byte) (*WorkspaceHead, error) {
 	var h WorkspaceHead
@@ -58,10 +94,29 @@ func DecodeWorkspaceHead(name string, data []byte) (*WorkspaceHead, error) {
 	return &h, nil
 }
 
-// Workspace returns the head of a workspace, or ErrNoWorkspace.
+// workspaceName checks and qualifies a workspace's name as the client's
+// jobs name it (QualifyWorkspace).
+func (c *Client) workspaceName(name string) (string, error) {
+	q, err := c.QualifyWorkspace(name)
+	if err != nil {
+		return "", err
+	}
+	if err := checkWorkspaceName("workspace", q); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	return q, nil
+}
+
+// Workspace returns the head of a workspace, or ErrNoWorkspace. A tenant's
+// client takes the name with or without its tenant (agent-7 is
+// <tenant>.agent-7).
 func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, error) {
-	if err := field.Name("workspace", name); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	name, err := c.workspaceName(name)
+	if err != nil {
+		return nil, err
+	}
+	if c.tenant != "" {
+		return c.tenantHead(ctx, name)
 	}
 	ws, err := c.workspaceStores(ctx)
 	if err != nil {
@@ -77,8 +132,12 @@ func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, er
 	return DecodeWorkspaceHead(name, e.Value())
 }
 
-// Workspaces returns every workspace's head, by name.
+// Workspaces returns every workspace's head, by name; a tenant's client,
+// the tenant's.
 func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
+	if c.tenant != "" {
+		return c.tenantHeads(ctx)
+	}
 	ws, err := c.workspaceStores(ctx)
 	if err != nil {
 		return nil, err
@@ -115,26 +174,47 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 	if err != nil {
 		return 0, err
 	}
-	ws, err := c.workspaceStores(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if err := ws.Heads.Purge(ctx, name); err != nil {
+	name = h.Name
+	if err := c.purgeHead(ctx, name); err != nil {
 		return 0, fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	revs := h.Kept
 	if h.Revision > 0 && !slices.Contains(revs, h.Revision) {
 		revs = append(revs, h.Revision)
 	}
+	if len(revs) == 0 {
+		return 0, nil
+	}
+	snaps, err := c.objectStore(ctx, SnapshotsBucketOf(TenantOf(name)))
+	if err != nil {
+		return len(revs), nil // they expire
+	}
 	for _, r := range revs {
 		dctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
-		err := ws.Snapshots.Delete(dctx, SnapshotName(name, r))
+		err := snaps.Delete(dctx, SnapshotName(name, r))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			left++
 		}
 	}
 	return left, nil
+}
+
+// purgeHead removes a workspace's head and its history.
+func (c *Client) purgeHead(ctx context.Context, name string) error {
+	if c.tenant != "" {
+		// What KeyValue.Purge publishes, without binding the bucket.
+		m := nats.NewMsg(kvSubject(WorkspacesBucket, name))
+		m.Header.Set(kvOperation, "PURGE")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		_, err := c.js.PublishMsg(ctx, m)
+		return err
+	}
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return err
+	}
+	return ws.Heads.Purge(ctx, name)
 }
 
 // resolve returns the revision ref names: its own, or the head's.
@@ -163,7 +243,7 @@ func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Write
 	if err != nil {
 		return 0, err
 	}
-	ws, err := c.workspaceStores(ctx)
+	snaps, err := c.objectStore(ctx, SnapshotsBucketOf(TenantOf(h.Name)))
 	if err != nil {
 		return 0, err
 	}
@@ -171,9 +251,9 @@ func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Write
 	if rev == h.Revision {
 		want = h.SHA256
 	}
-	if err := getObject(ctx, ws.Snapshots, SnapshotName(ref.Name, rev), want, w); err != nil {
+	if err := getObject(ctx, snaps, SnapshotName(h.Name, rev), want, w); err != nil {
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return 0, fmt.Errorf("%w: %s@%d: its snapshot is gone (expired or removed)", ErrNoRevision, ref.Name, rev)
+			return 0, fmt.Errorf("%w: %s@%d: its snapshot is gone (expired or removed)", ErrNoRevision, h.Name, rev)
 		}
 		return 0, err
 	}
@@ -218,13 +298,19 @@ func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir str
 	return g.rev, st.Files, xerr
 }
 
-// WriteArtifact writes an artifact's bytes to w, checking its digest.
+// WriteArtifact writes an artifact's bytes to w, checking its digest. It
+// reads the object store of the tenant of the job its key names; a
+// tenant's client refuses another tenant's.
 func (c *Client) WriteArtifact(ctx context.Context, a Artifact, w io.Writer) error {
-	ws, err := c.workspaceStores(ctx)
-	if err != nil {
-		return err
+	t := ArtifactTenant(a.Key)
+	if c.tenant != "" && t != c.tenant {
+		return invalid("artifact %s: key %q is not tenant %s's", field.Quote(a.Name), shorten.Text(a.Key, 170), c.tenant)
 	}
-	if err := getObject(ctx, ws.Artifacts, a.Key, a.SHA256, w); err != nil {
+	store, err := c.objectStore(ctx, ArtifactsBucketOf(t))
+	if err != nil {
+		return fmt.Errorf("artifact %s: %w", a.Name, err)
+	}
+	if err := getObject(ctx, store, a.Key, a.SHA256, w); err != nil {
 		return fmt.Errorf("artifact %s: %w", a.Name, err)
 	}
 	return nil

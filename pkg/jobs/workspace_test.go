@@ -10,16 +10,17 @@ import (
 func TestParseWorkspaceRef(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]WorkspaceRef{
-		"base":     {Name: "base"},
-		"base@3":   {Name: "base", Revision: 3},
-		"a-b_c@12": {Name: "a-b_c", Revision: 12},
+		"base":       {Name: "base"},
+		"base@3":     {Name: "base", Revision: 3},
+		"a-b_c@12":   {Name: "a-b_c", Revision: 12},
+		"t-1.base@3": {Name: "t-1.base", Revision: 3}, // a tenant's
 	} {
 		got, err := ParseWorkspaceRef(in)
 		if err != nil || got != want || got.String() != in {
 			t.Errorf("%q: %+v %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"", "@3", "base@", "base@0", "base@-1", "base@x", "a/b", "a.b@1"} {
+	for _, in := range []string{"", "@3", "base@", "base@0", "base@-1", "base@x", "a/b", "A.b@1", "a.b.c", "a.", ".b", "-a.b"} {
 		if _, err := ParseWorkspaceRef(in); !errors.Is(err, ErrInvalidJob) {
 			t.Errorf("%q: %v, want ErrInvalidJob", in, err)
 		}

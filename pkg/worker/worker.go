@@ -244,6 +244,9 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[*run]struct{}
+
+	objMu   sync.Mutex
+	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
 }
 
 // run is one job in progress, for cancel requests.
@@ -268,6 +271,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		health:  newHealth(),
 		beat:    make(chan struct{}, 1),
 		running: map[*run]struct{}{},
+		objects: map[string]jobs.ObjectStores{},
 	}, nil
 }
 

@@ -61,6 +61,7 @@ type wsStep struct {
 	log  *slog.Logger
 	mode stepMode
 
+	objs    jobs.ObjectStores   // the job's tenant's snapshots and artifacts
 	head    *jobs.WorkspaceHead // as last written or read by this step
 	headRev uint64              // its KV revision
 	base    jobs.WorkspaceRef   // the state restored (Revision 0: empty)
@@ -77,6 +78,32 @@ type wsStep struct {
 
 func (w *Worker) heads() jetstream.KeyValue { return w.stores.Workspaces.Heads }
 
+// tenantObjects returns the object stores of a tenant's snapshots and
+// artifacts ("": of no tenant), creating them when this worker first
+// needs them: workers know no tenants before their jobs name them. Each is
+// ensured once per worker process, with the fleet-wide settings.
+func (w *Worker) tenantObjects(ctx context.Context, tenant string) (jobs.ObjectStores, error) {
+	if tenant == "" {
+		return jobs.ObjectStores{Snapshots: w.stores.Workspaces.Snapshots, Artifacts: w.stores.Workspaces.Artifacts}, nil
+	}
+	w.objMu.Lock()
+	o, ok := w.objects[tenant]
+	w.objMu.Unlock()
+	if ok {
+		return o, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	o, err := w.cfg.Topology.EnsureObjects(ctx, w.js, tenant)
+	if err != nil {
+		return o, err
+	}
+	w.objMu.Lock()
+	w.objects[tenant] = o
+	w.objMu.Unlock()
+	return o, nil
+}
+
 // beginWorkspace readies a job's workspace before it runs: it takes the
 // head (waiting while another job holds it), resolves a fork's source, and
 // fetches the snapshot to restore. It returns nil for a job without
@@ -89,6 +116,13 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 		return nil, nil, nil
 	}
 	s := &wsStep{w: w, job: job, log: log.With("workspace", job.Workspace)}
+	// The job's workspaces are its tenant's (Validate checked them against
+	// the subject's ID), and so are its snapshots and artifacts.
+	objs, err := w.tenantObjects(jobCtx, jobs.TenantOf(job.ID))
+	if err != nil {
+		return s.giveBack(jobCtx, "open the object stores of tenant "+jobs.TenantOf(job.ID)+": "+err.Error())
+	}
+	s.objs = objs
 	var fork *jobs.WorkspaceRef
 	if job.WorkspaceFrom != nil {
 		ref, msg, err := w.resolveFork(jobCtx, *job.WorkspaceFrom)
@@ -241,7 +275,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 // fetch copies the base's snapshot to a temporary file.
 func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
 	s.snap = &spool{dir: s.w.cfg.TempDir}
-	obj, err := s.w.stores.Workspaces.Snapshots.Get(ctx, jobs.SnapshotName(s.base.Name, s.base.Revision))
+	obj, err := s.objs.Snapshots.Get(ctx, jobs.SnapshotName(s.base.Name, s.base.Revision))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		now := time.Now().UTC()
 		return &jobs.Result{Status: jobs.StatusError, FinishedAt: &now, Error: fmt.Sprintf(
@@ -325,7 +359,7 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 // head to it. Losing the head meanwhile (the workspace was removed) is
 // no error of NATS: the result says so.
 func (s *wsStep) save(ctx context.Context) error {
-	snaps := s.w.stores.Workspaces.Snapshots
+	snaps := s.objs.Snapshots
 	rev := s.head.Revision + 1
 	obj := jobs.SnapshotName(s.job.Workspace, rev)
 	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj}, s.arch.reader(s.req.Bytes)); err != nil {
@@ -373,7 +407,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		res.ArtifactsError = "no artifacts: " + s.req.Err
 		return
 	}
-	store := s.w.stores.Workspaces.Artifacts
+	store := s.objs.Artifacts
 	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
 	var total int64
 	more := 0

@@ -1,0 +1,128 @@
+package worker_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// publishRaw publishes a job's JSON on the subject of id, as a bare
+// client would (no client-side checks), and waits for its result.
+func (b *bundle) publishRaw(t *testing.T, id, job string) *jobs.Result {
+	t.Helper()
+	watch, err := b.client.Watch(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	if _, err := b.js.Publish(t.Context(), jobs.Subject("default", id), []byte(job)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := watch.Next(waitCtx(t))
+	if err != nil {
+		t.Fatalf("job %s: %v", id, err)
+	}
+	return res
+}
+
+// A tenant's workspaces are its own: its jobs name them <tenant>.<name>,
+// their snapshots and its jobs' artifacts go to object stores of its own;
+// a job of another tenant, or of none, naming them (workspace or
+// workspace_from), or a tenant's job naming a workspace of no tenant, is
+// rejected naming the field, runs nothing and leaves the head as it was.
+func TestWorkspaceTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{ID: "w1"})
+
+	// Through team-a's client: the names are qualified for it.
+	clientA, err := jobs.NewTenantClient(b.js, "team-a", b.topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := clientA.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "s1", Image: "python", Workspace: "agent", Outputs: []string{"*.png"},
+		Code: "write notes.txt secret of a\nwrite plot.png PNG"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStep(t, res, 0, 1)
+	if res.ID != "team-a.s1" || res.Workspace.Name != "team-a.agent" || len(res.Artifacts) != 1 || res.Artifacts[0].Key != "team-a.s1/plot.png" {
+		t.Fatalf("tenant a's step: %+v %+v", res.Workspace, res.Artifacts)
+	}
+	wantStep(t, b.publishRaw(t, "team-a.s2", `{"image":"python","code":"append notes.txt two","workspace":"team-a.agent"}`), 1, 2)
+	before := b.released(t, "team-a.agent")
+
+	// Where they are: a's own object stores, not the fleet's.
+	ctx := t.Context()
+	objsA, err := b.topo.EnsureObjects(ctx, b.js, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objsA.Snapshots.GetInfo(ctx, jobs.SnapshotName("team-a.agent", 2)); err != nil {
+		t.Errorf("a's snapshot in %s: %v", jobs.SnapshotsBucketOf("team-a"), err)
+	}
+	if _, err := objsA.Artifacts.GetInfo(ctx, "team-a.s1/plot.png"); err != nil {
+		t.Errorf("a's artifact in %s: %v", jobs.ArtifactsBucketOf("team-a"), err)
+	}
+	shared := b.workspaces(t)
+	if _, err := shared.Snapshots.GetInfo(ctx, jobs.SnapshotName("team-a.agent", 2)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("a's snapshot in the fleet's %s: %v", jobs.SnapshotsBucket, err)
+	}
+	if _, err := shared.Artifacts.GetInfo(ctx, "team-a.s1/plot.png"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("a's artifact in the fleet's %s: %v", jobs.ArtifactsBucket, err)
+	}
+
+	for _, tc := range []struct {
+		id, job, field string
+	}{
+		{"team-b.steal", `{"image":"python","code":"cat notes.txt","workspace":"team-a.agent"}`, "workspace"},
+		{"team-b.fork", `{"image":"python","code":"cat notes.txt","workspace":"team-b.mine","workspace_from":{"name":"team-a.agent"}}`, "workspace_from.name"},
+		{"team-b.copy", `{"image":"python","code":"cat notes.txt","workspace_from":{"name":"team-a.agent","revision":1}}`, "workspace_from.name"},
+		{"team-b.bare", `{"image":"python","code":"cat notes.txt","workspace":"agent"}`, "workspace"},
+		{"team-b.bare-from", `{"image":"python","code":"cat notes.txt","workspace_from":{"name":"agent"}}`, "workspace_from.name"},
+		{"untenanted", `{"image":"python","code":"cat notes.txt","workspace":"team-a.agent"}`, "workspace"},
+		{"untenanted-from", `{"image":"python","code":"cat notes.txt","workspace_from":{"name":"team-a.agent"}}`, "workspace_from.name"},
+	} {
+		res := b.publishRaw(t, tc.id, tc.job)
+		if res.Status != jobs.StatusRejected || !strings.HasPrefix(strings.TrimPrefix(res.Error, jobs.ErrInvalidJob.Error()+": "), tc.field+":") {
+			t.Errorf("%s %s: %s %q, want rejected naming %s", tc.id, tc.job, res.Status, res.Error, tc.field)
+		}
+		if strings.Contains(res.Stdout, "secret") || b.exec.Runs(tc.id) != 0 {
+			t.Errorf("%s ran: %q", tc.id, res.Stdout)
+		}
+	}
+	if h := b.head(t, "team-a.agent"); h.Revision != before.Revision || h.Job != before.Job || h.Step != nil {
+		t.Errorf("a's head moved: %+v, was %+v", h, before)
+	}
+
+	// The clients refuse them before publishing, too.
+	clientB, err := jobs.NewTenantClient(b.js, "team-b", b.topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []*jobs.Job{
+		{Image: "python", Code: "x", Workspace: "team-a.agent"},
+		{Image: "python", Code: "x", WorkspaceFrom: &jobs.WorkspaceRef{Name: "team-a.agent"}},
+	} {
+		if _, err := clientB.Submit(ctx, j); !errors.Is(err, jobs.ErrInvalidJob) {
+			t.Errorf("b's client submitting %+v: %v", j, err)
+		}
+		if _, err := b.client.Submit(ctx, j); !errors.Is(err, jobs.ErrInvalidJob) {
+			t.Errorf("the operator's client submitting %+v: %v", j, err)
+		}
+	}
+	// b's own workspace of the same name is another.
+	res, err = clientB.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "own", Image: "python", Workspace: "agent", Code: "cat notes.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStep(t, res, 0, 1)
+	if res.Workspace.Name != "team-b.agent" || strings.Contains(res.Stdout, "secret") {
+		t.Fatalf("b's own agent: %+v %q", res.Workspace, res.Stdout)
+	}
+}
