@@ -88,8 +88,7 @@ func TestWedgedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dockerExecutor{Executor: e}
-	d.startReaping()
+	d := executor.StartReaping(e)
 
 	started := time.Now()
 	metrics := freeAddr(t)

@@ -413,7 +413,7 @@ func newExecutor(cfg executor.Config) (interface {
 	if err != nil {
 		return nil, cmdline.Usagef("%w", err)
 	}
-	d := &dockerExecutor{Executor: e}
-	d.startReaping()
-	return d, nil
+	return executor.StartReaping(e), nil
 }
+
+var _ worker.Pinger = (*executor.Reaping)(nil)

@@ -16,6 +16,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -226,7 +227,7 @@ func TestDockerEndToEnd(t *testing.T) {
 	}
 	exec := workertest.Sandbox(t, cfg)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "e2e"},
-		&dockerExecutor{Executor: exec})
+		&executor.Reaping{Executor: exec})
 	defer s.Stop(t)
 	c := connect(t, s.url)
 	tests := []struct {
