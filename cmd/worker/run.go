@@ -59,14 +59,10 @@ Flags:
 //	 "caps": {"timeout": "10m", "memory": "4g", "cpus": 2, "network": false},
 //	 "runtime": "runc"}
 type fileConfig struct {
-	Presets map[string]struct {
-		Image    string   `json:"image"`
-		MainFile string   `json:"main_file"`
-		Argv     []string `json:"argv"`
-	} `json:"presets"`
-	Defaults limits.Limits `json:"defaults"`
-	Caps     limits.Limits `json:"caps"`
-	Runtime  string        `json:"runtime"`
+	Presets  map[string]executor.Preset `json:"presets"`
+	Defaults limits.Limits              `json:"defaults"`
+	Caps     limits.Limits              `json:"caps"`
+	Runtime  string                     `json:"runtime"`
 }
 
 type options struct {
@@ -384,16 +380,11 @@ func executorConfig(o *options) (executor.Config, error) {
 		}
 	}
 	cfg := executor.Config{
+		Presets:  fc.Presets,
 		Defaults: fc.Defaults,
 		Runtime:  fc.Runtime,
 		WorkerID: o.id,
 		Pool:     o.pool,
-	}
-	if fc.Presets != nil {
-		cfg.Presets = map[string]executor.Preset{}
-		for name, p := range fc.Presets {
-			cfg.Presets[name] = executor.Preset{Image: p.Image, MainFile: p.MainFile, Argv: p.Argv}
-		}
 	}
 	if o.runtime != "" {
 		cfg.Runtime = o.runtime
