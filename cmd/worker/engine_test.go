@@ -164,11 +164,8 @@ func registerTestRuntime(t *testing.T) *testRuntime {
 	const file = "/etc/docker/daemon.json"
 	unable := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("cannot register a test runtime and SANDFLEET_REQUIRE_DOCKER=1: %s", msg)
-		}
-		t.Skipf("needs a local dockerd whose %s this test may edit (it registers a runtime, then removes it): %s", file, msg)
+		testutil.Unavailable(t, "needs a local dockerd whose %s this test may edit (it registers a runtime, then removes it): %s",
+			file, fmt.Sprintf(format, args...))
 	}
 	runc, err := exec.LookPath("runc")
 	if err != nil {

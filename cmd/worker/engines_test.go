@@ -151,11 +151,7 @@ func needSecondEngine(t *testing.T) *engine {
 	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // the main engine and the image answer, or skip
 	fail := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv(testutil.RequireDockerEnv) == "1" {
-			t.Fatalf("%s=1 but %s", testutil.RequireDockerEnv, msg)
-		}
-		t.Skipf("needs a second Docker engine on this machine: %s (%s=1 makes this a failure)", msg, testutil.RequireDockerEnv)
+		testutil.Unavailable(t, "needs a second Docker engine on this machine: %s", fmt.Sprintf(format, args...))
 	}
 	if os.Geteuid() != 0 {
 		fail("starting dockerd needs root")

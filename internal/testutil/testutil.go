@@ -72,14 +72,21 @@ func NeedDocker(t testing.TB, probe func(context.Context) error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := probe(ctx)
-	if err == nil {
-		return
+	if err := probe(ctx); err != nil {
+		Unavailable(t, "needs Docker and its images (make sandbox-image images): %v", err)
 	}
+}
+
+// Unavailable is the gate for what CI provides and a developer's machine
+// may lack (Docker, an image, a second engine, a tool .ci/run installs):
+// it skips t with the message, or fails t when SANDFLEET_REQUIRE_DOCKER=1.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
 	if os.Getenv(RequireDockerEnv) == "1" {
-		t.Fatalf("%s=1 but Docker or an image is unavailable: %v", RequireDockerEnv, err)
+		t.Fatalf("%s=1: %s", RequireDockerEnv, msg)
 	}
-	t.Skipf("needs Docker and its images (make sandbox-image images): %v (%s=1 makes this a failure)", err, RequireDockerEnv)
+	t.Skipf("%s (%s=1 makes this a failure)", msg, RequireDockerEnv)
 }
 
 // HumanEvalEnv names the variable that points tests at HumanEval.jsonl.gz.
