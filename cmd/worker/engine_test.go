@@ -17,12 +17,12 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/daemonjson"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/tools/daemonjson/daemonjson"
 )
 
 // wedgedEngine is a Docker daemon that takes connections and never

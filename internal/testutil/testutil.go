@@ -2,8 +2,8 @@
 // with a deadline, the gate of tests that need Docker, and the path of the
 // HumanEval data set, which is not part of the repository. The test doubles
 // live beside it: fakeexec (an in-memory executor), natstest (in-process
-// JetStream servers) and workertest (a worker for the length of a test, a
-// real sandbox executor).
+// JetStream servers), workertest (a worker for the length of a test, a
+// real sandbox executor) and archivetest (hostile and hand-built tars).
 package testutil
 
 import (
