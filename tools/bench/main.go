@@ -51,6 +51,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -329,7 +330,7 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 	}
 	time.Sleep(3 * time.Second)
 	if measureRSS {
-		r.rssIdle, _ = procStatus(cmd.Process.Pid, "VmRSS")
+		r.rssIdle, _ = procfs.Status(cmd.Process.Pid, "VmRSS")
 	}
 	for range o.n {
 		t := time.Now()
@@ -360,7 +361,7 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 				case <-stopSampling:
 					return
 				case <-tick.C:
-					if v, err := procStatus(cmd.Process.Pid, "VmRSS"); err == nil && v > peak.Load() {
+					if v, err := procfs.Status(cmd.Process.Pid, "VmRSS"); err == nil && v > peak.Load() {
 						peak.Store(v)
 					}
 				}
@@ -393,7 +394,7 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 	sampler.Wait()
 	if measureRSS {
 		r.rssLoad = peak.Load()
-		r.hwm, _ = procStatus(cmd.Process.Pid, "VmHWM")
+		r.hwm, _ = procfs.Status(cmd.Process.Pid, "VmHWM")
 	}
 	return nil
 }
@@ -502,20 +503,6 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// procStatus reads a "Vm..." line of /proc/<pid>/status, in KiB.
-func procStatus(pid int, key string) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, key+":"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s not in /proc/%d/status", key, pid)
 }
 
 func loadAvg() string {

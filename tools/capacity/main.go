@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -64,17 +65,7 @@ type proc struct {
 }
 
 // cpu returns the process's user+system CPU time so far.
-func (p *proc) cpu() time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
-}
+func (p *proc) cpu() time.Duration { return procfs.CPU(p.cmd.Process.Pid) }
 
 func start(name, dir string, env []string, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
