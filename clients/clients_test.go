@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -124,16 +123,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // start runs a binary until the test ends (SIGINT, then its exit).
 func start(t *testing.T, name string, args ...string) *testutil.Buffer {
 	t.Helper()
@@ -178,7 +167,7 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 		return exec.Check(ctx)
 	})
 
-	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	natsAddr, httpAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	start(t, "worker", "--embedded", "--listen", natsAddr, "--data-dir", t.TempDir(), "--http", "",
 		"--slots", "2", "--pool", "1", "--id", "clients-e2e")
 	secret, line, err := gateway.NewToken("seed-example", nil)

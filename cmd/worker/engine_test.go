@@ -91,7 +91,7 @@ func TestWedgedEngine(t *testing.T) {
 	d := executor.StartReaping(e)
 
 	started := time.Now()
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--metrics", metrics,
 		"--id", "wedged", "--pool", "0"}, d)
 	testutil.Eventually(t, 10*time.Second, "/healthz", func() bool { c, _ := httpGet("http://" + metrics + "/healthz"); return c == 200 })
@@ -327,7 +327,7 @@ func TestBinaryFailingRuntimeDocker(t *testing.T) {
 	rt := registerTestRuntime(t)
 	url, c, _ := natsServer(t)
 	id := uniqueID("badrt")
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	w := dockerWorker(t, url, id, "--runtime", rt.name, "--pool", "2", "--metrics", metrics)
 	testutil.Eventually(t, 90*time.Second, "ready with 2 warm sandboxes", func() bool {
 		code, _ := httpGet("http://" + metrics + "/readyz")

@@ -195,7 +195,7 @@ func TestTwoEngines(t *testing.T) {
 	const total = 300
 	e2 := needSecondEngine(t)
 	url, client, js := natsServer(t)
-	addr1, addr2 := freeAddr(t), freeAddr(t)
+	addr1, addr2 := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	common := []string{"--slots", "3", "--pool", "2", "--ack-wait", "10s"}
 	id1, id2 := uniqueID("eng1"), uniqueID("eng2")
 	w1 := dockerWorker(t, url, id1, append(common, "--metrics", addr1)...)

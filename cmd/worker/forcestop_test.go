@@ -100,7 +100,7 @@ func TestBinaryForceStopTwice(t *testing.T) {
 	for i, r := range rounds {
 		attempt := i + 1
 		id := fmt.Sprintf("forced-%d", attempt)
-		metrics := freeAddr(t)
+		metrics := testutil.FreeAddr(t)
 		started := time.Now()
 		w := fakeWorker(t, url, id, execLog, "--slots", "4", "--grace", "1m", "--metrics", metrics)
 		testutil.Eventually(t, 10*time.Second, id+" runs the job (a lost hand-back waits out the 30 s lease)", func() bool {
@@ -239,7 +239,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 	workers := make([]incarnation, len(names))
 	var all []*proc
 	launch := func(i int, next plan) incarnation {
-		metrics := freeAddr(t)
+		metrics := testutil.FreeAddr(t)
 		p := fakeWorker(t, url, names[i], execLog, "--slots", "8", "--grace", next.grace, "--metrics", metrics)
 		all = append(all, p)
 		return incarnation{p, metrics, next}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -166,17 +165,6 @@ func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return srv.ClientURL(), c, js
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // httpGet returns the status code and body of a GET, or 0 on error.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,6 +56,18 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	if err != nil {
 		t.Fatalf("not within %s: %s", within, what)
 	}
+}
+
+// FreeAddr returns a loopback address whose port was free a moment ago,
+// for a server that the test starts on it.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // RequireDockerEnv names the variable that turns a test skipped for want of
