@@ -215,25 +215,36 @@ func (f *follower) finish(yield func(*Event, error) bool, ev *Event, res *Result
 // or nil when there is none.
 func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error) {
 	var res *Result
+	err := initialValues(ctx, w, errors.New("result watch closed"), func(e jetstream.KeyValueEntry) (err error) {
+		if e.Operation() == jetstream.KeyValuePut {
+			res, err = DecodeStoredResult(e.Key(), e.Value())
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// initialValues calls each for every entry a watch delivers before the
+// end of its initial values, and stops at the first error each returns.
+// A watch that closes before that end returns closed.
+func initialValues(ctx context.Context, w jetstream.KeyWatcher, closed error, each func(jetstream.KeyValueEntry) error) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("result watch closed")
+				return closed
 			}
 			if e == nil {
-				return res, nil // end of the initial values
+				return nil // end of the initial values
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
+			if err := each(e); err != nil {
+				return err
 			}
-			r, err := DecodeStoredResult(e.Key(), e.Value())
-			if err != nil {
-				return nil, err
-			}
-			res = r
 		}
 	}
 }
