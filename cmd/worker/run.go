@@ -15,14 +15,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
-	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -267,16 +265,11 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		url = srv.ClientURL()
 		log.Info("embedded NATS JetStream server started", "url", url, "data_dir", o.dataDir)
 	}
-	log.Info("connecting to NATS", "url", natsurl.Redact(url))
-	nc, err := natsconn.Connect(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
+	nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if o.ready != nil {
 		o.ready(url)
 	}

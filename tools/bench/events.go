@@ -8,9 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -123,13 +121,12 @@ func queuePath(ctx context.Context, s *streaming) error {
 			os.RemoveAll(dir)
 			return nil, nil, err
 		}
-		nc, err := nats.Connect(srv.ClientURL())
+		nc, js, err := natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 		if err != nil {
 			srv.Shutdown()
 			os.RemoveAll(dir)
 			return nil, nil, err
 		}
-		js, _ := jetstream.New(nc)
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		w, err := worker.New(js, sleeper{}, worker.Config{ID: "bench-events", Slots: 1, Logger: quiet, NoEvents: noEvents, FetchWait: time.Second})
 		if err != nil {

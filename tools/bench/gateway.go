@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -52,12 +53,7 @@ func gatewayOverhead(ctx context.Context, o options, r *report) error {
 		srv.WaitForShutdown()
 	}()
 	conn := func() (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			return nil, nil, err
-		}
-		js, err := jetstream.New(nc)
-		return nc, js, err
+		return natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 	}
 	wnc, wjs, err := conn()
 	if err != nil {

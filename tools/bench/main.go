@@ -47,9 +47,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -479,9 +479,8 @@ func connect(ctx context.Context, url string, exited <-chan error) (*nats.Conn, 
 			return nil, nil, fmt.Errorf("the worker exited: %v", err)
 		default:
 		}
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-bench", Extra: []nats.Option{nats.Timeout(time.Second)}})
 		if err == nil {
-			js, _ := jetstream.New(nc)
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			cli, err := jobs.NewClient(cctx, js, jobs.Topology{})
 			cancel()
@@ -538,15 +537,11 @@ func queueOverhead(ctx context.Context, o options, r *report) error {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 	}()
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, js, err := natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := worker.New(js, noop{}, worker.Config{ID: "bench-queue", Slots: o.queueSlots, Logger: quiet})
 	if err != nil {
@@ -562,15 +557,11 @@ func queueOverhead(ctx context.Context, o options, r *report) error {
 		<-done
 	}()
 	// The client has a connection of its own, as it would in a fleet.
-	cnc, err := nats.Connect(srv.ClientURL())
+	cnc, cjs, err := natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 	if err != nil {
 		return err
 	}
 	defer cnc.Close()
-	cjs, err := jetstream.New(cnc)
-	if err != nil {
-		return err
-	}
 	var cli *jobs.Client
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if cli, err = jobs.NewClient(ctx, cjs, jobs.Topology{}); err == nil || time.Now().After(deadline) {

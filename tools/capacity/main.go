@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -160,15 +161,11 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 		}
 		return strings.Join(u, ",")
 	}
-	nc, err := connectRetry(url("submitter", submitterPW))
+	nc, js, err := connectRetry(url("submitter", submitterPW))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 
 	var workerProcs []*proc
 	for i := range nWorkers {
@@ -284,15 +281,15 @@ func numCPU() int {
 	return strings.Count(string(data), "processor\t:")
 }
 
-func connectRetry(url string) (*nats.Conn, error) {
+func connectRetry(url string) (*nats.Conn, jetstream.JetStream, error) {
 	var last error
 	for range 100 {
-		nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+		nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-capacity", Extra: []nats.Option{nats.Timeout(2 * time.Second)}})
 		if err == nil {
-			return nc, nil
+			return nc, js, nil
 		}
 		last = err
 		time.Sleep(200 * time.Millisecond)
 	}
-	return nil, last
+	return nil, nil, last
 }
