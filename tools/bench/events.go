@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/natsconn"
-	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -112,19 +110,13 @@ func (sleeper) Run(ctx context.Context, j *jobs.Job, opts jobs.RunOptions) (*job
 // on and off, in pairs as above.
 func queuePath(ctx context.Context, s *streaming) error {
 	side := func(noEvents bool) (*jobs.Client, func(), error) {
-		dir, err := os.MkdirTemp("", "sandfleet-bench-events-")
+		srv, stopServer, err := embedded("events")
 		if err != nil {
-			return nil, nil, err
-		}
-		srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
-		if err != nil {
-			os.RemoveAll(dir)
 			return nil, nil, err
 		}
 		nc, js, err := natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 		if err != nil {
-			srv.Shutdown()
-			os.RemoveAll(dir)
+			stopServer()
 			return nil, nil, err
 		}
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -139,16 +131,9 @@ func queuePath(ctx context.Context, s *streaming) error {
 			stopNow()
 			<-done
 			nc.Close()
-			srv.Shutdown()
-			srv.WaitForShutdown()
-			os.RemoveAll(dir)
+			stopServer()
 		}
-		var cli *jobs.Client
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if cli, err = jobs.NewClient(ctx, js, jobs.Topology{}); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		cli, err := openClient(ctx, js)
 		if err != nil {
 			closeAll()
 			return nil, nil, err

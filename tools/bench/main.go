@@ -50,7 +50,6 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
-	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -524,19 +523,11 @@ func (noop) Run(_ context.Context, j *jobs.Job, _ jobs.RunOptions) (*jobs.Result
 }
 
 func queueOverhead(ctx context.Context, o options, r *report) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-queue-")
+	srv, stopServer, err := embedded("queue")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
+	defer stopServer()
 	nc, js, err := natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 	if err != nil {
 		return err
@@ -562,12 +553,7 @@ func queueOverhead(ctx context.Context, o options, r *report) error {
 		return err
 	}
 	defer cnc.Close()
-	var cli *jobs.Client
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if cli, err = jobs.NewClient(ctx, cjs, jobs.Topology{}); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
+	cli, err := openClient(ctx, cjs)
 	if err != nil {
 		return err
 	}
