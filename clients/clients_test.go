@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,18 +23,13 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
-// strict: CI sets SANDFLEET_REQUIRE_DOCKER=1, and then a missing tool
-// (python3, node, tsc, Docker) fails the test instead of skipping it.
-var strict = os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1"
-
+// need skips t when a tool is missing (python3, node, tsc), or fails it
+// under SANDFLEET_REQUIRE_DOCKER=1, as CI runs: .ci/run installs them.
 func need(t *testing.T, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			if strict {
-				t.Fatalf("%s is not installed and SANDFLEET_REQUIRE_DOCKER=1 (.ci/run installs it)", tool)
-			}
-			t.Skipf("%s is not installed", tool)
+			testutil.Unavailable(t, "%s is not installed (.ci/run installs it)", tool)
 		}
 	}
 }
@@ -129,16 +123,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // start runs a binary until the test ends (SIGINT, then its exit).
 func start(t *testing.T, name string, args ...string) *testutil.Buffer {
 	t.Helper()
@@ -174,21 +158,16 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 		t.Skip("runs the worker and the gateway on real Docker")
 	}
 	need(t, "python3", "node")
-	exec, err := executor.New(executor.Config{WorkerID: "clients-check"})
-	if err == nil {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		err = exec.Check(ctx)
-		cancel()
-		exec.Close()
-	}
-	if err != nil {
-		if strict {
-			t.Fatalf("Docker or the sandbox image is unavailable and SANDFLEET_REQUIRE_DOCKER=1: %v", err)
+	testutil.NeedDocker(t, func(ctx context.Context) error {
+		exec, err := executor.New(executor.Config{WorkerID: "clients-check"})
+		if err != nil {
+			return err
 		}
-		t.Skipf("needs Docker and %s: %v", executor.DefaultImage, err)
-	}
+		defer exec.Close()
+		return exec.Check(ctx)
+	})
 
-	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	natsAddr, httpAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	start(t, "worker", "--embedded", "--listen", natsAddr, "--data-dir", t.TempDir(), "--http", "",
 		"--slots", "2", "--pool", "1", "--id", "clients-e2e")
 	secret, line, err := gateway.NewToken("seed-example", nil)

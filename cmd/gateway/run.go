@@ -11,12 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
-	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
@@ -116,17 +114,11 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer ln.Close()
 
-	url := natsconn.ServerURL(o.natsURL)
-	log.Info("connecting to NATS", "url", natsurl.Redact(url))
-	nc, err := natsconn.Connect(natsconn.Config{URL: url, Name: "sandfleet-gateway", Persistent: true, Log: log})
+	nc, js, err := natsconn.JetStream(natsconn.Config{URL: o.natsURL, Name: "sandfleet-gateway", Persistent: true, Log: log})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	client, err := gateway.Open(ctx, js, log)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
@@ -273,14 +272,9 @@ func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), 
 		}
 		cfg.Extra = jobs.TenantOptions(m.tenant)
 	}
-	nc, err := natsconn.Connect(cfg)
+	nc, js, err := natsconn.JetStream(cfg)
 	if err != nil {
 		return nil, nil, fail(exitUnavailable, "%w (start a worker with --embedded, or set --nats / NATS_URL)", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fail(exitUnavailable, "%w", err)
 	}
 	if m.tenant != "" {
 		// A tenant may not read the topology: nothing to open.

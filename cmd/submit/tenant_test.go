@@ -72,8 +72,12 @@ func TestTenantSubmit(t *testing.T) {
 	}
 	// Workspaces, artifacts and live output, each tenant its own.
 	dir := t.TempDir()
-	asA := func(args ...string) out { return submit(t, urlA, "", append([]string{"--tenant", "team-a"}, args...)...) }
-	asB := func(args ...string) out { return submit(t, urlB, "", append([]string{"--tenant", "team-b"}, args...)...) }
+	asA := func(args ...string) out {
+		return submit(t, urlA, "", append([]string{"--tenant", "team-a"}, args...)...)
+	}
+	asB := func(args ...string) out {
+		return submit(t, urlB, "", append([]string{"--tenant", "team-b"}, args...)...)
+	}
 	want := func(what string, got out, code int, stdoutHas, stderrHas string) {
 		t.Helper()
 		if got.code != code || !strings.Contains(got.stdout, stdoutHas) || !strings.Contains(got.stderr, stderrHas) {

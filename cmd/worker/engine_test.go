@@ -17,12 +17,12 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/daemonjson"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/tools/daemonjson/daemonjson"
 )
 
 // wedgedEngine is a Docker daemon that takes connections and never
@@ -88,11 +88,10 @@ func TestWedgedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dockerExecutor{Executor: e}
-	d.startReaping()
+	d := executor.StartReaping(e)
 
 	started := time.Now()
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--metrics", metrics,
 		"--id", "wedged", "--pool", "0"}, d)
 	testutil.Eventually(t, 10*time.Second, "/healthz", func() bool { c, _ := httpGet("http://" + metrics + "/healthz"); return c == 200 })
@@ -165,11 +164,8 @@ func registerTestRuntime(t *testing.T) *testRuntime {
 	const file = "/etc/docker/daemon.json"
 	unable := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv("SANDFLEET_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("cannot register a test runtime and SANDFLEET_REQUIRE_DOCKER=1: %s", msg)
-		}
-		t.Skipf("needs a local dockerd whose %s this test may edit (it registers a runtime, then removes it): %s", file, msg)
+		testutil.Unavailable(t, "needs a local dockerd whose %s this test may edit (it registers a runtime, then removes it): %s",
+			file, fmt.Sprintf(format, args...))
 	}
 	runc, err := exec.LookPath("runc")
 	if err != nil {
@@ -331,7 +327,7 @@ func TestBinaryFailingRuntimeDocker(t *testing.T) {
 	rt := registerTestRuntime(t)
 	url, c, _ := natsServer(t)
 	id := uniqueID("badrt")
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	w := dockerWorker(t, url, id, "--runtime", rt.name, "--pool", "2", "--metrics", metrics)
 	testutil.Eventually(t, 90*time.Second, "ready with 2 warm sandboxes", func() bool {
 		code, _ := httpGet("http://" + metrics + "/readyz")

@@ -151,11 +151,7 @@ func needSecondEngine(t *testing.T) *engine {
 	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // the main engine and the image answer, or skip
 	fail := func(format string, args ...any) {
 		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv(testutil.RequireDockerEnv) == "1" {
-			t.Fatalf("%s=1 but %s", testutil.RequireDockerEnv, msg)
-		}
-		t.Skipf("needs a second Docker engine on this machine: %s (%s=1 makes this a failure)", msg, testutil.RequireDockerEnv)
+		testutil.Unavailable(t, "needs a second Docker engine on this machine: %s", fmt.Sprintf(format, args...))
 	}
 	if os.Geteuid() != 0 {
 		fail("starting dockerd needs root")
@@ -199,7 +195,7 @@ func TestTwoEngines(t *testing.T) {
 	const total = 300
 	e2 := needSecondEngine(t)
 	url, client, js := natsServer(t)
-	addr1, addr2 := freeAddr(t), freeAddr(t)
+	addr1, addr2 := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	common := []string{"--slots", "3", "--pool", "2", "--ack-wait", "10s"}
 	id1, id2 := uniqueID("eng1"), uniqueID("eng2")
 	w1 := dockerWorker(t, url, id1, append(common, "--metrics", addr1)...)

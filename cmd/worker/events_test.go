@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -160,7 +159,7 @@ func TestBinaryFloodEventsDocker(t *testing.T) {
 	id := uniqueID("flood-events")
 	w := dockerWorker(t, url, id, "--pool", "0")
 	testutil.Eventually(t, 60*time.Second, "worker up", func() bool { return strings.Contains(w.logs.String(), `"msg":"worker started"`) })
-	idle, err := procStatus(w.cmd.Process.Pid, "VmRSS")
+	idle, err := procfs.Status(w.cmd.Process.Pid, "VmRSS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +182,7 @@ func TestBinaryFloodEventsDocker(t *testing.T) {
 		t.Fatalf("follow: %v", err)
 	default:
 	}
-	hwm, err := procStatus(w.cmd.Process.Pid, "VmHWM")
+	hwm, err := procfs.Status(w.cmd.Process.Pid, "VmHWM")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,18 +210,4 @@ func TestBinaryFloodEventsDocker(t *testing.T) {
 		t.Errorf("worker peak RSS %d KiB, over 128 MiB", hwm)
 	}
 	stopDockerWorker(t, w, id)
-}
-
-// procStatus reads a "Vm..." line of /proc/<pid>/status, in KiB.
-func procStatus(pid int, key string) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, key+":"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s not in /proc/%d/status", key, pid)
 }

@@ -43,7 +43,7 @@ func TestBinaryDrain(t *testing.T) {
 	t.Parallel()
 	url, client, _ := natsServer(t)
 	execLog := filepath.Join(t.TempDir(), "exec.log")
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	drainer := fakeWorker(t, url, "drainer", execLog, "--slots", "2", "--ack-wait", "1s", "--grace", "30s", "--metrics", metrics)
 	testutil.Eventually(t, 20*time.Second, "drainer ready", func() bool { c, _ := httpGet("http://" + metrics + "/readyz"); return c == 200 })
 
@@ -114,7 +114,7 @@ func TestBinaryForce(t *testing.T) {
 			t.Parallel()
 			url, client, _ := natsServer(t)
 			execLog := filepath.Join(t.TempDir(), "exec.log")
-			metrics := freeAddr(t)
+			metrics := testutil.FreeAddr(t)
 			w := fakeWorker(t, url, "forced", execLog, "--slots", "1", "--ack-wait", "30s", "--grace", tc.grace, "--metrics", metrics)
 			if _, err := client.Submit(t.Context(), &jobs.Job{ID: "stuck", Image: "python", Code: "block"}); err != nil {
 				t.Fatal(err)
@@ -170,9 +170,9 @@ func TestDeadDockerDaemon(t *testing.T) {
 		t.Fatalf("Check with no daemon: %v, want ErrInfrastructure and not ErrImageMissing", err)
 	}
 
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--metrics", metrics, "--id", "no-docker"},
-		&dockerExecutor{Executor: e})
+		&executor.Reaping{Executor: e})
 	defer s.Stop(t)
 	// /readyz is 503 from the start (the topology is set up first); the
 	// failed ping shows in /status.

@@ -100,7 +100,7 @@ func TestBinaryForceStopTwice(t *testing.T) {
 	for i, r := range rounds {
 		attempt := i + 1
 		id := fmt.Sprintf("forced-%d", attempt)
-		metrics := freeAddr(t)
+		metrics := testutil.FreeAddr(t)
 		started := time.Now()
 		w := fakeWorker(t, url, id, execLog, "--slots", "4", "--grace", "1m", "--metrics", metrics)
 		testutil.Eventually(t, 10*time.Second, id+" runs the job (a lost hand-back waits out the 30 s lease)", func() bool {
@@ -239,7 +239,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 	workers := make([]incarnation, len(names))
 	var all []*proc
 	launch := func(i int, next plan) incarnation {
-		metrics := freeAddr(t)
+		metrics := testutil.FreeAddr(t)
 		p := fakeWorker(t, url, names[i], execLog, "--slots", "8", "--grace", next.grace, "--metrics", metrics)
 		all = append(all, p)
 		return incarnation{p, metrics, next}
@@ -278,11 +278,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 			t.Fatal(err)
 		default:
 		}
-		st, err := client.Stores().Results.Status(ctx)
-		if err != nil {
-			return -1
-		}
-		return int(st.Values())
+		return resultCount(ctx, client)
 	}
 
 	for k := range restarts {
@@ -327,13 +323,9 @@ func TestBinaryRollingRestart(t *testing.T) {
 	var again []string
 	for i := range n {
 		id := fmt.Sprintf("roll-%03d", i)
-		res, err := client.Get(ctx, id)
-		if err != nil {
-			t.Errorf("%s: %v", id, err)
+		res := echoed(t, ctx, client, id)
+		if res == nil {
 			continue
-		}
-		if res.Status != jobs.StatusSucceeded || res.Stdout != id+"\n" {
-			t.Errorf("%s: %+v", id, res)
 		}
 		if runs[id] != res.Attempt || naks[id] != res.Attempt-1 {
 			t.Errorf("%s: %d runs and %d hand-backs for %d deliveries, want %d and %d", id, runs[id], naks[id], res.Attempt, res.Attempt, res.Attempt-1)
@@ -343,10 +335,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 			again = append(again, fmt.Sprintf("%s×%d", id, runs[id]))
 		}
 	}
-	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
-		si, err := client.Stores().Stream.Info(ctx)
-		return err == nil && si.State.Msgs == 0
-	})
+	waitJobsDrained(t, ctx, client)
 	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)

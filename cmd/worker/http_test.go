@@ -1,16 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -41,23 +42,16 @@ func TestHTTPFlags(t *testing.T) {
 // worker --embedded --http ADDR is a one-process fleet with an HTTP API.
 func TestEmbeddedServesHTTP(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.FreeAddr(t)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "h1", "--http", addr},
 		&fakeexec.Executor{})
 	defer s.Stop(t)
 	var resp *http.Response
-	for range 100 { // the API opens its client in the background
+	// The API opens its client in the background.
+	err := testutil.Poll(t.Context(), 5*time.Second, 50*time.Millisecond, func(context.Context) (err error) {
 		resp, err = http.Post("http://"+addr+"/v1/jobs?wait=10s", "application/json", strings.NewReader(`{"image":"python","code":"print via http"}`))
-		if err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // polling for the listener
-	}
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

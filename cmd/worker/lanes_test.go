@@ -45,7 +45,7 @@ func TestParseQueueFlags(t *testing.T) {
 // `submit status` knew before.
 func TestLaneMetrics(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	exec := &fakeexec.Executor{}
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(),
 		"--slots", "2", "--id", "lanes", "--queue", "interactive:10", "--queue", "batch:1", "--max-ack-pending", "77", "--metrics", addr}, exec)

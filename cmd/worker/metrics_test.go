@@ -51,7 +51,7 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 // the Go and process collectors.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	exec := &fakeexec.Executor{}
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(),
 		"--slots", "2", "--id", "m1", "--metrics", addr}, pooledFake{exec})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -168,17 +167,6 @@ func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
 	return srv.ClientURL(), c, js
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // httpGet returns the status code and body of a GET, or 0 on error.
 func httpGet(url string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -210,6 +198,41 @@ func executions(t *testing.T, path string) (map[string]int, int) {
 		}
 	}
 	return runs, total
+}
+
+// resultCount returns how many results RESULTS holds, or -1 when it
+// cannot be read.
+func resultCount(ctx context.Context, client *jobs.Client) int {
+	st, err := client.Stores().Results.Status(ctx)
+	if err != nil {
+		return -1
+	}
+	return int(st.Values())
+}
+
+// echoed checks that the job whose code printed its own ID succeeded
+// saying so, and returns its result, or nil when there is none.
+func echoed(t *testing.T, ctx context.Context, client *jobs.Client, id string) *jobs.Result {
+	t.Helper()
+	res, err := client.Get(ctx, id)
+	if err != nil {
+		t.Errorf("%s: %v", id, err)
+		return nil
+	}
+	if res.Status != jobs.StatusSucceeded || res.Stdout != id+"\n" {
+		t.Errorf("%s: %+v", id, res)
+	}
+	return res
+}
+
+// waitJobsDrained waits until stream JOBS holds no job: every job was
+// acknowledged.
+func waitJobsDrained(t *testing.T, ctx context.Context, client *jobs.Client) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
+		si, err := client.Stores().Stream.Info(ctx)
+		return err == nil && si.State.Msgs == 0
+	})
 }
 
 // assertResultWrites checks that RESULTS was written exactly n times and

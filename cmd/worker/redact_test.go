@@ -44,9 +44,9 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 // ready and runs jobs. No log line carries the password.
 func TestWorkerWaitsForNATS(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	url := "nats://worker:" + testPassword + "@" + addr
-	metrics := freeAddr(t)
+	metrics := testutil.FreeAddr(t)
 	o, err := parseFlags([]string{"--nats", url, "--id", "patient", "--slots", "1", "--metrics", metrics})
 	if err != nil {
 		t.Fatal(err)

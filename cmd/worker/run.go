@@ -15,14 +15,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
-	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -59,14 +57,10 @@ Flags:
 //	 "caps": {"timeout": "10m", "memory": "4g", "cpus": 2, "network": false},
 //	 "runtime": "runc"}
 type fileConfig struct {
-	Presets map[string]struct {
-		Image    string   `json:"image"`
-		MainFile string   `json:"main_file"`
-		Argv     []string `json:"argv"`
-	} `json:"presets"`
-	Defaults limits.Limits `json:"defaults"`
-	Caps     limits.Limits `json:"caps"`
-	Runtime  string        `json:"runtime"`
+	Presets  map[string]executor.Preset `json:"presets"`
+	Defaults limits.Limits              `json:"defaults"`
+	Caps     limits.Limits              `json:"caps"`
+	Runtime  string                     `json:"runtime"`
 }
 
 type options struct {
@@ -273,16 +267,11 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		url = srv.ClientURL()
 		log.Info("embedded NATS JetStream server started", "url", url, "data_dir", o.dataDir)
 	}
-	log.Info("connecting to NATS", "url", natsurl.Redact(url))
-	nc, err := natsconn.Connect(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
+	nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if o.ready != nil {
 		o.ready(url)
 	}
@@ -387,16 +376,11 @@ func executorConfig(o *options) (executor.Config, error) {
 		}
 	}
 	cfg := executor.Config{
+		Presets:  fc.Presets,
 		Defaults: fc.Defaults,
 		Runtime:  fc.Runtime,
 		WorkerID: o.id,
 		Pool:     o.pool,
-	}
-	if fc.Presets != nil {
-		cfg.Presets = map[string]executor.Preset{}
-		for name, p := range fc.Presets {
-			cfg.Presets[name] = executor.Preset{Image: p.Image, MainFile: p.MainFile, Argv: p.Argv}
-		}
 	}
 	if o.runtime != "" {
 		cfg.Runtime = o.runtime
@@ -416,7 +400,7 @@ func newExecutor(cfg executor.Config) (interface {
 	if err != nil {
 		return nil, cmdline.Usagef("%w", err)
 	}
-	d := &dockerExecutor{Executor: e}
-	d.startReaping()
-	return d, nil
+	return executor.StartReaping(e), nil
 }
+
+var _ worker.Pinger = (*executor.Reaping)(nil)

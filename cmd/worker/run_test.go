@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -124,13 +126,16 @@ func TestConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Presets["py"].Image != "img" || cfg.Caps.Memory != 1<<30 || cfg.Runtime != "runsc" {
+	want := map[string]executor.Preset{"py": {Image: "img", MainFile: "m.py", Argv: []string{"python3", "m.py"}}}
+	if !reflect.DeepEqual(cfg.Presets, want) || cfg.Caps.Memory != 1<<30 || cfg.Runtime != "runsc" {
 		t.Errorf("config: %+v", cfg)
 	}
-	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(bad, []byte(`{"prests":{}}`), 0o600)
-	if _, err := executorConfig(&options{configFile: bad}); !errors.Is(err, cmdline.ErrUsage) {
-		t.Errorf("unknown field: %v", err)
+	for _, body := range []string{`{"prests":{}}`, `{"presets":{"py":{"image":"img","mainfile":"m.py"}}}`} {
+		bad := filepath.Join(dir, "bad.json")
+		os.WriteFile(bad, []byte(body), 0o600)
+		if _, err := executorConfig(&options{configFile: bad}); !errors.Is(err, cmdline.ErrUsage) {
+			t.Errorf("unknown field in %s: %v", body, err)
+		}
 	}
 }
 
@@ -227,7 +232,7 @@ func TestDockerEndToEnd(t *testing.T) {
 	}
 	exec := workertest.Sandbox(t, cfg)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "e2e"},
-		&dockerExecutor{Executor: exec})
+		&executor.Reaping{Executor: exec})
 	defer s.Stop(t)
 	c := connect(t, s.url)
 	tests := []struct {

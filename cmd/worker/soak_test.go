@@ -35,13 +35,7 @@ func TestSoakKillRestart(t *testing.T) {
 		}
 	}
 	args := []string{"--slots", "8", "--ack-wait", "1s"}
-	stored := func() int {
-		st, err := client.Stores().Results.Status(ctx)
-		if err != nil {
-			return -1
-		}
-		return int(st.Values())
-	}
+	stored := func() int { return resultCount(ctx, client) }
 	w := fakeWorker(t, url, "soaker", execLog, args...)
 	for _, at := range []int{n * 3 / 10, n * 65 / 100} {
 		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
@@ -54,21 +48,10 @@ func TestSoakKillRestart(t *testing.T) {
 	elapsed := time.Since(start)
 
 	for i := range n {
-		id := fmt.Sprintf("soak-%04d", i)
-		res, err := client.Get(ctx, id)
-		if err != nil {
-			t.Errorf("%s: %v", id, err)
-			continue
-		}
-		if res.Status != jobs.StatusSucceeded || res.Stdout != id+"\n" {
-			t.Errorf("%s: %+v", id, res)
-		}
+		echoed(t, ctx, client, fmt.Sprintf("soak-%04d", i))
 	}
 	results := assertResultWrites(t, ctx, js, n)
-	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
-		si, err := client.Stores().Stream.Info(ctx)
-		return err == nil && si.State.Msgs == 0
-	})
+	waitJobsDrained(t, ctx, client)
 	runs, execs := executions(t, execLog)
 	again := 0
 	for i := range n {

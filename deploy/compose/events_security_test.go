@@ -19,15 +19,10 @@ import (
 // follows a job from its start to its result, refused nothing, but cannot
 // publish an event, delete one, or change, purge or delete the stream.
 func TestSecurityEvents(t *testing.T) {
-	s := startConfiguredServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wrk := connect(t, s, "worker", testWorkerPassword)
-	sub := connect(t, s, "submitter", testSubmitterPassword)
 	topo := jobs.Topology{AckWait: 5 * time.Second}
-	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
-		t.Fatalf("worker: ensure topology: %v", err)
-	}
+	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-events", Slots: 1, Topology: topo})
 	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
 	if err != nil {

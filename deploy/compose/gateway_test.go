@@ -24,15 +24,10 @@ import (
 // phase, cancel, a batch and the fleet status, with no permission
 // violation reported to the gateway's connection.
 func TestGatewayAsSubmitter(t *testing.T) {
-	s := startConfiguredServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wrk := connect(t, s, "worker", testWorkerPassword)
-	sub := connect(t, s, "submitter", testSubmitterPassword)
 	topo := jobs.Topology{AckWait: 5 * time.Second}
-	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
-		t.Fatalf("worker: ensure topology: %v", err)
-	}
+	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-gw", Slots: 2, Topology: topo, FetchWait: 200 * time.Millisecond})
 
 	quiet := slog.New(slog.DiscardHandler)

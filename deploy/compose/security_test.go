@@ -28,17 +28,28 @@ const (
 )
 
 // startConfiguredServer starts an in-process nats-server from nats.conf, the
-// file the compose nodes run, with only what a test must change overridden:
-// a free port, a temporary store, no monitoring port and no cluster.
+// file the compose nodes run.
 func startConfiguredServer(t *testing.T) *server.Server {
 	t.Helper()
-	t.Setenv("NATS_SERVER_NAME", "security-test")
+	return serveConf(t, "nats.conf", "security-test", nil)
+}
+
+// serveConf starts an in-process nats-server from conf, with the test
+// passwords and env in its environment, and only what a test must change
+// overridden: a free port, a temporary store, no monitoring port and no
+// cluster.
+func serveConf(t *testing.T, conf, name string, env map[string]string) *server.Server {
+	t.Helper()
+	t.Setenv("NATS_SERVER_NAME", name)
 	t.Setenv("NATS_ROUTE_PASSWORD", testRoutePassword)
 	t.Setenv("SANDFLEET_SUBMITTER_PASSWORD", testSubmitterPassword)
 	t.Setenv("SANDFLEET_WORKER_PASSWORD", testWorkerPassword)
-	opts, err := server.ProcessConfigFile("nats.conf")
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	opts, err := server.ProcessConfigFile(conf)
 	if err != nil {
-		t.Fatalf("nats.conf: %v", err)
+		t.Fatalf("%s: %v", conf, err)
 	}
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.HTTPPort = 0
@@ -56,10 +67,18 @@ type conn struct {
 	violations chan error
 }
 
+// connect connects to s as user.
 func connect(t *testing.T, s *server.Server, user, password string) *conn {
 	t.Helper()
+	return dial(t, s, nats.UserInfo(user, password), nats.Name(user))
+}
+
+// dial connects to s with opts, keeping the permission violations the
+// server reports.
+func dial(t *testing.T, s *server.Server, opts ...nats.Option) *conn {
+	t.Helper()
 	c := &conn{violations: make(chan error, 64)}
-	c.nc, c.js = natstest.Connect(t, s.ClientURL(), nats.UserInfo(user, password), nats.Name(user),
+	c.nc, c.js = natstest.Connect(t, s.ClientURL(), append(opts,
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				select {
@@ -67,8 +86,40 @@ func connect(t *testing.T, s *server.Server, user, password string) *conn {
 				default:
 				}
 			}
-		}))
+		}))...)
 	return c
+}
+
+// roles starts a server from nats.conf and connects a worker and a
+// submitter; the worker ensures topo, as cmd/worker does at start.
+func roles(t *testing.T, ctx context.Context, topo jobs.Topology) (wrk, sub *conn) {
+	t.Helper()
+	s := startConfiguredServer(t)
+	wrk = connect(t, s, "worker", testWorkerPassword)
+	sub = connect(t, s, "submitter", testSubmitterPassword)
+	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
+		t.Fatalf("worker: ensure topology: %v", err)
+	}
+	return wrk, sub
+}
+
+// awaitViolation waits for the server to report a permissions violation of
+// this connection whose text match accepts, and fails t, naming what, when
+// none came within 5 s.
+func (c *conn) awaitViolation(t *testing.T, what string, match func(violation string) bool) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-c.violations:
+			if match(err.Error()) {
+				return
+			}
+			t.Logf("other violation: %v", err)
+		case <-deadline:
+			t.Fatalf("no permissions violation for %s", what)
+		}
+	}
 }
 
 // expectViolation waits for the server to report that this connection was
@@ -78,18 +129,7 @@ func connect(t *testing.T, s *server.Server, user, password string) *conn {
 func (c *conn) expectViolation(t *testing.T, subject string) {
 	t.Helper()
 	want := fmt.Sprintf("Publish to %q", subject)
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-c.violations:
-			if strings.Contains(err.Error(), want) {
-				return
-			}
-			t.Logf("other violation: %v", err)
-		case <-deadline:
-			t.Fatalf("no permissions violation for publish to %s", subject)
-		}
-	}
+	c.awaitViolation(t, "publish to "+subject, func(v string) bool { return strings.Contains(v, want) })
 }
 
 // noViolation fails if the server refused this connection anything so far.
@@ -383,15 +423,10 @@ func TestSecurityModel(t *testing.T) {
 // a job queued behind a busy slot returns the canceled result the worker
 // stores at once, and the submitter is refused nothing.
 func TestSubmitterCancel(t *testing.T) {
-	s := startConfiguredServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wrk := connect(t, s, "worker", testWorkerPassword)
-	sub := connect(t, s, "submitter", testSubmitterPassword)
 	topo := jobs.Topology{AckWait: 5 * time.Second, CancelWait: 500 * time.Millisecond}
-	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
-		t.Fatalf("worker: ensure topology: %v", err)
-	}
+	wrk, sub := roles(t, ctx, topo)
 	client, err := jobs.NewClient(ctx, sub.js, topo)
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)

@@ -20,18 +20,7 @@ func (c *conn) expectViolationPrefix(t *testing.T, prefix string) {
 	t.Helper()
 	want := fmt.Sprintf("Publish to %q", prefix)
 	want = want[:len(want)-1] // open quote: a prefix
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-c.violations:
-			if strings.Contains(err.Error(), want) {
-				return
-			}
-			t.Logf("other violation: %v", err)
-		case <-deadline:
-			t.Fatalf("no permissions violation for publish to %s...", prefix)
-		}
-	}
+	c.awaitViolation(t, "publish to "+prefix+"...", func(v string) bool { return strings.Contains(v, want) })
 }
 
 // TestWorkspaceRoles proves the workspace rules of nats.conf: a worker
@@ -39,14 +28,9 @@ func (c *conn) expectViolationPrefix(t *testing.T, prefix string) {
 // all and removes a workspace's head, but cannot write a snapshot or an
 // artifact, nor delete a snapshot (it expires with the TTL instead).
 func TestWorkspaceRoles(t *testing.T) {
-	s := startConfiguredServer(t)
 	ctx := t.Context()
-	wrk := connect(t, s, "worker", testWorkerPassword)
-	sub := connect(t, s, "submitter", testSubmitterPassword)
 	topo := jobs.Topology{AckWait: 5 * time.Second}
-	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
-		t.Fatalf("worker: ensure topology: %v", err)
-	}
+	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-ws", Slots: 1, Topology: topo})
 	client, err := jobs.NewClient(ctx, sub.js, topo)
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -42,39 +41,17 @@ func startTenantServer(t *testing.T) *server.Server {
 	if err != nil {
 		t.Fatalf("tenants.sh: %v\n%s", err, out)
 	}
-	t.Setenv("NATS_SERVER_NAME", "tenants-test")
-	t.Setenv("NATS_ROUTE_PASSWORD", testRoutePassword)
-	t.Setenv("SANDFLEET_SUBMITTER_PASSWORD", testSubmitterPassword)
-	t.Setenv("SANDFLEET_WORKER_PASSWORD", testWorkerPassword)
-	t.Setenv("SANDFLEET_TENANT_TEAM_A_PASSWORD", testTenantPasswords["team-a"])
-	t.Setenv("SANDFLEET_TENANT_TEAM_B_PASSWORD", testTenantPasswords["team-b"])
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatalf("the generated nats.conf: %v", err)
-	}
-	opts.Host, opts.Port = "127.0.0.1", -1
-	opts.HTTPPort = 0
-	opts.Cluster = server.ClusterOpts{}
-	opts.Routes = nil
-	opts.StoreDir = t.TempDir()
-	return natstest.ServerWith(t, opts)
+	return serveConf(t, conf, "tenants-test", map[string]string{
+		"SANDFLEET_TENANT_TEAM_A_PASSWORD": testTenantPasswords["team-a"],
+		"SANDFLEET_TENANT_TEAM_B_PASSWORD": testTenantPasswords["team-b"],
+	})
 }
 
 // tenantConn connects as tenant t, as a tenant's client must: t's user,
 // t's inbox prefix.
 func tenantConn(t *testing.T, s *server.Server, tenant string) (*conn, *jobs.Client) {
 	t.Helper()
-	c := &conn{violations: make(chan error, 64)}
-	opts := append(jobs.TenantOptions(tenant), nats.UserInfo("tenant-"+tenant, testTenantPasswords[tenant]),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				select {
-				case c.violations <- err:
-				default:
-				}
-			}
-		}))
-	c.nc, c.js = natstest.Connect(t, s.ClientURL(), opts...)
+	c := dial(t, s, append(jobs.TenantOptions(tenant), nats.UserInfo("tenant-"+tenant, testTenantPasswords[tenant]))...)
 	client, err := jobs.NewTenantClient(c.js, tenant, jobs.Topology{CancelWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -86,36 +63,17 @@ func tenantConn(t *testing.T, s *server.Server, tenant string) (*conn, *jobs.Cli
 // contains part.
 func (c *conn) expectViolationMatching(t *testing.T, part string) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-c.violations:
-			if strings.Contains(err.Error(), "Publish to") && strings.Contains(err.Error(), part) {
-				return
-			}
-			t.Logf("other violation: %v", err)
-		case <-deadline:
-			t.Fatalf("no permissions violation for a publish to a subject with %s", part)
-		}
-	}
+	c.awaitViolation(t, "a publish to a subject with "+part, func(v string) bool {
+		return strings.Contains(v, "Publish to") && strings.Contains(v, part)
+	})
 }
 
 // expectSubViolation waits for the server to refuse this connection a
 // subscription to subject.
 func (c *conn) expectSubViolation(t *testing.T, subject string) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case err := <-c.violations:
-			if strings.Contains(err.Error(), "Subscription to \""+subject+"\"") {
-				return
-			}
-			t.Logf("other violation: %v", err)
-		case <-deadline:
-			t.Fatalf("no permissions violation for a subscription to %s", subject)
-		}
-	}
+	want := "Subscription to \"" + subject + "\""
+	c.awaitViolation(t, "a subscription to "+subject, func(v string) bool { return strings.Contains(v, want) })
 }
 
 // TestTenants proves, on a server started from the nats.conf tenants.sh

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sandfleet/sandfleet/internal/archive/archivetest"
+	"github.com/sandfleet/sandfleet/internal/testutil/archivetest"
 )
 
 var big = Limits{MaxBytes: 64 << 20, MaxFiles: 1000}

@@ -1,6 +1,6 @@
-// Package natsconn is how sandfleet's commands connect to NATS: one set of
-// connection options for the worker and submit, credentials kept out of
-// every log line and error.
+// Package natsconn is how sandfleet's commands and tools connect to NATS:
+// one set of connection options for the worker, the gateway and submit,
+// credentials kept out of every log line and error.
 package natsconn
 
 import (
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 )
@@ -114,4 +115,23 @@ func Connect(c Config) (*nats.Conn, error) {
 		return nil, fmt.Errorf("cannot reach NATS at %s: %w", natsurl.Redact(url), natsurl.Error(err, url))
 	}
 	return nc, nil
+}
+
+// JetStream connects as c says, saying where to on c.Log when it is set,
+// and returns the connection with its JetStream context. On an error
+// nothing is left open.
+func JetStream(c Config) (*nats.Conn, jetstream.JetStream, error) {
+	if c.Log != nil {
+		c.Log.Info("connecting to NATS", "url", natsurl.Redact(ServerURL(c.URL)))
+	}
+	nc, err := Connect(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

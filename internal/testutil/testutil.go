@@ -2,14 +2,15 @@
 // with a deadline, the gate of tests that need Docker, and the path of the
 // HumanEval data set, which is not part of the repository. The test doubles
 // live beside it: fakeexec (an in-memory executor), natstest (in-process
-// JetStream servers) and workertest (a worker for the length of a test, a
-// real sandbox executor).
+// JetStream servers), workertest (a worker for the length of a test, a
+// real sandbox executor) and archivetest (hostile and hand-built tars).
 package testutil
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -57,6 +58,18 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
+// FreeAddr returns a loopback address whose port was free a moment ago,
+// for a server that the test starts on it.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // RequireDockerEnv names the variable that turns a test skipped for want of
 // Docker into a failure: CI (.ci/run) sets it to 1.
 const RequireDockerEnv = "SANDFLEET_REQUIRE_DOCKER"
@@ -72,14 +85,21 @@ func NeedDocker(t testing.TB, probe func(context.Context) error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := probe(ctx)
-	if err == nil {
-		return
+	if err := probe(ctx); err != nil {
+		Unavailable(t, "needs Docker and its images (make sandbox-image images): %v", err)
 	}
+}
+
+// Unavailable is the gate for what CI provides and a developer's machine
+// may lack (Docker, an image, a second engine, a tool .ci/run installs):
+// it skips t with the message, or fails t when SANDFLEET_REQUIRE_DOCKER=1.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
 	if os.Getenv(RequireDockerEnv) == "1" {
-		t.Fatalf("%s=1 but Docker or an image is unavailable: %v", RequireDockerEnv, err)
+		t.Fatalf("%s=1: %s", RequireDockerEnv, msg)
 	}
-	t.Skipf("needs Docker and its images (make sandbox-image images): %v (%s=1 makes this a failure)", err, RequireDockerEnv)
+	t.Skipf("%s (%s=1 makes this a failure)", msg, RequireDockerEnv)
 }
 
 // HumanEvalEnv names the variable that points tests at HumanEval.jsonl.gz.

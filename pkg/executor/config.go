@@ -16,11 +16,12 @@ import (
 const DefaultImage = "sandfleet/sandbox:latest"
 
 // Preset is what a job may name in its image field: an image with a main
-// file and a command. A job can never name a raw image.
+// file and a command. A job can never name a raw image. Its JSON is a
+// preset in the worker's --config file.
 type Preset struct {
-	Image    string   // image reference; it must exist locally, it is never pulled
-	MainFile string   // Job.Code is written here, relative to the working directory
-	Argv     []string // the command when the job gives none
+	Image    string   `json:"image"`     // image reference; it must exist locally, it is never pulled
+	MainFile string   `json:"main_file"` // Job.Code is written here, relative to the working directory
+	Argv     []string `json:"argv"`      // the command when the job gives none
 }
 
 // DefaultPresets returns the presets of a worker configured with none:

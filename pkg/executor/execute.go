@@ -215,3 +215,8 @@ wait:
 	obs.framesBroken = c.frames.Err()
 	return obs, nil
 }
+
+// streamGrace is how long the output may keep flowing after the container
+// exited (the engine flushes the attach stream a little after the wait
+// returns); past it the stream is cut.
+const streamGrace = 2 * time.Second

@@ -426,35 +426,6 @@ func TestContainerSpecHardening(t *testing.T) {
 	}
 }
 
-func TestRunTellsOutputAsItArrives(t *testing.T) {
-	t.Parallel()
-	f := &fakeDocker{behave: launcher(func(_ io.Reader, stdout, stderr io.Writer) int {
-		io.WriteString(stdout, "one ")
-		io.WriteString(stderr, "two ")
-		io.WriteString(stdout, "three")
-		return 0
-	})}
-	e, err := newWithAPI(Config{WorkerID: "w"}, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var told []string
-	res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python"}, jobs.RunOptions{OnOutput: func(s jobs.Stream, p []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		told = append(told, string(s)+":"+string(p))
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(told, ",") != "stdout:one ,stderr:two ,stdout:three" || res.Stdout != "one three" || res.Stderr != "two " {
-		t.Fatalf("told %q; result stdout %q stderr %q", told, res.Stdout, res.Stderr)
-	}
-}
-
 func TestCapture(t *testing.T) {
 	t.Parallel()
 	over := make(chan struct{}, 1)

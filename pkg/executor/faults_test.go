@@ -28,6 +28,7 @@ import (
 type faultyEngine struct {
 	mu                                      sync.Mutex
 	pingErr, createErr, attachErr, startErr error
+	listErr                                 error
 	hang                                    map[string]chan struct{} // call → closed to release it
 	list                                    []container.Summary      // what ContainerList returns
 	calls                                   map[string]int
@@ -178,7 +179,9 @@ func (f *faultyEngine) ContainerRemove(ctx context.Context, idOrName string, o c
 }
 
 func (f *faultyEngine) ContainerList(ctx context.Context, o client.ContainerListOptions) (client.ContainerListResult, error) {
-	f.enter("list", nil)
+	if err := f.enter("list", &f.listErr); err != nil {
+		return client.ContainerListResult{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var items []container.Summary

@@ -18,6 +18,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -230,20 +231,21 @@ func TestIntegrationInspectAndCancel(t *testing.T) {
 		got <- ran{res, err}
 	}()
 	var id string
-	deadline := time.Now().Add(30 * time.Second)
-	for id == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("no running sandbox within 30s")
-		}
+	err := testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
 		list, err := cli.ContainerList(ctx, client.ContainerListOptions{
 			Filters: make(client.Filters).Add("label", LabelWorker+"="+e.cfg.WorkerID).Add("status", "running"),
 		})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if len(list.Items) > 0 {
-			id = list.Items[0].ID
+		if len(list.Items) == 0 {
+			return errors.New("no running sandbox")
 		}
+		id = list.Items[0].ID
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("no running sandbox within 30s: %v", err)
 	}
 	info, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
-	"github.com/sandfleet/sandfleet/internal/archive/archivetest"
+	"github.com/sandfleet/sandfleet/internal/testutil/archivetest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )

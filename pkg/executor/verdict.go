@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -93,4 +94,19 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 		}
 	}
 	return out
+}
+
+func firstNonNil(ps ...*int64) *int64 {
+	if i := slices.IndexFunc(ps, func(p *int64) bool { return p != nil }); i >= 0 {
+		return ps[i]
+	}
+	return nil
+}
+
+func nanosToMS(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	ms := *p / 1e6
+	return &ms
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -95,7 +96,7 @@ func TestAPI(t *testing.T) {
 	if r := b.submit(t, `{"id":"ws-1","image":"python","workspace":"agent-7","outputs":["*.png","out/*"],"code":"write plot.png PNG\nwrite out/deep.png DEEP\nwrite notes.txt hi"}`, "10s"); r.status != 200 {
 		t.Fatalf("fixture: %d %s", r.status, r.body)
 	}
-	eventually(t, 10*time.Second, "run-1 running", func() bool {
+	testutil.Eventually(t, 10*time.Second, "run-1 running", func() bool {
 		ph, err := b.client.Phase(t.Context(), "run-1")
 		return err == nil && ph == jobs.PhaseRunning
 	})
@@ -297,7 +298,7 @@ func TestSubmitWaitWithoutReply(t *testing.T) {
 	go func() {
 		got <- b.submit(t, `{"id":"parked-3","queue":"parked","image":"python","code":"print x"}`, "4s")
 	}()
-	eventually(t, 5*time.Second, "parked-3 queued", func() bool {
+	testutil.Eventually(t, 5*time.Second, "parked-3 queued", func() bool {
 		_, err := b.client.Phase(t.Context(), "parked-3")
 		return err == nil
 	})
@@ -344,7 +345,7 @@ func TestTooManyWaiting(t *testing.T) {
 	})
 	defer wg.Wait()
 	defer cancel()
-	eventually(t, 5*time.Second, "the first long poll holds its slot", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the first long poll holds its slot", func() bool {
 		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="waiting"}`) == 1
 	})
 	r := apiCase{method: "GET", path: "/v1/jobs/parked-2?wait=5s", token: b.alice, status: 429, code: gateway.CodeTooManyRequests}.run(t, b, doc)

@@ -117,7 +117,7 @@ func TestClientLeavesMidStream(t *testing.T) {
 		// Idle connections of the test's client hold goroutines too.
 		http.DefaultClient.CloseIdleConnections()
 		var n int
-		eventually(t, 20*time.Second, "fleet idle", func() bool {
+		testutil.Eventually(t, 20*time.Second, "fleet idle", func() bool {
 			st, err := b.client.Status(t.Context())
 			return err == nil && st.Messages == 0
 		})
@@ -170,7 +170,7 @@ func TestClientLeavesMidStream(t *testing.T) {
 			t.Fatal("the long poll answered within 100ms")
 		}
 	}
-	eventually(t, 20*time.Second, "the gateway's requests end", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the gateway's requests end", func() bool {
 		return gaugeValue(t, b, "sandfleet_gateway_requests_in_flight") == 1 && // this scrape
 			gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="batch"}`) == 0 &&
 			gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="waiting"}`) == 0

@@ -161,15 +161,3 @@ func (b *bundle) submit(t testing.TB, job string, wait string) reply {
 	}
 	return b.do(t, "POST", path, b.alice, []byte(job))
 }
-
-// eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

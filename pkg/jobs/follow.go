@@ -288,16 +288,33 @@ func (f *follower) finish(yield func(*Event, error) bool, ev *Event, res *Result
 // or nil when there is none.
 func initialResult(ctx context.Context, w jetstream.KeyWatcher) (*Result, error) {
 	var res *Result
+	err := initialValues(ctx, w, ErrWatchClosed, func(e jetstream.KeyValueEntry) (err error) {
+		res, err = DecodeStoredResult(e.Key(), e.Value())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// initialValues calls each for every value a watch delivers before the
+// end of its initial values (deleted keys are skipped), and stops at the
+// first error each returns.
+// A watch that closes before that end returns closed.
+func initialValues(ctx context.Context, w jetstream.KeyWatcher, closed error, each func(jetstream.KeyValueEntry) error) error {
 	for {
 		e, err := nextEntry(ctx, w)
-		if err != nil {
-			return nil, err
+		switch {
+		case errors.Is(err, ErrWatchClosed) && ctx.Err() == nil:
+			return closed
+		case err != nil:
+			return err
+		case e == nil:
+			return nil // end of the initial values
 		}
-		if e == nil {
-			return res, nil // end of the initial values
-		}
-		if res, err = DecodeStoredResult(e.Key(), e.Value()); err != nil {
-			return nil, err
+		if err := each(e); err != nil {
+			return err
 		}
 	}
 }

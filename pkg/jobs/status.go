@@ -50,27 +50,19 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 		return nil, fmt.Errorf("read workers: %w", err)
 	}
 	defer w.Stop()
-heartbeats:
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("read workers: watch closed")
-			}
-			if e == nil {
-				break heartbeats
-			}
-			var ws WorkerStatus
-			if json.Unmarshal(e.Value(), &ws) != nil {
-				continue
-			}
-			if ws.ID == "" {
-				ws.ID = e.Key()
-			}
-			fs.Workers = append(fs.Workers, ws)
+	err = initialValues(ctx, w, errors.New("read workers: watch closed"), func(e jetstream.KeyValueEntry) error {
+		var ws WorkerStatus
+		if json.Unmarshal(e.Value(), &ws) != nil {
+			return nil
 		}
+		if ws.ID == "" {
+			ws.ID = e.Key()
+		}
+		fs.Workers = append(fs.Workers, ws)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(fs.Workers, func(a, b WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
 

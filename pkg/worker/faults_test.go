@@ -3,7 +3,6 @@ package worker_test
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -214,17 +213,6 @@ func TestInfrastructureDownHeartbeat(t *testing.T) {
 	})
 }
 
-// freePort returns a TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // The NATS server stops while jobs run and comes back on the same port and
 // store. The jobs in flight finish while it is away, so their result writes
 // fail and are retried after the reconnect; the jobs still queued survive
@@ -232,7 +220,7 @@ func freePort(t *testing.T) int {
 func TestBrokerRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	listen := testutil.FreeAddr(t)
 	start := func() *server.Server {
 		t.Helper()
 		var srv *server.Server

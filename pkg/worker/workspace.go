@@ -1,11 +1,9 @@
 package worker
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,10 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/archive"
-	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // A job's workspace and outputs, around its run (see wshead.go for the
@@ -49,10 +44,6 @@ const (
 	modeReplay                  // found saved(J): restore the base, save nothing
 )
 
-// maxSkippedListed bounds the skipped artifacts a result lists; the rest
-// are counted in ArtifactsError.
-const maxSkippedListed = 100
-
 // wsStep is one job's use of a workspace, from taking its head to
 // releasing it. A nil *wsStep is a job without workspace or outputs.
 type wsStep struct {
@@ -75,8 +66,6 @@ type wsStep struct {
 	result          jobs.WorkspaceStep
 	waitingReported bool
 }
-
-func (w *Worker) heads() jetstream.KeyValue { return w.stores.Workspaces.Heads }
 
 // tenantObjects returns the object stores of a tenant's snapshots and
 // artifacts ("": of no tenant), creating them when this worker first
@@ -395,69 +384,6 @@ func (s *wsStep) save(ctx context.Context) error {
 	}
 }
 
-// storeArtifacts puts the regular files of the archive that match the
-// job's outputs into ARTIFACTS, within the worker's caps, and lists in the
-// result what was kept and what was not.
-func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool) {
-	switch {
-	case s.req == nil || !ran:
-		res.ArtifactsError = fmt.Sprintf("no artifacts: the job ended as %s (files come back from a job that ends on its own)", res.Status)
-		return
-	case !s.req.Complete:
-		res.ArtifactsError = "no artifacts: " + s.req.Err
-		return
-	}
-	store := s.objs.Artifacts
-	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
-	var total int64
-	more := 0
-	skip := func(name string, size int64, reason string) {
-		if len(res.ArtifactsSkipped) < maxSkippedListed {
-			res.ArtifactsSkipped = append(res.ArtifactsSkipped, jobs.SkippedArtifact{Name: name, Size: size, Reason: reason})
-		} else {
-			more++
-		}
-	}
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			res.ArtifactsError = "reading the archive: " + err.Error()
-			return
-		}
-		if hdr.Typeflag != tar.TypeReg || !archive.MatchAny(s.job.Outputs, hdr.Name) {
-			continue
-		}
-		switch {
-		case field.FileName(hdr.Name) != nil:
-			skip(hdr.Name, hdr.Size, "not a name a file can have here")
-			continue
-		case len(res.Artifacts) >= s.w.cfg.MaxArtifacts:
-			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %d artifacts", s.w.cfg.MaxArtifacts))
-			continue
-		case total+hdr.Size > s.w.cfg.MaxArtifactBytes:
-			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %s of artifacts", limits.Size(s.w.cfg.MaxArtifactBytes)))
-			continue
-		}
-		key := jobs.ArtifactKey(s.job.ID, hdr.Name)
-		sum := sha256.New()
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))
-		cancel()
-		if err != nil {
-			skip(hdr.Name, hdr.Size, "storing it failed: "+err.Error())
-			continue
-		}
-		total += hdr.Size
-		res.Artifacts = append(res.Artifacts, jobs.Artifact{Name: hdr.Name, Size: hdr.Size, SHA256: hex.EncodeToString(sum.Sum(nil)), Key: key})
-	}
-	if more > 0 {
-		res.ArtifactsError = fmt.Sprintf("%d more files matching the outputs were skipped (past the %d listed)", more, maxSkippedListed)
-	}
-}
-
 // settled ends the step once the message is settled: a stored result
 // (ack, term) releases the head; a message handed back keeps a saved step
 // for its replay and releases one that saved nothing.
@@ -489,30 +415,6 @@ func (s *wsStep) release() {
 	s.mode = modeCopy // released: nothing more to do
 }
 
-// releaseHead removes job's step from the head of name, if it holds it.
-func (w *Worker) releaseHead(name, job string, log *slog.Logger) {
-	for range 5 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		h, rev, err := w.readHead(ctx, name)
-		if err == nil {
-			next, act, _ := transition(name, h, evRelease{Job: job, Now: time.Now().UTC()})
-			if act != actWrite {
-				cancel()
-				return
-			}
-			_, err = w.writeHead(ctx, name, false, rev, next)
-		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, errRaced) {
-			log.Warn("release the workspace; the next job takes it once this job's result is seen", "err", err)
-			return
-		}
-	}
-}
-
 // close removes the step's temporary files.
 func (s *wsStep) close() {
 	if s == nil {
@@ -535,74 +437,4 @@ func (s *wsStep) retry(force context.Context, op func(context.Context) error) er
 		}
 		return err
 	}, backoff.WithContext(s.w.cfg.Backoff(), ctx))
-}
-
-// errRaced: the head changed since it was read.
-var errRaced = errors.New("workspace head changed")
-
-// readHead returns the head of name and its KV revision; nil when absent.
-func (w *Worker) readHead(ctx context.Context, name string) (*jobs.WorkspaceHead, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	e, err := w.heads().Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	h, err := jobs.DecodeWorkspaceHead(name, e.Value())
-	if err != nil {
-		return nil, 0, err
-	}
-	return h, e.Revision(), nil
-}
-
-// writeHead writes next over the head read at rev (create: there was
-// none), or returns errRaced when it changed meanwhile.
-func (w *Worker) writeHead(ctx context.Context, name string, create bool, rev uint64, next *jobs.WorkspaceHead) (uint64, error) {
-	data, err := json.Marshal(next)
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var newRev uint64
-	if create {
-		newRev, err = w.heads().Create(ctx, name, data)
-	} else {
-		newRev, err = w.heads().Update(ctx, name, data, rev)
-	}
-	if raced(err) {
-		return 0, errRaced
-	}
-	return newRev, err
-}
-
-// raced reports whether a KV write failed for the key's revision: the
-// codes differ between a stream of one replica and a replicated one.
-func raced(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
-// holderGone reports whether job has finished: it has a result, or is no
-// longer in the stream (a job leaves it only once its result is stored).
-func (w *Worker) holderGone(ctx context.Context, job string) (bool, error) {
-	if res, err := w.lookup(job); err != nil {
-		return false, err
-	} else if res != nil {
-		return true, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.SubjectPrefix+"*."+job)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return true, nil
-	}
-	return false, err
 }

@@ -1,10 +1,15 @@
 package worker
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -165,4 +170,104 @@ func clone(h *jobs.WorkspaceHead) *jobs.WorkspaceHead {
 		c.Forked = &f
 	}
 	return &c
+}
+
+// The head in WORKSPACES: read with its revision, written by
+// compare-and-swap on it.
+
+// heads is the bucket of the heads.
+func (w *Worker) heads() jetstream.KeyValue { return w.stores.Workspaces.Heads }
+
+// releaseHead removes job's step from the head of name, if it holds it.
+func (w *Worker) releaseHead(name, job string, log *slog.Logger) {
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, rev, err := w.readHead(ctx, name)
+		if err == nil {
+			next, act, _ := transition(name, h, evRelease{Job: job, Now: time.Now().UTC()})
+			if act != actWrite {
+				cancel()
+				return
+			}
+			_, err = w.writeHead(ctx, name, false, rev, next)
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errRaced) {
+			log.Warn("release the workspace; the next job takes it once this job's result is seen", "err", err)
+			return
+		}
+	}
+}
+
+// errRaced: the head changed since it was read.
+var errRaced = errors.New("workspace head changed")
+
+// readHead returns the head of name and its KV revision; nil when absent.
+func (w *Worker) readHead(ctx context.Context, name string) (*jobs.WorkspaceHead, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := w.heads().Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := jobs.DecodeWorkspaceHead(name, e.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return h, e.Revision(), nil
+}
+
+// writeHead writes next over the head read at rev (create: there was
+// none), or returns errRaced when it changed meanwhile.
+func (w *Worker) writeHead(ctx context.Context, name string, create bool, rev uint64, next *jobs.WorkspaceHead) (uint64, error) {
+	data, err := json.Marshal(next)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var newRev uint64
+	if create {
+		newRev, err = w.heads().Create(ctx, name, data)
+	} else {
+		newRev, err = w.heads().Update(ctx, name, data, rev)
+	}
+	if raced(err) {
+		return 0, errRaced
+	}
+	return newRev, err
+}
+
+// raced reports whether a KV write failed for the key's revision: the
+// codes differ between a stream of one replica and a replicated one.
+func raced(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// holderGone reports whether job has finished: it has a result, or is no
+// longer in the stream (a job leaves it only once its result is stored).
+func (w *Worker) holderGone(ctx context.Context, job string) (bool, error) {
+	if res, err := w.lookup(job); err != nil {
+		return false, err
+	} else if res != nil {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.SubjectPrefix+"*."+job)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil
+	}
+	return false, err
 }

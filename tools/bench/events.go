@@ -5,15 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -75,7 +70,7 @@ func streamingCost(ctx context.Context, o options) (*streaming, error) {
 	}
 	time.Sleep(3 * time.Second)
 	s := &streaming{n: o.eventsN}
-	on0, off0 := procCPU(on.cmd.Process.Pid), procCPU(off.cmd.Process.Pid)
+	on0, off0 := procfs.CPU(on.cmd.Process.Pid), procfs.CPU(off.cmd.Process.Pid)
 	// In pairs, the order turned every other pair (on off, off on, ...),
 	// so that what follows a pause, or the other worker, weighs on both.
 	for i := range 2 * o.eventsN {
@@ -90,8 +85,8 @@ func streamingCost(ctx context.Context, o options) (*streaming, error) {
 		*into = append(*into, d)
 		time.Sleep(300 * time.Millisecond) // the pool refills
 	}
-	s.cpuOn = (procCPU(on.cmd.Process.Pid) - on0) / time.Duration(o.eventsN)
-	s.cpuOff = (procCPU(off.cmd.Process.Pid) - off0) / time.Duration(o.eventsN)
+	s.cpuOn = (procfs.CPU(on.cmd.Process.Pid) - on0) / time.Duration(o.eventsN)
+	s.cpuOff = (procfs.CPU(off.cmd.Process.Pid) - off0) / time.Duration(o.eventsN)
 	return s, queuePath(ctx, s)
 }
 
@@ -115,22 +110,15 @@ func (sleeper) Run(ctx context.Context, j *jobs.Job, opts jobs.RunOptions) (*job
 // on and off, in pairs as above.
 func queuePath(ctx context.Context, s *streaming) error {
 	side := func(noEvents bool) (*jobs.Client, func(), error) {
-		dir, err := os.MkdirTemp("", "sandfleet-bench-events-")
+		srv, stopServer, err := embedded("events")
 		if err != nil {
 			return nil, nil, err
 		}
-		srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
+		nc, js, err := natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 		if err != nil {
-			os.RemoveAll(dir)
+			stopServer()
 			return nil, nil, err
 		}
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			srv.Shutdown()
-			os.RemoveAll(dir)
-			return nil, nil, err
-		}
-		js, _ := jetstream.New(nc)
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		w, err := worker.New(js, sleeper{}, worker.Config{ID: "bench-events", Slots: 1, Logger: quiet, NoEvents: noEvents, FetchWait: time.Second})
 		if err != nil {
@@ -143,16 +131,9 @@ func queuePath(ctx context.Context, s *streaming) error {
 			stopNow()
 			<-done
 			nc.Close()
-			srv.Shutdown()
-			srv.WaitForShutdown()
-			os.RemoveAll(dir)
+			stopServer()
 		}
-		var cli *jobs.Client
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if cli, err = jobs.NewClient(ctx, js, jobs.Topology{}); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
+		cli, err := openClient(ctx, js)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -188,25 +169,6 @@ func queuePath(ctx context.Context, s *streaming) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
-}
-
-// procCPU is the user and system CPU time of process pid, all its threads,
-// from /proc/<pid>/stat (in clock ticks of 10 ms).
-func procCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command, which is in parentheses: state is
-	// field 3, utime 14, stime 15.
-	_, rest, _ := strings.Cut(string(data), ") ")
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func (s *streaming) print(w io.Writer, quietCode string) {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -38,26 +37,13 @@ type gatewayFigures struct {
 // the same machine. What differs is the gateway: HTTP, JSON, its own NATS
 // connection and its watch per request.
 func gatewayOverhead(ctx context.Context, o options, r *report) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-gateway-")
+	srv, stopServer, err := embedded("gateway")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
+	defer stopServer()
 	conn := func() (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			return nil, nil, err
-		}
-		js, err := jetstream.New(nc)
-		return nc, js, err
+		return natsconn.JetStream(natsconn.Config{URL: srv.ClientURL(), Name: "sandfleet-bench"})
 	}
 	wnc, wjs, err := conn()
 	if err != nil {

@@ -34,6 +34,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -64,17 +66,7 @@ type proc struct {
 }
 
 // cpu returns the process's user+system CPU time so far.
-func (p *proc) cpu() time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
-}
+func (p *proc) cpu() time.Duration { return procfs.CPU(p.cmd.Process.Pid) }
 
 func start(name, dir string, env []string, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
@@ -169,15 +161,11 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 		}
 		return strings.Join(u, ",")
 	}
-	nc, err := connectRetry(url("submitter", submitterPW))
+	nc, js, err := connectRetry(url("submitter", submitterPW))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 
 	var workerProcs []*proc
 	for i := range nWorkers {
@@ -294,15 +282,15 @@ func numCPU() int {
 	return strings.Count(string(data), "processor\t:")
 }
 
-func connectRetry(url string) (*nats.Conn, error) {
+func connectRetry(url string) (*nats.Conn, jetstream.JetStream, error) {
 	var last error
 	for range 100 {
-		nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+		nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-capacity", Extra: []nats.Option{nats.Timeout(2 * time.Second)}})
 		if err == nil {
-			return nc, nil
+			return nc, js, nil
 		}
 		last = err
 		time.Sleep(200 * time.Millisecond)
 	}
-	return nil, last
+	return nil, nil, last
 }

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sandfleet/sandfleet/internal/daemonjson"
+	"github.com/sandfleet/sandfleet/tools/daemonjson/daemonjson"
 )
 
 type stringList []string

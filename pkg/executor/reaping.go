@@ -1,0 +1,63 @@
+package executor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/sandfleet/sandfleet/internal/retry"
+)
+
+// Reaping is an Executor as a worker runs it. Ping is Check: the engine
+// answers, the images are there and a sandbox starts with the configured
+// runtime; a worker takes no job before it passed, and reports why until
+// then. Start-up does not wait on the engine: the reaper of what a crashed
+// predecessor with the same worker ID left behind runs in the background
+// (StartReaping), retrying until the engine lists its containers. Reaping
+// concurrently with jobs is safe: Reap spares this Executor's containers.
+//
+// A Reaping made without StartReaping (&Reaping{Executor: e}) pings and
+// does not reap.
+type Reaping struct {
+	*Executor
+	stop    context.CancelFunc // nil when not reaping
+	reaping sync.WaitGroup
+}
+
+// StartReaping starts e's reaper; Close stops and waits for it.
+func StartReaping(e *Executor) *Reaping {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Reaping{Executor: e, stop: cancel}
+	r.reaping.Go(func() { r.reap(ctx) })
+	return r
+}
+
+// Ping is Check.
+func (r *Reaping) Ping(ctx context.Context) error { return r.Check(ctx) }
+
+// reap calls Reap until it could list the leftovers. A leftover it cannot
+// remove is logged once by Reap and skipped: it is not retried in a loop.
+func (r *Reaping) reap(ctx context.Context) {
+	log := r.cfg.Logger
+	b := retry.Policy{Initial: time.Second, Max: 30 * time.Second}.New()
+	_ = backoff.RetryNotify(func() error {
+		n, err := r.Reap(ctx)
+		if n > 0 {
+			log.Info("reaped leftover sandboxes", "count", n)
+		}
+		return err
+	}, backoff.WithContext(b, ctx), func(err error, retry time.Duration) {
+		log.Warn("reap leftover sandboxes; retrying", "err", err, "retry_in", retry.Round(time.Millisecond))
+	})
+}
+
+// Close stops the reaper, then closes the executor.
+func (r *Reaping) Close() error {
+	if r.stop != nil {
+		r.stop()
+		r.reaping.Wait()
+	}
+	return r.Executor.Close()
+}

@@ -1,0 +1,142 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// Run runs job in a fresh sandbox and returns its result. Every outcome of
+// the job itself, including rejection and cancellation through ctx, is a
+// Result with a final status; the error is non-nil only when the engine
+// failed, and then wraps ErrInfrastructure and the result is nil. The
+// container is removed on every path.
+//
+// Run fills ID, Labels, Status, Exit, Stdout, Stderr, the *_truncated flags,
+// DurationMS, CPUMS, PeakMemoryBytes, StartedAt, FinishedAt and Error.
+// Exit is nil when the job did not end on its own (timeout, output_limit,
+// canceled). CPUMS and PeakMemoryBytes come from the sandbox's cgroup, or
+// failing that from wait4, and are nil when the job was killed before it
+// could report them.
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+	res := &jobs.Result{ID: job.ID, Labels: job.Labels}
+	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
+	done := func(st jobs.Status, msg string) *jobs.Result {
+		now := time.Now().UTC()
+		res.Status, res.Error, res.FinishedAt = st, msg, &now
+		log.Info("job finished", "status", st, "error", msg)
+		return res
+	}
+
+	preset, ok := e.cfg.Presets[job.Image]
+	if !ok {
+		return done(jobs.StatusRejected, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
+			job.Image, strings.Join(e.Presets(), ", "))), nil
+	}
+	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
+	if err != nil {
+		return done(jobs.StatusRejected, err.Error()), nil
+	}
+	env, err := buildEnvelope(job, preset, lim, opts)
+	if err != nil {
+		return done(jobs.StatusRejected, err.Error()), nil
+	}
+	if ctx.Err() != nil {
+		return done(jobs.StatusCanceled, "canceled before it started"), nil
+	}
+
+	var s *sandbox
+	if e.pool != nil && e.pool.fits(lim) {
+		s = e.pool.take(preset.Image)
+	}
+	if s != nil {
+		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
+	} else {
+		s, err = e.admit(ctx, preset.Image, job.ID, lim)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The caller's cancellation is the job's outcome, not the engine's fault.
+				return done(jobs.StatusCanceled, "canceled before it started"), nil
+			}
+			log.Warn("sandbox failed", "error", err)
+			return nil, err
+		}
+	}
+	r, err := e.execute(ctx, log, s, lim, env, []byte(job.Stdin), opts)
+	e.release(ctx, log, s)
+	if err != nil {
+		log.Warn("sandbox failed", "error", err)
+		return nil, err
+	}
+	res.Status, res.Error = r.status, r.msg
+	res.Exit = r.exit
+	res.SetOutput(r.stdout, r.stderr)
+	res.StdoutTruncated, res.StderrTruncated = r.stdoutTrunc, r.stderrTrunc
+	started, finished := r.started.UTC(), r.finished.UTC()
+	ms := finished.Sub(started).Milliseconds()
+	res.StartedAt, res.FinishedAt, res.DurationMS = &started, &finished, &ms
+	res.CPUMS, res.PeakMemoryBytes = r.cpuMS, r.peakBytes
+	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
+		"duration_ms", ms, "container", r.container)
+	return res, nil
+}
+
+// sealed is the envelope of one job: the header bytes and the seal of the
+// launcher's trailer.
+type sealed struct {
+	header []byte
+	seal   envelope.Seal
+}
+
+func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions) (sealed, error) {
+	argv := p.Argv
+	if len(job.Argv) > 0 {
+		argv = job.Argv
+	}
+	_, mainInFiles := job.Files[p.MainFile]
+	if mainInFiles && job.Code != "" {
+		return sealed{}, fmt.Errorf("files[%q]: collides with the preset's main file, which holds code", p.MainFile)
+	}
+	restore, arch, err := workspaceHeader(opts, lim)
+	if err != nil {
+		return sealed{}, err
+	}
+	seal := envelope.NewSeal()
+	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
+	if !mainInFiles {
+		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
+	}
+	names := make([]string, 0, len(job.Files))
+	for n := range job.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		h.Files = append(h.Files, envelope.File{Name: n, Data: []byte(job.Files[n])})
+	}
+	b, err := envelope.Marshal(h)
+	if err != nil {
+		// Marshal validates: what fails here is the job's input, and a
+		// field's error names the field as the user wrote it.
+		if fe := (*field.Error)(nil); errors.As(err, &fe) {
+			return sealed{}, fe
+		}
+		return sealed{}, err
+	}
+	return sealed{header: b, seal: seal}, nil
+}
+
+func derefInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

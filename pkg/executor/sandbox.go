@@ -1,0 +1,219 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// sandbox is a container that is created, attached (its stdin stream
+// exists), watched (ContainerWait registered) and started, with its output
+// already being demultiplexed into capped buffers: all a job needs but its
+// envelope. A fresh one is launched for a job; a pooled one was launched
+// ahead of time. Either serves exactly one job and is then released.
+type sandbox struct {
+	id, short string
+	att       client.HijackedResponse
+	wait      client.ContainerWaitResult
+	stopWait  context.CancelFunc
+	overflow  chan struct{}
+	out       *capture
+	copyDone  chan struct{} // closed when the output stream ended
+	born      time.Time
+	pool      *pool // the pool it was taken from, if any
+}
+
+// alive reports whether the sandbox can still take a job: its attach
+// stream has not ended (which it does when the container exits or the
+// connection dies; the launcher writes nothing before its envelope).
+func (s *sandbox) alive() bool {
+	select {
+	case <-s.copyDone:
+		return false
+	default:
+		return true
+	}
+}
+
+// admit launches a sandbox for a job when the gate lets it: at once while
+// sandboxes start; after the launch in flight when none was tried yet; and
+// while they fail only as the next attempt, once it is due. Otherwise it
+// returns the StartError and makes no container: a held job retried in a
+// loop must not become a container factory.
+func (e *Executor) admit(ctx context.Context, image, jobID string, lim limits.Limits) (*sandbox, error) {
+	for {
+		turn, ended, err := e.starts.turn(true)
+		switch turn {
+		case turnDenied:
+			return nil, err
+		case turnBusy:
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case <-ended:
+				continue
+			case <-ctx.Done():
+				return nil, infraErr("wait for the first sandbox to start", ctx.Err())
+			}
+		}
+		return e.startSandbox(ctx, turn == turnTrial, image, jobID, lim)
+	}
+}
+
+// startSandbox launches a sandbox and tells the gate how that went. A
+// launch that failed while the engine answers its ping is a start failure,
+// returned as a *StartError; one that failed because the engine does not
+// answer, the image is missing or ctx is done says nothing about starts.
+func (e *Executor) startSandbox(ctx context.Context, trial bool, image, jobID string, lim limits.Limits) (*sandbox, error) {
+	s, err := e.launch(ctx, image, jobID, lim)
+	switch {
+	case err == nil:
+		e.starts.started(trial)
+		return s, nil
+	case errors.Is(err, ErrImageMissing):
+		e.starts.inconclusive(trial)
+		return nil, err
+	case ctx.Err() != nil:
+		e.starts.inconclusive(trial)
+		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
+	}
+	if perr := e.ping(ctx); perr != nil {
+		e.starts.inconclusive(trial)
+		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
+	}
+	return nil, e.starts.failed(trial, err)
+}
+
+// launch creates, attaches, watches and starts a sandbox for limits lim.
+// jobID is "" for a pooled sandbox. On error, nothing is left behind (see
+// discard), and the error, but for ErrImageMissing, is the engine's,
+// prefixed with the step that failed.
+func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.Limits) (_ *sandbox, err error) {
+	// Not canceled with ctx: a create canceled in flight may still make a
+	// container the engine never names to us, and nothing would remove it
+	// before this worker restarts. A canceled job fails at the next step
+	// instead, and the container is removed below.
+	spec := e.containerSpec(image, jobID, lim)
+	created, err := e.api.ContainerCreate(context.WithoutCancel(ctx), spec)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The engine may have made it after all: it goes by our name.
+			e.discard(ctx, spec.Name)
+		}
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now()}
+	defer func() {
+		if err != nil {
+			e.discard(ctx, s.id)
+		}
+	}()
+
+	att, err := e.api.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	s.att = att.HijackedResponse
+	// Registered before start, so that even an instant exit is seen. Its
+	// context is the sandbox's, not the caller's: a pooled sandbox outlives
+	// the call that launched it.
+	var waitCtx context.Context
+	waitCtx, s.stopWait = context.WithCancel(context.Background())
+	s.wait = e.api.ContainerWait(waitCtx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+
+	s.overflow = make(chan struct{}, 1)
+	s.out = newCapture(int64(lim.Output), s.overflow)
+	s.copyDone = make(chan struct{})
+	go func() {
+		defer close(s.copyDone)
+		// Its error only says how the stream ended; the wait and the
+		// inspection say how the container did.
+		_, _ = stdcopy.StdCopy(s.out.stdoutWriter(), s.out.stderrWriter(), s.att.Reader)
+	}()
+
+	if _, err := e.api.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
+		s.att.Close()
+		<-s.copyDone
+		s.stopWait()
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	return s, nil
+}
+
+// discard removes the container of a failed launch (by ID, or by name when
+// the create's answer never came) and checks that it is gone: a runtime
+// that fails every start leaves a created container per attempt, and
+// processes of the engine's behind it, unless they are removed.
+func (e *Executor) discard(ctx context.Context, idOrName string) {
+	ctx = context.WithoutCancel(ctx)
+	_, err := e.api.ContainerRemove(ctx, idOrName, client.ContainerRemoveOptions{Force: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		if _, err = e.api.ContainerInspect(ctx, idOrName, client.ContainerInspectOptions{}); err == nil {
+			err = errors.New("still there after it was removed")
+		} else if cerrdefs.IsNotFound(err) {
+			return
+		}
+	}
+	e.cfg.Logger.Error("removing a sandbox that failed to start failed; Reap will retry at the next start",
+		"container", shortID(idOrName), "worker", e.cfg.WorkerID, "error", err)
+}
+
+// release ends a sandbox's streams and goroutines and force-removes its
+// container with a context of its own, whatever happened to its job. The
+// removal runs in the background when a slot for it is free: the job's
+// verdict is known and its container stopped or being killed, so the
+// caller need not wait for the engine to unmount and delete it.
+func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
+	s.att.Close()
+	<-s.copyDone
+	s.stopWait()
+	removeLogged := func() {
+		if err := e.remove(ctx, s); err != nil {
+			log.Error("removing the sandbox failed; Reap will retry at the next start", "container", s.short, "error", err)
+		}
+	}
+	select {
+	case e.removeSlots <- struct{}{}:
+		e.removing.Go(func() {
+			defer func() { <-e.removeSlots }()
+			removeLogged()
+		})
+	default:
+		removeLogged()
+	}
+	if s.pool != nil {
+		s.pool.done()
+	}
+}
+
+// remove force-removes a sandbox's container, even for a caller that gave
+// up: its deadline is the engine call's own.
+func (e *Executor) remove(ctx context.Context, s *sandbox) error {
+	if _, err := e.api.ContainerRemove(context.WithoutCancel(ctx), s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+func shortID(id string) string { return id[:min(12, len(id))] }

@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/archive"
+	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// A job's artifacts: the files of its archive that match its outputs, put
+// into ARTIFACTS after the run (workspace.go).
+
+// maxSkippedListed bounds the skipped artifacts a result lists; the rest
+// are counted in ArtifactsError.
+const maxSkippedListed = 100
+
+// storeArtifacts puts the regular files of the archive that match the
+// job's outputs into ARTIFACTS, within the worker's caps, and lists in the
+// result what was kept and what was not.
+func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool) {
+	switch {
+	case s.req == nil || !ran:
+		res.ArtifactsError = fmt.Sprintf("no artifacts: the job ended as %s (files come back from a job that ends on its own)", res.Status)
+		return
+	case !s.req.Complete:
+		res.ArtifactsError = "no artifacts: " + s.req.Err
+		return
+	}
+	store := s.objs.Artifacts
+	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
+	var total int64
+	more := 0
+	skip := func(name string, size int64, reason string) {
+		if len(res.ArtifactsSkipped) < maxSkippedListed {
+			res.ArtifactsSkipped = append(res.ArtifactsSkipped, jobs.SkippedArtifact{Name: name, Size: size, Reason: reason})
+		} else {
+			more++
+		}
+	}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			res.ArtifactsError = "reading the archive: " + err.Error()
+			return
+		}
+		if hdr.Typeflag != tar.TypeReg || !archive.MatchAny(s.job.Outputs, hdr.Name) {
+			continue
+		}
+		switch {
+		case field.FileName(hdr.Name) != nil:
+			skip(hdr.Name, hdr.Size, "not a name a file can have here")
+			continue
+		case len(res.Artifacts) >= s.w.cfg.MaxArtifacts:
+			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %d artifacts", s.w.cfg.MaxArtifacts))
+			continue
+		case total+hdr.Size > s.w.cfg.MaxArtifactBytes:
+			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %s of artifacts", limits.Size(s.w.cfg.MaxArtifactBytes)))
+			continue
+		}
+		key := jobs.ArtifactKey(s.job.ID, hdr.Name)
+		sum := sha256.New()
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))
+		cancel()
+		if err != nil {
+			skip(hdr.Name, hdr.Size, "storing it failed: "+err.Error())
+			continue
+		}
+		total += hdr.Size
+		res.Artifacts = append(res.Artifacts, jobs.Artifact{Name: hdr.Name, Size: hdr.Size, SHA256: hex.EncodeToString(sum.Sum(nil)), Key: key})
+	}
+	if more > 0 {
+		res.ArtifactsError = fmt.Sprintf("%d more files matching the outputs were skipped (past the %d listed)", more, maxSkippedListed)
+	}
+}
