@@ -40,6 +40,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// PoolReporter is implemented by executors with a warm pool (pkg/executor):
+// the heartbeat reports it, for the fleet's status and the console.
+type PoolReporter interface {
+	WarmPool() *jobs.PoolStatus
+}
+
 // Causes of a job's context being canceled by the worker.
 var (
 	// ErrForced: the worker was forced to stop; the job is naked for
@@ -100,6 +106,10 @@ type Config struct {
 	// prints live and `submit logs` replays (see events.go). Default: they
 	// are published.
 	NoEvents bool
+	// NoIndex turns off writing the job index (stream INDEX, see
+	// index.go), which the web console lists jobs from. Default: it is
+	// written.
+	NoIndex bool
 	// KeepRevisions is how many revisions of a workspace keep their
 	// snapshots (a fork may start from any of them). Default 10; at
 	// least 2.
@@ -237,7 +247,8 @@ type Worker struct {
 	start time.Time
 
 	stores *jobs.Stores
-	lanes  []*lane // heaviest first; set up by Run
+	index  *indexer // nil with NoIndex
+	lanes  []*lane  // heaviest first; set up by Run
 	sched  sched   // shares slots among the lanes; the fetcher's alone
 
 	busy     atomic.Int64
@@ -290,7 +301,12 @@ func (w *Worker) Held() int { return int(w.held.Load()) }
 // Status returns what the worker's heartbeat says.
 func (w *Worker) Status() jobs.WorkerStatus {
 	lastErr := w.health.lastError()
+	var pool *jobs.PoolStatus
+	if p, ok := w.exec.(PoolReporter); ok {
+		pool = p.WarmPool()
+	}
 	return jobs.WorkerStatus{
+		Pool:      pool,
 		ID:        w.cfg.ID,
 		Queue:     w.cfg.Queue,
 		Queues:    laneNames(w.cfg.Queues),
@@ -344,6 +360,10 @@ func (w *Worker) Run(stop, force context.Context) error {
 
 	bg, cancelBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
+	if !w.cfg.NoIndex {
+		w.index = newIndexer(w.js, w.log)
+		bgWG.Go(func() { w.index.run(bg) })
+	}
 	// Subscribed before the first fetch: a pull is what makes the server
 	// give up a job, and publish its advisory.
 	unsubscribeDead, err := w.subscribeDeadLetters(bg, &bgWG)
