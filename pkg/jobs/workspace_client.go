@@ -11,9 +11,9 @@ import (
 	"os"
 	"path"
 	"slices"
-	"time"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 

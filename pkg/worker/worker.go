@@ -249,7 +249,7 @@ type Worker struct {
 	stores *jobs.Stores
 	index  *indexer // nil with NoIndex
 	lanes  []*lane  // heaviest first; set up by Run
-	sched  sched   // shares slots among the lanes; the fetcher's alone
+	sched  sched    // shares slots among the lanes; the fetcher's alone
 
 	busy     atomic.Int64
 	held     atomic.Int64 // jobs held while the executor is down
