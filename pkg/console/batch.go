@@ -176,6 +176,7 @@ type bar struct {
 type tick struct {
 	At    float64
 	Label string
+	End   bool // the last: anchored at its end, inside the frame
 }
 
 // The plot's frame, in viewBox units.
@@ -194,11 +195,16 @@ func (plot) Bottom() float64 { return plotH - plotBot }
 
 // bars lays out counts as bars over the frame, with y ticks.
 func bars(values []float64, tip func(i int) string) ([]bar, []tick) {
-	top := 0.0
+	most := 0.0
 	for _, v := range values {
-		top = math.Max(top, v)
+		most = math.Max(most, v)
 	}
-	top = niceCeil(top)
+	// Four grid steps of a round size: counts get whole ones.
+	step := niceCeil(most / 4)
+	if integral(values) {
+		step = math.Max(step, 1)
+	}
+	top := 4 * step
 	iw := plotW - plotLeft - plotRight
 	ih := plotH - plotTop - plotBot
 	bw := iw / float64(len(values))
@@ -216,6 +222,15 @@ func bars(values []float64, tip func(i int) string) ([]bar, []tick) {
 		yt = append(yt, tick{At: plotH - plotBot - ih*float64(k)/4, Label: trimFloat(v)})
 	}
 	return out, yt
+}
+
+func integral(vs []float64) bool {
+	for _, v := range vs {
+		if v != math.Trunc(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // histogram of durations (ms, sorted), 20 bins from 0 to the largest.
@@ -237,7 +252,7 @@ func histogram(d []int64) *plot {
 	})
 	iw := plotW - plotLeft - plotRight
 	for k := 0; k <= 4; k++ {
-		p.XTicks = append(p.XTicks, tick{At: plotLeft + iw*float64(k)/4, Label: label(width * n * float64(k) / 4)})
+		p.XTicks = append(p.XTicks, tick{At: plotLeft + iw*float64(k)/4, Label: label(width * n * float64(k) / 4), End: k == 4})
 	}
 	return p
 }
@@ -265,7 +280,7 @@ func throughput(ends []time.Time) *plot {
 	})
 	iw := plotW - plotLeft - plotRight
 	for k := 0; k <= 4; k++ {
-		p.XTicks = append(p.XTicks, tick{At: plotLeft + iw*float64(k)/4, Label: "+" + shortDur(span*time.Duration(k)/4)})
+		p.XTicks = append(p.XTicks, tick{At: plotLeft + iw*float64(k)/4, Label: "+" + shortDur(span*time.Duration(k)/4), End: k == 4})
 	}
 	return p
 }
