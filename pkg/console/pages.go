@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -120,7 +121,25 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 		}
 		return true
 	}
-	page, err := idx.List(ctx, jobs.IndexQuery{Queue: p.Queue, Before: before, Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan, Match: match})
+	// What Match checks, as bytes the raw record must hold: most records
+	// of a rare filter are then skipped without being decoded.
+	var contains [][]byte
+	switch p.Status {
+	case "":
+	case "running":
+		contains = append(contains, []byte(`"state":"running"`))
+	default:
+		contains = append(contains, []byte(`"status":"`+p.Status+`"`))
+	}
+	if p.Label != "" {
+		kv, _ := json.Marshal(map[string]string{labelKey: labelVal})
+		contains = append(contains, kv[1:len(kv)-1])
+	}
+	if p.Q != "" && jobs.ValidID(p.Q) {
+		contains = append(contains, []byte(p.Q))
+	}
+	page, err := idx.List(ctx, jobs.IndexQuery{Queue: p.Queue, Before: before, Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
+		Match: match, Contains: contains})
 	if err != nil {
 		return err
 	}
@@ -352,7 +371,7 @@ func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) 
 		return err
 	}
 	rows := map[string]*batchRow{}
-	page, err := idx.List(ctx, jobs.IndexQuery{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Match: func(j *jobs.JobSummary) bool {
+	page, err := idx.List(ctx, jobs.IndexQuery{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *jobs.JobSummary) bool {
 		b := j.Batch()
 		if b == "" {
 			return false
@@ -451,8 +470,10 @@ func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) 
 		return err
 	}
 	if idx, err := c.client.Index(ctx); err == nil {
+		ws, _ := json.Marshal(name)
 		page, err := idx.List(ctx, jobs.IndexQuery{Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
-			Match: func(j *jobs.JobSummary) bool { return j.Workspace == name }})
+			Contains: [][]byte{append([]byte(`"workspace":`), ws...)},
+			Match:    func(j *jobs.JobSummary) bool { return j.Workspace == name }})
 		if err != nil {
 			return err
 		}

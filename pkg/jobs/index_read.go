@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,20 @@ type IndexQuery struct {
 	// Match, if set, keeps only the records it returns true for (status,
 	// label, ID: what the subject does not filter).
 	Match func(*JobSummary) bool
+	// Contains, if set, skips without decoding them the records whose
+	// JSON lacks any of these byte strings: a cheap first cut for Match
+	// (`"status":"failed"`, a label's `"key":"value"`).
+	Contains [][]byte
+}
+
+// contains reports whether data holds every one of subs.
+func contains(data []byte, subs [][]byte) bool {
+	for _, s := range subs {
+		if !bytes.Contains(data, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // IndexPage is one call's records.
@@ -74,6 +89,9 @@ type IndexPage struct {
 // filter is the subject a query reads.
 func (q IndexQuery) filter() string {
 	queue, batch := q.Queue, q.Batch
+	if queue == "" && batch == "" {
+		return IndexSubjectPrefix + "job.>"
+	}
 	if queue == "" {
 		queue = "*"
 	}
@@ -132,6 +150,9 @@ func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
 		lo := hi - span + 1
 		var got []*JobSummary
 		err := x.read(ctx, lo, hi, filter, func(seq uint64, data []byte) bool {
+			if !contains(data, q.Contains) {
+				return true
+			}
 			s, err := DecodeSummary(data)
 			if err == nil {
 				s.Seq = seq
@@ -277,6 +298,9 @@ func (x *Index) read(ctx context.Context, from, hi uint64, filter string, fn fun
 			}
 			batch = int(min(hi-from+1, indexWindowMax))
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		req, _ := json.Marshal(map[string]any{"seq": from, "next_by_subj": filter, "batch": batch, "max_bytes": indexMaxBytes})
 		if err := nc.PublishRequest(api, inbox, req); err != nil {
 			return err
@@ -298,13 +322,10 @@ func (x *Index) readBatch(ctx context.Context, sub *nats.Subscription, hi uint64
 	var last uint64
 	stopped := false
 	for {
-		mctx, cancel := context.WithTimeout(ctx, indexReadTimeout)
-		m, err := sub.NextMsgWithContext(mctx)
-		cancel()
+		// NextMsg rather than a context per message: a batch is
+		// thousands of messages, and ctx is checked between batches.
+		m, err := sub.NextMsg(indexReadTimeout)
 		if err != nil {
-			if ctx.Err() != nil {
-				return false, 0, ctx.Err()
-			}
 			return false, 0, fmt.Errorf("read %s: %w", IndexStreamName, err)
 		}
 		switch m.Header.Get("Status") {
