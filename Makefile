@@ -64,7 +64,7 @@ humaneval-data:
 		exit 2; \
 	fi
 
-## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off (~4-5 min)
+## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs (~5-6 min)
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 

@@ -22,7 +22,7 @@ import (
 var version string
 
 const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--max-wait D]
-       gateway token NAME [--queues Q1,Q2]
+       gateway token NAME [--queues Q1,Q2] [--role read]
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
 fleet's NATS JetStream. Without tokens (--tokens FILE or $SANDFLEET_TOKENS)
@@ -47,6 +47,7 @@ type options struct {
 	logLevel  string
 	version   bool
 	queues    []string // gateway token
+	role      string   // gateway token
 }
 
 func flagSet(o *options) *pflag.FlagSet {
@@ -60,6 +61,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringSliceVar(&o.queues, "queues", nil, "with token: the only `QUEUES` the token may submit to (default all)")
+	fs.StringVar(&o.role, "role", "", "with token: `read` for a read-only token (the console without cancel; the API's GET routes)")
 	return fs
 }
 
@@ -84,7 +86,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		if fs.NArg() != 2 {
 			return cmdline.Usagef("token NAME: want one name")
 		}
-		secret, line, err := gateway.NewToken(fs.Arg(1), o.queues)
+		secret, line, err := gateway.NewTokenRole(fs.Arg(1), o.queues, o.role)
 		if err != nil {
 			return cmdline.Usagef("%w", err)
 		}
@@ -94,8 +96,8 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return cmdline.Usagef("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if fs.Changed("queues") {
-		return cmdline.Usagef("--queues goes with the token command")
+	if fs.Changed("queues") || fs.Changed("role") {
+		return cmdline.Usagef("--queues and --role go with the token command")
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -144,4 +145,36 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// BrowserEnv names the variable that points the browser tests at a
+// Chromium binary other than the one on PATH.
+const BrowserEnv = "SANDFLEET_CHROMIUM"
+
+// NeedBrowser gates a test on a headless Chromium (Debian's chromium,
+// which .ci/run installs) and returns its path: $SANDFLEET_CHROMIUM, else
+// chromium or chromium-browser on PATH. Under -short it skips t; without a
+// browser it skips t, or fails it when SANDFLEET_REQUIRE_DOCKER=1 (CI
+// installs one).
+func NeedBrowser(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a browser; skipped under -short")
+	}
+	if p := os.Getenv(BrowserEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("$%s: %v", BrowserEnv, err)
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv(RequireDockerEnv) == "1" {
+		t.Fatalf("%s=1 but no chromium on PATH (apt-get install chromium, or set $%s)", RequireDockerEnv, BrowserEnv)
+	}
+	t.Skipf("needs a headless Chromium: none on PATH (apt-get install chromium, or set $%s; %s=1 makes this a failure)", BrowserEnv, RequireDockerEnv)
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/retry"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -42,6 +43,16 @@ func (e *Executor) PoolStats() PoolStats {
 		st.Idle += len(q)
 	}
 	return st
+}
+
+// WarmPool is the pool as a worker's heartbeat reports it (see
+// pkg/worker's PoolReporter); nil without a pool.
+func (e *Executor) WarmPool() *jobs.PoolStatus {
+	if e.pool == nil {
+		return nil
+	}
+	st := e.PoolStats()
+	return &jobs.PoolStatus{Size: st.Size, Idle: st.Idle, Hits: st.Hits, Misses: st.Misses, Halted: st.Halted}
 }
 
 // pool keeps up to size started, single-use sandboxes per preset image, all

@@ -35,7 +35,18 @@ type Token struct {
 	Hash [sha256.Size]byte
 	// Queues the token may submit to; empty means every queue.
 	Queues []string
+	// Role is RoleRead for a token that may only read: the console and
+	// the API's GET routes, never submit or cancel. "" is the default,
+	// which may do everything.
+	Role string
 }
+
+// RoleRead is the role of a read-only token (role=read in the file).
+const RoleRead = "read"
+
+// CanWrite reports whether the token may submit and cancel jobs. A nil
+// token is an open gateway's caller, who may.
+func (t *Token) CanWrite() bool { return t == nil || t.Role != RoleRead }
 
 // Allows reports whether the token may submit to queue.
 func (t *Token) Allows(queue string) bool {
@@ -69,10 +80,12 @@ var validTokenName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 
 // ParseTokens reads a token file: one token a line,
 //
-//	NAME sha256:HEX [queues=Q1,Q2]
+//	NAME sha256:HEX [queues=Q1,Q2] [role=read]
 //
 // where HEX is the SHA-256 of the token's secret (what `gateway token`
-// prints) and queues, if given, are the only queues it may submit to.
+// prints), queues, if given, are the only queues it may submit to, and
+// role=read makes it read-only (the console without its cancel button,
+// the API's GET routes).
 // Blank lines and lines starting with # are skipped; ";" also ends an
 // entry, so that a whole file fits in one environment variable.
 func ParseTokens(r io.Reader) (*Tokens, error) {
@@ -107,8 +120,8 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 
 func parseToken(entry string) (*Token, error) {
 	f := strings.Fields(entry)
-	if len(f) < 2 || len(f) > 3 {
-		return nil, errors.New("want NAME sha256:HEX [queues=Q1,Q2]")
+	if len(f) < 2 || len(f) > 4 {
+		return nil, errors.New("want NAME sha256:HEX [queues=Q1,Q2] [role=read]")
 	}
 	t := &Token{Name: f[0]}
 	if !validTokenName.MatchString(t.Name) {
@@ -124,16 +137,28 @@ func parseToken(entry string) (*Token, error) {
 		return nil, fmt.Errorf("token %q: sha256: want 64 hex digits", t.Name)
 	}
 	t.Hash = [sha256.Size]byte(b)
-	if len(f) == 3 {
-		qs, ok := strings.CutPrefix(f[2], "queues=")
-		if !ok {
-			return nil, fmt.Errorf("token %q: unknown field %q (want queues=Q1,Q2)", t.Name, f[2])
+	seen := map[string]bool{}
+	for _, kv := range f[2:] {
+		key, val, _ := strings.Cut(kv, "=")
+		if seen[key] {
+			return nil, fmt.Errorf("token %q: %s given twice", t.Name, key)
 		}
-		for q := range strings.SplitSeq(qs, ",") {
-			if !jobs.ValidQueue(q) {
-				return nil, fmt.Errorf("token %q: queue %q must match [A-Za-z0-9_-]{1,64}", t.Name, q)
+		seen[key] = true
+		switch key {
+		case "queues":
+			for q := range strings.SplitSeq(val, ",") {
+				if !jobs.ValidQueue(q) {
+					return nil, fmt.Errorf("token %q: queue %q must match [A-Za-z0-9_-]{1,64}", t.Name, q)
+				}
+				t.Queues = append(t.Queues, q)
 			}
-			t.Queues = append(t.Queues, q)
+		case "role":
+			if val != RoleRead {
+				return nil, fmt.Errorf("token %q: role %q: the only role is read (leave it out for a token that may do everything)", t.Name, val)
+			}
+			t.Role = val
+		default:
+			return nil, fmt.Errorf("token %q: unknown field %q (want queues=Q1,Q2 or role=read)", t.Name, kv)
 		}
 	}
 	return t, nil
@@ -142,6 +167,14 @@ func parseToken(entry string) (*Token, error) {
 // NewToken returns a fresh secret and the token file line that admits it
 // under name (queues optional).
 func NewToken(name string, queues []string) (secret, line string, err error) {
+	return NewTokenRole(name, queues, "")
+}
+
+// NewTokenRole is NewToken for a token of a role ("" or RoleRead).
+func NewTokenRole(name string, queues []string, role string) (secret, line string, err error) {
+	if role != "" && role != RoleRead {
+		return "", "", fmt.Errorf("role %q: the only role is read", role)
+	}
 	if !validTokenName.MatchString(name) {
 		return "", "", fmt.Errorf("name %q must match %s", name, validTokenName)
 	}
@@ -159,6 +192,9 @@ func NewToken(name string, queues []string) (secret, line string, err error) {
 	line = name + " sha256:" + hex.EncodeToString(h[:])
 	if len(queues) > 0 {
 		line += " queues=" + strings.Join(queues, ",")
+	}
+	if role != "" {
+		line += " role=" + role
 	}
 	return secret, line, nil
 }

@@ -39,7 +39,30 @@ func TestTokens(t *testing.T) {
 		t.Errorf("; separated: %v, %d tokens", err, ts.Len())
 	}
 
+	// role=read: read-only, in either order with queues.
+	reader, rline, err := gateway.NewTokenRole("viewer", []string{"default"}, gateway.RoleRead)
+	if err != nil || !strings.HasSuffix(rline, " queues=default role=read") {
+		t.Fatalf("read token line %q: %v", rline, err)
+	}
+	h := strings.Fields(rline)[1]
+	for _, l := range []string{rline, "viewer " + h + " role=read queues=default"} {
+		ts, err := gateway.ParseTokens(strings.NewReader(l))
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if tok := ts.Lookup(reader); tok == nil || tok.CanWrite() || tok.Role != gateway.RoleRead || !tok.Allows("default") {
+			t.Errorf("%q: %+v", l, tok)
+		}
+	}
+	if tok := ts.Lookup(secret); !tok.CanWrite() || !(*gateway.Token)(nil).CanWrite() {
+		t.Error("a token without a role, or an open gateway's caller, may not write")
+	}
+
 	for _, bad := range []string{
+		"viewer " + h + " role=admin",
+		"viewer " + h + " role=read role=read",
+		"viewer " + h + " queues=a queues=b",
+		"viewer " + h + " queues=a role=read extra=1",
 		"alice",             // no hash
 		"alice " + secret,   // the secret where its hash goes
 		"alice sha256:abcd", // short

@@ -11,6 +11,7 @@
 //	POST /v1/batches                 JSONL in, results streamed back as JSONL
 //	GET  /v1/status                  workers and queues
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
+//	GET  /, /jobs, /batches, /workspaces, ...  the web console (pkg/console)
 //
 // openapi.yaml is the contract; TestOpenAPI checks every route's requests
 // and answers against it.
@@ -43,6 +44,8 @@
 //
 // Bearer tokens, stored as SHA-256 hashes (ParseTokens, NewToken), each
 // with a name that goes on the jobs it submits (label sandfleet.token)
-// and optionally the queues it may use (403 otherwise). A job ID is a
-// capability: tokens are not tenants.
+// and optionally the queues it may use (403 otherwise), and role=read for
+// a token that may only read (403 on the routes that write). A job ID is
+// a capability: tokens are not tenants. The console's login cookie is
+// taken like a bearer token on GET routes only.
 package gateway

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -56,6 +57,9 @@ type Config struct {
 	// Ready reports whether the gateway can reach NATS (/readyz). Nil
 	// means always.
 	Ready func() bool
+	// NoConsole turns off the web console (pkg/console) at /. Default: it
+	// is served, with the same tokens as the API.
+	NoConsole bool
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -145,6 +149,12 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 			return apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "use %s", allow)
 		}}))
 	}
+	if !cfg.NoConsole {
+		if err := g.mountConsole(); err != nil {
+			rep.close()
+			return nil, err
+		}
+	}
 	g.mux.Handle("/", g.wrap(route{pattern: "/", h: func(http.ResponseWriter, *http.Request, *Token) error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "no such route (GET /openapi.yaml lists them)")
 	}}))
@@ -170,6 +180,7 @@ type route struct {
 	h       handler
 	body    int64 // the most body bytes taken; 0: none
 	open    bool  // served without a token (health, metrics, the document)
+	write   bool  // submits or cancels: refused to a read-only token
 	long    bool  // may wait up to MaxWait before answering
 	stream  bool  // streams its answer: the handler sets a deadline per write
 }
@@ -177,15 +188,15 @@ type route struct {
 // routes is the API: every endpoint, as openapi.yaml describes it.
 func (g *Gateway) routes() []route {
 	return []route{
-		{pattern: "POST /v1/jobs", h: g.submit, body: g.cfg.MaxJobBytes, long: true},
+		{pattern: "POST /v1/jobs", h: g.submit, write: true, body: g.cfg.MaxJobBytes, long: true},
 		{pattern: "GET /v1/jobs/{id}", h: g.get, long: true},
-		{pattern: "POST /v1/jobs/{id}/cancel", h: g.cancel, long: true},
+		{pattern: "POST /v1/jobs/{id}/cancel", h: g.cancel, write: true, long: true},
 		{pattern: "GET /v1/jobs/{id}/events", h: g.follow, stream: true},
 		{pattern: "GET /v1/jobs/{id}/artifacts", h: g.artifacts},
 		{pattern: "GET /v1/jobs/{id}/artifacts/{name...}", h: g.artifact, stream: true},
 		{pattern: "GET /v1/workspaces/{name}", h: g.workspace},
 		{pattern: "GET /v1/workspaces/{name}/snapshot", h: g.snapshot, stream: true},
-		{pattern: "POST /v1/batches", h: g.submitBatch, body: g.cfg.MaxBatchBytes, stream: true},
+		{pattern: "POST /v1/batches", h: g.submitBatch, write: true, body: g.cfg.MaxBatchBytes, stream: true},
 		{pattern: "GET /v1/status", h: g.status},
 		{pattern: "GET /healthz", h: g.healthz, open: true},
 		{pattern: "GET /readyz", h: g.readyz, open: true},
@@ -239,12 +250,25 @@ func (g *Gateway) wrap(rt route) http.Handler {
 		var tok *Token
 		if !rt.open && g.cfg.Tokens.Len() > 0 {
 			secret := bearer(r.Header.Get("Authorization"))
+			if secret == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+				// The console's login cookie, for what its pages read
+				// without a header of their own (EventSource, downloads).
+				// Never for a route that writes: a cookie travels with
+				// requests the viewer did not make.
+				if ck, err := r.Cookie(console.CookieName); err == nil {
+					secret = ck.Value
+				}
+			}
 			if tok = g.cfg.Tokens.Lookup(secret); tok == nil {
 				msg := "a bearer token is required (Authorization: Bearer <token>)"
 				if secret != "" {
 					msg = "the bearer token is not valid"
 				}
 				g.writeError(rec, r, apiErr(http.StatusUnauthorized, CodeUnauthorized, "%s", msg))
+				return
+			}
+			if rt.write && !tok.CanWrite() {
+				g.writeError(rec, r, apiErr(http.StatusForbidden, CodeForbidden, "token %q is read-only (role=read)", tok.Name))
 				return
 			}
 		}
@@ -258,6 +282,37 @@ func (g *Gateway) wrap(rt route) http.Handler {
 			g.writeError(rec, r, err)
 		}
 	})
+}
+
+// mountConsole serves the web console at / with the API's tokens: a
+// read-only token may look, not cancel. Its pages get what wrap gives
+// every request but the API's authentication and JSON errors: the
+// console answers HTML, and sends a browser without a token to its
+// login form.
+func (g *Gateway) mountConsole() error {
+	ccfg := console.Config{Logger: g.log}
+	if g.cfg.Tokens.Len() > 0 {
+		ccfg.Auth = func(secret string) *console.Viewer {
+			tok := g.cfg.Tokens.Lookup(secret)
+			if tok == nil {
+				return nil
+			}
+			return &console.Viewer{Name: tok.Name, CanCancel: tok.CanWrite()}
+		}
+	}
+	c, err := console.New(g.client, ccfg)
+	if err != nil {
+		return err
+	}
+	for _, rt := range c.Routes() {
+		h := rt.Handler
+		g.mux.Handle(rt.Pattern, g.wrap(route{pattern: rt.Pattern, open: true, body: 16 << 10,
+			h: func(w http.ResponseWriter, r *http.Request, _ *Token) error {
+				h.ServeHTTP(w, r)
+				return nil
+			}}))
+	}
+	return nil
 }
 
 // bodyReader clears the read deadline once the whole body is read. After

@@ -29,13 +29,50 @@ func (c *Client) Phase(ctx context.Context, id string) (Phase, error) {
 	if !ValidID(id) {
 		return "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
+	_, phase, err := c.pending(ctx, id)
+	return phase, err
+}
+
+// PendingJob returns a job that is still in the stream, as it was
+// published, and its phase; ErrNotFound once it has finished (its message
+// is gone: the index keeps its spec) or for an unknown ID.
+func (c *Client) PendingJob(ctx context.Context, id string) (*Job, Phase, error) {
+	if !ValidID(id) {
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
+	}
+	msg, phase, err := c.pending(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	queue, mid, err := ParseSubject(msg.Subject)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	job, err := Decode(msg.Data, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("job %s in the stream: %w", id, err)
+	}
+	job.ID, job.Queue = mid, queue
+	return job, phase, nil
+}
+
+// pending reads a job's message and its phase.
+func (c *Client) pending(ctx context.Context, id string) (*jetstream.RawStreamMsg, Phase, error) {
+	if c.tenant != "" {
+		return nil, "", fmt.Errorf("phase: %w", ErrNotTenants)
+	}
 	msg, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return "", fmt.Errorf("look up %s: %w", id, err)
+		return nil, "", fmt.Errorf("look up %s: %w", id, err)
 	}
+	phase, err := c.phaseOf(ctx, msg)
+	return msg, phase, err
+}
+
+func (c *Client) phaseOf(ctx context.Context, msg *jetstream.RawStreamMsg) (Phase, error) {
 	queue, _, err := ParseSubject(msg.Subject)
 	if err != nil {
 		return PhaseQueued, nil
@@ -45,7 +82,7 @@ func (c *Client) Phase(ctx context.Context, id string) (Phase, error) {
 		return PhaseQueued, nil // no worker has served this queue yet
 	}
 	if err != nil {
-		return "", fmt.Errorf("look up %s: %w", id, err)
+		return "", fmt.Errorf("look up %s: %w", msg.Subject, err)
 	}
 	// Consumer returns the info it fetched: no second round trip.
 	// A work-queue consumer delivers in stream order, so a message at or

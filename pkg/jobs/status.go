@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -34,6 +35,9 @@ type QueueStatus struct {
 	Redelivered int `json:"redelivered"`
 	// Waiting is the number of open pull requests: idle worker slots.
 	Waiting int `json:"waiting_pulls"`
+	// Oldest is when the oldest job of the queue still in the stream
+	// (queued or in flight) was queued; nil when there is none.
+	Oldest *time.Time `json:"oldest_queued_at,omitempty"`
 }
 
 // Status reads the fleet's status. Workers are sorted by ID, queues by name.
@@ -84,6 +88,17 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 			Redelivered: ci.NumRedelivered,
 			Waiting:     ci.NumWaiting,
 		})
+		if ci.NumPending+uint64(ci.NumAckPending) > 0 {
+			// The first message of the queue at or after sequence 1: one
+			// lookup in the stream's subject index.
+			m, err := c.stores.Stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(SubjectPrefix+queue+".>"))
+			if err == nil {
+				t := m.Time.UTC()
+				fs.Queues[len(fs.Queues)-1].Oldest = &t
+			} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil, fmt.Errorf("oldest job of %s: %w", queue, err)
+			}
+		}
 	}
 	if err := cl.Err(); err != nil {
 		return nil, fmt.Errorf("list consumers: %w", err)

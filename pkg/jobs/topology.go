@@ -96,6 +96,10 @@ type Topology struct {
 	// WorkspaceTTL is how long a workspace is kept after its last step
 	// (WORKSPACES and SNAPSHOTS). Default 24h.
 	WorkspaceTTL time.Duration
+	// IndexMaxBytes bounds the stream INDEX (index.go), the job records
+	// the console lists; past it the oldest records go first. Default
+	// 512 MiB. Records are kept as long as results (ResultTTL).
+	IndexMaxBytes int64
 }
 
 // WithDefaults returns t with every zero field set to its default.
@@ -129,6 +133,7 @@ func (t Topology) WithDefaults() Topology {
 	defD(&t.EventsMaxAge, time.Hour)
 	def(&t.EventsMaxBytes, 1<<30)
 	defD(&t.WorkspaceTTL, 24*time.Hour)
+	def(&t.IndexMaxBytes, 512<<20)
 	return t
 }
 
@@ -171,6 +176,8 @@ func (t Topology) Validate() error {
 		return badField("EventsMaxBytes", "%d is negative", t.EventsMaxBytes)
 	case t.WorkspaceTTL < time.Second:
 		return badField("WorkspaceTTL", "%s is under 1s", t.WorkspaceTTL)
+	case t.IndexMaxBytes < 0:
+		return badField("IndexMaxBytes", "%d is negative", t.IndexMaxBytes)
 	}
 	return nil
 }
@@ -200,7 +207,7 @@ func resultRoom(js jetstream.JetStream) int {
 	return 1<<20 - headroom // a stock server's max_payload
 }
 
-// Ensure creates or updates the streams JOBS and EVENTS, the buckets
+// Ensure creates or updates the streams JOBS, EVENTS and INDEX, the buckets
 // RESULTS, WORKERS and CANCELS, and the workspace buckets
 // (EnsureWorkspaces). It is idempotent and safe to call from every
 // process.
@@ -252,6 +259,9 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	if _, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
 	}
+	if _, err = js.CreateOrUpdateStream(ctx, t.indexConfig()); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", IndexStreamName, err)
+	}
 	if st.Workspaces, err = t.EnsureWorkspaces(ctx, js); err != nil {
 		return nil, err
 	}
@@ -279,6 +289,27 @@ func (t Topology) eventsConfig() jetstream.StreamConfig {
 		// A job's last event by a direct get of its subject: the form a
 		// tenant's permissions can name (events.<tenant>.*).
 		AllowDirect: true,
+	}
+}
+
+// indexConfig is the stream of the job index (index.go): one record per
+// subject, so a job is there once, at its latest change; kept as long as
+// results; the oldest records give way when it is full. Direct gets let
+// readers page through it without a consumer.
+func (t Topology) indexConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              IndexStreamName,
+		Description:       "sandfleet job index (the console's lists): index.job.<queue>.<batch>.<id>, index.spec.<id>, index.dead.<id>",
+		Subjects:          []string{IndexSubjectPrefix + ">"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Discard:           jetstream.DiscardOld,
+		MaxAge:            t.ResultTTL,
+		MaxBytes:          t.IndexMaxBytes,
+		MaxMsgsPerSubject: 1,
+		MaxMsgSize:        128 << 10,
+		AllowDirect:       true,
+		Replicas:          t.Replicas,
 	}
 }
 
@@ -357,4 +388,17 @@ type WorkerStatus struct {
 	LastError string    `json:"last_error,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	LastSeen  time.Time `json:"last_seen"`
+	// Pool is the executor's warm pool, when it has one.
+	Pool *PoolStatus `json:"pool,omitempty"`
+}
+
+// PoolStatus is a worker's warm pool: sandboxes started ahead of their
+// jobs (pkg/executor).
+type PoolStatus struct {
+	Size   int   `json:"size"`   // the target per preset image
+	Idle   int   `json:"idle"`   // warm sandboxes ready now, all images
+	Hits   int64 `json:"hits"`   // jobs that took a warm sandbox
+	Misses int64 `json:"misses"` // jobs that could have, found none and started one
+	// Halted: the pool does not refill, because sandboxes do not start.
+	Halted bool `json:"halted,omitempty"`
 }

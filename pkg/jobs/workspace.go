@@ -110,6 +110,11 @@ func cutLast(s string, sep byte) (before, after string, found bool) {
 	return s, "", false
 }
 
+// SnapshotJobMeta is the metadata key of a snapshot naming the job that
+// saved it, so that a workspace's kept revisions each say which job made
+// them.
+const SnapshotJobMeta = "job"
+
 // SnapshotName is the object of a workspace's revision in SNAPSHOTS.
 func SnapshotName(workspace string, revision int64) string {
 	return workspace + "/" + strconv.FormatInt(revision, 10)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -368,4 +369,40 @@ func getObject(ctx context.Context, store jetstream.ObjectStore, name, want stri
 		return fmt.Errorf("%w: %s has sha256 %s, not %s", ErrDigest, name, got, want)
 	}
 	return nil
+}
+
+// Revision is a kept revision of a workspace: its snapshot's size, when
+// it was saved and the job that saved it ("" for a snapshot saved before
+// snapshots named their job).
+type Revision struct {
+	Revision int64     `json:"revision"`
+	Job      string    `json:"job,omitempty"`
+	Size     uint64    `json:"size"`
+	Saved    time.Time `json:"saved"`
+}
+
+// Revisions returns the kept revisions of a workspace, newest first: one
+// object lookup per revision kept (10 at most by default), never a
+// listing of SNAPSHOTS.
+func (c *Client) Revisions(ctx context.Context, h *WorkspaceHead) ([]Revision, error) {
+	ws, err := c.workspaceStores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Revision
+	for _, rev := range slices.Backward(h.Kept) {
+		info, err := ws.Snapshots.GetInfo(ctx, SnapshotName(h.Name, rev))
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			continue // expired or deleted meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("revision %d of %s: %w", rev, h.Name, err)
+		}
+		r := Revision{Revision: rev, Job: info.Metadata[SnapshotJobMeta], Size: info.Size, Saved: info.ModTime.UTC()}
+		if r.Job == "" && rev == h.Revision {
+			r.Job = h.Job
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

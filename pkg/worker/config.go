@@ -66,6 +66,10 @@ type Config struct {
 	// prints live and `submit logs` replays (see events.go). Default: they
 	// are published.
 	NoEvents bool
+	// NoIndex turns off writing the job index (stream INDEX, see
+	// index.go), which the web console lists jobs from. Default: it is
+	// written.
+	NoIndex bool
 	// KeepRevisions is how many revisions of a workspace keep their
 	// snapshots (a fork may start from any of them). Default 10; at
 	// least 2.

@@ -222,7 +222,8 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 			return nil, false
 		}
 		if won {
-			w.obs.Finished(stored, presetOf(job))
+			// Workers race to finalize a message: the winner records it.
+			w.finished(dl.queue, job, stored, true, status == jobs.StatusError)
 		}
 	}
 	if err := w.stores.Stream.DeleteMsg(ctx, m.Sequence); err != nil {

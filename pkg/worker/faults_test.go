@@ -66,6 +66,15 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 	if q, err := b.client.Queued(t.Context(), "doomed"); q || err != nil {
 		t.Errorf("Queued(doomed) = %v, %v after the dead letter", q, err)
 	}
+	// The index lists it as a dead letter.
+	idx, err := b.client.Index(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the dead letter in the index", func() bool {
+		dead, n, err := idx.DeadLetters(t.Context(), 10)
+		return err == nil && n == 1 && dead[0].ID == "doomed" && dead[0].Status == jobs.StatusError && dead[0].DeadLetter
+	})
 	// The worker is not wedged by it.
 	if res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "next", Image: "python", Code: "print ok"}); err != nil || res.Status != jobs.StatusSucceeded {
 		t.Errorf("next job: %v %+v", err, res)

@@ -138,7 +138,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 		w.fill(res, job, dl)
 		ev := w.openEvents(dl.id, dl.attempt, nil, log)
 		defer ev.close(force)
-		return w.finish(force, job, res, ev, log)
+		return w.finish(force, dl, job, res, ev, log)
 	}
 
 	if stored, err := w.lookup(job.ID); err != nil {
@@ -155,6 +155,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	ev := w.openEvents(job.ID, dl.attempt, job, log)
 	defer ev.close(force)
 	ev.redelivered()
+	w.index.running(job, w.cfg.ID, dl)
 
 	jobCtx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -218,7 +219,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	}
 	w.fill(res, job, dl)
 	ev.ended(res)
-	d := w.finish(force, job, res, ev, log)
+	d := w.finish(force, dl, job, res, ev, log)
 	ws.settled(d)
 	return d
 }
@@ -319,7 +320,7 @@ var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)?$`)
 // finish stores the result (first writer wins), publishes the stored one to
 // the reply subject and decides: term for rejected jobs, ack otherwise. The
 // job's events are published before the result, and finished after it.
-func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, ev *jobEvents, log *slog.Logger) decision {
+func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *jobs.Result, ev *jobEvents, log *slog.Logger) decision {
 	stored := res
 	ev.flush(force)
 	if kvKey.MatchString(res.ID) {
@@ -334,15 +335,25 @@ func (w *Worker) finish(force context.Context, job *jobs.Job, res *jobs.Result, 
 	} else {
 		log.Warn("result not stored: the subject's ID is not a valid key", "status", res.Status)
 	}
-	if stored == res { // ours, not an earlier writer's
-		w.obs.Finished(res, presetOf(job))
-	}
+	w.finished(dl.queue, job, stored, stored == res, false)
 	ev.finished(stored)
 	w.reply(job, stored, log)
 	if stored.Status == jobs.StatusRejected {
 		return decision{verdict: verdictTerm, result: stored, reason: stored.Error}
 	}
 	return decision{verdict: verdictAck, result: stored}
+}
+
+// finished is told of each job this worker ends, with the result stored
+// for it (won: this worker's; otherwise an earlier writer's, such as a
+// cancel's): the one place a job's end is recorded, for metrics (the
+// winner only, so that a fleet counts each job once) and in the index;
+// dead marks a job given up after MaxDeliver.
+func (w *Worker) finished(queue string, job *jobs.Job, stored *jobs.Result, won, dead bool) {
+	if won {
+		w.obs.Finished(stored, presetOf(job))
+	}
+	w.index.finished(queue, job, stored, dead)
 }
 
 // store writes the result with retries; on a conflict the winner's result

@@ -15,7 +15,12 @@ import (
 // Status returns what the worker's heartbeat says.
 func (w *Worker) Status() jobs.WorkerStatus {
 	lastErr := w.health.lastError()
+	var pool *jobs.PoolStatus
+	if p, ok := w.exec.(PoolReporter); ok {
+		pool = p.WarmPool()
+	}
 	return jobs.WorkerStatus{
+		Pool:      pool,
 		ID:        w.cfg.ID,
 		Queue:     w.cfg.Queue,
 		Queues:    laneNames(w.cfg.Queues),

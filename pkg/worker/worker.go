@@ -35,6 +35,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// PoolReporter is implemented by executors with a warm pool (pkg/executor):
+// the heartbeat reports it, for the fleet's status and the console.
+type PoolReporter interface {
+	WarmPool() *jobs.PoolStatus
+}
+
 // Causes of a job's context being canceled by the worker.
 var (
 	// ErrForced: the worker was forced to stop; the job is naked for
@@ -55,8 +61,9 @@ type Worker struct {
 	start time.Time
 
 	stores *jobs.Stores
-	lanes  []*lane // heaviest first; set up by Run
-	sched  sched   // shares slots among the lanes; the fetcher's alone
+	index  *indexer // nil with NoIndex
+	lanes  []*lane  // heaviest first; set up by Run
+	sched  sched    // shares slots among the lanes; the fetcher's alone
 
 	busy     atomic.Int64
 	held     atomic.Int64 // jobs held while the executor is down
@@ -148,6 +155,10 @@ func (w *Worker) Run(stop, force context.Context) error {
 
 	bg, cancelBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup
+	if !w.cfg.NoIndex {
+		w.index = newIndexer(w.js, w.log)
+		bgWG.Go(func() { w.index.run(bg) })
+	}
 	// Subscribed before the first fetch: a pull is what makes the server
 	// give up a job, and publish its advisory.
 	unsubscribeDead, err := w.subscribeDeadLetters(bg, &bgWG)

@@ -351,7 +351,7 @@ func (s *wsStep) save(ctx context.Context) error {
 	snaps := s.objs.Snapshots
 	rev := s.head.Revision + 1
 	obj := jobs.SnapshotName(s.job.Workspace, rev)
-	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj}, s.arch.reader(s.req.Bytes)); err != nil {
+	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{jobs.SnapshotJobMeta: s.job.ID}}, s.arch.reader(s.req.Bytes)); err != nil {
 		return fmt.Errorf("put %s: %w", obj, err)
 	}
 	for {

@@ -21,7 +21,8 @@
 // Then (f), the cost of streaming (issue 13): a warm job with no output,
 // p50 with the worker's events on and off, in pairs, and (f') the same on
 // the worker's own path without Docker; -events-only runs them alone; and
-// (g), the HTTP gateway against the Go client (issue 14).
+// (g), the HTTP gateway against the Go client (issue 14); and (i), the web
+// console's pages over 100,000 finished jobs (-console-only alone).
 package main
 
 import (
@@ -57,6 +58,11 @@ type options struct {
 	quietCode   string
 	eventsN     int
 	eventsOnly  bool
+
+	// (i), console.go
+	consoleJobs  int
+	consoleViews int
+	consoleOnly  bool
 
 	// (h), workspace.go
 	image          string
@@ -95,6 +101,9 @@ func run(args []string) error {
 	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (h)'s worker (default the worker's, "+executor.DefaultImage+")")
 	fs.BoolVar(&o.workspaces, "workspaces", true, "run (h), the workspace phase")
 	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (h) alone")
+	fs.IntVar(&o.consoleJobs, "console-jobs", 100_000, "finished jobs the console's pages are timed over in (i)")
+	fs.IntVar(&o.consoleViews, "console-views", 20, "views of each page in (i)")
+	fs.BoolVar(&o.consoleOnly, "console-only", false, "run (i), the console's pages, alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,6 +117,18 @@ func run(args []string) error {
 	ctx := context.Background()
 	if o.workspacesOnly {
 		return workspacesAlone(ctx, o)
+	}
+	if o.consoleOnly {
+		load0, start := loadAvg(), time.Now()
+		step("(i) the console over %d finished jobs, %d views of each page", o.consoleJobs, o.consoleViews)
+		f, err := consoleLists(ctx, o)
+		if err != nil {
+			return fmt.Errorf("(i): %w", err)
+		}
+		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
+			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
+		f.print(os.Stdout)
+		return nil
 	}
 	load0 := loadAvg()
 	start := time.Now()
@@ -173,10 +194,16 @@ func run(args []string) error {
 	if err := gatewayOverhead(ctx, o, r); err != nil {
 		return fmt.Errorf("(g): %w", err)
 	}
+	step("(i) the console over %d finished jobs, %d views of each page", o.consoleJobs, o.consoleViews)
+	cons, err := consoleLists(ctx, o)
+	if err != nil {
+		return fmt.Errorf("(i): %w", err)
+	}
 	r.load = [2]string{load0, loadAvg()}
 	r.took = time.Since(start)
 	r.print(os.Stdout)
 	events.print(os.Stdout, o.quietCode)
+	cons.print(os.Stdout)
 	return nil
 }
 

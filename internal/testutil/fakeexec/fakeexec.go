@@ -46,6 +46,9 @@ var ErrInfra = errors.New("fake infrastructure failure")
 // Executor is the fake. The zero value is ready to use.
 type Executor struct {
 	Caps *limits.Caps // default limits.DefaultCaps()
+	// Pool, if set, is what WarmPool reports: the fake's warm pool, for
+	// heartbeats (pkg/worker's PoolReporter).
+	Pool *jobs.PoolStatus
 	// OnRun, if set, is called with the job's ID each time a run starts
 	// (what Runs counts), from the goroutine calling Run.
 	OnRun func(id string)
@@ -99,6 +102,9 @@ func (e *Executor) SetDown(down bool) {
 
 // Presets returns the images the fake accepts, as pkg/executor's Presets.
 func (e *Executor) Presets() []string { return []string{"python", "shell"} }
+
+// WarmPool returns Pool.
+func (e *Executor) WarmPool() *jobs.PoolStatus { return e.Pool }
 
 // Ping fails while the fake is down.
 func (e *Executor) Ping(context.Context) error {

@@ -1,0 +1,543 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// fleet: GET / — every worker, every queue, the dead letters.
+type fleetPage struct {
+	Status      *jobs.FleetStatus
+	Now         time.Time
+	Dead        []*jobs.JobSummary
+	DeadTotal   int
+	NoIndex     bool
+	StreamBytes uint64
+}
+
+func (fleetPage) frame() (string, string, int) { return "Fleet", "fleet", 3 }
+
+func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	st, err := c.client.Status(ctx)
+	if err != nil {
+		return err
+	}
+	p := fleetPage{Status: st, Now: time.Now()}
+	idx, err := c.client.Index(ctx)
+	switch {
+	case errors.Is(err, jobs.ErrNoIndex):
+		p.NoIndex = true
+	case err != nil:
+		return err
+	default:
+		if p.Dead, p.DeadTotal, err = idx.DeadLetters(ctx, 20); err != nil {
+			return err
+		}
+	}
+	c.render(w, http.StatusOK, "fleet", s, p)
+	return nil
+}
+
+// jobList: GET /jobs?queue=&status=&label=K=V&q=ID&before=SEQ.
+type jobListPage struct {
+	Queue, Status, Label, Q string
+	Statuses                []string
+	Rows                    []jobRow
+	Page                    *jobs.IndexPage
+	Older, Newest           string
+	NoIndex                 bool
+}
+
+func (jobListPage) frame() (string, string, int) { return "Jobs", "jobs", 0 }
+
+// jobRow is a listed job; Status is the stored result's when the index
+// still says running but RESULTS has it.
+type jobRow struct {
+	*jobs.JobSummary
+	Shown string
+}
+
+func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	q := r.URL.Query()
+	p := jobListPage{Queue: q.Get("queue"), Status: q.Get("status"), Label: q.Get("label"), Q: strings.TrimSpace(q.Get("q")),
+		Statuses: []string{"running"}}
+	for _, st := range jobs.Statuses {
+		p.Statuses = append(p.Statuses, string(st))
+	}
+	if p.Queue != "" && !jobs.ValidQueue(p.Queue) {
+		return badRequest("queue %q is not a queue name", p.Queue)
+	}
+	if p.Status != "" && !slices.Contains(p.Statuses, p.Status) {
+		return badRequest("status %q is not one of %s", p.Status, strings.Join(p.Statuses, ", "))
+	}
+	labelKey, labelVal, hasLabel := strings.Cut(p.Label, "=")
+	if p.Label != "" && (!hasLabel || labelKey == "") {
+		return badRequest("label %q: write key=value", p.Label)
+	}
+	var before uint64
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return badRequest("before %q is not a sequence", v)
+		}
+		before = n
+	}
+	// An exact ID is the job's page.
+	if p.Q != "" && before == 0 && jobs.ValidID(p.Q) && c.known(r, p.Q) {
+		http.Redirect(w, r, jobURL(p.Q), http.StatusSeeOther)
+		return nil
+	}
+	idx, err := c.client.Index(ctx)
+	if errors.Is(err, jobs.ErrNoIndex) {
+		p.NoIndex = true
+		c.render(w, http.StatusOK, "jobs", s, p)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	match := func(j *jobs.JobSummary) bool {
+		switch {
+		case p.Status == "running" && j.State != jobs.JobRunning:
+			return false
+		case p.Status != "" && p.Status != "running" && string(j.Status) != p.Status:
+			return false
+		case p.Label != "" && j.Labels[labelKey] != labelVal:
+			return false
+		case p.Q != "" && !strings.Contains(j.ID, p.Q):
+			return false
+		}
+		return true
+	}
+	// What Match checks, as bytes the raw record must hold: most records
+	// of a rare filter are then skipped without being decoded.
+	var contains [][]byte
+	switch p.Status {
+	case "":
+	case "running":
+		contains = append(contains, []byte(`"state":"running"`))
+	default:
+		contains = append(contains, []byte(`"status":"`+p.Status+`"`))
+	}
+	if p.Label != "" {
+		kv, _ := json.Marshal(map[string]string{labelKey: labelVal})
+		contains = append(contains, kv[1:len(kv)-1])
+	}
+	if p.Q != "" && jobs.ValidID(p.Q) {
+		contains = append(contains, []byte(p.Q))
+	}
+	page, err := idx.List(ctx, jobs.IndexQuery{Queue: p.Queue, Before: before, Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
+		Match: match, Contains: contains})
+	if err != nil {
+		return err
+	}
+	p.Page = page
+	for _, j := range page.Jobs {
+		row := jobRow{JobSummary: j, Shown: string(j.Status)}
+		if j.State == jobs.JobRunning {
+			row.Shown = "running"
+			// The index may be behind (a record dropped, a cancel stored
+			// by a client): RESULTS is the authority, one get per row.
+			if res, err := c.client.Get(ctx, j.ID); err == nil {
+				row.Shown = string(res.Status)
+			}
+		}
+		p.Rows = append(p.Rows, row)
+	}
+	link := url.Values{}
+	for k, v := range map[string]string{"queue": p.Queue, "status": p.Status, "label": p.Label, "q": p.Q} {
+		if v != "" {
+			link.Set(k, v)
+		}
+	}
+	p.Newest = "/jobs?" + link.Encode()
+	if page.Next != 0 {
+		link.Set("before", strconv.FormatUint(page.Next, 10))
+		p.Older = "/jobs?" + link.Encode()
+	}
+	c.render(w, http.StatusOK, "jobs", s, p)
+	return nil
+}
+
+// known reports whether the fleet knows a job of this ID.
+func (c *Console) known(r *http.Request, id string) bool {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	if _, err := c.client.Get(ctx, id); err == nil {
+		return true
+	}
+	if _, err := c.client.Phase(ctx, id); err == nil {
+		return true
+	}
+	if idx, err := c.client.Index(ctx); err == nil {
+		if _, err := idx.Summary(ctx, id); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// job: GET /jobs/{id}.
+type jobPage struct {
+	ID        string
+	Status    string
+	Final     bool
+	Result    *jobs.Result
+	Summary   *jobs.JobSummary
+	Spec      *jobs.JobSpec
+	Queue     string
+	Batch     string
+	Labels    map[string]string
+	Stdout    string
+	Stderr    string
+	StdoutCut bool
+	StderrCut bool
+	// Events is the gateway's stream of the job's events, which the
+	// page follows while the job runs.
+	Events    string
+	Artifacts []artifactRow
+	CanCancel bool
+	CSRF      string
+	Note      string
+}
+
+type artifactRow struct {
+	jobs.Artifact
+	URL string
+}
+
+func (p jobPage) frame() (string, string, int) { return "Job " + p.ID, "jobs", 0 }
+
+func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		return notFound("no job with this ID (IDs match [A-Za-z0-9_-]{1,128})")
+	}
+	p := jobPage{ID: id, Note: noteText(r.URL.Query().Get("note"))}
+	res, err := c.client.Get(ctx, id)
+	switch {
+	case err == nil:
+		p.Result, p.Status, p.Final, p.Labels = res, string(res.Status), true, res.Labels
+	case !errors.Is(err, jobs.ErrNotFound):
+		return err
+	}
+	idx, ierr := c.client.Index(ctx)
+	if ierr != nil && !errors.Is(ierr, jobs.ErrNoIndex) {
+		return ierr
+	}
+	if idx != nil {
+		if sum, err := idx.Summary(ctx, id); err == nil {
+			p.Summary, p.Queue = sum, sum.Queue
+			if p.Labels == nil {
+				p.Labels = sum.Labels
+			}
+		}
+		if spec, err := idx.Spec(ctx, id); err == nil {
+			p.Spec = spec
+		}
+	}
+	if !p.Final {
+		job, phase, err := c.client.PendingJob(ctx, id)
+		switch {
+		case err == nil:
+			p.Status, p.Queue = string(phase), job.Queue
+			if p.Spec == nil {
+				p.Spec = jobs.NewJobSpec(job)
+			}
+			if p.Labels == nil {
+				p.Labels = job.Labels
+			}
+		case errors.Is(err, jobs.ErrNotFound):
+			// Finished between the two looks, or unknown.
+			if res, gerr := c.client.Get(ctx, id); gerr == nil {
+				p.Result, p.Status, p.Final, p.Labels = res, string(res.Status), true, res.Labels
+			} else if p.Summary == nil {
+				return err
+			} else {
+				p.Status = string(p.Summary.State)
+			}
+		default:
+			return err
+		}
+	}
+	if p.Queue == "" && p.Spec != nil {
+		p.Queue = p.Spec.Queue
+	}
+	p.Batch = jobs.BatchOf(p.Labels)
+	if p.Batch == jobs.NoBatch {
+		p.Batch = ""
+	}
+	if p.Final {
+		p.Stdout, p.StdoutCut = c.output(res.StdoutBytes(), res.StdoutTruncated)
+		p.Stderr, p.StderrCut = c.output(res.StderrBytes(), res.StderrTruncated)
+		for _, a := range res.Artifacts {
+			p.Artifacts = append(p.Artifacts, artifactRow{Artifact: a, URL: artifactURL(id, a.Name)})
+		}
+	} else {
+		p.Events = "/v1/jobs/" + url.PathEscape(id) + "/events"
+		p.CanCancel, p.CSRF = s.viewer.CanCancel, s.csrf
+	}
+	c.render(w, http.StatusOK, "job", s, p)
+	return nil
+}
+
+// output is a stream as the page shows it: text, cut to MaxOutput.
+func (c *Console) output(b []byte, truncated bool) (string, bool) {
+	cut := truncated
+	if len(b) > c.cfg.MaxOutput {
+		b, cut = b[:c.cfg.MaxOutput], true
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), cut
+}
+
+// The notes a redirect may ask a job's page to show: fixed texts, so that
+// a link cannot make the page say anything else.
+var notes = map[string]string{
+	"canceled":  "Canceled.",
+	"canceling": "The cancel is recorded: the job ends as canceled when a worker takes it.",
+	"finished":  "The job had already finished: nothing to cancel.",
+}
+
+func noteText(k string) string { return notes[k] }
+
+// cancel: POST /jobs/{id}/cancel.
+func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s *session) error {
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		return notFound("no job with this ID")
+	}
+	if !s.viewer.CanCancel {
+		return &pageError{status: http.StatusForbidden, msg: "this token is read-only (role=read): it may not cancel jobs"}
+	}
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	note := "canceled"
+	_, err := c.client.Cancel(ctx, id)
+	switch {
+	case err == nil:
+	case errors.Is(err, jobs.ErrCancelPending):
+		note = "canceling"
+	case errors.Is(err, jobs.ErrFinished):
+		note = "finished"
+	default:
+		return err
+	}
+	c.log.Info("job canceled from the console", "job_id", id, "token", s.viewer.Name, "outcome", note)
+	http.Redirect(w, r, jobURL(id)+"?note="+note, http.StatusSeeOther)
+	return nil
+}
+
+// batchList: GET /batches — the batches of the newest index records.
+type batchListPage struct {
+	Batches []batchRow
+	Scanned uint64
+	NoIndex bool
+}
+
+type batchRow struct {
+	Name     string
+	Jobs     int
+	Running  int
+	Passed   int
+	Finished int
+	Last     time.Time
+}
+
+func (batchListPage) frame() (string, string, int) { return "Batches", "batches", 0 }
+
+func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	idx, err := c.client.Index(ctx)
+	if errors.Is(err, jobs.ErrNoIndex) {
+		c.render(w, http.StatusOK, "batches", s, batchListPage{NoIndex: true})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rows := map[string]*batchRow{}
+	page, err := idx.List(ctx, jobs.IndexQuery{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *jobs.JobSummary) bool {
+		b := j.Batch()
+		if b == "" {
+			return false
+		}
+		row := rows[b]
+		if row == nil {
+			row = &batchRow{Name: b}
+			rows[b] = row
+		}
+		row.Jobs++
+		if j.State == jobs.JobRunning {
+			row.Running++
+		} else {
+			row.Finished++
+			if j.Status == jobs.StatusSucceeded {
+				row.Passed++
+			}
+		}
+		if t := j.FinishedAt; t != nil && t.After(row.Last) {
+			row.Last = *t
+		} else if t := j.StartedAt; t != nil && t.After(row.Last) {
+			row.Last = *t
+		}
+		return false
+	}})
+	if err != nil {
+		return err
+	}
+	p := batchListPage{Scanned: page.Scanned}
+	for _, row := range rows {
+		p.Batches = append(p.Batches, *row)
+	}
+	slices.SortFunc(p.Batches, func(a, b batchRow) int { return b.Last.Compare(a.Last) })
+	c.render(w, http.StatusOK, "batches", s, p)
+	return nil
+}
+
+// workspaceList: GET /workspaces.
+type workspaceListPage struct {
+	Heads []*jobs.WorkspaceHead
+	None  bool
+	Cut   int
+}
+
+func (workspaceListPage) frame() (string, string, int) { return "Workspaces", "workspaces", 0 }
+
+// maxWorkspaces bounds the heads the list shows.
+const maxWorkspaces = 500
+
+func (c *Console) workspaceList(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	heads, err := c.client.Workspaces(ctx)
+	if errors.Is(err, jobs.ErrNoWorkspaces) {
+		c.render(w, http.StatusOK, "workspaces", s, workspaceListPage{None: true})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(heads, func(a, b *jobs.WorkspaceHead) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	p := workspaceListPage{Heads: heads}
+	if len(heads) > maxWorkspaces {
+		p.Heads, p.Cut = heads[:maxWorkspaces], len(heads)-maxWorkspaces
+	}
+	c.render(w, http.StatusOK, "workspaces", s, p)
+	return nil
+}
+
+// workspace: GET /workspaces/{name}.
+type workspacePage struct {
+	Head      *jobs.WorkspaceHead
+	Revisions []jobs.Revision
+	Jobs      []*jobs.JobSummary
+	Scanned   uint64
+	Cut       bool
+}
+
+func (p workspacePage) frame() (string, string, int) {
+	return "Workspace " + p.Head.Name, "workspaces", 0
+}
+
+func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx, cancel := pageCtx(r)
+	defer cancel()
+	name := r.PathValue("name")
+	h, err := c.client.Workspace(ctx, name)
+	switch {
+	case errors.Is(err, jobs.ErrInvalidJob), errors.Is(err, jobs.ErrNoWorkspace), errors.Is(err, jobs.ErrNoWorkspaces):
+		return notFound("no workspace %q (never made, removed, or expired)", name)
+	case err != nil:
+		return err
+	}
+	p := workspacePage{Head: h}
+	if p.Revisions, err = c.client.Revisions(ctx, h); err != nil {
+		return err
+	}
+	if idx, err := c.client.Index(ctx); err == nil {
+		ws, _ := json.Marshal(name)
+		page, err := idx.List(ctx, jobs.IndexQuery{Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
+			Contains: [][]byte{append([]byte(`"workspace":`), ws...)},
+			Match:    func(j *jobs.JobSummary) bool { return j.Workspace == name }})
+		if err != nil {
+			return err
+		}
+		p.Jobs, p.Scanned, p.Cut = page.Jobs, page.Scanned, page.Next != 0
+	} else if !errors.Is(err, jobs.ErrNoIndex) {
+		return err
+	}
+	c.render(w, http.StatusOK, "workspace", s, p)
+	return nil
+}
+
+// loginPage: GET /login.
+type loginPage struct {
+	Next  string
+	Error string
+	Open  bool
+}
+
+func (loginPage) frame() (string, string, int) { return "Log in", "", 0 }
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	headers(w)
+	c.render(w, http.StatusOK, "login", nil, loginPage{Next: safeNext(r.URL.Query().Get("next")), Open: c.cfg.Auth == nil})
+}
+
+// login: POST /login — the token goes into an HttpOnly, SameSite=Strict
+// cookie, never into a page.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	headers(w)
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	next := safeNext(r.PostFormValue("next"))
+	if c.cfg.Auth == nil {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if !sameOrigin(r) {
+		c.render(w, http.StatusForbidden, "login", nil, loginPage{Next: next, Error: "the form was posted from another site"})
+		return
+	}
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	v := c.cfg.Auth(secret)
+	if v == nil {
+		c.render(w, http.StatusUnauthorized, "login", nil, loginPage{Next: next, Error: "this token is not valid"})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: secret, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: int((12 * time.Hour).Seconds())})
+	c.log.Info("console login", "token", v.Name)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logout: POST /logout.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) error {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: -1})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	return nil
+}
+
+// safeNext keeps a redirect target on the console: a path of its own,
+// never another host ("//evil", "/\evil").
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/"
+	}
+	return next
+}
