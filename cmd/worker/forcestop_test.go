@@ -336,17 +336,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 		}
 	}
 	waitJobsDrained(t, ctx, client)
-	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ci.Delivered.Consumer != uint64(attempts) {
-		t.Errorf("the consumer delivered %d times, the results' attempts add up to %d", ci.Delivered.Consumer, attempts)
-	}
+	assertDeliveries(t, ctx, js, attempts)
 	if n := pending(t, nc, dead); n != 0 {
 		t.Errorf("%d dead-letter advisories", n)
 	}

@@ -225,6 +225,24 @@ func echoed(t *testing.T, ctx context.Context, client *jobs.Client, id string) *
 	return res
 }
 
+// assertDeliveries checks that the default queue's consumer delivered
+// exactly as often as the results' attempts add up to: no delivery was
+// taken and not run, none lost to a lease running out unseen.
+func assertDeliveries(t *testing.T, ctx context.Context, js jetstream.JetStream, attempts int) {
+	t.Helper()
+	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Delivered.Consumer != uint64(attempts) {
+		t.Errorf("the consumer delivered %d times, the results' attempts add up to %d", ci.Delivered.Consumer, attempts)
+	}
+}
+
 // waitJobsDrained waits until stream JOBS holds no job: every job was
 // acknowledged.
 func waitJobsDrained(t *testing.T, ctx context.Context, client *jobs.Client) {

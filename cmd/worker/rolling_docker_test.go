@@ -49,13 +49,7 @@ func TestBinaryRollingRestartDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stored := func() int {
-		st, err := client.Stores().Results.Status(ctx)
-		if err != nil {
-			return -1
-		}
-		return int(st.Values())
-	}
+	stored := func() int { return resultCount(ctx, client) }
 	for k := range 4 {
 		at := (k + 1) * n / 6
 		testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })
@@ -83,34 +77,17 @@ func TestBinaryRollingRestartDocker(t *testing.T) {
 	attempts, again := 0, []string{}
 	for i := range n {
 		id := fmt.Sprintf("rolld-%02d", i)
-		res, err := client.Get(ctx, id)
-		if err != nil {
-			t.Errorf("%s: %v", id, err)
+		res := echoed(t, ctx, client, id)
+		if res == nil {
 			continue
-		}
-		if res.Status != jobs.StatusSucceeded || res.Stdout != id+"\n" {
-			t.Errorf("%s: %s %q %s", id, res.Status, res.Stdout, res.Error)
 		}
 		attempts += res.Attempt
 		if res.Attempt > 1 {
 			again = append(again, fmt.Sprintf("%s@%d", id, res.Attempt))
 		}
 	}
-	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
-		si, err := client.Stores().Stream.Info(ctx)
-		return err == nil && si.State.Msgs == 0
-	})
-	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ci.Delivered.Consumer != uint64(attempts) {
-		t.Errorf("the consumer delivered %d times, the results' attempts add up to %d", ci.Delivered.Consumer, attempts)
-	}
+	waitJobsDrained(t, ctx, client)
+	assertDeliveries(t, ctx, js, attempts)
 	if n := pending(t, js.Conn(), dead); n != 0 {
 		t.Errorf("%d dead-letter advisories", n)
 	}
