@@ -248,7 +248,7 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 		}
 		if !slices.Equal(got.Steps, []string{"succeeded", "succeeded"}) || got.Stdout != "2 rows\n" ||
 			!slices.Equal(got.Artifacts, []string{"plots/plot.png"}) || !got.PNGSignature || got.Revision != 2 ||
-			!slices.Equal(got.Snapshot, []string{"data.csv", "plots/plot.png"}) {
+			!slices.Equal(got.Snapshot, []string{"data.csv", "main.py", "plots/plot.png"}) {
 			t.Errorf("agent session over HTTP: %+v", got)
 		}
 	})

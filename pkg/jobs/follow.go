@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"strconv"
 	"time"
 
@@ -452,8 +453,14 @@ func (f *follower) tenantLastSeq(ctx context.Context) (uint64, error) {
 	}
 	m, err := f.c.directGet(ctx, EventsStreamName, EventSubject(f.id))
 	switch {
-	case errors.Is(err, errNoMessage) || errors.Is(err, nats.ErrNoResponders):
+	case errors.Is(err, errNoMessage):
 		return 0, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		// No direct-get responder (yet: a server sets it up a moment
+		// after the stream allows direct gets): the last event is not
+		// known, so Follow reads on to the job's finished event, or until
+		// nothing more comes for catchUpIdle.
+		return math.MaxUint64, nil
 	case err != nil:
 		return 0, fmt.Errorf("follow %s: the last event: %w", f.id, err)
 	}
