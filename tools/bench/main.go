@@ -80,6 +80,8 @@ type options struct {
 	image          string
 	workspaces     bool
 	workspacesOnly bool
+
+	perf2Options // (i)-(n), perf.go
 }
 
 func main() {
@@ -113,6 +115,7 @@ func run(args []string) error {
 	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (h)'s worker (default the worker's, "+executor.DefaultImage+")")
 	fs.BoolVar(&o.workspaces, "workspaces", true, "run (h), the workspace phase")
 	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (h) alone")
+	definePerf2Flags(fs, &o.perf2Options)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -126,6 +129,10 @@ func run(args []string) error {
 	ctx := context.Background()
 	if o.workspacesOnly {
 		return workspacesAlone(ctx, o)
+	}
+	if o.perf2Only {
+		runPerf2(ctx, o).print(os.Stdout)
+		return nil
 	}
 	load0 := loadAvg()
 	start := time.Now()
@@ -143,6 +150,7 @@ func run(args []string) error {
 	}
 
 	var events *streaming
+	var p2 *perf2
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -182,6 +190,9 @@ func run(args []string) error {
 				return fmt.Errorf("(h): %w", err)
 			}
 		}
+		if o.perf2 {
+			p2 = runPerf2(ctx, o)
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -195,6 +206,10 @@ func run(args []string) error {
 	r.took = time.Since(start)
 	r.print(os.Stdout)
 	events.print(os.Stdout, o.quietCode)
+	if p2 != nil {
+		p2.reportR = r
+		p2.print(os.Stdout)
+	}
 	return nil
 }
 
