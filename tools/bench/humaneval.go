@@ -67,7 +67,7 @@ func (p *perf2) humanEval(ctx context.Context, o options) error {
 		return err
 	}
 	defer w.stop()
-	dr, err := newDockerRunner(ctx)
+	dr, err := newDockerRunner(o.image)
 	if err != nil {
 		return err
 	}

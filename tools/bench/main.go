@@ -112,7 +112,7 @@ func run(args []string) error {
 	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (f), which writes nothing")
 	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (f)")
 	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (f) only")
-	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (h)'s worker (default the worker's, "+executor.DefaultImage+")")
+	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (a), (b), (h) and (i)-(n) (default the worker's, "+executor.DefaultImage+")")
 	fs.BoolVar(&o.workspaces, "workspaces", true, "run (h), the workspace phase")
 	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (h) alone")
 	definePerf2Flags(fs, &o.perf2Options)
@@ -244,7 +244,7 @@ type report struct {
 // (a) ----------------------------------------------------------------------
 
 func dockerRun(ctx context.Context, o options, r *report) error {
-	e, err := executor.New(executor.Config{WorkerID: "bench-docker-run"})
+	e, err := executor.New(executor.Config{WorkerID: "bench-docker-run", Presets: presetsFor(o.image)})
 	if err != nil {
 		return err
 	}
@@ -318,6 +318,18 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 	args := []string{"--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool)}
 	if o.runtime != "" {
 		args = append(args, "--runtime", o.runtime)
+	}
+	if o.image != "" {
+		dir, err := os.MkdirTemp("", "sandfleet-bench-image-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		img, err := imageArgs(dir, o.image)
+		if err != nil {
+			return err
+		}
+		args = append(args, img...)
 	}
 	w, err := startWorker(ctx, o, strconv.Itoa(pool), args...)
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,8 +48,9 @@ type perf2Options struct {
 	conc       int    // (k), (n): containers or jobs at once
 	humaneval  string // (n): the dataset, or "off"
 	submitBin  string
-	perf2Jobs  int // (k): jobs per contender
-	perf2Churn int // (l): sequential containers
+	perf2Jobs  int    // (k): jobs per contender
+	perf2Churn int    // (l): sequential containers
+	leverBase  string // (m'): an image without the lever, beside -image's
 }
 
 // defaultHumanEval is where CI keeps the dataset: beside the checkout.
@@ -63,6 +65,7 @@ func definePerf2Flags(fs *flag.FlagSet, o *perf2Options) {
 	fs.IntVar(&o.perf2Churn, "churn-n", 20, "(l): sequential containers")
 	fs.StringVar(&o.humaneval, "humaneval", defaultHumanEval, "(n): HumanEval.jsonl.gz, or off")
 	fs.StringVar(&o.submitBin, "submit", "bin/submit", "(n): the submit binary")
+	fs.StringVar(&o.leverBase, "lever-base", "", "(m'): a sandbox `IMAGE` without the lever under test (e.g. SANDFLEET_PRESTART=off), run beside -image's, alternating")
 }
 
 // perf2 is what phases (i) to (n) measured.
@@ -74,6 +77,7 @@ type perf2 struct {
 
 	agentFleet, agentSeed, agentDocker []time.Duration // (j): submit → result, or the whole call
 	agentSandbox                       []time.Duration // (j): the fleet's duration_ms, hand-off → verdict
+	agentCPU                           []time.Duration // (j): the job's own CPU (cpu_ms)
 
 	tput    []contender // (k), in the order printed
 	churn   churn       // (l)
@@ -88,10 +92,9 @@ type perf2 struct {
 
 // contender is one way of running jobs 4 at once in (k).
 type contender struct {
-	name      string
-	jobs      int
-	wall      time.Duration
-	engineCPU time.Duration // dockerd + containerd + shims, over its segments
+	name string
+	jobs int
+	wall time.Duration
 }
 
 func (c contender) rate() float64 {
@@ -135,7 +138,7 @@ func (p *perf2) seedVsDockerRun(ctx context.Context, o options) error {
 		return err
 	}
 	defer seed.close()
-	dr, err := newDockerRunner(ctx)
+	dr, err := newDockerRunner(o.image)
 	if err != nil {
 		return err
 	}
@@ -202,7 +205,7 @@ func (p *perf2) agentLike(ctx context.Context, o options) error {
 		return err
 	}
 	defer seed.close()
-	dr, err := newDockerRunner(ctx)
+	dr, err := newDockerRunner(o.image)
 	if err != nil {
 		return err
 	}
@@ -214,6 +217,9 @@ func (p *perf2) agentLike(ctx context.Context, o options) error {
 		}
 		if res.DurationMS != nil {
 			p.agentSandbox = append(p.agentSandbox, time.Duration(*res.DurationMS)*time.Millisecond)
+		}
+		if res.CPUMS != nil {
+			p.agentCPU = append(p.agentCPU, time.Duration(*res.CPUMS)*time.Millisecond)
 		}
 		return nil
 	}
@@ -275,7 +281,7 @@ func (p *perf2) throughput(ctx context.Context, o options) error {
 		return err
 	}
 	defer seed.close()
-	dr, err := newDockerRunner(ctx)
+	dr, err := newDockerRunner(o.image)
 	if err != nil {
 		return err
 	}
@@ -285,8 +291,6 @@ func (p *perf2) throughput(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	eng := startEngineMeter()
-	defer eng.stop()
 	type way struct {
 		name string
 		run  func(n int) error
@@ -311,12 +315,11 @@ func (p *perf2) throughput(ctx context.Context, o options) error {
 		for k := range ways {
 			i := (k + r*2) % len(ways)  // each round in another order
 			time.Sleep(2 * time.Second) // the pooled worker's pool refills; the engine settles
-			cpu0, t := eng.cpu(), time.Now()
+			t := time.Now()
 			if err := ways[i].run(n); err != nil {
 				return fmt.Errorf("%s: %w", ways[i].name, err)
 			}
 			p.tput[i].wall += time.Since(t)
-			p.tput[i].engineCPU += eng.cpu() - cpu0
 			p.tput[i].jobs += n
 		}
 	}
@@ -373,7 +376,7 @@ func (p *perf2) engineChurn(ctx context.Context, o options) error {
 	if _, err := ceil.run(ctx); err != nil { // warm-up
 		return err
 	}
-	eng := startEngineMeter()
+	eng := startEngineMeter(ceil.ours)
 	defer eng.stop()
 	// What the engine burns meanwhile for others (this machine's other
 	// work uses the same daemon): subtracted from the figure per container.
@@ -405,6 +408,11 @@ type levers struct {
 	python []time.Duration // python3 main.py with "pass"
 	shell  []time.Duration // sh main.sh with "true": the launcher and attach alone
 	wallPy []time.Duration // submit → result of the python job
+
+	// (m'): the same warm print(1) on -image and on -lever-base
+	base                       string
+	withWall, withoutWall      []time.Duration
+	withSandbox, withoutSandbx []time.Duration
 }
 
 func (p *perf2) leverCosts(ctx context.Context, o options) error {
@@ -443,9 +451,52 @@ func (p *perf2) leverCosts(ctx context.Context, o options) error {
 		return err
 	}
 	time.Sleep(3 * time.Second)
-	return alternate(o.n, []func() error{
+	if err := alternate(o.n, []func() error{
 		inSandbox(&p.levers.python, &p.levers.wallPy, &jobs.Job{Image: "python", Code: "pass"}),
 		inSandbox(&p.levers.shell, nil, &jobs.Job{Image: "shell", Code: "true"}),
+	}, o.think); err != nil {
+		return err
+	}
+	if o.leverBase == "" {
+		return nil
+	}
+	// (m'): the lever on and off, one warm worker each, alternating.
+	if err := os.MkdirAll(filepath.Join(dir, "base"), 0o700); err != nil {
+		return err
+	}
+	bargs, err := imageArgs(filepath.Join(dir, "base"), o.leverBase)
+	if err != nil {
+		return err
+	}
+	b, err := startWorker(ctx, o, "lever-base", append([]string{"--slots", "1", "--pool", "2"}, bargs...)...)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	if _, err := submitWait(ctx, b, &jobs.Job{Image: "python", Code: "pass"}); err != nil {
+		return err
+	}
+	time.Sleep(3 * time.Second)
+	p.levers.base = o.leverBase
+	l := &p.levers
+	on, off := w, b
+	one := func(w *workerProc, wall, sb *[]time.Duration) func() error {
+		return func() error {
+			t := time.Now()
+			res, err := submitWait(ctx, w, &jobs.Job{Image: "python", Code: o.code})
+			if err != nil {
+				return err
+			}
+			*wall = append(*wall, time.Since(t))
+			if res.DurationMS != nil {
+				*sb = append(*sb, time.Duration(*res.DurationMS)*time.Millisecond)
+			}
+			return nil
+		}
+	}
+	return alternate(o.n, []func() error{
+		one(on, &l.withWall, &l.withSandbox),
+		one(off, &l.withoutWall, &l.withoutSandbx),
 	}, o.think)
 }
 
@@ -458,14 +509,18 @@ func (p *perf2) leverCosts(ctx context.Context, o options) error {
 // missed, so the figure is a lower bound.
 type engineMeter struct {
 	daemons []int
+	ours    func(containerID string) bool
+	mine    map[int]bool          // per shim pid: does it serve one of ours
 	shims   map[int]time.Duration // the last CPU seen per shim
 	spent   atomic.Int64          // shims' CPU so far, ns
 	stopC   chan struct{}
 	wg      sync.WaitGroup
 }
 
-func startEngineMeter() *engineMeter {
-	m := &engineMeter{shims: map[int]time.Duration{}, stopC: make(chan struct{})}
+// startEngineMeter counts the shims of the containers ours says are ours:
+// other work on this machine uses the same engine.
+func startEngineMeter(ours func(containerID string) bool) *engineMeter {
+	m := &engineMeter{ours: ours, mine: map[int]bool{}, shims: map[int]time.Duration{}, stopC: make(chan struct{})}
 	for _, pid := range pids() {
 		switch comm(pid) {
 		case "dockerd", "containerd":
@@ -491,6 +546,14 @@ func startEngineMeter() *engineMeter {
 func (m *engineMeter) scan() {
 	for _, pid := range pids() {
 		if !strings.HasPrefix(comm(pid), "containerd-shim") {
+			continue
+		}
+		mine, known := m.mine[pid]
+		if !known {
+			mine = m.ours(shimID(pid))
+			m.mine[pid] = mine
+		}
+		if !mine {
 			continue
 		}
 		c := procCPUAll(pid)
@@ -529,6 +592,18 @@ func pids() []int {
 		}
 	}
 	return out
+}
+
+// shimID is the container a shim serves: its -id argument.
+func shimID(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Split(string(b), "\x00")
+	for i, a := range args {
+		if a == "-id" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 func comm(pid int) string {
@@ -582,19 +657,19 @@ func (p *perf2) print(w io.Writer) {
 	row("(i)  docker run --rm, hardened, sequential", p.seqDocker)
 	row(fmt.Sprintf("(j)  sandfleet, default pool, %s think", p.o.think), p.agentFleet)
 	row("     of which in the sandbox (duration_ms)", p.agentSandbox)
+	row("     the job's own CPU (cpu_ms)", p.agentCPU)
 	row(fmt.Sprintf("(j)  the seed's sequence, %s think", p.o.think), p.agentSeed)
 	row(fmt.Sprintf("(j)  docker run --rm, %s think", p.o.think), p.agentDocker)
 	if len(p.tput) > 0 {
-		fmt.Fprintf(w, "(k)  %d at once, %d jobs each, 2 rounds      %12s %22s\n", p.o.conc, p.tput[0].jobs, "throughput", "engine CPU per job")
+		fmt.Fprintf(w, "(k)  %d at once, %d jobs each, in 2 rounds          %21s\n", p.o.conc, p.tput[0].jobs, "throughput")
 		for _, c := range p.tput {
-			fmt.Fprintf(w, "     %-47s %7.2f jobs/s %18.0f ms\n", c.name, c.rate(),
-				float64(c.engineCPU)/float64(max(c.jobs, 1))/float64(time.Millisecond))
+			fmt.Fprintf(w, "     %-47s %10.2f jobs/s\n", c.name, c.rate())
 		}
 	}
 	if c := p.churn; len(c.total) > 0 {
 		fmt.Fprintf(w, "(l)  engine churn per container, /bin/true, %d sequential: p50 create %s, start %s, wait %s, remove %s; total %s\n",
 			len(c.total), ms(pct(c.create, .5)), ms(pct(c.start, .5)), ms(pct(c.wait, .5)), ms(pct(c.remove, .5)), ms(pct(c.total, .5)))
-		fmt.Fprintf(w, "     engine CPU (dockerd, containerd, shims) per container: %.0f ms (the engine's other work, %.0f ms/s, subtracted)\n",
+		fmt.Fprintf(w, "     engine CPU per container (dockerd, containerd, the container's shim and runc): %.0f ms (the daemons' other work, %.0f ms/s, subtracted)\n",
 			float64(c.cpu)/float64(time.Millisecond), float64(c.idleCPU)/float64(time.Millisecond))
 	}
 	if l := p.levers; len(l.python) > 0 {
@@ -603,6 +678,10 @@ func (p *perf2) print(w io.Writer) {
 			ms(py), ms(sh), ms(pct(l.wallPy, .5)))
 		fmt.Fprintf(w, "     the interpreter's start: %s (what starting python3 before the job could remove); attach, launcher and exec: %s\n",
 			ms(py-sh), ms(sh))
+	}
+	if l := p.levers; len(l.withWall) > 0 {
+		fmt.Fprintf(w, "(m') warm print(1), %d each, alternating: -image submit → result p50 %s (in the sandbox %s), -lever-base %s: %s (%s)\n",
+			len(l.withWall), ms(pct(l.withWall, .5)), ms(pct(l.withSandbox, .5)), l.base, ms(pct(l.withoutWall, .5)), ms(pct(l.withoutSandbx, .5)))
 	}
 	p.he.print(w, p.heSkip)
 	for _, e := range p.errs {
@@ -631,6 +710,10 @@ func (p *perf2) print(w io.Writer) {
 		line("(j) agent-like p50 / the seed's sequence", ms(p50(p.agentSeed)), ms(p50(p.agentFleet)), x, "≤ 0.25×", x <= 0.25, true)
 		y := ratio(p50(p.agentFleet), p50(p.agentDocker))
 		line("(j) agent-like p50 / docker run --rm", ms(p50(p.agentDocker)), ms(p50(p.agentFleet)), y, "(info)", false, false)
+	}
+	if l := p.levers; len(l.withWall) > 0 {
+		x := ratio(pct(l.withWall, .5), pct(l.withoutWall, .5))
+		line("(m') the lever: p50 with / without", ms(pct(l.withoutWall, .5)), ms(pct(l.withWall, .5)), x, "(info)", false, false)
 	}
 	if r := p.reportR; r != nil && len(r.docker.seq) > 0 && len(r.pooled.seq) > 0 {
 		x := ratio(pct(r.pooled.seq, .5), pct(r.docker.seq, .5))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -107,14 +108,30 @@ func (s *seed) run(ctx context.Context, code string) (err error) {
 type ceiling struct {
 	cli *client.Client
 	e   *executor.Executor
+	ids sync.Map // the containers it made, for the engine meter
+}
+
+// ours reports whether the ceiling made the container.
+func (c *ceiling) ours(id string) bool {
+	_, ok := c.ids.Load(id)
+	return ok
+}
+
+// presetsFor is the default presets on image; nil (the defaults) for "".
+func presetsFor(image string) map[string]executor.Preset {
+	if image == "" {
+		return nil
+	}
+	ps := executor.DefaultPresets()
+	for n, p := range ps {
+		p.Image = image
+		ps[n] = p
+	}
+	return ps
 }
 
 func newCeiling(image string) (*ceiling, error) {
-	cfg := executor.Config{WorkerID: "bench-ceiling"}
-	if image != "" {
-		cfg.Presets = map[string]executor.Preset{"python": {Image: image, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
-	}
-	e, err := executor.New(cfg)
+	e, err := executor.New(executor.Config{WorkerID: "bench-ceiling", Presets: presetsFor(image)})
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +162,7 @@ func (c *ceiling) run(ctx context.Context) (st steps, err error) {
 		return st, fmt.Errorf("ceiling: create: %w", err)
 	}
 	st.create = time.Since(t)
+	c.ids.Store(cr.ID, true)
 	removed := false
 	defer func() {
 		if !removed {
@@ -186,8 +204,8 @@ type dockerRunner struct {
 	args []string
 }
 
-func newDockerRunner(ctx context.Context) (*dockerRunner, error) {
-	e, err := executor.New(executor.Config{WorkerID: "bench-docker-run"})
+func newDockerRunner(image string) (*dockerRunner, error) {
+	e, err := executor.New(executor.Config{WorkerID: "bench-docker-run", Presets: presetsFor(image)})
 	if err != nil {
 		return nil, err
 	}
