@@ -22,6 +22,11 @@
 // p50 with the worker's events on and off, in pairs, and (f') the same on
 // the worker's own path without Docker; -events-only runs them alone; and
 // (g), the HTTP gateway against the Go client (issue 14).
+//
+// Phases (i) to (n), Performance II (perf.go): the seed's Engine API
+// sequence, agent-like calls, fresh-sandbox throughput against the
+// engine's ceiling, the engine's cost per container, the levers and
+// HumanEval, with one target table; -perf2-only runs them alone.
 package main
 
 import (
@@ -131,8 +136,9 @@ func run(args []string) error {
 		return workspacesAlone(ctx, o)
 	}
 	if o.perf2Only {
-		runPerf2(ctx, o).print(os.Stdout)
-		return nil
+		p2 := runPerf2(ctx, o)
+		p2.print(os.Stdout)
+		return p2.err()
 	}
 	load0 := loadAvg()
 	start := time.Now()
@@ -209,6 +215,7 @@ func run(args []string) error {
 	if p2 != nil {
 		p2.reportR = r
 		p2.print(os.Stdout)
+		return p2.err()
 	}
 	return nil
 }

@@ -82,6 +82,7 @@ type perf2 struct {
 	tput    []contender // (k), in the order printed
 	churn   churn       // (l)
 	levers  levers      // (m)
+	pool    *poolSizing // (m'')
 	he      *heFigures  // (n); nil when skipped
 	heSkip  string
 	took    time.Duration
@@ -125,9 +126,20 @@ func runPerf2(ctx context.Context, o options) *perf2 {
 	try("(l)", func() error { return p.engineChurn(ctx, o) })
 	step("(m) levers: the interpreter's start and the attach round trip in a warm sandbox, %d each", o.n)
 	try("(m)", func() error { return p.leverCosts(ctx, o) })
+	step("(m'') the pool's size for back-to-back jobs: --pool %d against %d, blocks of %d, alternating", o.conc, 4*o.conc, o.n)
+	try("(m'')", func() error { return p.poolSize(ctx, o) })
 	try("(n)", func() error { return p.humanEval(ctx, o) })
 	p.took, p.load = time.Since(start), [2]string{load0, loadAvg()}
 	return p
+}
+
+// err says which phases failed, after the report printed what the others
+// measured.
+func (p *perf2) err() error {
+	if len(p.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("phases (i)-(n): %d failed: %s", len(p.errs), strings.Join(p.errs, "; "))
 }
 
 // (i) ------------------------------------------------------------------------
@@ -363,8 +375,9 @@ func burst(ctx context.Context, w *workerProc, n int, code string) error {
 type churn struct {
 	create, start, wait, remove []time.Duration
 	total                       []time.Duration
-	cpu                         time.Duration // per container
-	idleCPU                     time.Duration // the engine's CPU per second with nothing of ours running
+	shimCPU                     time.Duration // per container: its shim and runc, which serve it alone
+	daemonCPU                   time.Duration // per container: dockerd and containerd, others' work included
+	idleCPU                     time.Duration // the daemons' CPU per second with nothing of ours running
 }
 
 func (p *perf2) engineChurn(ctx context.Context, o options) error {
@@ -378,13 +391,12 @@ func (p *perf2) engineChurn(ctx context.Context, o options) error {
 	}
 	eng := startEngineMeter(ceil.ours)
 	defer eng.stop()
-	// What the engine burns meanwhile for others (this machine's other
-	// work uses the same daemon): subtracted from the figure per container.
-	idle0, t0 := eng.cpu(), time.Now()
+	// What the daemons burn meanwhile for others (this machine's other
+	// work uses the same engine), to read the daemons' figure against.
+	idle0, t0 := eng.daemonCPU(), time.Now()
 	time.Sleep(2 * time.Second)
-	idleRate := float64(eng.cpu()-idle0) / time.Since(t0).Seconds()
-	p.churn.idleCPU = time.Duration(idleRate)
-	cpu0, t := eng.cpu(), time.Now()
+	p.churn.idleCPU = time.Duration(float64(eng.daemonCPU()-idle0) / time.Since(t0).Seconds())
+	d0, s0 := eng.daemonCPU(), eng.shimCPU()
 	for range o.perf2Churn {
 		s, err := ceil.run(ctx)
 		if err != nil {
@@ -394,8 +406,9 @@ func (p *perf2) engineChurn(ctx context.Context, o options) error {
 		c.create, c.start, c.wait, c.remove = append(c.create, s.create), append(c.start, s.start), append(c.wait, s.wait), append(c.remove, s.remove)
 		c.total = append(c.total, s.create+s.start+s.wait+s.remove)
 	}
-	spent := float64(eng.cpu()-cpu0) - idleRate*time.Since(t).Seconds()
-	p.churn.cpu = time.Duration(max(0, spent) / float64(o.perf2Churn))
+	eng.scan()
+	p.churn.daemonCPU = (eng.daemonCPU() - d0) / time.Duration(o.perf2Churn)
+	p.churn.shimCPU = (eng.shimCPU() - s0) / time.Duration(o.perf2Churn)
 	return nil
 }
 
@@ -515,6 +528,7 @@ type engineMeter struct {
 	spent   atomic.Int64          // shims' CPU so far, ns
 	stopC   chan struct{}
 	wg      sync.WaitGroup
+	mu      sync.Mutex // one scan at a time: the ticker's, or a caller's last one
 }
 
 // startEngineMeter counts the shims of the containers ours says are ours:
@@ -544,6 +558,8 @@ func startEngineMeter(ours func(containerID string) bool) *engineMeter {
 }
 
 func (m *engineMeter) scan() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, pid := range pids() {
 		if !strings.HasPrefix(comm(pid), "containerd-shim") {
 			continue
@@ -568,9 +584,12 @@ func (m *engineMeter) scan() {
 	}
 }
 
-// cpu is the engine's CPU so far.
-func (m *engineMeter) cpu() time.Duration {
-	t := time.Duration(m.spent.Load())
+// shimCPU is what the shims of our containers spent so far.
+func (m *engineMeter) shimCPU() time.Duration { return time.Duration(m.spent.Load()) }
+
+// daemonCPU is what dockerd and containerd spent so far, for everyone.
+func (m *engineMeter) daemonCPU() time.Duration {
+	var t time.Duration
 	for _, pid := range m.daemons {
 		t += procCPUAll(pid)
 	}
@@ -669,8 +688,8 @@ func (p *perf2) print(w io.Writer) {
 	if c := p.churn; len(c.total) > 0 {
 		fmt.Fprintf(w, "(l)  engine churn per container, /bin/true, %d sequential: p50 create %s, start %s, wait %s, remove %s; total %s\n",
 			len(c.total), ms(pct(c.create, .5)), ms(pct(c.start, .5)), ms(pct(c.wait, .5)), ms(pct(c.remove, .5)), ms(pct(c.total, .5)))
-		fmt.Fprintf(w, "     engine CPU per container (dockerd, containerd, the container's shim and runc): %.0f ms (the daemons' other work, %.0f ms/s, subtracted)\n",
-			float64(c.cpu)/float64(time.Millisecond), float64(c.idleCPU)/float64(time.Millisecond))
+		fmt.Fprintf(w, "     engine CPU per container: its shim and runc %.0f ms (at least); dockerd and containerd %.0f ms, of which others' work (%.0f ms/s before) is part\n",
+			msf(c.shimCPU), msf(c.daemonCPU), msf(c.idleCPU))
 	}
 	if l := p.levers; len(l.python) > 0 {
 		py, sh := pct(l.python, .5), pct(l.shell, .5)
@@ -683,6 +702,7 @@ func (p *perf2) print(w io.Writer) {
 		fmt.Fprintf(w, "(m') warm print(1), %d each, alternating: -image submit → result p50 %s (in the sandbox %s), -lever-base %s: %s (%s)\n",
 			len(l.withWall), ms(pct(l.withWall, .5)), ms(pct(l.withSandbox, .5)), l.base, ms(pct(l.withoutWall, .5)), ms(pct(l.withoutSandbx, .5)))
 	}
+	p.pool.print(w)
 	p.he.print(w, p.heSkip)
 	for _, e := range p.errs {
 		fmt.Fprintf(w, "FAILED %s\n", e)
@@ -714,6 +734,10 @@ func (p *perf2) print(w io.Writer) {
 	if l := p.levers; len(l.withWall) > 0 {
 		x := ratio(pct(l.withWall, .5), pct(l.withoutWall, .5))
 		line("(m') the lever: p50 with / without", ms(pct(l.withoutWall, .5)), ms(pct(l.withWall, .5)), x, "(info)", false, false)
+	}
+	if ps := p.pool; ps != nil && len(ps.seqS) > 0 {
+		line(fmt.Sprintf("(m'') back-to-back p95, pool %d / pool %d", ps.big, ps.small), ms(pct(ps.seqS, .95)), ms(pct(ps.seqB, .95)),
+			ratio(pct(ps.seqB, .95), pct(ps.seqS, .95)), "(info)", false, false)
 	}
 	if r := p.reportR; r != nil && len(r.docker.seq) > 0 && len(r.pooled.seq) > 0 {
 		x := ratio(pct(r.pooled.seq, .5), pct(r.docker.seq, .5))
