@@ -7,6 +7,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -64,14 +65,24 @@ func requireDocker(t testing.TB) *client.Client {
 
 var nonName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
-// setup returns an Executor with a worker ID of its own, and checks at the
-// end of the test that it left no container behind.
+// setup returns an Executor with a worker ID of its own, on the image
+// SANDFLEET_TEST_IMAGE names when set, and checks at the end of the test
+// that it left no container behind.
 func setup(t testing.TB, mod func(*Config)) *Executor {
 	t.Helper()
 	cli := requireDocker(t)
 	cfg := Config{
 		Client:   cli,
 		WorkerID: "test-" + nonName.ReplaceAllString(t.Name(), "_") + "-" + randHex(3),
+	}
+	// A branch's own image (SANDBOX_IMAGE=TAG sandbox-image/build.sh), so
+	// that a launcher change is tested without retagging the shared one.
+	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
+		cfg.Presets = DefaultPresets()
+		for n, p := range cfg.Presets {
+			p.Image = img
+			cfg.Presets[n] = p
+		}
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -122,6 +122,7 @@ func (w frameWriter) Write(p []byte) (int, error) {
 
 func run(sigs, chld <-chan os.Signal) int {
 	warmed := warmThreads(spareThreads)
+	pre := prestart(envelope.DefaultDir)
 	h, err := envelope.Decode(os.Stdin)
 	if err != nil {
 		// No key to sign a trailer with: the executor finds no verdict.
@@ -143,6 +144,7 @@ func run(sigs, chld <-chan os.Signal) int {
 		return t.Exit
 	}
 	fail := func(code int, format string, args ...any) int {
+		pre.discard()
 		msg := fmt.Sprintf(format, args...)
 		fmt.Fprintf(stderr, "sandfleet: %s\n", msg)
 		return finish(envelope.Trailer{Exit: code, Error: msg})
@@ -163,30 +165,21 @@ func run(sigs, chld <-chan os.Signal) int {
 	if err != nil {
 		return fail(exitNotFound, "%s: command not found", h.Argv[0])
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return fail(exitLauncher, "stdout pipe: %v", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return fail(exitLauncher, "stderr pipe: %v", err)
-	}
 	<-warmed
-	pid, err := syscall.ForkExec(path, h.Argv, &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   env,
-		Files: []uintptr{0, outW.Fd(), errW.Fd()},
-	})
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		code := exitNoExec
-		if errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
+	var pid int
+	var outR, errR *os.File
+	if pre.fits(h.Argv, h.Env, env) && pre.hand(dir, h.Argv, env) {
+		pid, outR, errR = pre.pid, pre.outR, pre.errR
+	} else {
+		pre.discard()
+		pre = nil
+		if pid, outR, errR, err = start(path, h.Argv, dir, env); err != nil {
+			code := exitNoExec
+			if errors.Is(err, fs.ErrNotExist) {
+				code = exitNotFound
+			}
+			return fail(code, "%s: %v", h.Argv[0], err)
 		}
-		return fail(code, "%s: %v", h.Argv[0], err)
 	}
 	var pumps sync.WaitGroup
 	pumps.Go(func() { pump(stdout, outR) })
@@ -223,6 +216,34 @@ func run(sigs, chld <-chan os.Signal) int {
 	t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
 	saveArchive(fr, dir, h.Archive, &t)
 	return finish(t)
+}
+
+// start runs the job's command with pipes of the launcher's as its stdout
+// and stderr and the container's stdin as its own.
+func start(path string, argv []string, dir string, env []string) (pid int, outR, errR *os.File, err error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return 0, nil, nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: []uintptr{0, outW.Fd(), errW.Fd()},
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return 0, nil, nil, err
+	}
+	return pid, outR, errR, nil
 }
 
 // pump frames the job's pipe r onto the container's stdout through w until
@@ -317,7 +338,7 @@ func buildEnv(base []string, job map[string]string, dir string) []string {
 		m[k] = v
 	}
 	for _, kv := range base {
-		if k, v, ok := strings.Cut(kv, "="); ok {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != prestartEnv {
 			set(k, v)
 		}
 	}

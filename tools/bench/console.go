@@ -20,7 +20,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-// (i) ------------------------------------------------------------------------
+// (o) ------------------------------------------------------------------------
 
 // consoleFigures are the console's pages over a fleet of -console-jobs
 // results: each page's latency and what it allocates per view.
@@ -248,7 +248,7 @@ func (f *consoleFigures) print(w io.Writer) {
 	if f == nil {
 		return
 	}
-	fmt.Fprintf(w, "(i)  the console over %d finished jobs (RESULTS, and INDEX %.1f MiB; seeded in %s), one gateway, in-process JetStream:\n",
+	fmt.Fprintf(w, "(o)  the console over %d finished jobs (RESULTS, and INDEX %.1f MiB; seeded in %s), one gateway, in-process JetStream:\n",
 		f.jobs, float64(f.index)/(1<<20), f.seed.Round(time.Second))
 	fmt.Fprintf(w, "     %-44s %10s %10s %14s %10s\n", "page", "p50", "p95", "alloc/view", "page size")
 	for _, p := range f.pages {

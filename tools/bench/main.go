@@ -21,8 +21,13 @@
 // Then (f), the cost of streaming (issue 13): a warm job with no output,
 // p50 with the worker's events on and off, in pairs, and (f') the same on
 // the worker's own path without Docker; -events-only runs them alone; and
-// (g), the HTTP gateway against the Go client (issue 14); and (i), the web
+// (g), the HTTP gateway against the Go client (issue 14); and (o), the web
 // console's pages over 100,000 finished jobs (-console-only alone).
+//
+// Phases (i) to (n), Performance II (perf.go): the seed's Engine API
+// sequence, agent-like calls, fresh-sandbox throughput against the
+// engine's ceiling, the engine's cost per container, the levers and
+// HumanEval, with one target table; -perf2-only runs them alone.
 package main
 
 import (
@@ -59,7 +64,9 @@ type options struct {
 	eventsN     int
 	eventsOnly  bool
 
-	// (i), console.go
+	perf2Options // (i)-(n), perf.go
+
+	// (o), console.go
 	consoleJobs  int
 	consoleViews int
 	consoleOnly  bool
@@ -98,12 +105,13 @@ func run(args []string) error {
 	fs.StringVar(&o.quietCode, "quiet-code", "pass", "the Python job of (f), which writes nothing")
 	fs.IntVar(&o.eventsN, "events-n", 30, "jobs per worker for (f)")
 	fs.BoolVar(&o.eventsOnly, "events-only", false, "run (f) only")
-	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (h)'s worker (default the worker's, "+executor.DefaultImage+")")
+	fs.StringVar(&o.image, "image", "", "the sandbox `IMAGE` of (a), (b), (h) and (i)-(n) (default the worker's, "+executor.DefaultImage+")")
 	fs.BoolVar(&o.workspaces, "workspaces", true, "run (h), the workspace phase")
 	fs.BoolVar(&o.workspacesOnly, "workspaces-only", false, "run (h) alone")
-	fs.IntVar(&o.consoleJobs, "console-jobs", 100_000, "finished jobs the console's pages are timed over in (i)")
-	fs.IntVar(&o.consoleViews, "console-views", 20, "views of each page in (i)")
-	fs.BoolVar(&o.consoleOnly, "console-only", false, "run (i), the console's pages, alone")
+	fs.IntVar(&o.consoleJobs, "console-jobs", 100_000, "finished jobs the console's pages are timed over in (o)")
+	fs.IntVar(&o.consoleViews, "console-views", 20, "views of each page in (o)")
+	fs.BoolVar(&o.consoleOnly, "console-only", false, "run (o), the console's pages, alone")
+	definePerf2Flags(fs, &o.perf2Options)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,12 +126,17 @@ func run(args []string) error {
 	if o.workspacesOnly {
 		return workspacesAlone(ctx, o)
 	}
+	if o.perf2Only {
+		p2 := runPerf2(ctx, o)
+		p2.print(os.Stdout)
+		return p2.err()
+	}
 	if o.consoleOnly {
 		load0, start := loadAvg(), time.Now()
-		step("(i) the console over %d finished jobs, %d views of each page", o.consoleJobs, o.consoleViews)
+		step("(o) the console over %d finished jobs, %d views of each page", o.consoleJobs, o.consoleViews)
 		f, err := consoleLists(ctx, o)
 		if err != nil {
-			return fmt.Errorf("(i): %w", err)
+			return fmt.Errorf("(o): %w", err)
 		}
 		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
 			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
@@ -145,6 +158,7 @@ func run(args []string) error {
 		return nil
 	}
 
+	var p2 *perf2
 	var events *streaming
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
@@ -185,6 +199,9 @@ func run(args []string) error {
 				return fmt.Errorf("(h): %w", err)
 			}
 		}
+		if o.perf2 {
+			p2 = runPerf2(ctx, o)
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -194,16 +211,21 @@ func run(args []string) error {
 	if err := gatewayOverhead(ctx, o, r); err != nil {
 		return fmt.Errorf("(g): %w", err)
 	}
-	step("(i) the console over %d finished jobs, %d views of each page", o.consoleJobs, o.consoleViews)
+	step("(o) the console over %d finished jobs, %d views of each page", o.consoleJobs, o.consoleViews)
 	cons, err := consoleLists(ctx, o)
 	if err != nil {
-		return fmt.Errorf("(i): %w", err)
+		return fmt.Errorf("(o): %w", err)
 	}
 	r.load = [2]string{load0, loadAvg()}
 	r.took = time.Since(start)
 	r.print(os.Stdout)
 	events.print(os.Stdout, o.quietCode)
 	cons.print(os.Stdout)
+	if p2 != nil {
+		p2.reportR = r
+		p2.print(os.Stdout)
+		return p2.err()
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -21,7 +22,7 @@ import (
 // through a worker process.
 
 func dockerRun(ctx context.Context, o options, r *report) error {
-	e, err := executor.New(executor.Config{WorkerID: "bench-docker-run"})
+	e, err := executor.New(executor.Config{WorkerID: "bench-docker-run", Presets: presetsFor(o.image)})
 	if err != nil {
 		return err
 	}
@@ -93,6 +94,18 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 	args := []string{"--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool)}
 	if o.runtime != "" {
 		args = append(args, "--runtime", o.runtime)
+	}
+	if o.image != "" {
+		dir, err := os.MkdirTemp("", "sandfleet-bench-image-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		img, err := imageArgs(dir, o.image)
+		if err != nil {
+			return err
+		}
+		args = append(args, img...)
 	}
 	w, err := startWorker(ctx, o, strconv.Itoa(pool), args...)
 	if err != nil {
