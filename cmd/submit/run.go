@@ -38,7 +38,7 @@ FILE, or read from stdin (-). Prints the job's stdout on stdout and its
 stderr on stderr as the job writes them; for any status but succeeded and
 failed, one more line on stderr says what happened. Ctrl-C stops waiting
 (exit 130); the job goes on ("submit logs -f ID" follows it again). Exits as the job: 0 succeeded, its exit code
-when it failed, 124 timeout, 137 oom, 1 output_limit, 130 canceled,
+when it failed, 65 compile_error, 124 timeout, 137 oom, 1 output_limit, 130 canceled,
 2 rejected, 125 error. On a terminal the job's control characters are
 shown (ESC as ^[) rather than acted on; pipes and files get its bytes.
 

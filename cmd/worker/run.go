@@ -54,7 +54,10 @@ Flags:
 // fileConfig is the JSON of --config. Every field is optional.
 //
 //	{"presets": {"python": {"image": "sandfleet/sandbox:latest",
-//	                        "main_file": "main.py", "argv": ["python3", "main.py"]}},
+//	                        "main_file": "main.py", "argv": ["python3", "main.py"]},
+//	             "c": {"image": "sandfleet/sandbox-langs:latest", "main_file": "main.c",
+//	                   "compile": ["gcc", "-o", "/tmp/main", "main.c"], "argv": ["/tmp/main"],
+//	                   "optional": true}},
 //	 "defaults": {"timeout": "30s", "memory": "512m"},
 //	 "caps": {"timeout": "10m", "memory": "4g", "cpus": 2, "network": false},
 //	 "runtime": "runc"}
@@ -63,6 +66,8 @@ type fileConfig struct {
 		Image    string   `json:"image"`
 		MainFile string   `json:"main_file"`
 		Argv     []string `json:"argv"`
+		Compile  []string `json:"compile"`
+		Optional bool     `json:"optional"`
 	} `json:"presets"`
 	Defaults limits.Limits `json:"defaults"`
 	Caps     limits.Limits `json:"caps"`
@@ -392,7 +397,7 @@ func executorConfig(o *options) (executor.Config, error) {
 	if fc.Presets != nil {
 		cfg.Presets = map[string]executor.Preset{}
 		for name, p := range fc.Presets {
-			cfg.Presets[name] = executor.Preset{Image: p.Image, MainFile: p.MainFile, Argv: p.Argv}
+			cfg.Presets[name] = executor.Preset{Image: p.Image, MainFile: p.MainFile, Argv: p.Argv, Compile: p.Compile, Optional: p.Optional}
 		}
 	}
 	if o.runtime != "" {

@@ -35,11 +35,13 @@ const streamGrace = 2 * time.Second
 type Executor struct {
 	cfg       Config
 	api       dockerAPI
-	ownClient *client.Client // created by New, closed by Close
-	instance  string         // LabelInstance of this Executor's containers
-	images    []string       // the presets' distinct images, in the order of their names
-	pool      *pool          // nil when Config.Pool is 0
-	starts    *startGate     // whether sandboxes start: every launch asks it
+	ownClient *client.Client  // created by New, closed by Close
+	instance  string          // LabelInstance of this Executor's containers
+	images    []string        // the presets' distinct images, in the order of their names
+	optional  map[string]bool // images only optional presets use
+	imgs      images          // image references resolved to IDs
+	pool      *pool           // nil when Config.Pool is 0
+	starts    *startGate      // whether sandboxes start: every launch asks it
 
 	// Leftovers Reap failed to remove, which it skips from then on: a
 	// container wedged in the engine hangs every call that touches it.
@@ -108,10 +110,16 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		removeSlots: make(chan struct{}, maxBackgroundRemovals),
 	}
 	seen := map[string]bool{}
+	e.optional = map[string]bool{}
 	for _, name := range e.Presets() {
-		if img := cfg.Presets[name].Image; !seen[img] {
-			seen[img] = true
-			e.images = append(e.images, img)
+		p := cfg.Presets[name]
+		if !seen[p.Image] {
+			seen[p.Image] = true
+			e.images = append(e.images, p.Image)
+			e.optional[p.Image] = true
+		}
+		if !p.Optional {
+			e.optional[p.Image] = false
 		}
 	}
 	if cfg.Pool > 0 {
@@ -174,11 +182,14 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 			continue
 		}
 		seen[img] = true
-		if _, err := e.api.ImageInspect(ctx, img); err != nil {
-			if cerrdefs.IsNotFound(err) {
-				return fmt.Errorf("%w: %s (preset %q; build it with sandbox-image/build.sh)", ErrImageMissing, img, name)
+		if _, err := e.resolveImage(ctx, img, true); err != nil {
+			if errors.Is(err, ErrImageMissing) {
+				if e.optional[img] {
+					continue // its presets' jobs are rejected, naming it
+				}
+				return fmt.Errorf("%w: %s (preset %q; %s)", ErrImageMissing, img, name, e.buildHint(img))
 			}
-			return infraErr("inspect image "+img, err)
+			return err
 		}
 	}
 	for len(e.images) > 0 { // no preset, no sandbox to start
@@ -289,6 +300,12 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 		return done(jobs.StatusRejected, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
 			job.Image, strings.Join(e.Presets(), ", "))), nil
 	}
+	if preset.Optional {
+		if _, err := e.resolveImage(ctx, preset.Image, false); errors.Is(err, ErrImageMissing) {
+			return done(jobs.StatusRejected, fmt.Sprintf("image: preset %q needs the image %s, which this worker does not have (%s)",
+				job.Image, preset.Image, e.buildHint(preset.Image))), nil
+		}
+	}
 	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
@@ -332,6 +349,8 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	ms := finished.Sub(started).Milliseconds()
 	res.StartedAt, res.FinishedAt, res.DurationMS = &started, &finished, &ms
 	res.CPUMS, res.PeakMemoryBytes = r.cpuMS, r.peakBytes
+	res.Compile, res.Tests = r.compile, r.tests
+	res.ImageDigest = s.imageID
 	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
 		"duration_ms", ms, "container", r.container)
 	return res, nil
@@ -342,6 +361,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 type sealed struct {
 	header []byte
 	seal   envelope.Seal
+	judge  *judgeSpec // nil for a job with neither a compile step nor tests
 }
 
 func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions) (sealed, error) {
@@ -359,6 +379,10 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 	}
 	seal := envelope.NewSeal()
 	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
+	spec, err := judgeHeader(h, job, p, lim)
+	if err != nil {
+		return sealed{}, err
+	}
 	if !mainInFiles {
 		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
 	}
@@ -379,7 +403,42 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 		}
 		return sealed{}, err
 	}
-	return sealed{header: b, seal: seal}, nil
+	return sealed{header: b, seal: seal, judge: spec}, nil
+}
+
+// judgeHeader adds a job's compile step (its own, else its preset's) and
+// test cases to h, each case's timeout resolved against the job's.
+func judgeHeader(h *envelope.Header, job *jobs.Job, p Preset, lim limits.Limits) (*judgeSpec, error) {
+	h.Compile = p.Compile
+	if len(job.Compile) > 0 {
+		h.Compile = job.Compile
+	}
+	if len(h.Compile) == 0 && len(job.Tests) == 0 {
+		return nil, nil
+	}
+	spec := &judgeSpec{compiled: len(h.Compile) > 0, tests: len(job.Tests) > 0}
+	h.CompileOutputLimit = int64(lim.Output)
+	if !spec.tests {
+		return spec, nil
+	}
+	h.Tests = &envelope.Tests{StopOnFirstFailure: job.StopOnFirstFailure, OutputLimit: int64(lim.Output)}
+	spec.names = make([]string, len(job.Tests))
+	for i, c := range job.Tests {
+		to := c.Timeout
+		switch {
+		case to == 0:
+			to = lim.Timeout
+		case to > lim.Timeout:
+			return nil, &field.Error{Field: fmt.Sprintf("tests[%d].timeout", i),
+				Reason: fmt.Sprintf("%s is over the job's timeout of %s", c.Timeout, lim.Timeout)}
+		}
+		h.Tests.Cases = append(h.Tests.Cases, envelope.Case{
+			Stdin: []byte(c.Stdin), Args: c.Args, Expected: []byte(c.ExpectedStdout),
+			TimeoutMS: max(1, to.D().Milliseconds()), Compare: c.Compare, Tolerance: c.Tolerance,
+		})
+		spec.names[i] = c.Name
+	}
+	return spec, nil
 }
 
 // sandbox is a container that is created, attached (its stdin stream
@@ -396,7 +455,8 @@ type sandbox struct {
 	out       *capture
 	copyDone  chan struct{} // closed when the output stream ended
 	born      time.Time
-	pool      *pool // the pool it was taken from, if any
+	pool      *pool  // the pool it was taken from, if any
+	imageID   string // the image it was created from; "" when the engine gave none
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -470,7 +530,14 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	// container the engine never names to us, and nothing would remove it
 	// before this worker restarts. A canceled job fails at the next step
 	// instead, and the container is removed below.
+	id, err := e.resolveImage(ctx, image, false)
+	if err != nil {
+		return nil, err
+	}
 	spec := e.containerSpec(image, jobID, lim)
+	if id != "" {
+		spec.Config.Image = id // exactly what the result will name
+	}
 	created, err := e.api.ContainerCreate(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -482,7 +549,7 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 		}
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now()}
+	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id}
 	defer func() {
 		if err != nil {
 			e.discard(ctx, s.id)
