@@ -378,7 +378,7 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 		return sealed{}, err
 	}
 	seal := envelope.NewSeal()
-	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
+	h := &envelope.Header{Argv: argv, Env: jobEnv(job.Env), Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
 	spec, err := judgeHeader(h, job, p, lim)
 	if err != nil {
 		return sealed{}, err
@@ -404,6 +404,32 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 		return sealed{}, err
 	}
 	return sealed{header: b, seal: seal, judge: spec}, nil
+}
+
+// DeterministicEnv is the environment every job starts from, so that two
+// runs of one job see the same clock zone, locale, hash order and build
+// timestamps; a job's env overrides any of it.
+var DeterministicEnv = map[string]string{
+	"TZ":                "UTC",
+	"LANG":              "C.UTF-8",
+	"LC_ALL":            "C.UTF-8",
+	"PYTHONHASHSEED":    "0",
+	"SOURCE_DATE_EPOCH": "0",
+}
+
+// Hostname is every sandbox's host name.
+const Hostname = "sandbox"
+
+// jobEnv is DeterministicEnv under the job's own env.
+func jobEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(DeterministicEnv)+len(env))
+	for k, v := range DeterministicEnv {
+		out[k] = v
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
 }
 
 // judgeHeader adds a job's compile step (its own, else its preset's) and

@@ -207,3 +207,24 @@ func TestIntegrationCompileStep(t *testing.T) {
 		t.Fatalf("compiled, no tests: %s (%s) %q", res.Status, res.Error, res.Stdout)
 	}
 }
+
+// Every job starts from the same clock zone, locale, hash seed, build
+// epoch and host name; a job may override the environment. The result
+// names the image ID its sandbox ran.
+func TestIntegrationDeterministicDefaults(t *testing.T) {
+	t.Parallel()
+	e := judgeSetup(t)
+	const probe = `import os, socket
+print(" ".join(os.environ.get(k, "-") for k in ("TZ", "LANG", "PYTHONHASHSEED", "SOURCE_DATE_EPOCH")), socket.gethostname(), hash("sandfleet"))`
+	a, b := run(t, e, job(probe)), run(t, e, job(probe))
+	if a.Status != jobs.StatusSucceeded || !strings.HasPrefix(a.Stdout, "UTC C.UTF-8 0 0 sandbox ") || a.Stdout != b.Stdout {
+		t.Fatalf("defaults: %q and %q (%s)", a.Stdout, b.Stdout, a.Error)
+	}
+	if !strings.HasPrefix(a.ImageDigest, "sha256:") || a.ImageDigest != b.ImageDigest {
+		t.Errorf("image digests %q, %q", a.ImageDigest, b.ImageDigest)
+	}
+	o := run(t, e, job(probe, func(j *jobs.Job) { j.Env = map[string]string{"TZ": "Europe/Paris", "PYTHONHASHSEED": "1"} }))
+	if !strings.HasPrefix(o.Stdout, "Europe/Paris C.UTF-8 1 0 sandbox ") {
+		t.Errorf("overridden: %q", o.Stdout)
+	}
+}
