@@ -78,7 +78,17 @@ type Config struct {
 	// OnResult, if set, is called with each result as it arrives. Calls
 	// are serialized. An error aborts Run (the jobs in flight go on).
 	OnResult func(Outcome) error
+
+	// RetryErrors runs again each job whose stored result is an
+	// infrastructure error: as <id>-retry<n> (n from 1, at most
+	// MaxRetries; an ID too long for that is cut and hashed, see RetryID),
+	// its retry_of the original ID. A retry that is itself an error is
+	// retried in turn; a stored retry is reused like any result.
+	RetryErrors bool
 }
+
+// MaxRetries bounds the retries of one job by RetryErrors.
+const MaxRetries = 5
 
 // BadLine is a line that is not a valid job.
 type BadLine struct {
@@ -129,6 +139,13 @@ type Summary struct {
 	WallMS      int64               `json:"wall_ms"`
 	Throughput  float64             `json:"throughput_per_s"` // results of this run per second of wall time
 	Interrupted bool                `json:"interrupted"`
+	// Passed counts the succeeded results; Groups the pass counts and
+	// pass@1 per label value (every label but batch_line and task_id,
+	// and of a key with at most 100 values).
+	Passed int     `json:"passed"`
+	Groups []Group `json:"groups"`
+	// Retried counts the jobs run again under a new ID by RetryErrors.
+	Retried int `json:"retried,omitempty"`
 }
 
 // Percentiles of the jobs' durations (Result.DurationMS), null when no
@@ -163,6 +180,11 @@ type Runner struct {
 
 	sinkMu sync.Mutex
 	sem    chan struct{} // the window: one token per job in flight
+
+	groups  groups
+	record  record
+	passed  int
+	retried int
 }
 
 var badNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -225,6 +247,7 @@ func (r *Runner) Name() string { return r.cfg.Name }
 type flight struct {
 	line      int
 	published bool // in the fleet: published now, or queued by an earlier run
+	image     string
 }
 
 // item is one valid line on its way to the fleet.
@@ -313,7 +336,8 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 			return context.Cause(ctx)
 		}
 		r.mu.Lock()
-		r.inflight[job.ID] = &flight{line: line}
+		r.inflight[job.ID] = &flight{line: line, image: job.Image}
+		r.record.job(job)
 		r.mu.Unlock()
 		select {
 		case work <- item{line, job}:
@@ -403,6 +427,14 @@ func (r *Runner) complete(res *jobs.Result, reused bool) error {
 		r.reused++
 	}
 	r.statuses[res.Status]++
+	if res.Status == jobs.StatusSucceeded {
+		r.passed++
+	}
+	r.groups.add(res, res.ID)
+	r.record.result(f.image, res)
+	if res.RetryOf != "" && !reused {
+		r.retried++
+	}
 	if res.DurationMS != nil {
 		r.durations = append(r.durations, *res.DurationMS)
 	}
@@ -458,6 +490,9 @@ func (r *Runner) submit(ctx context.Context, it item) error {
 			return nil // the watch delivered its result already
 		}
 		res, err := r.client.Get(ctx, it.job.ID)
+		if err == nil && r.cfg.RetryErrors && res.Status == jobs.StatusError {
+			res, err = r.retry(ctx, &it, res)
+		}
 		if err == nil {
 			return backoff.Permanent(r.complete(res, true))
 		}
@@ -663,6 +698,9 @@ func (r *Runner) summary(start time.Time, interrupted bool) *Summary {
 	defer r.mu.Unlock()
 	wall := time.Since(start)
 	s := &Summary{
+		Passed:      r.passed,
+		Groups:      r.groups.summary(),
+		Retried:     r.retried,
 		Name:        r.cfg.Name,
 		Total:       r.total,
 		Done:        r.done,
@@ -710,4 +748,56 @@ func FormatStatuses(m map[jobs.Status]int) string {
 		return "none yet"
 	}
 	return b.String()
+}
+
+// retry follows the retries of a job whose stored result is an error: the
+// first retry ID without a stored result becomes the job's (it.job is
+// changed, and the flight moves to the new ID), or the first stored retry
+// that is not an error is the job's result. It returns jobs.ErrNotFound
+// when the job is to be published under its new ID.
+func (r *Runner) retry(ctx context.Context, it *item, res *jobs.Result) (*jobs.Result, error) {
+	orig := it.job.ID
+	for n := 1; n <= MaxRetries; n++ {
+		id := RetryID(orig, n)
+		got, err := r.client.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobs.ErrNotFound):
+			j := *it.job
+			j.ID, j.RetryOf = id, orig
+			r.move(orig, id)
+			it.job = &j
+			return nil, err
+		case err != nil:
+			return nil, err
+		case got.Status != jobs.StatusError:
+			r.move(orig, id)
+			return got, nil
+		}
+		res = got
+	}
+	r.move(orig, res.ID)
+	return res, nil // out of retries: the last error stands
+}
+
+// move re-keys a flight: its result comes under the new ID.
+func (r *Runner) move(from, to string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f, ok := r.inflight[from]; ok && from != to {
+		delete(r.inflight, from)
+		r.inflight[to] = f
+	}
+}
+
+// RetryID is the ID of a job's n-th retry: <id>-retry<n>, or, when that
+// would be over 128 bytes, the ID cut and 16 hex digits of its SHA-256
+// put before the suffix, so that two long IDs never share retries.
+func RetryID(id string, n int) string {
+	suffix := fmt.Sprintf("-retry%d", n)
+	if len(id)+len(suffix) <= 128 {
+		return id + suffix
+	}
+	sum := sha256.Sum256([]byte(id))
+	h := "-" + hex.EncodeToString(sum[:8])
+	return id[:128-len(suffix)-len(h)] + h + suffix
 }

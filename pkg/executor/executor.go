@@ -286,7 +286,7 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 // failing that from wait4, and are nil when the job was killed before it
 // could report them.
 func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
-	res := &jobs.Result{ID: job.ID, Labels: job.Labels}
+	res := &jobs.Result{ID: job.ID, Labels: job.Labels, RetryOf: job.RetryOf}
 	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
 	done := func(st jobs.Status, msg string) *jobs.Result {
 		now := time.Now().UTC()

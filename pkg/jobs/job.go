@@ -55,6 +55,10 @@ type Job struct {
 	Tests []TestCase `json:"tests,omitempty"`
 	// StopOnFirstFailure skips the cases after the first that fails.
 	StopOnFirstFailure bool `json:"stop_on_first_failure,omitempty"`
+
+	// RetryOf names the job this one runs again (submit batch --retry
+	// errors); the result carries it.
+	RetryOf string `json:"retry_of,omitempty"`
 }
 
 // Status is the verdict of a job.
@@ -141,6 +145,8 @@ type Result struct {
 	ArtifactsSkipped []SkippedArtifact `json:"artifacts_skipped,omitempty"`
 	ArtifactsError   string            `json:"artifacts_error,omitempty"`
 
+	// RetryOf is the job's retry_of: the job whose error this one retried.
+	RetryOf string `json:"retry_of,omitempty"`
 	// ImageDigest is the image ID ("sha256:...") the job's sandbox was
 	// created from: what its preset's image resolved to when it ran.
 	ImageDigest string `json:"image_digest,omitempty"`
@@ -264,6 +270,9 @@ func (j *Job) Validate() error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
+	}
+	if j.RetryOf != "" && !ValidID(j.RetryOf) {
+		return invalid("retry_of %q must be a job ID", truncate(j.RetryOf, 170))
 	}
 	if j.ReplyTo != "" {
 		if err := validReplyTo(j.ReplyTo); err != nil {
