@@ -67,6 +67,10 @@ test-short:
 humaneval: humaneval-data build
 	HUMANEVAL="$(HUMANEVAL)" ./examples/humaneval/run.sh
 
+## humaneval-x: HumanEval-X's six languages as batches, canonical and broken solutions (a worker with both images running; HUMANEVALX=DIR, default ../shared/data/humaneval-x)
+humaneval-x: build
+	./examples/humanevalx/run.sh
+
 # HumanEval is not part of this repository: say where to get it.
 humaneval-data:
 	@if [ -z "$(HUMANEVAL)" ] || [ ! -f "$(HUMANEVAL)" ]; then \
