@@ -21,13 +21,6 @@ import (
 	"github.com/sandfleet/sandfleet/internal/judge"
 )
 
-// proc is a child the launcher started, with the read ends of its pipes.
-type proc struct {
-	pid      int
-	out, err *os.File // nil when not piped apart
-	started  time.Time
-}
-
 // killReason says why the launcher killed a child.
 type killReason int
 
