@@ -207,7 +207,7 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 				return infraErr("runtime check", ctx.Err())
 			}
 		}
-		s, err := e.startSandbox(ctx, true, e.images[0], "", e.cfg.Defaults)
+		s, err := e.startSandbox(ctx, true, e.trialImage(), "", e.cfg.Defaults)
 		if err != nil {
 			return err
 		}
@@ -215,6 +215,17 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 		e.release(ctx, e.cfg.Logger, s)
 	}
 	return nil
+}
+
+// trialImage is the image Check starts a sandbox of: the first that is
+// present, as Check just saw.
+func (e *Executor) trialImage() string {
+	for _, img := range e.images {
+		if !e.optional[img] || e.known(img) {
+			return img
+		}
+	}
+	return e.images[0]
 }
 
 func (e *Executor) ping(ctx context.Context) error {

@@ -2,6 +2,8 @@ package executor
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -146,5 +148,36 @@ func TestJudgeHeader(t *testing.T) {
 	env, err = buildEnvelope(&jobs.Job{ID: "y", Image: "python", Code: "1"}, DefaultPresets()["python"], lim, jobs.RunOptions{})
 	if err != nil || env.judge != nil || strings.Contains(string(env.header), "compile") {
 		t.Fatalf("plain job: spec %+v, err %v, header %s", env.judge, err, env.header)
+	}
+}
+
+// A worker without the languages' image still checks out and serves
+// python; a job of a language preset is rejected, naming the image and
+// how to build it. Without the default image, Check fails.
+func TestOptionalImageMissing(t *testing.T) {
+	t.Parallel()
+	idle := func(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64 { <-killed; return 137 }
+	f := &fakeDocker{missing: map[string]bool{LangsImage: true}, behave: idle}
+	e, err := newWithAPI(Config{WorkerID: "w"}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := t.Context()
+	if err := e.Check(ctx); err != nil {
+		t.Fatalf("Check without the optional image: %v", err)
+	}
+	res, err := e.Run(ctx, &jobs.Job{ID: "j", Image: "cpp", Code: "int main(){}"}, jobs.RunOptions{})
+	if err != nil || res.Status != jobs.StatusRejected || !strings.Contains(res.Error, LangsImage) || !strings.Contains(res.Error, "make images-all") {
+		t.Fatalf("cpp without its image: %v, %+v", err, res)
+	}
+	g := &fakeDocker{missing: map[string]bool{DefaultImage: true}}
+	e2, err := newWithAPI(Config{WorkerID: "w"}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	if err := e2.Check(ctx); !errors.Is(err, ErrImageMissing) {
+		t.Fatalf("Check without the default image: %v", err)
 	}
 }
