@@ -12,8 +12,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -106,7 +109,7 @@ func Job(lang string, p Problem, isBroken bool, id string, timeout limits.Durati
 	case "go":
 		// A test file of package main: go test -c builds it into a test
 		// binary, which exits 1 when a test fails.
-		j.Files = map[string]string{"main_test.go": p.TestSetup + "\n" + p.Prompt + sol + "\n" + p.Test + "\n"}
+		j.Files = map[string]string{"main_test.go": goProgram(p, sol)}
 		j.Code = "package main\n\nfunc main() {}\n"
 		j.Compile = []string{"sandfleet-go", "test", "-vet=off", "-c", "-o", "/tmp/main.test", "main.go", "main_test.go"}
 		j.Argv = []string{"/tmp/main.test"}
@@ -122,13 +125,77 @@ func Job(lang string, p Problem, isBroken bool, id string, timeout limits.Durati
 	return j, nil
 }
 
+// goStd are the standard packages a Go problem may use without its
+// import field naming them, by the name code refers to them with.
+var goStd = map[string]string{
+	"math": "math", "strings": "strings", "strconv": "strconv", "sort": "sort", "fmt": "fmt",
+	"time": "time", "unicode": "unicode", "bytes": "bytes", "regexp": "regexp", "rand": "math/rand",
+	"md5": "crypto/md5", "hex": "encoding/hex", "reflect": "reflect", "utf8": "unicode/utf8",
+}
+
+// lineComment matches a // comment to the end of its line.
+var lineComment = regexp.MustCompile(`//[^\n]*`)
+
+// importLine matches one import path in an import block.
+var importLine = regexp.MustCompile(`"([^"]+)"`)
+
+// goProgram is a Go problem's test file. HumanEval-X's import fields
+// disagree with its programs (a package imported twice, one used and not
+// imported, one imported and not used), which Go refuses to compile; so,
+// as goimports would: one import block of the test setup's and the
+// problem's imports and the standard packages the code uses, less those
+// it does not use.
+func goProgram(p Problem, sol string) string {
+	body := p.Prompt
+	if imp := strings.TrimSpace(p.Import); imp != "" {
+		if i := strings.Index(body, imp); i >= 0 {
+			body = body[:i] + body[i+len(imp):]
+		}
+	}
+	body += sol + "\n" + p.Test + "\n"
+	seen := map[string]bool{}
+	var paths []string
+	add := func(path string) {
+		if !seen[path] {
+			seen[path] = true
+			paths = append(paths, path)
+		}
+	}
+	for _, block := range []string{p.TestSetup, p.Import} {
+		for _, m := range importLine.FindAllStringSubmatch(block, -1) {
+			add(m[1])
+		}
+	}
+	code := lineComment.ReplaceAllString(body, "") // a package named in a comment is not used
+	uses := func(name string) bool {
+		return regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\.`).MatchString(code)
+	}
+	for _, name := range slices.Sorted(maps.Keys(goStd)) {
+		if uses(name) {
+			add(goStd[name])
+		}
+	}
+	var b strings.Builder
+	b.WriteString("package main\n\nimport (\n")
+	for _, path := range paths {
+		if path == "testing" || path == "github.com/stretchr/testify/assert" || uses(path[strings.LastIndexByte(path, '/')+1:]) {
+			fmt.Fprintf(&b, "    %q\n", path)
+		}
+	}
+	b.WriteString(")\n")
+	b.WriteString(body)
+	return b.String()
+}
+
 // braces is the count of '{' minus '}' in s, roughly (strings and
 // comments are not told apart: enough to see whether a solution closes
 // its function).
 func braces(s string) int { return strings.Count(s, "{") - strings.Count(s, "}") }
 
 // Write writes the jobs of problems ps in lang to w as JSONL: canonical
-// solutions (IDs <prefix><n>) or broken ones. limit > 0 keeps the first
+// solutions or broken ones, with IDs <prefix><n>, or none when prefix is
+// "" (submit batch derives them from the content: a changed program is a
+// new job). limit > 0 keeps the first
 // limit problems.
 func Write(w io.Writer, lang string, ps []Problem, isBroken bool, prefix string, timeout limits.Duration, limit int) (int, error) {
 	bw := bufio.NewWriter(w)
@@ -139,8 +206,11 @@ func Write(w io.Writer, lang string, ps []Problem, isBroken bool, prefix string,
 		if limit > 0 && n >= limit {
 			break
 		}
-		name := p.TaskID[strings.LastIndexByte(p.TaskID, '/')+1:]
-		j, err := Job(lang, p, isBroken, prefix+name, timeout)
+		id := ""
+		if prefix != "" {
+			id = prefix + p.TaskID[strings.LastIndexByte(p.TaskID, '/')+1:]
+		}
+		j, err := Job(lang, p, isBroken, id, timeout)
 		if err != nil {
 			return n, err
 		}

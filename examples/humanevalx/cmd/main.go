@@ -58,11 +58,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		w = f
 	}
-	prefix := "hex-" + *lang + "-"
-	if *isBroken {
-		prefix = "hex-" + *lang + "-broken-"
-	}
-	n, err := humanevalx.Write(w, *lang, ps, *isBroken, prefix, to, *limit)
+	// IDs derived by submit batch from the content (--name), so that a
+	// changed program never reuses an earlier one's result.
+	n, err := humanevalx.Write(w, *lang, ps, *isBroken, "", to, *limit)
 	if err != nil {
 		return err
 	}
