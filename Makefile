@@ -11,7 +11,7 @@ TESTHOOKS := sandfleet_testhooks
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
+.PHONY: all build sandbox-image langs-image images-all test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
 
 all: build
 
@@ -22,6 +22,18 @@ build:
 ## sandbox-image: sandfleet/sandbox:latest (online base if pullable, else a local Debian base)
 sandbox-image:
 	./sandbox-image/build.sh
+
+## langs-image: sandfleet/sandbox-langs:latest, the node, c, cpp, java, go and rust presets (offline Debian base; ~20 min the first time)
+langs-image:
+	./sandbox-image/build.sh langs
+
+## images-all: both sandbox images: python and shell, and the languages
+images-all: sandbox-image langs-image
+
+## test-langs: the languages' tests on real Docker (builds the langs image when missing)
+test-langs: build
+	@docker image inspect sandfleet/sandbox-langs:latest >/dev/null 2>&1 || ./sandbox-image/build.sh langs
+	SANDFLEET_REQUIRE_LANGS=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run 'TestIntegrationLanguages|TestHumanEvalX' ./pkg/executor ./examples/humanevalx
 
 ## runsc: install gVisor (Debian's runsc) and register it with the running Docker daemon (no restart)
 runsc:
@@ -54,6 +66,10 @@ test-short:
 ## humaneval: HUMANEVAL=path/to/HumanEval.jsonl.gz as a batch, canonical solutions (all must succeed) and broken ones (all must fail)
 humaneval: humaneval-data build
 	HUMANEVAL="$(HUMANEVAL)" ./examples/humaneval/run.sh
+
+## humaneval-x: HumanEval-X's six languages as batches, canonical and broken solutions (a worker with both images running; HUMANEVALX=DIR, default ../shared/data/humaneval-x)
+humaneval-x: build
+	./examples/humanevalx/run.sh
 
 # HumanEval is not part of this repository: say where to get it.
 humaneval-data:

@@ -1,7 +1,14 @@
 #!/bin/sh
-# Builds the sandbox image (sandfleet/sandbox:latest) used by the "python"
-# and "shell" presets.
+# Builds a sandbox image.
 #
+#   build.sh        sandfleet/sandbox:latest, the "python" and "shell" presets
+#   build.sh langs  sandfleet/sandbox-langs:latest, the "node", "c", "cpp",
+#                   "java", "go" and "rust" presets: always offline, from a
+#                   Debian bookworm base with nodejs, gcc/g++, openjdk-17,
+#                   golang-go (+ testify) and rustc (+ the rand, regex and md5
+#                   crates, prebuilt), cached as sandfleet/debian-langs-base:bookworm
+#
+# The default image:
 #   online:  FROM python:3.12-slim + pip install of the seed's pinned versions
 #   offline: a Debian bookworm base made with mmdebstrap from this machine's
 #            apt sources, imported as sandfleet/debian-python-base:bookworm
@@ -10,7 +17,8 @@
 # The path is chosen automatically: offline when the online base is neither
 # present nor pullable. Environment:
 #   SANDBOX_BUILD=auto|online|offline   force a path (default auto)
-#   SANDBOX_IMAGE                       tag to build (default sandfleet/sandbox:latest)
+#   SANDBOX_IMAGE                       tag to build (default sandfleet/sandbox:latest,
+#                                       or sandfleet/sandbox-langs:latest for langs)
 #   SANDBOX_REBUILD_BASE=1              rebuild the offline base even if cached
 #   SANDBOX_APT_SOURCES                 deb822 sources for mmdebstrap
 #                                       (default /etc/apt/sources.list.d/debian.sources)
@@ -18,10 +26,32 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-image=${SANDBOX_IMAGE:-sandfleet/sandbox:latest}
+flavor=${1:-default}
 online_base=python:3.12-slim
-offline_base=sandfleet/debian-python-base:bookworm
-mode=${SANDBOX_BUILD:-auto}
+case "$flavor" in
+default)
+	image=${SANDBOX_IMAGE:-sandfleet/sandbox:latest}
+	offline_base=sandfleet/debian-python-base:bookworm
+	hook=
+	packages=python3,python3-requests,python3-bs4
+	dockerfile=$here/Dockerfile
+	mode=${SANDBOX_BUILD:-auto}
+	;;
+langs)
+	image=${SANDBOX_IMAGE:-sandfleet/sandbox-langs:latest}
+	offline_base=sandfleet/debian-langs-base:bookworm
+	# update-alternatives (openjdk's) wants the man directories that the
+	# path-exclude below leaves out.
+	hook=--setup-hook='mkdir -p "$1/usr/share/man/man1"'
+	packages=passwd,bash,nodejs,gcc,g++,libc6-dev,openjdk-17-jdk-headless,golang-go,golang-github-stretchr-testify-dev,rustc,cargo,librust-rand-dev,librust-regex-dev,librust-md5-dev
+	dockerfile=$here/langs/Dockerfile
+	mode=offline
+	;;
+*)
+	echo "build.sh: unknown image $flavor (want nothing, or langs)" >&2
+	exit 2
+	;;
+esac
 sources=${SANDBOX_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
 pip_packages="requests==2.32.3 beautifulsoup4==4.12.3"
 
@@ -60,12 +90,12 @@ build_offline_base() {
 	fi
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
-	log "building $offline_base with mmdebstrap (takes a minute or two)"
-	set -- --variant=minbase --include=python3,python3-requests,python3-bs4 \
+	log "building $offline_base with mmdebstrap (takes a minute or two; langs longer)"
+	set -- --variant=minbase --include="$packages" \
 		--dpkgopt='path-exclude=/usr/share/doc/*' \
 		--dpkgopt='path-exclude=/usr/share/man/*' \
 		--dpkgopt='path-exclude=/usr/share/locale/*' \
-		bookworm "$tmp/base.tar"
+		${hook:+"$hook"} bookworm "$tmp/base.tar"
 	if [ -r "$sources" ]; then
 		mmdebstrap "$@" - <"$sources" >&2
 	else
@@ -82,12 +112,12 @@ case "$mode" in
 online)
 	log "building $image FROM $online_base"
 	docker build -q -t "$image" --build-arg "BASE=$online_base" \
-		--build-arg "PIP_PACKAGES=$pip_packages" "$here" >/dev/null
+		--build-arg "PIP_PACKAGES=$pip_packages" -f "$dockerfile" "$here" >/dev/null
 	;;
 offline)
 	build_offline_base
 	log "building $image FROM $offline_base"
-	docker build -q -t "$image" --build-arg "BASE=$offline_base" "$here" >/dev/null
+	docker build -q -t "$image" --build-arg "BASE=$offline_base" -f "$dockerfile" "$here" >/dev/null
 	;;
 *)
 	log "SANDBOX_BUILD must be auto, online or offline, not $mode"

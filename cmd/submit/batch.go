@@ -30,13 +30,14 @@ type batchCommand struct {
 	out output
 
 	outPath, name, queue string
+	retry                string
 	window               int
 	strict               bool
 	interval             time.Duration
 }
 
 func (c *batchCommand) synopsis() string {
-	return "batch FILE.jsonl [-o OUT.jsonl] [--json] [--name NAME] [--window N] [--strict] [--queue Q]"
+	return "batch FILE.jsonl [-o OUT.jsonl] [--json] [--name NAME] [--window N] [--strict] [--queue Q] [--retry errors]"
 }
 
 func (c *batchCommand) about() string {
@@ -46,7 +47,12 @@ and no -o). Lines without an "id" get one derived from the batch name (default
 FILE's base name without extension) and the line's content, so running the
 same command again resumes: stored results are reused, queued and running
 jobs are waited for, the rest is published. Each result written gets the
-label batch_line, its line in FILE.
+label batch_line, its line in FILE. With -o OUT, the run's manifest (presets
+and the image IDs their results ran in, the live workers and their versions,
+the jobs' limits, the counts) goes next to it, to OUT's name with
+.manifest.json for .jsonl. --retry errors runs again, as <id>-retry<n>, each
+job whose stored result is an infrastructure error; the new result names
+the old ID in retry_of. The summary counts passes and pass@1 per label value.
 
 Exit codes: 0 every job succeeded; 1 a job did not succeed (or is pending);
 2 bad input (bad lines are reported and skipped; with --strict nothing runs);
@@ -59,6 +65,7 @@ func (c *batchCommand) define(fs *pflag.FlagSet) {
 	fs.StringVar(&c.name, "name", "", "batch `NAME` in derived job IDs (default FILE's base name)")
 	fs.IntVar(&c.window, "window", 0, "most jobs in flight `N` (default max(64, 2 x the slots of the live workers))")
 	fs.BoolVar(&c.strict, "strict", false, "publish nothing if any line is bad (exit 2)")
+	fs.StringVar(&c.retry, "retry", "", "`errors`: run again the jobs whose stored result is an infrastructure error, under new IDs")
 	fs.StringVar(&c.queue, "queue", jobs.DefaultQueue, "queue `Q` of the lines that name none")
 	fs.DurationVar(&c.interval, "progress-interval", 0, "progress line interval (default 200ms on a terminal, 5s otherwise)")
 	fs.MarkHidden("progress-interval") // a test knob
@@ -97,6 +104,9 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	if out == "" && !c.out.json {
 		out = "-"
 	}
+	if c.retry != "" && c.retry != "errors" {
+		return usage("--retry takes errors, not %q", c.retry)
+	}
 
 	client, closeConn, err := m.connect(ctx)
 	if err != nil {
@@ -124,7 +134,8 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 			defer badMu.Unlock()
 			m.warnf("%s:%d: %v", path, b.Line, b.Err)
 		},
-		OnResult: sink.write,
+		OnResult:    sink.write,
+		RetryErrors: c.retry == "errors",
 	})
 	if err != nil {
 		return fail(exitUsage, "%w", err)
@@ -145,6 +156,14 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return fail(exitUnavailable, "write %s: %w", out, cerr)
 	}
 	c.printSummary(sum, out)
+	if out != "" && out != "-" {
+		mpath := manifestPath(out)
+		if merr := writeManifest(ctx, client, runner.Manifest(sum), mpath); merr != nil {
+			m.warnf("manifest: %v", merr)
+		} else {
+			fmt.Fprintf(m.Stderr, "  manifest:   %s\n", mpath)
+		}
+	}
 	interrupted := ctx.Err() != nil && sum.Interrupted
 	switch {
 	case errors.Is(err, batch.ErrBadInput):
@@ -314,9 +333,38 @@ func (c *batchCommand) printSummary(s *batch.Summary, out string) {
 	fmt.Fprintf(w, "  status:     %s\n", batch.FormatStatuses(s.Statuses))
 	fmt.Fprintf(w, "  duration:   p50 %s, p95 %s, max %s\n", ms(s.Duration.P50), ms(s.Duration.P95), ms(s.Duration.Max))
 	fmt.Fprintf(w, "  wall:       %s, %.2f jobs/s\n", (time.Duration(s.WallMS) * time.Millisecond).String(), s.Throughput)
+	fmt.Fprintf(w, "  passed:     %d of %d\n", s.Passed, s.Total)
+	if s.Retried > 0 {
+		fmt.Fprintf(w, "  retried:    %d errors run again\n", s.Retried)
+	}
+	for _, g := range s.Groups {
+		fmt.Fprintf(w, "  group:      %s\n", batch.FormatGroup(g))
+	}
 	if out != "" && out != "-" {
 		fmt.Fprintf(w, "  results:    %s\n", out)
 	}
+}
+
+// manifestPath is where a batch's manifest goes: beside its results.
+func manifestPath(out string) string {
+	return strings.TrimSuffix(out, ".jsonl") + ".manifest.json"
+}
+
+// writeManifest completes the manifest with the live workers (when this
+// client may read them) and writes it.
+func writeManifest(ctx context.Context, client *jobs.Client, mf *batch.Manifest, path string) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if st, err := client.Status(sctx); err == nil {
+		for _, w := range st.Workers {
+			mf.Workers = append(mf.Workers, batch.ManifestWorker{ID: w.ID, Version: w.Version})
+		}
+	}
+	b, err := json.MarshalIndent(mf, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // resumeCommand is the command line that resumes this batch: submit's

@@ -51,8 +51,8 @@ Flags and arguments may come in any order; "--" ends the flags.
 "submit <command> --help" explains a command and lists its flags.
 
 Exit codes of run, get, wait and logs, from the job's status:
-  succeeded 0, failed the job's exit code, timeout 124, oom 137,
-  output_limit 1, canceled 130, rejected 2, error 125.
+  succeeded 0, failed the job's exit code, compile_error 65, timeout 124,
+  oom 137, output_limit 1, canceled 130, rejected 2, error 125.
 Other exit codes:
   1   get/wait/cancel/logs/artifacts: no job with this ID; cancel: the job
       already finished; workspace: no such workspace or revision, or a refused

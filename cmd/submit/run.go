@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +26,8 @@ type runCommand struct {
 	out output
 
 	code, image, stdinFile, id, queue string
-	detach, network                   bool
+	testsFile                         string
+	detach, network, stopOnFailure    bool
 	waitRoom                          time.Duration
 	lim                               limits.Limits
 	files, env, labels                kvFlag
@@ -38,7 +42,7 @@ FILE, or read from stdin (-). Prints the job's stdout on stdout and its
 stderr on stderr as the job writes them; for any status but succeeded and
 failed, one more line on stderr says what happened. Ctrl-C stops waiting
 (exit 130); the job goes on ("submit logs -f ID" follows it again). Exits as the job: 0 succeeded, its exit code
-when it failed, 124 timeout, 137 oom, 1 output_limit, 130 canceled,
+when it failed, 65 compile_error, 124 timeout, 137 oom, 1 output_limit, 130 canceled,
 2 rejected, 125 error. On a terminal the job's control characters are
 shown (ESC as ^[) rather than acted on; pipes and files get its bytes.
 
@@ -50,7 +54,7 @@ With --detach, prints the job ID and exits; "submit wait ID" gets the result.
 func (c *runCommand) define(fs *pflag.FlagSet) {
 	c.files.what, c.env.what, c.labels.what = "NAME=PATH", "K=V", "K=V"
 	fs.StringVarP(&c.code, "code", "c", "", "the job's `CODE` (instead of a FILE or -)")
-	fs.StringVar(&c.image, "image", "", "preset `NAME` of the worker (python, shell; default shell for a .sh FILE, else python)")
+	fs.StringVar(&c.image, "image", "", "preset `NAME` of the worker (python, shell, node, c, cpp, java, go, rust; default shell for a .sh FILE, else python)")
 	fs.Var(cmdline.Value(&c.lim.Timeout, "duration"), "timeout", "wall-clock limit `D`, e.g. 30s (default the worker's, 30s)")
 	fs.Var(cmdline.Value(&c.lim.Memory, "size"), "memory", "memory limit `SIZE`, e.g. 512m (default the worker's, 512m)")
 	fs.Float64Var(&c.lim.CPUs, "cpus", 0, "CPU limit `N`, e.g. 1.5 (default the worker's, 1)")
@@ -58,6 +62,8 @@ func (c *runCommand) define(fs *pflag.FlagSet) {
 	fs.Var(cmdline.Value(&c.lim.Output, "size"), "output", "output cap per stream `SIZE` (default the worker's, 1m)")
 	fs.BoolVar(&c.network, "network", false, "ask for a network (the worker must allow it)")
 	fs.StringVar(&c.stdinFile, "stdin", "", "`FILE` fed to the job's stdin")
+	fs.StringVar(&c.testsFile, "tests", "", "judge the job: `FILE` is a JSON array of test cases ({\"stdin\", \"args\", \"expected_stdout\", \"timeout\", \"compare\", \"tolerance\", \"name\"})")
+	fs.BoolVar(&c.stopOnFailure, "stop-on-first-failure", false, "with --tests: skip the cases after the first that fails")
 	fs.Var(&c.files, "file", "extra file `NAME=PATH` in the working directory (repeatable)")
 	fs.Var(&c.env, "env", "environment variable `K=V` (repeatable)")
 	fs.Var(&c.labels, "label", "label `K=V` copied into the result (repeatable)")
@@ -170,6 +176,18 @@ func (c *runCommand) job(fs *pflag.FlagSet) (*jobs.Job, error) {
 		}
 		job.Stdin = string(data)
 	}
+	if c.testsFile != "" {
+		data, err := os.ReadFile(c.testsFile)
+		if err != nil {
+			return nil, usage("--tests: %v", err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&job.Tests); err != nil {
+			return nil, usage("--tests %s: want a JSON array of test cases: %v", c.testsFile, err)
+		}
+	}
+	job.StopOnFirstFailure = c.stopOnFailure
 	for name, path := range c.files.m {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -238,6 +256,28 @@ func (o *output) report(res *jobs.Result) error {
 // ended says on stderr what happened to a job that did not end on its own
 // or was not run, and ends with the exit code of its status.
 func (o *output) ended(res *jobs.Result) error {
+	if res.Status == jobs.StatusCompileErr && res.Compile != nil {
+		o.text(o.m.Stderr, res.Compile.Output)
+	}
+	if tr := res.Tests; tr != nil {
+		for _, c := range tr.Cases {
+			if c.Verdict == jobs.CasePassed || c.Verdict == jobs.CaseNotRun {
+				continue
+			}
+			line := fmt.Sprintf("submit: case %d", c.Index)
+			if c.Name != "" {
+				line += " " + strconv.Quote(c.Name)
+			}
+			line += ": " + c.Verdict
+			if c.Diff != nil {
+				line += fmt.Sprintf(" at line %d: expected %q, got %q", c.Diff.Line, c.Diff.Expected, c.Diff.Actual)
+			} else if c.Error != "" {
+				line += ": " + c.Error
+			}
+			o.text(o.m.Stderr, line+"\n")
+		}
+		o.text(o.m.Stderr, fmt.Sprintf("submit: tests: %d of %d passed (%d failed, %d not run)\n", tr.Passed, tr.Total, tr.Failed, tr.NotRun))
+	}
 	switch res.Status {
 	case jobs.StatusSucceeded, jobs.StatusFailed:
 	default:

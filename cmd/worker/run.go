@@ -52,7 +52,10 @@ Flags:
 // fileConfig is the JSON of --config. Every field is optional.
 //
 //	{"presets": {"python": {"image": "sandfleet/sandbox:latest",
-//	                        "main_file": "main.py", "argv": ["python3", "main.py"]}},
+//	                        "main_file": "main.py", "argv": ["python3", "main.py"]},
+//	             "c": {"image": "sandfleet/sandbox-langs:latest", "main_file": "main.c",
+//	                   "compile": ["gcc", "-o", "/tmp/main", "main.c"], "argv": ["/tmp/main"],
+//	                   "optional": true}},
 //	 "defaults": {"timeout": "30s", "memory": "512m"},
 //	 "caps": {"timeout": "10m", "memory": "4g", "cpus": 2, "network": false},
 //	 "runtime": "runc"}

@@ -70,6 +70,13 @@ type Header struct {
 	// agree on every job that uses neither.
 	Restore *Restore `json:"restore,omitempty"`
 	Archive *Archive `json:"archive,omitempty"`
+
+	// Compile and Tests are a compiled preset's and a judged job's (see
+	// tests.go); both opt-in too. CompileOutputLimit bounds the compiler's
+	// output kept (0: MaxCompileOutput).
+	Compile            []string `json:"compile,omitempty"`
+	CompileOutputLimit int64    `json:"compile_output_limit,omitempty"`
+	Tests              *Tests   `json:"tests,omitempty"`
 }
 
 // Seal returns the seal the header carries.
@@ -124,7 +131,10 @@ func (h *Header) Validate() error {
 	if !keyRE.MatchString(h.Key) {
 		return errorf("key must be 64 lowercase hex digits")
 	}
-	return h.validateWorkspace()
+	if err := h.validateWorkspace(); err != nil {
+		return err
+	}
+	return h.validateTests()
 }
 
 // Marshal returns the header part of an envelope: the first line and the

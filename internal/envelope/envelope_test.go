@@ -243,6 +243,16 @@ func FuzzDecode(f *testing.F) {
 	good, _ := Marshal(sample())
 	f.Add(good)
 	f.Add(append(good, "stdin"...))
+	judged := sample()
+	judged.Compile = []string{"gcc", "-o", "/tmp/main", "main.c"}
+	judged.Tests = &Tests{OutputLimit: 1 << 20, StopOnFirstFailure: true, Cases: []Case{
+		{Stdin: []byte("1 2\n"), Args: []string{"-v"}, Expected: []byte("3\n"), TimeoutMS: 1000, Compare: "float", Tolerance: 1e-6},
+	}}
+	if b, err := Marshal(judged); err == nil {
+		f.Add(b)
+	} else {
+		f.Fatalf("a judged header: %v", err)
+	}
 	f.Add([]byte("SANDFLEET1 2\n{}"))
 	f.Add([]byte("SANDFLEET1 99999999\n"))
 	f.Add([]byte("\n"))

@@ -20,6 +20,8 @@ const (
 	FrameStdout  byte = 'o' // the job's stdout
 	FrameStderr  byte = 'e' // the job's stderr
 	FrameArchive byte = 'a' // a tar archive the launcher made (workspaces)
+	FrameCompile byte = 'c' // the compile step's output, stdout and stderr as one
+	FrameCase    byte = 'r' // one test case's CaseReport, JSON
 	FrameTrailer byte = 't' // the signed trailer: the last frame
 )
 
@@ -70,7 +72,8 @@ func (d *Deframer) Write(p []byte) (int, error) {
 		}
 		kind, size := p[0], binary.BigEndian.Uint32(p[1:FrameHeaderBytes])
 		switch {
-		case kind != FrameStdout && kind != FrameStderr && kind != FrameArchive && kind != FrameTrailer:
+		case kind != FrameStdout && kind != FrameStderr && kind != FrameArchive && kind != FrameTrailer &&
+			kind != FrameCompile && kind != FrameCase:
 			d.err = fmt.Errorf("%w: unknown frame kind %q", ErrFormat, kind)
 			return n, nil
 		case size > MaxFramePayload:

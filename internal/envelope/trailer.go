@@ -49,6 +49,20 @@ type Trailer struct {
 	ArchiveFiles   int    `json:"archive_files,omitempty"`
 	ArchiveSkipped int    `json:"archive_skipped,omitempty"`
 	ArchiveError   string `json:"archive_error,omitempty"`
+
+	// The compile step's, when the header had one: its exit status (or
+	// 128+N for signal N), how long it took, and the bytes of its output
+	// framed (FrameCompile) and seen in all. CompileExit is nil when
+	// there was no compile step.
+	CompileExit  *int  `json:"compile_exit,omitempty"`
+	CompileMS    int64 `json:"compile_ms,omitempty"`
+	CompileBytes int64 `json:"compile_bytes,omitempty"`
+	CompileSeen  int64 `json:"compile_seen,omitempty"`
+
+	// The case reports framed (FrameCase), when the header had tests: how
+	// many and their CaseDigest.
+	Cases       int    `json:"cases,omitempty"`
+	CasesSHA256 string `json:"cases_sha256,omitempty"`
 }
 
 // MaxTrailerBytes bounds an encoded trailer, MAC included. A trailer

@@ -2,6 +2,8 @@ package batch
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -68,7 +70,17 @@ type Config struct {
 	// OnResult, if set, is called with each result as it arrives. Calls
 	// are serialized. An error aborts Run (the jobs in flight go on).
 	OnResult func(Outcome) error
+
+	// RetryErrors runs again each job whose stored result is an
+	// infrastructure error: as <id>-retry<n> (n from 1, at most
+	// MaxRetries; an ID too long for that is cut and hashed, see RetryID),
+	// its retry_of the original ID. A retry that is itself an error is
+	// retried in turn; a stored retry is reused like any result.
+	RetryErrors bool
 }
+
+// MaxRetries bounds the retries of one job by RetryErrors.
+const MaxRetries = 5
 
 // BadLine is a line that is not a valid job.
 type BadLine struct {
@@ -208,7 +220,7 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 		if err != nil {
 			return nil // reported in pass 1
 		}
-		if err := r.t.add(ctx, job.ID, line); err != nil {
+		if err := r.t.add(ctx, job, line); err != nil {
 			return err
 		}
 		select {
@@ -249,15 +261,15 @@ func (r *Runner) complete(res *jobs.Result, reused bool) error {
 	}
 	r.sinkMu.Lock()
 	defer r.sinkMu.Unlock()
-	line, ok := r.t.take(res.ID)
+	f, ok := r.t.take(res.ID)
 	if !ok { // the other path won meanwhile
 		return nil
 	}
 	var err error
 	if r.cfg.OnResult != nil {
-		err = r.cfg.OnResult(Outcome{Line: line, Result: res, Reused: reused})
+		err = r.cfg.OnResult(Outcome{Line: f.line, Result: res, Reused: reused})
 	}
-	r.t.finish(res, reused)
+	r.t.finish(f, res, reused)
 	return err
 }
 
@@ -294,6 +306,9 @@ func (r *Runner) submit(ctx context.Context, it item) error {
 			return nil // the watch delivered its result already
 		}
 		res, err := r.client.Get(ctx, it.job.ID)
+		if err == nil && r.cfg.RetryErrors && res.Status == jobs.StatusError {
+			res, err = r.retry(ctx, &it, res)
+		}
 		if err == nil {
 			return backoff.Permanent(r.complete(res, true))
 		}
@@ -332,4 +347,46 @@ func (r *Runner) submit(ctx context.Context, it item) error {
 		return nil // interrupted: Run reports it
 	}
 	return err
+}
+
+// retry follows the retries of a job whose stored result is an error: the
+// first retry ID without a stored result becomes the job's (it.job is
+// changed, and the flight moves to the new ID), or the first stored retry
+// that is not an error is the job's result. It returns jobs.ErrNotFound
+// when the job is to be published under its new ID.
+func (r *Runner) retry(ctx context.Context, it *item, res *jobs.Result) (*jobs.Result, error) {
+	orig := it.job.ID
+	for n := 1; n <= MaxRetries; n++ {
+		id := RetryID(orig, n)
+		got, err := r.client.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobs.ErrNotFound):
+			j := *it.job
+			j.ID, j.RetryOf = id, orig
+			r.t.move(orig, id)
+			it.job = &j
+			return nil, err
+		case err != nil:
+			return nil, err
+		case got.Status != jobs.StatusError:
+			r.t.move(orig, id)
+			return got, nil
+		}
+		res = got
+	}
+	r.t.move(orig, res.ID)
+	return res, nil // out of retries: the last error stands
+}
+
+// RetryID is the ID of a job's n-th retry: <id>-retry<n>, or, when that
+// would be over 128 bytes, the ID cut and 16 hex digits of its SHA-256
+// put before the suffix, so that two long IDs never share retries.
+func RetryID(id string, n int) string {
+	suffix := fmt.Sprintf("-retry%d", n)
+	if len(id)+len(suffix) <= 128 {
+		return id + suffix
+	}
+	sum := sha256.Sum256([]byte(id))
+	h := "-" + hex.EncodeToString(sum[:8])
+	return id[:128-len(suffix)-len(h)] + h + suffix
 }

@@ -43,6 +43,13 @@ type Summary struct {
 	WallMS      int64               `json:"wall_ms"`
 	Throughput  float64             `json:"throughput_per_s"` // results of this run per second of wall time
 	Interrupted bool                `json:"interrupted"`
+	// Passed counts the succeeded results; Groups the pass counts and
+	// pass@1 per label value (every label but batch_line and task_id,
+	// and of a key with at most 100 values).
+	Passed int     `json:"passed"`
+	Groups []Group `json:"groups"`
+	// Retried counts the jobs run again under a new ID by RetryErrors.
+	Retried int `json:"retried,omitempty"`
 }
 
 // Percentiles of the jobs' durations (Result.DurationMS), null when no
@@ -67,6 +74,10 @@ type stats struct {
 	statuses  map[jobs.Status]int
 	durations []int64   // the results' DurationMS, where set
 	started   time.Time // when publishing started; zero before
+	passed    int       // results that succeeded
+	retried   int       // results of jobs run again by RetryErrors
+	groups    groups    // pass counts per label value
+	manifest  record    // presets, image IDs and limits, for the run manifest
 }
 
 // record counts a job's result.
@@ -76,6 +87,13 @@ func (s *stats) record(res *jobs.Result, reused bool) {
 		s.reused++
 	}
 	s.statuses[res.Status]++
+	if res.Status == jobs.StatusSucceeded {
+		s.passed++
+	}
+	s.groups.add(res, res.ID)
+	if res.RetryOf != "" && !reused {
+		s.retried++
+	}
 	if res.DurationMS != nil {
 		s.durations = append(s.durations, *res.DurationMS)
 	}
@@ -116,6 +134,9 @@ func (s *stats) summary(name string, wall time.Duration, published int, interrup
 		Statuses:    maps.Clone(s.statuses),
 		WallMS:      wall.Milliseconds(),
 		Interrupted: interrupted,
+		Passed:      s.passed,
+		Groups:      s.groups.summary(),
+		Retried:     s.retried,
 	}
 	if wall > 0 {
 		sum.Throughput = math.Round(float64(s.done-s.reused)/wall.Seconds()*100) / 100

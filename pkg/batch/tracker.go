@@ -26,7 +26,8 @@ type tracker struct {
 // flight is a job looked up or published, waiting for its result.
 type flight struct {
 	line      int
-	published bool // in the fleet: published now, or queued by an earlier run
+	published bool   // in the fleet: published now, or queued by an earlier run
+	image     string // its preset, for the run manifest
 }
 
 func newTracker(window int) *tracker {
@@ -73,7 +74,7 @@ func (t *tracker) endFeeding() {
 
 // add takes a slot of the window for the job of line, waiting for one
 // while the window is full. It returns ctx's cause when ctx ends first.
-func (t *tracker) add(ctx context.Context, id string, line int) error {
+func (t *tracker) add(ctx context.Context, job *jobs.Job, line int) error {
 	select {
 	case t.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -81,7 +82,8 @@ func (t *tracker) add(ctx context.Context, id string, line int) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.inflight[id] = &flight{line: line}
+	t.inflight[job.ID] = &flight{line: line, image: job.Image}
+	t.stats.manifest.job(job)
 	return nil
 }
 
@@ -118,22 +120,41 @@ func (t *tracker) forget(id string) {
 // take removes a job that has its result from the in-flight set and
 // returns its line; ok is false when it was not there (its result was
 // taken already). Its slot stays taken until finish counts the result.
-func (t *tracker) take(id string) (line int, ok bool) {
+func (t *tracker) take(id string) (f *flight, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	f, ok := t.inflight[id]
+	f, ok = t.inflight[id]
 	if !ok {
-		return 0, false
+		return nil, false
 	}
 	delete(t.inflight, id)
-	return f.line, true
+	return f, true
+}
+
+// move re-keys a flight (a retry of its job): its result comes under the
+// new ID.
+func (t *tracker) move(from, to string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f, ok := t.inflight[from]; ok && from != to {
+		delete(t.inflight, from)
+		t.inflight[to] = f
+	}
+}
+
+// manifest is Runner.Manifest's record of the jobs and their images.
+func (t *tracker) manifest(fill func(*record)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fill(&t.stats.manifest)
 }
 
 // finish counts the result of a job taken out of flight and frees its
 // slot.
-func (t *tracker) finish(res *jobs.Result, reused bool) {
+func (t *tracker) finish(f *flight, res *jobs.Result, reused bool) {
 	t.mu.Lock()
 	t.stats.record(res, reused)
+	t.stats.manifest.result(f.image, res)
 	t.checkDoneLocked()
 	t.mu.Unlock()
 	<-t.slots

@@ -35,6 +35,13 @@ type capture struct {
 	closed         bool
 	onOutput       func(kind byte, p []byte) // set at the hand-off; nil for none
 	archive        *archiveSink              // set at the hand-off when the job asked for an archive
+
+	// The compile step's output, kept up to limit and counted, and the
+	// case reports, kept up to maxCases and digested (all of them).
+	compile  stream
+	cases    [][]byte
+	maxCases int
+	caseSum  envelope.CaseDigest
 }
 
 // stream is one of the job's streams: the first limit bytes, and a count.
@@ -66,6 +73,15 @@ func (c *capture) frame(kind byte, p []byte) {
 	case envelope.FrameTrailer:
 		c.trailer = append([]byte(nil), p...)
 		c.end()
+		return
+	case envelope.FrameCompile:
+		c.compile.add(p, c.limit)
+		return
+	case envelope.FrameCase:
+		c.caseSum.Add(p)
+		if len(c.cases) < c.maxCases {
+			c.cases = append(c.cases, append([]byte(nil), p...))
+		}
 		return
 	case envelope.FrameArchive:
 		if c.archive == nil {
@@ -124,6 +140,14 @@ func (c *capture) watch(onOutput func(kind byte, p []byte)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.onOutput = onOutput
+}
+
+// expectCases sets how many case reports are kept, before the hand-off:
+// the job's cases; any more void the verdict through the digest's count.
+func (c *capture) expectCases(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.maxCases = n
 }
 
 // keepArchive sets where the archive frames go, before the hand-off.

@@ -15,6 +15,10 @@ import (
 // DefaultImage is the image build.sh builds for the default presets.
 const DefaultImage = "sandfleet/sandbox:latest"
 
+// LangsImage is the image `build.sh langs` builds for the languages'
+// presets: node, c, cpp, java, go and rust.
+const LangsImage = "sandfleet/sandbox-langs:latest"
+
 // Preset is what a job may name in its image field: an image with a main
 // file and a command. A job can never name a raw image. Its JSON is a
 // preset in the worker's --config file.
@@ -22,14 +26,34 @@ type Preset struct {
 	Image    string   `json:"image"`     // image reference; it must exist locally, it is never pulled
 	MainFile string   `json:"main_file"` // Job.Code is written here, relative to the working directory
 	Argv     []string `json:"argv"`      // the command when the job gives none
+	// Compile, if set, runs before the command (and before every test
+	// case), once: when it fails the job is compile_error and nothing
+	// else runs. A job's own compile replaces it.
+	Compile []string `json:"compile,omitempty"`
+	// Optional presets need not have their image on the worker: Check does
+	// not fail for it and the pool skips it, and a job naming the preset
+	// is rejected, naming the image and how to build it. The languages'
+	// presets are optional, so a Python-only worker needs one image.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // DefaultPresets returns the presets of a worker configured with none:
-// "python" (python3 main.py) and "shell" (sh main.sh), both on DefaultImage.
+// "python" (python3 main.py) and "shell" (bash main.sh) on DefaultImage,
+// and the optional languages on LangsImage, each compiled (where it has a
+// compile step) into /tmp, the build's tmpfs, never into the workspace.
 func DefaultPresets() map[string]Preset {
+	lang := func(main string, compile []string, argv ...string) Preset {
+		return Preset{Image: LangsImage, MainFile: main, Compile: compile, Argv: argv, Optional: true}
+	}
 	return map[string]Preset{
 		"python": {Image: DefaultImage, MainFile: "main.py", Argv: []string{"python3", "main.py"}},
-		"shell":  {Image: DefaultImage, MainFile: "main.sh", Argv: []string{"sh", "main.sh"}},
+		"shell":  {Image: DefaultImage, MainFile: "main.sh", Argv: []string{"bash", "main.sh"}},
+		"node":   lang("main.js", nil, "node", "main.js"),
+		"c":      lang("main.c", []string{"gcc", "-std=gnu17", "-O2", "-pipe", "-o", "/tmp/main", "main.c", "-lm"}, "/tmp/main"),
+		"cpp":    lang("main.cpp", []string{"g++", "-std=gnu++17", "-O2", "-pipe", "-o", "/tmp/main", "main.cpp"}, "/tmp/main"),
+		"java":   lang("Main.java", []string{"javac", "-encoding", "UTF-8", "-d", "/tmp/classes", "Main.java"}, "java", "-cp", "/tmp/classes", "Main"),
+		"go":     lang("main.go", []string{"sandfleet-go", "build", "-o", "/tmp/main", "main.go"}, "/tmp/main"),
+		"rust":   lang("main.rs", []string{"sandfleet-rustc", "-O", "-o", "/tmp/main", "main.rs"}, "/tmp/main"),
 	}
 }
 

@@ -215,6 +215,11 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 	no := false
 	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), sandboxUID, sandboxGID)
+	// /tmp holds what a compile step builds, which must run: exec there
+	// (Docker mounts a tmpfs noexec unless told). The working directory
+	// stays noexec: nothing a job is given or keeps runs from it directly.
+	// (A job runs code anyway; noexec is tidiness, not a boundary.)
+	tmpExec := tmpfs + ",exec"
 	network := container.NetworkMode("none")
 	if l.Network {
 		network = "bridge"
@@ -233,6 +238,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 		StdinOnce:       true, // EOF on our side closes the job's stdin
 		Tty:             false,
 		NetworkDisabled: !l.Network,
+		Hostname:        Hostname,
 		Labels: map[string]string{
 			LabelManaged:  "true",
 			LabelWorker:   e.cfg.WorkerID,
@@ -252,7 +258,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(SeccompProfile())},
 		Tmpfs: map[string]string{
-			"/tmp":  tmpfs,
+			"/tmp":  tmpExec,
 			workDir: tmpfs,
 		},
 		// No Init: the launcher is PID 1 (it reaps and forwards signals), so
@@ -323,7 +329,7 @@ func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	}
 	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults)
 	c, h := spec.Config, spec.HostConfig
-	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir,
+	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir, "--hostname", c.Hostname,
 		"--network", string(h.NetworkMode), "--ipc", string(h.IpcMode), "--runtime", h.Runtime,
 		"--log-driver", h.LogConfig.Type}
 	if h.ReadonlyRootfs {

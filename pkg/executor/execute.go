@@ -31,6 +31,23 @@ type observed struct {
 	diag             []byte      // the container's stderr: the launcher before it had a seal
 	started          time.Time
 	finished         time.Time
+
+	// A compiled or judged job's: what the job asked (not observed, but
+	// what the observations are judged against), the compiler's output
+	// and its count, and the case reports with their count and digest.
+	judge      *judgeSpec
+	compileOut []byte
+	compileN   int64
+	cases      [][]byte
+	casesN     int
+	casesSHA   string
+}
+
+// judgeSpec is what a compiled or judged job asked of the launcher.
+type judgeSpec struct {
+	compiled bool     // the header had a compile step
+	names    []string // the test cases' names, in order; nil for no tests
+	tests    bool
 }
 
 // execute hands the job (its envelope and stdin) to a launched sandbox and
@@ -53,6 +70,9 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 			}
 		})
 	}
+	if env.judge != nil {
+		s.out.expectCases(len(env.judge.names))
+	}
 	if opts.OnStart != nil {
 		opts.OnStart(jobs.Start{Container: s.short, Limits: lim})
 	}
@@ -60,6 +80,7 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 	if err != nil {
 		return nil, err
 	}
+	obs.judge = env.judge
 	out := verdict(obs, env.seal, lim)
 	out.container = s.short
 	reportArchive(opts.Archive, sink, out)
@@ -213,6 +234,8 @@ wait:
 		obs.archiveN, obs.archiveSHA = c.archive.n, c.archive.digest()
 	}
 	obs.framesBroken = c.frames.Err()
+	obs.compileOut, obs.compileN = c.compile.buf, c.compile.n
+	obs.cases, obs.casesN, obs.casesSHA = c.cases, c.caseSum.Count(), c.caseSum.Sum()
 	return obs, nil
 }
 

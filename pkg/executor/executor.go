@@ -17,6 +17,8 @@ type Executor struct {
 	cfg       Config
 	api       dockerAPI
 	ownClient *client.Client // created by New, closed by Close
+	optional  map[string]bool // images only optional presets use
+	imgs      images          // image references resolved to IDs
 	instance  string         // LabelInstance of this Executor's containers
 	images    []string       // the presets' distinct images, in the order of their names
 	pool      *pool          // nil when Config.Pool is 0
@@ -89,10 +91,16 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		removeSlots: make(chan struct{}, maxBackgroundRemovals),
 	}
 	seen := map[string]bool{}
+	e.optional = map[string]bool{}
 	for _, name := range e.Presets() {
-		if img := cfg.Presets[name].Image; !seen[img] {
-			seen[img] = true
-			e.images = append(e.images, img)
+		p := cfg.Presets[name]
+		if !seen[p.Image] {
+			seen[p.Image] = true
+			e.images = append(e.images, p.Image)
+			e.optional[p.Image] = true
+		}
+		if !p.Optional {
+			e.optional[p.Image] = false
 		}
 	}
 	if cfg.Pool > 0 {
@@ -155,11 +163,14 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 			continue
 		}
 		seen[img] = true
-		if _, err := e.api.ImageInspect(ctx, img); err != nil {
-			if cerrdefs.IsNotFound(err) {
-				return fmt.Errorf("%w: %s (preset %q; build it with sandbox-image/build.sh)", ErrImageMissing, img, name)
+		if _, err := e.resolveImage(ctx, img, true); err != nil {
+			if errors.Is(err, ErrImageMissing) {
+				if e.optional[img] {
+					continue // its presets' jobs are rejected, naming it
+				}
+				return fmt.Errorf("%w: %s (preset %q; %s)", ErrImageMissing, img, name, e.buildHint(img))
 			}
-			return infraErr("inspect image "+img, err)
+			return err
 		}
 	}
 	for len(e.images) > 0 { // no preset, no sandbox to start
@@ -177,7 +188,7 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 				return infraErr("runtime check", ctx.Err())
 			}
 		}
-		s, err := e.startSandbox(ctx, true, e.images[0], "", e.cfg.Defaults)
+		s, err := e.startSandbox(ctx, true, e.trialImage(), "", e.cfg.Defaults)
 		if err != nil {
 			return err
 		}
@@ -185,6 +196,17 @@ func (e *Executor) Check(ctx context.Context) (err error) {
 		e.release(ctx, e.cfg.Logger, s)
 	}
 	return nil
+}
+
+// trialImage is the image Check starts a sandbox of: the first that is
+// present, as Check just saw.
+func (e *Executor) trialImage() string {
+	for _, img := range e.images {
+		if !e.optional[img] || e.known(img) {
+			return img
+		}
+	}
+	return e.images[0]
 }
 
 func (e *Executor) ping(ctx context.Context) error {

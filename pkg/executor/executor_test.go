@@ -31,6 +31,7 @@ type fakeDocker struct {
 	createErr, attachErr, startErr, waitErr error
 	pingErr                                 error // guarded by mu: the engine is down
 	oom                                     bool
+	missing                                 map[string]bool // images ImageInspect does not find
 	behave                                  func(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64
 
 	mu      sync.Mutex
@@ -160,6 +161,9 @@ func (f *fakeDocker) ContainerList(ctx context.Context, o client.ContainerListOp
 }
 
 func (f *fakeDocker) ImageInspect(ctx context.Context, image string, o ...client.ImageInspectOption) (client.ImageInspectResult, error) {
+	if f.missing[image] {
+		return client.ImageInspectResult{}, cerrdefs.ErrNotFound.WithMessage("no such image: " + image)
+	}
 	return client.ImageInspectResult{}, nil
 }
 

@@ -224,6 +224,9 @@ func (p *pool) launchMissing() <-chan struct{} {
 	}
 	var missing []string
 	for _, img := range p.images {
+		if p.e.optional[img] && !p.e.known(img) {
+			continue // not on this host, as far as Check last saw
+		}
 		for n := len(p.idle[img]) + p.launching[img]; n < p.size; n++ {
 			missing = append(missing, img)
 		}

@@ -27,7 +27,7 @@ import (
 // failing that from wait4, and are nil when the job was killed before it
 // could report them.
 func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
-	res := &jobs.Result{ID: job.ID, Labels: job.Labels}
+	res := &jobs.Result{ID: job.ID, Labels: job.Labels, RetryOf: job.RetryOf}
 	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
 	done := func(st jobs.Status, msg string) *jobs.Result {
 		now := time.Now().UTC()
@@ -40,6 +40,12 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	if !ok {
 		return done(jobs.StatusRejected, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
 			job.Image, strings.Join(e.Presets(), ", "))), nil
+	}
+	if preset.Optional {
+		if _, err := e.resolveImage(ctx, preset.Image, false); errors.Is(err, ErrImageMissing) {
+			return done(jobs.StatusRejected, fmt.Sprintf("image: preset %q needs the image %s, which this worker does not have (%s)",
+				job.Image, preset.Image, e.buildHint(preset.Image))), nil
+		}
 	}
 	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
 	if err != nil {
@@ -84,6 +90,8 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	ms := finished.Sub(started).Milliseconds()
 	res.StartedAt, res.FinishedAt, res.DurationMS = &started, &finished, &ms
 	res.CPUMS, res.PeakMemoryBytes = r.cpuMS, r.peakBytes
+	res.Compile, res.Tests = r.compile, r.tests
+	res.ImageDigest = s.imageID
 	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
 		"duration_ms", ms, "container", r.container)
 	return res, nil
@@ -94,6 +102,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 type sealed struct {
 	header []byte
 	seal   envelope.Seal
+	judge  *judgeSpec // nil for a job with neither a compile step nor tests
 }
 
 func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions) (sealed, error) {
@@ -110,7 +119,11 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 		return sealed{}, err
 	}
 	seal := envelope.NewSeal()
-	h := &envelope.Header{Argv: argv, Env: job.Env, Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
+	h := &envelope.Header{Argv: argv, Env: jobEnv(job.Env), Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
+	spec, err := judgeHeader(h, job, p, lim)
+	if err != nil {
+		return sealed{}, err
+	}
 	if !mainInFiles {
 		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
 	}
@@ -131,8 +144,70 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 		}
 		return sealed{}, err
 	}
-	return sealed{header: b, seal: seal}, nil
+	return sealed{header: b, seal: seal, judge: spec}, nil
 }
+
+// DeterministicEnv is the environment every job starts from, so that two
+// runs of one job see the same clock zone, locale, hash order and build
+// timestamps; a job's env overrides any of it.
+var DeterministicEnv = map[string]string{
+	"TZ":                "UTC",
+	"LANG":              "C.UTF-8",
+	"LC_ALL":            "C.UTF-8",
+	"PYTHONHASHSEED":    "0",
+	"SOURCE_DATE_EPOCH": "0",
+}
+
+// Hostname is every sandbox's host name.
+const Hostname = "sandbox"
+
+// jobEnv is DeterministicEnv under the job's own env.
+func jobEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(DeterministicEnv)+len(env))
+	for k, v := range DeterministicEnv {
+		out[k] = v
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
+}
+
+// judgeHeader adds a job's compile step (its own, else its preset's) and
+// test cases to h, each case's timeout resolved against the job's.
+func judgeHeader(h *envelope.Header, job *jobs.Job, p Preset, lim limits.Limits) (*judgeSpec, error) {
+	h.Compile = p.Compile
+	if len(job.Compile) > 0 {
+		h.Compile = job.Compile
+	}
+	if len(h.Compile) == 0 && len(job.Tests) == 0 {
+		return nil, nil
+	}
+	spec := &judgeSpec{compiled: len(h.Compile) > 0, tests: len(job.Tests) > 0}
+	h.CompileOutputLimit = int64(lim.Output)
+	if !spec.tests {
+		return spec, nil
+	}
+	h.Tests = &envelope.Tests{StopOnFirstFailure: job.StopOnFirstFailure, OutputLimit: int64(lim.Output)}
+	spec.names = make([]string, len(job.Tests))
+	for i, c := range job.Tests {
+		to := c.Timeout
+		switch {
+		case to == 0:
+			to = lim.Timeout
+		case to > lim.Timeout:
+			return nil, &field.Error{Field: fmt.Sprintf("tests[%d].timeout", i),
+				Reason: fmt.Sprintf("%s is over the job's timeout of %s", c.Timeout, lim.Timeout)}
+		}
+		h.Tests.Cases = append(h.Tests.Cases, envelope.Case{
+			Stdin: []byte(c.Stdin), Args: c.Args, Expected: []byte(c.ExpectedStdout),
+			TimeoutMS: max(1, to.D().Milliseconds()), Compare: c.Compare, Tolerance: c.Tolerance,
+		})
+		spec.names[i] = c.Name
+	}
+	return spec, nil
+}
+
 
 func derefInt(p *int) any {
 	if p == nil {

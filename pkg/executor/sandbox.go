@@ -31,7 +31,8 @@ type sandbox struct {
 	out       *capture
 	copyDone  chan struct{} // closed when the output stream ended
 	born      time.Time
-	pool      *pool // the pool it was taken from, if any
+	pool      *pool  // the pool it was taken from, if any
+	imageID   string // the image it was created from; "" when the engine gave none
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -105,7 +106,14 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	// container the engine never names to us, and nothing would remove it
 	// before this worker restarts. A canceled job fails at the next step
 	// instead, and the container is removed below.
+	id, err := e.resolveImage(ctx, image, false)
+	if err != nil {
+		return nil, err
+	}
 	spec := e.containerSpec(image, jobID, lim)
+	if id != "" {
+		spec.Config.Image = id // exactly what the result will name
+	}
 	created, err := e.api.ContainerCreate(context.WithoutCancel(ctx), spec)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -117,7 +125,7 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 		}
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now()}
+	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id}
 	defer func() {
 		if err != nil {
 			e.discard(ctx, s.id)

@@ -1,8 +1,10 @@
 package executor
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +25,8 @@ type outcome struct {
 	cpuMS, peakBytes         *int64
 	container                string
 	archive                  archiveVerdict
+	compile                  *jobs.CompileReport
+	tests                    *jobs.TestReport
 }
 
 // archiveVerdict is what the trailer says of the archive, if it checks.
@@ -53,7 +57,16 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	out.stdoutTrunc, out.stderrTrunc = o.stdoutN > capped, o.stderrN > capped
 	t, signed := seal.Open(o.trailer)
 	signed = signed && o.framesBroken == nil && t.StdoutBytes == o.stdoutN && t.StderrBytes == o.stderrN &&
-		t.ArchiveBytes == o.archiveN && t.ArchiveSHA256 == o.archiveSHA
+		t.ArchiveBytes == o.archiveN && t.ArchiveSHA256 == o.archiveSHA &&
+		t.CompileBytes == o.compileN && t.Cases == o.casesN && t.CasesSHA256 == o.casesSHA
+	var reports []envelope.CaseReport
+	if signed && o.judge != nil {
+		var ok bool
+		reports, ok = decodeCases(o.cases, t.Cases)
+		// A compile step asked for and not reported: not this launcher's
+		// trailer for this header.
+		signed = ok && (!o.judge.compiled || t.CompileExit != nil)
+	}
 	if signed && o.killed == "" {
 		out.archive = archiveVerdict{signed: true, files: t.ArchiveFiles, skipped: t.ArchiveSkipped, err: t.ArchiveError}
 	}
@@ -62,6 +75,14 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 		code = t.Exit
 		out.cpuMS = nanosToMS(firstNonNil(t.CgroupCPUNanos, t.CPUNanos))
 		out.peakBytes = firstNonNil(t.CgroupPeakBytes, t.MaxRSSBytes)
+	}
+	if signed && o.judge != nil && o.judge.compiled && t.CompileExit != nil {
+		out.compile = &jobs.CompileReport{
+			Exit:            t.CompileExit,
+			DurationMS:      t.CompileMS,
+			Output:          strings.ToValidUTF8(string(o.compileOut), "\uFFFD"),
+			OutputTruncated: t.CompileSeen > t.CompileBytes,
+		}
 	}
 	oom := o.engineOOM || (signed && t.CgroupOOMKills != nil && *t.CgroupOOMKills > 0)
 
@@ -81,6 +102,22 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 		out.msg = fmt.Sprintf("%s (the container exited with status %d)", errNoVerdict, o.exitCode)
 		if d := strings.TrimSpace(string(o.diag)); d != "" {
 			out.msg += ": " + strings.ToValidUTF8(d, "?")
+		}
+	case t.CompileExit != nil && *t.CompileExit != 0:
+		out.status, out.exit = jobs.StatusCompileErr, &code
+		out.msg = fmt.Sprintf("the compile step exited with status %d", *t.CompileExit)
+		if t.Error != "" {
+			out.msg = t.Error
+		}
+	case o.judge != nil && o.judge.tests:
+		out.tests = testReport(o.judge.names, reports)
+		out.exit = &code
+		switch {
+		case code == 0 && out.tests.Passed == out.tests.Total:
+			out.status = jobs.StatusSucceeded
+		default:
+			out.status = jobs.StatusFailed
+			out.msg = testsMessage(out.tests, t.Error)
 		}
 	case code == 0:
 		out.status, out.exit = jobs.StatusSucceeded, &code
@@ -109,4 +146,68 @@ func nanosToMS(p *int64) *int64 {
 	}
 	ms := *p / 1e6
 	return &ms
+}
+
+// decodeCases decodes the case reports a signed trailer counted: each must
+// be the next case's, in order. ok is false otherwise, which voids the
+// verdict (a launcher of another version, or a bug: never the job's doing,
+// since the trailer's digest covers exactly these frames).
+func decodeCases(frames [][]byte, n int) ([]envelope.CaseReport, bool) {
+	if len(frames) != n {
+		return nil, false
+	}
+	reps := make([]envelope.CaseReport, 0, n)
+	for i, f := range frames {
+		var r envelope.CaseReport
+		if json.Unmarshal(f, &r) != nil || r.Index != i || r.Verdict == "" {
+			return nil, false
+		}
+		reps = append(reps, r)
+	}
+	return reps, true
+}
+
+// testReport turns the launcher's reports into the result's, one entry
+// per case asked: those without a report did not run.
+func testReport(names []string, reps []envelope.CaseReport) *jobs.TestReport {
+	tr := &jobs.TestReport{Total: len(names), Cases: make([]jobs.CaseResult, 0, len(names))}
+	for i, name := range names {
+		c := jobs.CaseResult{Index: i, Name: name, Verdict: jobs.CaseNotRun}
+		if i < len(reps) {
+			r := reps[i]
+			d := r.DurationMS
+			c.Verdict, c.Exit, c.Signal, c.DurationMS = r.Verdict, r.Exit, r.Signal, &d
+			c.CPUMS, c.PeakMemoryBytes = r.CPUMS, r.MaxRSS
+			c.StdoutBytes, c.StderrBytes, c.Stderr, c.Diff, c.Error = r.StdoutN, r.StderrN, r.Stderr, r.Diff, r.Error
+		}
+		switch c.Verdict {
+		case jobs.CasePassed:
+			tr.Passed++
+		case jobs.CaseNotRun:
+			tr.NotRun++
+		default:
+			tr.Failed++
+		}
+		tr.Cases = append(tr.Cases, c)
+	}
+	return tr
+}
+
+// testsMessage says how a judged job failed.
+func testsMessage(tr *jobs.TestReport, launcherErr string) string {
+	if launcherErr != "" && tr.Passed+tr.Failed == 0 {
+		return launcherErr
+	}
+	msg := fmt.Sprintf("%d of %d test cases passed", tr.Passed, tr.Total)
+	for _, c := range tr.Cases {
+		if c.Verdict != jobs.CasePassed && c.Verdict != jobs.CaseNotRun {
+			name := ""
+			if c.Name != "" {
+				name = " " + strconv.Quote(c.Name)
+			}
+			msg += fmt.Sprintf(" (first failure: case %d%s, %s)", c.Index, name, c.Verdict)
+			break
+		}
+	}
+	return msg
 }

@@ -46,6 +46,20 @@ type Job struct {
 	// Outputs are globs of files under the working directory returned as
 	// artifacts ("*.png", "results/**").
 	Outputs []string `json:"outputs,omitempty"`
+
+	// Compile replaces the preset's compile step (its command); a preset
+	// without one runs none unless the job gives one.
+	Compile []string `json:"compile,omitempty"`
+	// Tests make the job a judged run: compiled once, then each case runs
+	// as a fresh process in the same sandbox (see TestCase). The job
+	// succeeds only when every case passed.
+	Tests []TestCase `json:"tests,omitempty"`
+	// StopOnFirstFailure skips the cases after the first that fails.
+	StopOnFirstFailure bool `json:"stop_on_first_failure,omitempty"`
+
+	// RetryOf names the job this one runs again (submit batch --retry
+	// errors); the result carries it.
+	RetryOf string `json:"retry_of,omitempty"`
 }
 
 // Status is the verdict of a job.
@@ -53,18 +67,19 @@ type Status string
 
 // The statuses of docs/design.md. Every status but the zero value is final.
 const (
-	StatusSucceeded   Status = "succeeded"    // ran, exit 0
-	StatusFailed      Status = "failed"       // ran, exit != 0
-	StatusTimeout     Status = "timeout"      // killed at the wall-clock limit
-	StatusOOM         Status = "oom"          // killed by the memory limit
-	StatusOutputLimit Status = "output_limit" // killed for writing more than the output cap
-	StatusCanceled    Status = "canceled"     // canceled before or while running
-	StatusRejected    Status = "rejected"     // the job itself is invalid
-	StatusError       Status = "error"        // the fleet could not run it
+	StatusSucceeded   Status = "succeeded"     // ran, exit 0
+	StatusFailed      Status = "failed"        // ran, exit != 0
+	StatusTimeout     Status = "timeout"       // killed at the wall-clock limit
+	StatusOOM         Status = "oom"           // killed by the memory limit
+	StatusOutputLimit Status = "output_limit"  // killed for writing more than the output cap
+	StatusCompileErr  Status = "compile_error" // the compile step failed; nothing ran
+	StatusCanceled    Status = "canceled"      // canceled before or while running
+	StatusRejected    Status = "rejected"      // the job itself is invalid
+	StatusError       Status = "error"         // the fleet could not run it
 )
 
 // Statuses lists every status, in the order of docs/design.md.
-var Statuses = []Status{StatusSucceeded, StatusFailed, StatusTimeout, StatusOOM,
+var Statuses = []Status{StatusSucceeded, StatusFailed, StatusCompileErr, StatusTimeout, StatusOOM,
 	StatusOutputLimit, StatusCanceled, StatusRejected, StatusError}
 
 // ExitCode is what `submit run` exits with for a result of this status.
@@ -84,6 +99,8 @@ func (r *Result) ExitCode() int {
 		return 137
 	case StatusOutputLimit:
 		return 1
+	case StatusCompileErr:
+		return 65
 	case StatusCanceled:
 		return 130
 	case StatusRejected:
@@ -128,6 +145,16 @@ type Result struct {
 	Artifacts        []Artifact        `json:"artifacts,omitempty"`
 	ArtifactsSkipped []SkippedArtifact `json:"artifacts_skipped,omitempty"`
 	ArtifactsError   string            `json:"artifacts_error,omitempty"`
+
+	// RetryOf is the job's retry_of: the job whose error this one retried.
+	RetryOf string `json:"retry_of,omitempty"`
+	// ImageDigest is the image ID ("sha256:...") the job's sandbox was
+	// created from: what its preset's image resolved to when it ran.
+	ImageDigest string `json:"image_digest,omitempty"`
+	// Compile is the compile step of a compiled preset (or the job's own).
+	Compile *CompileReport `json:"compile,omitempty"`
+	// Tests are a judged job's per-case verdicts and their summary.
+	Tests *TestReport `json:"tests,omitempty"`
 }
 
 // EncodingBase64 marks a stream of a Result held as base64.
@@ -238,10 +265,15 @@ func (j *Job) Validate() error {
 		field.Env(j.Env),
 		field.Labels(j.Labels),
 		j.validateWorkspace(),
+		j.validateCompile(),
+		j.validateTests(),
 	} {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
+	}
+	if j.RetryOf != "" && !ValidID(j.RetryOf) {
+		return invalid("retry_of %q must be a job ID", shorten.Text(j.RetryOf, 170))
 	}
 	if j.ReplyTo != "" {
 		if err := validReplyTo(j.ReplyTo); err != nil {

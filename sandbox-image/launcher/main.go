@@ -143,11 +143,13 @@ func run(sigs, chld <-chan os.Signal) int {
 		_ = fr.frame(envelope.FrameTrailer, seal.Sign(t))
 		return t.Exit
 	}
+	var t envelope.Trailer // what the compile step, if any, filled in is kept
 	fail := func(code int, format string, args ...any) int {
 		pre.discard()
 		msg := fmt.Sprintf(format, args...)
 		fmt.Fprintf(stderr, "sandfleet: %s\n", msg)
-		return finish(envelope.Trailer{Exit: code, Error: msg})
+		t.Exit, t.Error = code, msg
+		return finish(t)
 	}
 	dir := h.Dir
 	if dir == "" {
@@ -161,11 +163,36 @@ func run(sigs, chld <-chan os.Signal) int {
 		return fail(exitLauncher, "writing files: %v", err)
 	}
 	env := buildEnv(os.Environ(), h.Env, dir)
+	<-warmed
+	if len(h.Compile) > 0 || h.Tests != nil {
+		// A compile step or test cases start processes of their own.
+		pre.discard()
+		pre = nil
+	}
+	if len(h.Compile) > 0 {
+		limit := h.CompileOutputLimit
+		if limit <= 0 {
+			limit = envelope.MaxCompileOutput
+		}
+		if !compile(fr, h.Compile, env, dir, limit, sigs, chld, &t) {
+			t.Exit = *t.CompileExit
+			if t.Exit == 0 {
+				t.Exit = exitLauncher
+			}
+			t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
+			return finish(t)
+		}
+	}
+	if h.Tests != nil {
+		t.Exit = runCases(fr, h.Tests, h.Argv, env, dir, sigs, chld, &t)
+		t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
+		saveArchive(fr, dir, h.Archive, &t)
+		return finish(t)
+	}
 	path, err := lookPath(h.Argv[0], env)
 	if err != nil {
 		return fail(exitNotFound, "%s: command not found", h.Argv[0])
 	}
-	<-warmed
 	var pid int
 	var outR, errR *os.File
 	if pre.fits(h.Argv, h.Env, env) && pre.hand(dir, h.Argv, env) {
@@ -205,7 +232,7 @@ func run(sigs, chld <-chan os.Signal) int {
 	_ = errR.SetReadDeadline(deadline)
 	pumps.Wait()
 
-	t := envelope.Trailer{Exit: st.status.ExitStatus()}
+	t.Exit = st.status.ExitStatus()
 	if st.status.Signaled() {
 		t.Signal = int(st.status.Signal())
 		t.Exit = 128 + t.Signal

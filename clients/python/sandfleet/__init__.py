@@ -506,7 +506,7 @@ _SEED_IMAGE = "agent-sandbox:latest"
 
 # What a result that did not end on its own reports as exit code, as
 # `submit run` exits.
-_EXIT_BY_STATUS = {"timeout": 124, "oom": 137, "canceled": 130, "output_limit": 1, "failed": 1}
+_EXIT_BY_STATUS = {"timeout": 124, "oom": 137, "canceled": 130, "output_limit": 1, "failed": 1, "compile_error": 65}
 
 
 @dataclass

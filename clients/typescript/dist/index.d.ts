@@ -51,7 +51,7 @@ export interface Job {
     /** For fleets with artifacts; others refuse it (unknown_field). */
     outputs?: string[];
 }
-export declare type Status = "succeeded" | "failed" | "timeout" | "oom" | "output_limit" | "canceled" | "rejected" | "error";
+export declare type Status = "succeeded" | "failed" | "compile_error" | "timeout" | "oom" | "output_limit" | "canceled" | "rejected" | "error";
 /** A job's result, as the fleet's wire format. */
 export interface Result {
     id: string;

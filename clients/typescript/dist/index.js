@@ -348,7 +348,7 @@ async function* sse(resp) {
     }
 }
 const SEED_IMAGE = "agent-sandbox:latest"; // the seed's image runs python -c: the python preset
-const EXIT_BY_STATUS = { timeout: 124, oom: 137, canceled: 130, output_limit: 1, failed: 1 };
+const EXIT_BY_STATUS = { timeout: 124, oom: 137, canceled: 130, output_limit: 1, failed: 1, compile_error: 65 };
 /**
  * The seed's DockerSandbox, running on the fleet instead of a local Docker
  * engine, with the seed's limits (512 MiB, 1 CPU, no network, read-only

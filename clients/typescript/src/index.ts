@@ -58,7 +58,7 @@ export interface Job {
   outputs?: string[];
 }
 
-export type Status = "succeeded" | "failed" | "timeout" | "oom" | "output_limit" | "canceled" | "rejected" | "error";
+export type Status = "succeeded" | "failed" | "compile_error" | "timeout" | "oom" | "output_limit" | "canceled" | "rejected" | "error";
 
 /** A job's result, as the fleet's wire format. */
 export interface Result {
@@ -470,7 +470,7 @@ export interface SandboxResult {
 }
 
 const SEED_IMAGE = "agent-sandbox:latest"; // the seed's image runs python -c: the python preset
-const EXIT_BY_STATUS: Record<string, number> = { timeout: 124, oom: 137, canceled: 130, output_limit: 1, failed: 1 };
+const EXIT_BY_STATUS: Record<string, number> = { timeout: 124, oom: 137, canceled: 130, output_limit: 1, failed: 1, compile_error: 65 };
 
 /**
  * The seed's DockerSandbox, running on the fleet instead of a local Docker

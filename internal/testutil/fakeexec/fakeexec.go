@@ -119,7 +119,7 @@ func (e *Executor) Ping(context.Context) error {
 // Run runs the job's script.
 func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
 	start := time.Now().UTC()
-	res := &jobs.Result{ID: job.ID, StartedAt: &start, Labels: job.Labels}
+	res := &jobs.Result{ID: job.ID, StartedAt: &start, Labels: job.Labels, RetryOf: job.RetryOf}
 	finish := func(s jobs.Status, code *int) (*jobs.Result, error) {
 		end := time.Now().UTC()
 		d := end.Sub(start).Milliseconds()
