@@ -11,7 +11,8 @@ import (
 )
 
 // Labels a batch never groups by: the line number, and the task a sample
-// belongs to, which pass@1 averages over instead.
+// belongs to, which pass@1 averages over instead; nor by the fleet's own
+// (sandfleet.*).
 const (
 	LabelLine = "batch_line"
 	LabelTask = "task_id"
@@ -54,7 +55,9 @@ func (g *groups) add(res *jobs.Result, id string) {
 		task = id
 	}
 	for k, v := range res.Labels {
-		if k == LabelLine || k == LabelTask || g.dropped[k] {
+		// The fleet's own labels (the batch's name, a token's) are the
+		// same on every job of a batch: not a group.
+		if k == LabelLine || k == LabelTask || g.dropped[k] || strings.HasPrefix(k, "sandfleet.") {
 			continue
 		}
 		key := groupKey{k, v}
