@@ -1,8 +1,10 @@
 package executor
 
 import (
+	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +42,21 @@ func TestBaselineSpec(t *testing.T) {
 	}
 	if _, err := e.BaselineSpec("python", nil); err == nil {
 		t.Error("no entrypoint accepted")
+	}
+}
+
+// The sandbox image starts its processes with the executor's
+// deterministic defaults, so that the interpreter the launcher starts
+// before the job is known fits the jobs that carry them.
+func TestImageHasDeterministicEnv(t *testing.T) {
+	t.Parallel()
+	df, err := os.ReadFile("../../sandbox-image/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range DeterministicEnv {
+		if !strings.Contains(string(df), "    "+k+"="+v+" ") {
+			t.Errorf("sandbox-image/Dockerfile's ENV lacks %s=%s", k, v)
+		}
 	}
 }

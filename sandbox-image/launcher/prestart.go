@@ -91,6 +91,7 @@ _sandfleet_go()
 type prestarted struct {
 	pid        int
 	path       string
+	started    map[string]string // the environment it started with
 	outR, errR *os.File
 	goW        *os.File
 }
@@ -124,6 +125,12 @@ func prestart(dir string) *prestarted {
 		return nil
 	}
 	p.path = path
+	p.started = map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			p.started[k] = v
+		}
+	}
 	p.pid, err = syscall.ForkExec(path, []string{"python3", "-c", prestartStub}, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
@@ -143,7 +150,9 @@ func prestart(dir string) *prestarted {
 
 // fits reports whether a job with this command and environment can run in
 // the waiting interpreter: `python3 SCRIPT ...`, resolved to the same
-// binary, with no change to what python3 reads as it starts.
+// binary, with no change to what python3 reads as it starts: a variable it
+// reads may be set only to the value it started with (the image gives it
+// the executor's deterministic defaults, which every job carries).
 func (p *prestarted) fits(argv []string, jobEnv map[string]string, env []string) bool {
 	if p == nil || len(argv) < 2 || argv[0] != "python3" || argv[1] == "" || strings.HasPrefix(argv[1], "-") {
 		return false
@@ -151,9 +160,10 @@ func (p *prestarted) fits(argv []string, jobEnv map[string]string, env []string)
 	if path, err := lookPath(argv[0], env); err != nil || path != p.path {
 		return false
 	}
-	for k := range jobEnv {
-		if strings.HasPrefix(k, "PYTHON") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" || k == "HOME" {
-			return false
+	for k, v := range jobEnv {
+		read := strings.HasPrefix(k, "PYTHON") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" || k == "HOME"
+		if was, ok := p.started[k]; read && (!ok || was != v) {
+			return false // python3 read it at start, as something else
 		}
 	}
 	return true

@@ -16,7 +16,7 @@ func TestPrestartFits(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3 on PATH")
 	}
-	p := &prestarted{path: py}
+	p := &prestarted{path: py, started: map[string]string{"LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}}
 	for _, tc := range []struct {
 		name string
 		argv []string
@@ -33,6 +33,8 @@ func TestPrestartFits(t *testing.T) {
 		{"PYTHONPATH", []string{"python3", "main.py"}, map[string]string{"PYTHONPATH": "/x"}, false},
 		{"a locale", []string{"python3", "main.py"}, map[string]string{"LC_ALL": "C"}, false},
 		{"HOME", []string{"python3", "main.py"}, map[string]string{"HOME": "/tmp"}, false},
+		{"what it started with", []string{"python3", "main.py"}, map[string]string{"LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "TZ": "UTC"}, true},
+		{"another hash seed", []string{"python3", "main.py"}, map[string]string{"PYTHONHASHSEED": "1"}, false},
 	} {
 		if got := p.fits(tc.argv, tc.env, env); got != tc.want {
 			t.Errorf("%s: fits(%q, %v) = %v, want %v", tc.name, tc.argv, tc.env, got, tc.want)
