@@ -84,8 +84,10 @@ humaneval-data:
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 
-## vet: go vet, also over the code only the test hooks' build tag compiles
+## vet: gofmt (fails on any unformatted file), go vet, also over the code only the test hooks' build tag compiles
 vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags $(TESTHOOKS) ./cmd/worker
 

@@ -16,13 +16,13 @@ import (
 type Executor struct {
 	cfg       Config
 	api       dockerAPI
-	ownClient *client.Client // created by New, closed by Close
+	ownClient *client.Client  // created by New, closed by Close
 	optional  map[string]bool // images only optional presets use
 	imgs      images          // image references resolved to IDs
-	instance  string         // LabelInstance of this Executor's containers
-	images    []string       // the presets' distinct images, in the order of their names
-	pool      *pool          // nil when Config.Pool is 0
-	starts    *startGate     // whether sandboxes start: every launch asks it
+	instance  string          // LabelInstance of this Executor's containers
+	images    []string        // the presets' distinct images, in the order of their names
+	pool      *pool           // nil when Config.Pool is 0
+	starts    *startGate      // whether sandboxes start: every launch asks it
 
 	// Leftovers Reap failed to remove, which it skips from then on: a
 	// container wedged in the engine hangs every call that touches it.

@@ -208,7 +208,6 @@ func judgeHeader(h *envelope.Header, job *jobs.Job, p Preset, lim limits.Limits)
 	return spec, nil
 }
 
-
 func derefInt(p *int) any {
 	if p == nil {
 		return nil

@@ -32,7 +32,8 @@ const (
 
 // await reaps until pid has exited, passing on the forwarded signals
 // (to its group when group is set). At deadline, or when over fires, it
-// kills the child's group and says why.
+// kills the child's group and says why. A slow tick reaps too, should a
+// SIGCHLD ever be missed.
 func await(pid int, group bool, sigs, chld <-chan os.Signal, deadline <-chan time.Time, over <-chan struct{}) (waited, killReason) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

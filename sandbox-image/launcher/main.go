@@ -211,22 +211,9 @@ func run(sigs, chld <-chan os.Signal) int {
 	var pumps sync.WaitGroup
 	pumps.Go(func() { pump(stdout, outR) })
 	pumps.Go(func() { pump(stderr, errR) })
-	// A slow tick reaps too, should a SIGCHLD ever be missed.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var st waited
-	for done := false; !done; {
-		select {
-		case <-chld:
-			st, done = reap(pid, st)
-		case <-tick.C:
-			st, done = reap(pid, st)
-		case s := <-sigs:
-			if forwarded[s] {
-				_ = syscall.Kill(pid, s.(syscall.Signal))
-			}
-		}
-	}
+	// No deadline or cap here: the executor's timer and output cap end
+	// the job from outside.
+	st, _ := await(pid, false, sigs, chld, nil, nil)
 	deadline := time.Now().Add(lingerGrace)
 	_ = outR.SetReadDeadline(deadline)
 	_ = errR.SetReadDeadline(deadline)
