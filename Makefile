@@ -23,7 +23,7 @@ build:
 sandbox-image:
 	./sandbox-image/build.sh
 
-## langs-image: sandfleet/sandbox-langs:latest, the node, c, cpp, java, go and rust presets (offline Debian base; ~20 min the first time)
+## langs-image: sandfleet/sandbox-langs:latest, the node, c, cpp, java, go and rust presets (offline Debian base; ~5 min the first time, seconds when cached)
 langs-image:
 	./sandbox-image/build.sh langs
 
@@ -55,8 +55,8 @@ up: images
 down:
 	./deploy/compose/down.sh
 
-## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images)
-test: build images lint
+## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images, the languages' image)
+test: build images langs-image lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-short: unit tests only, no Docker
