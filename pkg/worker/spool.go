@@ -68,6 +68,14 @@ func (s *spool) reader(n int64) io.Reader {
 	return bytes.NewReader(s.mem.Bytes()[:min(n, int64(s.mem.Len()))])
 }
 
+// memory returns the first n bytes when the spool holds them in memory.
+func (s *spool) memory(n int64) ([]byte, bool) {
+	if s == nil || s.f != nil || int64(s.mem.Len()) < n {
+		return nil, false
+	}
+	return s.mem.Bytes()[:n], true
+}
+
 func (s *spool) close() {
 	if s != nil && s.f != nil {
 		s.f.Close()

@@ -77,6 +77,7 @@ type Worker struct {
 
 	objMu   sync.Mutex
 	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
+	snaps   *snapCache                   // the snapshots saved last (snapcache.go)
 }
 
 // run is one job in progress, for cancel requests.
@@ -102,6 +103,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		beat:    make(chan struct{}, 1),
 		running: map[*run]struct{}{},
 		objects: map[string]jobs.ObjectStores{},
+		snaps:   newSnapCache(snapCacheBytes),
 	}, nil
 }
 

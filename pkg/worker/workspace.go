@@ -63,6 +63,7 @@ type wsStep struct {
 	snapSHA         string
 	arch            *spool // the archive the launcher makes
 	req             *jobs.ArchiveRequest
+	prune           []int64 // revisions the save let go, deleted once settled
 	result          jobs.WorkspaceStep
 	waitingReported bool
 }
@@ -261,9 +262,21 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 	}
 }
 
-// fetch copies the base's snapshot to a temporary file.
+// fetch copies the base's snapshot to a spool: from the worker's cache
+// when this worker saved it, else from the object store.
 func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
 	s.snap = &spool{dir: s.w.cfg.TempDir}
+	if s.head != nil && s.base.Name == s.job.Workspace && s.base.Revision == s.head.Revision {
+		k := snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, s.head.Revision, s.head.SHA256}
+		if data := s.w.snaps.get(k); data != nil {
+			if _, err := s.snap.Write(data); err != nil {
+				_, res, d := s.giveBack(ctx, "spool the snapshot: "+err.Error())
+				return res, d
+			}
+			s.snapSize, s.snapSHA = int64(len(data)), k.sha256
+			return nil, nil
+		}
+	}
 	obj, err := s.objs.Snapshots.Get(ctx, jobs.SnapshotName(s.base.Name, s.base.Revision))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		now := time.Now().UTC()
@@ -372,10 +385,9 @@ func (s *wsStep) save(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, r := range pruned(s.head, next) {
-			if err := snaps.Delete(ctx, jobs.SnapshotName(s.job.Workspace, r)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-				s.log.Warn("prune an old snapshot; it expires with the TTL", "revision", r, "err", err)
-			}
+		s.prune = pruned(s.head, next)
+		if data, ok := s.arch.memory(s.req.Bytes); ok {
+			s.w.snaps.put(snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, next.Revision, s.req.SHA256}, data)
 		}
 		s.head, s.headRev, s.saved = next, newRev, true
 		s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Skipped = next.Revision, s.req.Bytes, s.req.Files, s.req.Skipped
@@ -391,11 +403,31 @@ func (s *wsStep) settled(d decision) {
 	if s == nil {
 		return
 	}
+	// The revisions a committed save let go are gone from the head either
+	// way: a replay saves nothing and would not delete them.
+	defer s.deletePruned()
 	if d.verdict == verdictAck || d.verdict == verdictTerm {
 		s.release()
 		return
 	}
 	s.abandon()
+}
+
+// deletePruned deletes the snapshots of the revisions the save let go,
+// after the result: they are no part of the step's commit, and a failure
+// leaves them to expire with the TTL.
+func (s *wsStep) deletePruned() {
+	if len(s.prune) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, r := range s.prune {
+		if err := s.objs.Snapshots.Delete(ctx, jobs.SnapshotName(s.job.Workspace, r)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			s.log.Warn("prune an old snapshot; it expires with the TTL", "revision", r, "err", err)
+		}
+	}
+	s.prune = nil
 }
 
 // abandon gives the step up: a step that saved nothing releases the head,

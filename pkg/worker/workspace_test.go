@@ -490,3 +490,42 @@ func TestWorkspaceExpires(t *testing.T) {
 		t.Fatalf("an expired workspace came back: %q", res.Stdout)
 	}
 }
+
+// The worker that saved a revision restores the next step from memory, not
+// from the object store; a workspace removed and made again, whose
+// revision numbers start over, never gets the old one's bytes, even when
+// another worker saved the new ones.
+func TestWorkspaceSnapshotCache(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{ID: "wa", Queues: []worker.Lane{{Queue: "a", Weight: 1}}})
+	b.startWorker(t, worker.Config{ID: "wb", Queues: []worker.Lane{{Queue: "b", Weight: 1}}})
+	on := func(q, id, code string) *jobs.Job {
+		return &jobs.Job{ID: id, Queue: q, Workspace: "c", Code: code}
+	}
+	wantStep(t, b.step(t, on("a", "c1", "write f first")), 0, 1)
+	b.released(t, "c")
+	// Out of band, the saved snapshot's object goes: only wa's cache has it.
+	if err := b.workspaces(t).Snapshots.Delete(t.Context(), jobs.SnapshotName("c", 1)); err != nil {
+		t.Fatal(err)
+	}
+	res := b.step(t, on("a", "c2", "cat f"))
+	wantStep(t, res, 1, 2)
+	if res.Stdout != "first\n" || res.Worker != "wa" {
+		t.Fatalf("restored from the cache: stdout %q on %s", res.Stdout, res.Worker)
+	}
+	b.released(t, "c")
+	if _, err := b.client.DeleteWorkspace(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	// Made again by wb: revision 2 exists once more, with other bytes, and
+	// wa's cache still holds the old revision 2.
+	wantStep(t, b.step(t, on("b", "c3", "write f second")), 0, 1)
+	wantStep(t, b.step(t, on("b", "c4", "write f third")), 1, 2)
+	b.released(t, "c")
+	res = b.step(t, on("a", "c5", "cat f"))
+	wantStep(t, res, 2, 3)
+	if res.Stdout != "third\n" {
+		t.Fatalf("after the workspace was made again: stdout %q", res.Stdout)
+	}
+}

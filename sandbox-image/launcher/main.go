@@ -130,6 +130,7 @@ func run(sigs, chld <-chan os.Signal) int {
 		return exitLauncher
 	}
 	seal := h.Seal()
+	widenPipes(h)
 	out := os.Stdout
 	if err := syscall.SetNonblock(1, true); err == nil {
 		out = os.NewFile(1, "stdout") // non-blocking: the poller's, not a thread's
