@@ -149,7 +149,7 @@ func (m *metrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Execut
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(ps.PoolStats())) })
 	}
 	m.reg.MustRegister(
-		gauge("sandfleet_pool_size", "Warm sandboxes kept per preset image (--pool; 0: no pool).", func() float64 { return float64(ps.PoolStats().Size) }),
+		gauge("sandfleet_pool_size", "Warm sandboxes kept per preset image now: --pool, grown up to --pool-max while jobs drain the pool (0: no pool).", func() float64 { return float64(ps.PoolStats().Size) }),
 		gauge("sandfleet_pool_idle", "Warm sandboxes ready now, all images.", func() float64 { return float64(ps.PoolStats().Idle) }),
 		counter("sandfleet_pool_hits_total", "Jobs handed to a warm sandbox.", func(s executor.PoolStats) int64 { return s.Hits }),
 		counter("sandfleet_pool_misses_total", "Pool-eligible jobs that found no warm sandbox and got a fresh one.", func(s executor.PoolStats) int64 { return s.Misses }),

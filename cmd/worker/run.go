@@ -77,6 +77,7 @@ type options struct {
 	id                  string
 	slots               int
 	pool                int
+	poolMax             int
 	metrics             string
 	grace               time.Duration
 	runtime             string
@@ -107,6 +108,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringArrayVar(&o.queue, "queue", []string{jobs.DefaultQueue}, "queue `NAME[:WEIGHT]` to serve (subjects jobs.NAME.<id>); repeat it for priority lanes, the heaviest served first, e.g. --queue interactive:10 --queue batch:1 (weight default 1)")
 	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "run `N` jobs at once (default the number of CPUs)")
 	fs.IntVar(&o.pool, "pool", 0, "keep `N` warm sandboxes per preset image, each used once (default --slots; 0 turns the pool off)")
+	fs.IntVar(&o.poolMax, "pool-max", 0, "let the pool grow to `N` per preset image while jobs drain it faster than it refills, back to --pool after 30s of calm (default 4 × --pool; --pool-max = --pool: a fixed pool)")
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name; characters other than A-Z a-z 0-9 - _ / = become -)")
 	fs.StringVar(&o.configFile, "config", "", "JSON `FILE` with presets, defaults, caps and runtime")
 	fs.StringVar(&o.metrics, "metrics", "", "serve /metrics (Prometheus), /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
@@ -172,6 +174,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.pool < 0 {
 		return nil, cmdline.Usagef("--pool %d: want 0 (off) or more", o.pool)
+	}
+	if !fs.Changed("pool-max") {
+		o.poolMax = 4 * o.pool
+	}
+	if o.poolMax < o.pool {
+		return nil, cmdline.Usagef("--pool-max %d: want at least --pool (%d)", o.poolMax, o.pool)
 	}
 	if o.grace < 0 {
 		return nil, cmdline.Usagef("--grace %s is negative", o.grace)
@@ -384,6 +392,7 @@ func executorConfig(o *options) (executor.Config, error) {
 		Runtime:  fc.Runtime,
 		WorkerID: o.id,
 		Pool:     o.pool,
+		PoolMax:  o.poolMax,
 	}
 	if o.runtime != "" {
 		cfg.Runtime = o.runtime

@@ -103,6 +103,14 @@ type Config struct {
 	// do all jobs when the pool is empty. 0: no pool.
 	Pool int
 
+	// PoolMax is the most warm sandboxes the pool grows to per image
+	// when jobs drain it faster than it refills: a miss doubles its target
+	// (a drained pool adds one), and after poolCalm without either it
+	// shrinks back towards Pool, one sandbox per sweep. Refills stay at
+	// most Pool at a time, so that growing never floods the engine and the
+	// CPUs the running jobs need. 0 means Pool: a fixed pool.
+	PoolMax int
+
 	// PoolMaxAge retires an idle warm sandbox after this long, so that a
 	// rebuilt image or a changed host is picked up. 0 means 10m.
 	PoolMaxAge time.Duration
@@ -153,6 +161,12 @@ func (c Config) resolved() (Config, error) {
 	}
 	if c.Pool < 0 {
 		return c, fmt.Errorf("executor: Pool %d: want 0 (off) or more", c.Pool)
+	}
+	switch {
+	case c.PoolMax == 0:
+		c.PoolMax = c.Pool
+	case c.PoolMax < c.Pool:
+		return c, fmt.Errorf("executor: PoolMax %d: want at least Pool (%d), or 0", c.PoolMax, c.Pool)
 	}
 	if c.PoolMaxAge <= 0 {
 		c.PoolMaxAge = 10 * time.Minute

@@ -15,9 +15,14 @@ import (
 // The check only looks at channels and clocks, not at the engine.
 const poolSweep = 2 * time.Second
 
+// poolCalm is how long the pool goes without a miss or a drain before it
+// shrinks towards Config.Pool.
+const poolCalm = 30 * time.Second
+
 // PoolStats are the warm pool's counters.
 type PoolStats struct {
-	Size     int   // the target per image (Config.Pool)
+	Size     int   // the target per image now: Config.Pool, grown up to Config.PoolMax under pressure
+	Max      int   // Config.PoolMax
 	Idle     int   // warm sandboxes ready now, all images
 	Launches int64 // launches of warm sandboxes attempted
 	Failures int64 // launches that failed
@@ -38,7 +43,10 @@ func (e *Executor) PoolStats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.stats
-	st.Size = p.size
+	st.Size, st.Max = p.size, p.max
+	for _, n := range p.target {
+		st.Size = max(st.Size, n)
+	}
 	for _, q := range p.idle {
 		st.Idle += len(q)
 	}
@@ -62,7 +70,8 @@ func (e *Executor) WarmPool() *jobs.PoolStatus {
 // which close waits for.
 type pool struct {
 	e      *Executor
-	size   int
+	size   int // the floor of each image's target, and the most launches at once
+	max    int // the ceiling of each image's target
 	images []string
 	lim    limits.Limits // what every warm sandbox is launched with
 
@@ -76,7 +85,9 @@ type pool struct {
 	mu        sync.Mutex
 	idle      map[string][]*sandbox // per image, oldest first
 	launching map[string]int
-	waiting   bool // the last launchMissing found the start gate closed
+	target    map[string]int       // per image: size, grown by pressure
+	pressed   map[string]time.Time // per image: the last miss or drain
+	waiting   bool                 // the last launchMissing found the start gate closed
 	closed    bool
 	stats     PoolStats
 }
@@ -84,13 +95,18 @@ type pool struct {
 func newPool(e *Executor) *pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pool{
-		e: e, size: e.cfg.Pool, images: e.images, lim: e.cfg.Defaults,
+		e: e, size: e.cfg.Pool, max: max(e.cfg.PoolMax, e.cfg.Pool), images: e.images, lim: e.cfg.Defaults,
 		ctx: ctx, cancel: cancel,
 		kick:      make(chan struct{}, 1),
 		reset:     make(chan struct{}, 1),
 		result:    make(chan error, e.cfg.Pool*len(e.images)),
 		idle:      map[string][]*sandbox{},
 		launching: map[string]int{},
+		target:    map[string]int{},
+		pressed:   map[string]time.Time{},
+	}
+	for _, img := range p.images {
+		p.target[img] = p.size
 	}
 	p.wg.Add(1)
 	go p.fill()
@@ -127,16 +143,48 @@ func (p *pool) take(image string) *sandbox {
 		if s.alive() && time.Since(s.born) < p.e.cfg.PoolMaxAge {
 			p.stats.Hits++
 			s.pool = p
+			if len(p.idle[image]) == 0 {
+				p.grow(image, p.target[image]+1) // drained: the next job may miss
+			}
 			return s
 		}
 		dead = append(dead, s)
 		p.stats.Retired++
 	}
 	p.stats.Misses++
-	if len(dead) > 0 {
-		notify(p.kick)
-	}
+	p.grow(image, 2*p.target[image])
+	notify(p.kick)
 	return nil
+}
+
+// grow raises image's target to n, within the pool's ceiling, and notes
+// the pressure that asked for it. p.mu is held.
+func (p *pool) grow(image string, n int) {
+	if _, ok := p.target[image]; !ok {
+		return // not one of the pool's images
+	}
+	p.pressed[image] = time.Now()
+	if n = min(n, p.max); n > p.target[image] {
+		p.target[image] = n
+	}
+}
+
+// shrink lowers each calm image's target by one towards size, and returns
+// an idle sandbox of each image that holds more than its target, the
+// oldest, for the caller to remove. p.mu is held.
+func (p *pool) shrink() []*sandbox {
+	var out []*sandbox
+	for img, n := range p.target {
+		if n > p.size && time.Since(p.pressed[img]) > poolCalm {
+			p.target[img] = n - 1
+		}
+		if q := p.idle[img]; len(q) > 0 && len(q)+p.launching[img] > p.target[img] {
+			out = append(out, q[0])
+			p.idle[img] = q[1:]
+			p.stats.Retired++
+		}
+	}
+	return out
 }
 
 // done is called when a sandbox taken from the pool was released: the
@@ -227,7 +275,9 @@ func (p *pool) launchMissing() <-chan struct{} {
 		if p.e.optional[img] && !p.e.known(img) {
 			continue // not on this host, as far as Check last saw
 		}
-		for n := len(p.idle[img]) + p.launching[img]; n < p.size; n++ {
+		// Up to the target, at most size launches of the image at once:
+		// the next ones start as these end.
+		for n, l := len(p.idle[img])+p.launching[img], p.launching[img]; n < p.target[img] && l < p.size; n, l = n+1, l+1 {
 			missing = append(missing, img)
 		}
 	}
@@ -306,6 +356,7 @@ func (p *pool) retire() {
 		p.idle[img] = keep
 	}
 	p.stats.Retired += int64(len(old))
+	old = append(old, p.shrink()...)
 	p.mu.Unlock()
 	for _, s := range old {
 		p.e.release(p.ctx, p.e.cfg.Logger, s)

@@ -151,3 +151,55 @@ func TestRunEndsOnTheTrailer(t *testing.T) {
 		})
 	}
 }
+
+// The pool's target doubles on each miss and grows by one when a job
+// drains it, up to PoolMax; after poolCalm without either it shrinks by
+// one a sweep, handing back the oldest idle sandbox beyond the target.
+func TestPoolSizesItself(t *testing.T) {
+	t.Parallel()
+	e := &Executor{cfg: Config{PoolMaxAge: time.Hour}}
+	p := &pool{e: e, size: 2, max: 7, images: []string{"img"}, kick: make(chan struct{}, 1),
+		idle: map[string][]*sandbox{}, launching: map[string]int{},
+		target: map[string]int{"img": 2}, pressed: map[string]time.Time{}}
+	for _, want := range []int{4, 7, 7} {
+		if s := p.take("img"); s != nil {
+			t.Fatal("a sandbox from an empty pool")
+		}
+		if got := p.target["img"]; got != want {
+			t.Fatalf("target after a miss = %d, want %d", got, want)
+		}
+	}
+	if p.take("other") != nil || len(p.target) != 1 {
+		t.Fatalf("an image the pool does not keep got a target: %v", p.target)
+	}
+	if got := (&Executor{pool: p}).PoolStats(); got.Size != 7 || got.Max != 7 || got.Misses != 4 {
+		t.Fatalf("stats %+v", got)
+	}
+
+	live := func() *sandbox {
+		return &sandbox{born: time.Now(), copyDone: make(chan struct{})} // copyDone open: alive
+	}
+	p.target["img"] = 4
+	p.idle["img"] = []*sandbox{live()}
+	if p.take("img") == nil || p.target["img"] != 5 {
+		t.Fatalf("a drained pool: target %d, want 5", p.target["img"])
+	}
+
+	// Calm: one step a sweep, the oldest idle sandbox first out.
+	oldest, newer := live(), live()
+	p.idle["img"] = []*sandbox{oldest, newer, live(), live(), live()}
+	if out := p.shrink(); len(out) != 0 || p.target["img"] != 5 {
+		t.Fatalf("shrank under pressure: %d out, target %d", len(out), p.target["img"])
+	}
+	p.pressed["img"] = time.Now().Add(-2 * poolCalm)
+	out := p.shrink()
+	if p.target["img"] != 4 || len(out) != 1 || out[0] != oldest || len(p.idle["img"]) != 4 {
+		t.Fatalf("first calm sweep: target %d, %d out, %d idle", p.target["img"], len(out), len(p.idle["img"]))
+	}
+	for range 5 {
+		p.shrink()
+	}
+	if p.target["img"] != 2 || len(p.idle["img"]) != 2 {
+		t.Fatalf("after calm sweeps: target %d, %d idle; want the floor, 2", p.target["img"], len(p.idle["img"]))
+	}
+}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,16 +11,65 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
+// maxCancelSet bounds the cancel requests a worker keeps in memory; past
+// it, each job looks its request up in CANCELS instead.
+const maxCancelSet = 100_000
+
+// cancelSet is what the watcher has seen of CANCELS: once it has read the
+// bucket through (synced), a job about to run looks its ID up here rather
+// than asking the server, a round trip fewer per job. A request stored
+// after the job registered as running reaches it through the watcher
+// either way: the watcher adds an ID before it cancels the runs of it, and
+// a job registers before it looks.
+type cancelSet struct {
+	mu     sync.Mutex
+	synced bool
+	ids    map[string]struct{}
+}
+
+// has reports whether id has a cancel request, and whether the set knows.
+func (c *cancelSet) has(id string) (found, known bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, found = c.ids[id]
+	return found, c.synced
+}
+
+func (c *cancelSet) update(op jetstream.KeyValueOp, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil {
+		return // given up: too many
+	}
+	if op == jetstream.KeyValuePut {
+		c.ids[id] = struct{}{}
+	} else {
+		delete(c.ids, id)
+	}
+	if len(c.ids) > maxCancelSet {
+		c.ids, c.synced = nil, false
+	}
+}
+
+func (c *cancelSet) setSynced(v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.synced = v && c.ids != nil
+}
+
 // watchCancels handles the cancel requests stored in CANCELS: a job
 // running here has its context canceled; a job of this queue still queued
-// is finished as canceled at once (cancelQueued).
+// is finished as canceled at once (cancelQueued). The requests stored
+// before it started are read first, into w.cancels only.
 func (w *Worker) watchCancels(ctx context.Context) {
-	watch, err := w.stores.Cancels.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := w.stores.Cancels.WatchAll(ctx)
 	if err != nil {
 		w.log.Error("watch cancel requests; cancel of running jobs will not work", "err", err)
 		return
 	}
 	defer watch.Stop()
+	defer w.cancels.setSynced(false)
+	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -28,10 +78,16 @@ func (w *Worker) watchCancels(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil { // the bucket read through: updates from here on
+				initial = false
+				w.cancels.setSynced(true)
 				continue
 			}
-			if !w.cancelRunning(e.Key()) {
+			w.cancels.update(e.Operation(), e.Key())
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if !w.cancelRunning(e.Key()) && !initial {
 				w.cancelQueued(ctx, e.Key())
 			}
 		}

@@ -78,6 +78,7 @@ type Worker struct {
 	objMu   sync.Mutex
 	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
 	snaps   *snapCache                   // the snapshots saved last (snapcache.go)
+	cancels cancelSet                    // CANCELS as the watcher has read it (cancel.go)
 }
 
 // run is one job in progress, for cancel requests.
@@ -104,6 +105,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		running: map[*run]struct{}{},
 		objects: map[string]jobs.ObjectStores{},
 		snaps:   newSnapCache(snapCacheBytes),
+		cancels: cancelSet{ids: map[string]struct{}{}},
 	}, nil
 }
 

@@ -126,7 +126,7 @@ func runPerf2(ctx context.Context, o options) *perf2 {
 	try("(l)", func() error { return p.engineChurn(ctx, o) })
 	step("(m) levers: the interpreter's start and the attach round trip in a warm sandbox, %d each", o.n)
 	try("(m)", func() error { return p.leverCosts(ctx, o) })
-	step("(m'') the pool's size for back-to-back jobs: --pool %d against %d, blocks of %d, alternating", o.conc, 4*o.conc, o.n)
+	step("(m'') the pool's size for back-to-back jobs: fixed --pool %d and %d, self-sizing %d to %d, blocks of %d, rotating", o.conc, 4*o.conc, o.conc, 4*o.conc, o.n)
 	try("(m'')", func() error { return p.poolSize(ctx, o) })
 	try("(n)", func() error { return p.humanEval(ctx, o) })
 	p.took, p.load = time.Since(start), [2]string{load0, loadAvg()}
@@ -738,6 +738,14 @@ func (p *perf2) print(w io.Writer) {
 	if ps := p.pool; ps != nil && len(ps.seqS) > 0 {
 		line(fmt.Sprintf("(m'') back-to-back p95, pool %d / pool %d", ps.big, ps.small), ms(pct(ps.seqS, .95)), ms(pct(ps.seqB, .95)),
 			ratio(pct(ps.seqB, .95), pct(ps.seqS, .95)), "(info)", false, false)
+		if len(p.seqDocker) > 0 && len(ps.seqA) > 0 {
+			// The same sequential jobs as (b)/(a), in bursts after the first:
+			// the self-sizing pool against docker run --rm of (i).
+			x := ratio(pct(ps.seqA, .5), pct(p.seqDocker, .5))
+			line("(m'') back-to-back p50, self-sizing / (i) docker run", ms(pct(p.seqDocker, .5)), ms(pct(ps.seqA, .5)), x, "≤ 0.20×", x <= 0.2, true)
+			y := ratio(pct(ps.seqA, .95), pct(p.seqDocker, .95))
+			line("(m'') back-to-back p95, self-sizing / (i) docker run", ms(pct(p.seqDocker, .95)), ms(pct(ps.seqA, .95)), y, "≤ 0.50×", y <= 0.5, true)
+		}
 	}
 	if r := p.reportR; r != nil && len(r.docker.seq) > 0 && len(r.pooled.seq) > 0 {
 		x := ratio(pct(r.pooled.seq, .5), pct(r.docker.seq, .5))

@@ -16,18 +16,20 @@ import (
 
 // (m'') ----------------------------------------------------------------------
 
-// poolSizing is what a pool sized to a burst would buy back-to-back jobs:
-// blocks of o.n sequential jobs with no think time on a worker with
-// --pool = --slots and on one with 4× that, the blocks alternating, the
-// pool refilled before each block. It measures the lever "a pool that
-// sizes itself from the arrival rate" at its best (the size known ahead)
-// without building it: if the larger pool does not pay, neither would the
-// adaptive one.
+// poolSizing is what the pool's size does to back-to-back jobs: blocks of
+// o.n sequential jobs with no think time on three workers, the blocks
+// alternating, each pool refilled to its target before each block: a fixed
+// pool of --pool = --slots, one of 4× that (the size known ahead), and the
+// self-sizing pool (--pool = --slots, --pool-max 4× that: the worker's
+// default), which grows on its misses and keeps the size it learnt while
+// bursts keep coming.
 type poolSizing struct {
-	slots        int
-	small, big   int
-	seqS, seqB   []time.Duration
-	missS, missB float64 // pool misses over the blocks
+	slots            int
+	small, big       int
+	seqS, seqB, seqA []time.Duration
+	missS, missB     float64 // pool misses over the blocks
+	missA            float64
+	grownA           float64 // the self-sizing pool's target after the last block
 }
 
 func (p *perf2) poolSize(ctx context.Context, o options) error {
@@ -44,36 +46,42 @@ func (p *perf2) poolSize(ctx context.Context, o options) error {
 	type side struct {
 		w       *workerProc
 		metrics string
-		size    int
 		seq     *[]time.Duration
 		miss    *float64
 	}
-	start := func(size int, seq *[]time.Duration, miss *float64) (*side, error) {
+	start := func(name string, pool, poolMax int, seq *[]time.Duration, miss *float64) (*side, error) {
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
-		w, err := startWorker(ctx, o, "poolsize-"+strconv.Itoa(size), append([]string{"--slots", strconv.Itoa(o.conc),
-			"--pool", strconv.Itoa(size), "--metrics", addr}, args...)...)
+		w, err := startWorker(ctx, o, "poolsize-"+name, append([]string{"--slots", strconv.Itoa(o.conc),
+			"--pool", strconv.Itoa(pool), "--pool-max", strconv.Itoa(poolMax), "--metrics", addr}, args...)...)
 		if err != nil {
 			return nil, err
 		}
-		return &side{w: w, metrics: "http://" + addr + "/metrics", size: size, seq: seq, miss: miss}, nil
+		return &side{w: w, metrics: "http://" + addr + "/metrics", seq: seq, miss: miss}, nil
 	}
-	small, err := start(ps.small, &ps.seqS, &ps.missS)
+	small, err := start("fixed-small", ps.small, ps.small, &ps.seqS, &ps.missS)
 	if err != nil {
 		return err
 	}
 	defer small.w.stop()
-	big, err := start(ps.big, &ps.seqB, &ps.missB)
+	big, err := start("fixed-big", ps.big, ps.big, &ps.seqB, &ps.missB)
 	if err != nil {
 		return err
 	}
 	defer big.w.stop()
+	auto, err := start("self-sizing", ps.small, ps.big, &ps.seqA, &ps.missA)
+	if err != nil {
+		return err
+	}
+	defer auto.w.stop()
 	block := func(s *side) error {
 		// The pool full again (or 60 s): each block starts as a burst would.
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-			if idle, _ := metric(s.metrics, "sandfleet_pool_idle"); idle >= float64(s.size) {
+			idle, _ := metric(s.metrics, "sandfleet_pool_idle")
+			size, _ := metric(s.metrics, "sandfleet_pool_size")
+			if idle >= size {
 				break
 			}
 		}
@@ -89,17 +97,15 @@ func (p *perf2) poolSize(ctx context.Context, o options) error {
 		*s.miss += m1 - m0
 		return nil
 	}
-	for r := range 2 {
-		order := []*side{small, big}
-		if r%2 == 1 {
-			order = []*side{big, small}
-		}
-		for _, s := range order {
-			if err := block(s); err != nil {
+	sides := []*side{small, big, auto}
+	for r := range 3 {
+		for i := range sides {
+			if err := block(sides[(r+i)%len(sides)]); err != nil {
 				return err
 			}
 		}
 	}
+	ps.grownA, _ = metric(auto.metrics, "sandfleet_pool_size")
 	p.pool = ps
 	return nil
 }
@@ -124,7 +130,9 @@ func (ps *poolSizing) print(w io.Writer) {
 	if ps == nil || len(ps.seqS) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "(m'') back-to-back blocks of %d, --slots %d, alternating: --pool %d p50 %s p95 %s (%.0f misses); --pool %d p50 %s p95 %s (%.0f misses)\n",
-		len(ps.seqS)/2, ps.slots, ps.small, ms(pct(ps.seqS, .5)), ms(pct(ps.seqS, .95)), ps.missS,
-		ps.big, ms(pct(ps.seqB, .5)), ms(pct(ps.seqB, .95)), ps.missB)
+	blocks := 3
+	fmt.Fprintf(w, "(m'') back-to-back blocks of %d, --slots %d, %d blocks each, rotating: fixed --pool %d p50 %s p95 %s (%.0f misses); fixed --pool %d p50 %s p95 %s (%.0f misses); self-sizing --pool %d --pool-max %d p50 %s p95 %s (%.0f misses, grown to %.0f)\n",
+		len(ps.seqS)/blocks, ps.slots, blocks, ps.small, ms(pct(ps.seqS, .5)), ms(pct(ps.seqS, .95)), ps.missS,
+		ps.big, ms(pct(ps.seqB, .5)), ms(pct(ps.seqB, .95)), ps.missB,
+		ps.small, ps.big, ms(pct(ps.seqA, .5)), ms(pct(ps.seqA, .95)), ps.missA, ps.grownA)
 }
