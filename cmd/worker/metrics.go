@@ -152,7 +152,8 @@ func (m *metrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Execut
 		gauge("sandfleet_pool_size", "Warm sandboxes kept per preset image now: --pool, grown up to --pool-max while jobs drain the pool (0: no pool).", func() float64 { return float64(ps.PoolStats().Size) }),
 		gauge("sandfleet_pool_idle", "Warm sandboxes ready now, all images.", func() float64 { return float64(ps.PoolStats().Idle) }),
 		counter("sandfleet_pool_hits_total", "Jobs handed to a warm sandbox.", func(s executor.PoolStats) int64 { return s.Hits }),
-		counter("sandfleet_pool_misses_total", "Pool-eligible jobs that found no warm sandbox and got a fresh one.", func(s executor.PoolStats) int64 { return s.Misses }),
+		counter("sandfleet_pool_misses_total", "Pool-eligible jobs that found no warm sandbox ready.", func(s executor.PoolStats) int64 { return s.Misses }),
+		counter("sandfleet_pool_waited_total", "Of the misses, jobs handed a warm sandbox whose launch was in flight instead of a fresh one.", func(s executor.PoolStats) int64 { return s.Waited }),
 		counter("sandfleet_pool_launch_failures_total", "Launches of warm sandboxes that failed.", func(s executor.PoolStats) int64 { return s.Failures }),
 		gauge("sandfleet_pool_halted", "1 while the pool does not refill because sandboxes do not start.", func() float64 { return b(ps.PoolStats().Halted) }),
 	)

@@ -108,7 +108,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringArrayVar(&o.queue, "queue", []string{jobs.DefaultQueue}, "queue `NAME[:WEIGHT]` to serve (subjects jobs.NAME.<id>); repeat it for priority lanes, the heaviest served first, e.g. --queue interactive:10 --queue batch:1 (weight default 1)")
 	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "run `N` jobs at once (default the number of CPUs)")
 	fs.IntVar(&o.pool, "pool", 0, "keep `N` warm sandboxes per preset image, each used once (default --slots; 0 turns the pool off)")
-	fs.IntVar(&o.poolMax, "pool-max", 0, "let the pool grow to `N` per preset image while jobs drain it faster than it refills, back to --pool after 30s of calm (default 4 × --pool; --pool-max = --pool: a fixed pool)")
+	fs.IntVar(&o.poolMax, "pool-max", 0, "let the pool grow to `N` per preset image while jobs drain it faster than it refills, back to --pool after 2m of calm (default 4 × --pool; --pool-max = --pool: a fixed pool)")
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name; characters other than A-Z a-z 0-9 - _ / = become -)")
 	fs.StringVar(&o.configFile, "config", "", "JSON `FILE` with presets, defaults, caps and runtime")
 	fs.StringVar(&o.metrics, "metrics", "", "serve /metrics (Prometheus), /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,7 +18,7 @@ const poolSweep = 2 * time.Second
 
 // poolCalm is how long the pool goes without a miss or a drain before it
 // shrinks towards Config.Pool.
-const poolCalm = 30 * time.Second
+const poolCalm = 2 * time.Minute
 
 // PoolStats are the warm pool's counters.
 type PoolStats struct {
@@ -27,7 +28,8 @@ type PoolStats struct {
 	Launches int64 // launches of warm sandboxes attempted
 	Failures int64 // launches that failed
 	Hits     int64 // jobs handed to a warm sandbox
-	Misses   int64 // pool-eligible jobs that found none and got a fresh container
+	Misses   int64 // pool-eligible jobs that found none ready
+	Waited   int64 // of the misses, those handed a warm sandbox whose launch was in flight
 	Retired  int64 // warm sandboxes removed unused: dead stream, too old
 	// Halted is true while the pool does not refill because sandboxes do
 	// not start (Executor.StartErr says why); it resumes once one does.
@@ -85,9 +87,10 @@ type pool struct {
 	mu        sync.Mutex
 	idle      map[string][]*sandbox // per image, oldest first
 	launching map[string]int
-	target    map[string]int       // per image: size, grown by pressure
-	pressed   map[string]time.Time // per image: the last miss or drain
-	waiting   bool                 // the last launchMissing found the start gate closed
+	waiters   map[string][]chan *sandbox // per image: missed jobs waiting for a launch in flight
+	target    map[string]int             // per image: size, grown by pressure
+	pressed   map[string]time.Time       // per image: the last miss or drain
+	waiting   bool                       // the last launchMissing found the start gate closed
 	closed    bool
 	stats     PoolStats
 }
@@ -102,6 +105,7 @@ func newPool(e *Executor) *pool {
 		result:    make(chan error, e.cfg.Pool*len(e.images)),
 		idle:      map[string][]*sandbox{},
 		launching: map[string]int{},
+		waiters:   map[string][]chan *sandbox{},
 		target:    map[string]int{},
 		pressed:   map[string]time.Time{},
 	}
@@ -155,6 +159,56 @@ func (p *pool) take(image string) *sandbox {
 	p.grow(image, 2*p.target[image])
 	notify(p.kick)
 	return nil
+}
+
+// await is take for a job that found the pool empty: when a launch of
+// image is in flight that no other job waits for, the job waits for it
+// rather than launching a container of its own, which would start no
+// sooner and would compete with it for the engine. It returns nil when
+// there is none to wait for, the launch failed, or ctx ended first.
+func (p *pool) await(ctx context.Context, image string) *sandbox {
+	p.mu.Lock()
+	if p.closed || p.launching[image] <= len(p.waiters[image]) {
+		p.mu.Unlock()
+		return nil
+	}
+	ch := make(chan *sandbox, 1)
+	p.waiters[image] = append(p.waiters[image], ch)
+	p.mu.Unlock()
+	select {
+	case s := <-ch:
+		return s
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.waiters[image], ch); i >= 0 {
+		p.waiters[image] = slices.Delete(p.waiters[image], i, i+1)
+		return nil
+	}
+	// Handed over as ctx ended: unused, it goes back to the pool.
+	if s := <-ch; s != nil {
+		s.pool = nil
+		p.idle[image] = append(p.idle[image], s)
+	}
+	return nil
+}
+
+// handOver gives what a launch of image made (nil: it failed) to the
+// first job waiting for one, and reports whether there was one. p.mu is
+// held.
+func (p *pool) handOver(image string, s *sandbox) bool {
+	q := p.waiters[image]
+	if len(q) == 0 {
+		return false
+	}
+	p.waiters[image] = q[1:]
+	if s != nil {
+		p.stats.Waited++
+		s.pool = p
+	}
+	q[0] <- s
+	return true
 }
 
 // grow raises image's target to n, within the pool's ceiling, and notes
@@ -325,7 +379,10 @@ func (p *pool) launch(image string, trial bool) {
 	switch {
 	case err != nil:
 		p.stats.Failures++
-	case !closed:
+		p.handOver(image, nil)
+	case closed:
+		p.handOver(image, nil)
+	case !p.handOver(image, s):
 		p.idle[image] = append(p.idle[image], s)
 	}
 	p.mu.Unlock()

@@ -203,3 +203,61 @@ func TestPoolSizesItself(t *testing.T) {
 		t.Fatalf("after calm sweeps: target %d, %d idle; want the floor, 2", p.target["img"], len(p.idle["img"]))
 	}
 }
+
+// A job that finds the pool empty waits for a launch in flight that no
+// other job waits for, and gets what it makes; without one, or when its
+// context ends, it goes its own way (a fresh container), and a sandbox
+// handed over too late goes back to the pool.
+func TestPoolAwait(t *testing.T) {
+	t.Parallel()
+	p := &pool{e: &Executor{}, size: 2, max: 2, images: []string{"img"}, kick: make(chan struct{}, 1),
+		idle: map[string][]*sandbox{}, launching: map[string]int{}, waiters: map[string][]chan *sandbox{},
+		target: map[string]int{"img": 2}, pressed: map[string]time.Time{}}
+	if s := p.await(context.Background(), "img"); s != nil {
+		t.Fatal("waited with no launch in flight")
+	}
+	p.launching["img"] = 1
+	got := make(chan *sandbox)
+	go func() { got <- p.await(context.Background(), "img") }()
+	testutil.Eventually(t, 5*time.Second, "a waiter", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.waiters["img"]) == 1
+	})
+	// One launch, one waiter: a second job does not wait for it too.
+	if s := p.await(context.Background(), "img"); s != nil {
+		t.Fatal("two jobs waited for one launch")
+	}
+	made := &sandbox{born: time.Now(), copyDone: make(chan struct{})}
+	p.mu.Lock()
+	handed := p.handOver("img", made)
+	p.mu.Unlock()
+	if s := <-got; !handed || s != made || s.pool != p || p.stats.Waited != 1 {
+		t.Fatalf("handed %v, got %p (want %p), waited %d", handed, s, made, p.stats.Waited)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { got <- p.await(ctx, "img") }()
+	testutil.Eventually(t, 5*time.Second, "a waiter", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.waiters["img"]) == 1
+	})
+	cancel()
+	if s := <-got; s != nil || len(p.waiters["img"]) != 0 {
+		t.Fatalf("canceled waiter: got %v, %d waiters left", s, len(p.waiters["img"]))
+	}
+	// A launch that fails hands its waiter nil: the job launches its own.
+	go func() { got <- p.await(context.Background(), "img") }()
+	testutil.Eventually(t, 5*time.Second, "a waiter", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.waiters["img"]) == 1
+	})
+	p.mu.Lock()
+	p.handOver("img", nil)
+	p.mu.Unlock()
+	if s := <-got; s != nil {
+		t.Fatal("a failed launch handed a sandbox")
+	}
+}

@@ -61,7 +61,9 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 
 	var s *sandbox
 	if e.pool != nil && e.pool.fits(lim) {
-		s = e.pool.take(preset.Image)
+		if s = e.pool.take(preset.Image); s == nil {
+			s = e.pool.await(ctx, preset.Image)
+		}
 	}
 	if s != nil {
 		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
