@@ -425,10 +425,40 @@ func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
 				*st.s, *st.trunc, cut = shorten.Cut(*st.s, n), true, true
 			}
 		}
-		if !cut {
+		if !cut && !shrinkJudged(r) {
 			return nil, fmt.Errorf("encode result %s: %d bytes without any output, over the %d the server takes", r.ID, len(data), maxBytes)
 		}
 	}
+}
+
+// shrinkJudged halves what a judged result holds of its compiler's output
+// and of each case's stderr and diff, once its stdout and stderr are gone:
+// a thousand failing cases can be more than the server takes. It reports
+// whether anything was left to cut.
+func shrinkJudged(r *Result) bool {
+	cut := false
+	half := func(s *string) {
+		if len(*s) > 0 {
+			*s, cut = shorten.Cut(*s, len(*s)/2), true
+		}
+	}
+	if r.Compile != nil && r.Compile.Output != "" {
+		half(&r.Compile.Output)
+		r.Compile.OutputTruncated = true
+	}
+	if r.Tests != nil {
+		for i := range r.Tests.Cases {
+			c := &r.Tests.Cases[i]
+			half(&c.Stderr)
+			if c.Diff != nil {
+				d := *c.Diff // not the caller's: Diff may be shared
+				half(&d.Expected)
+				half(&d.Actual)
+				c.Diff = &d
+			}
+		}
+	}
+	return cut
 }
 
 // ValidReplyTo reports why s may not be a job's reply subject, or nil:

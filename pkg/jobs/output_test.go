@@ -62,3 +62,33 @@ func TestEncodeResultShortensBase64Whole(t *testing.T) {
 		t.Fatalf("shortened stdout does not decode to a prefix of the output: %d bytes", len(got))
 	}
 }
+
+// A judged result of a thousand failing cases, each with its KiB of stderr
+// (escaped six-fold in JSON) and a diff, fits the server's payload once
+// its cases' texts are shortened, and keeps every case's verdict.
+func TestEncodeResultShortensCases(t *testing.T) {
+	r := &Result{ID: "j", Status: StatusFailed, Tests: &TestReport{Total: 1000, Failed: 1000},
+		Compile: &CompileReport{Output: strings.Repeat("warning\n", 10_000)}}
+	for i := range 1000 {
+		r.Tests.Cases = append(r.Tests.Cases, CaseResult{Index: i, Verdict: "runtime_error",
+			Stderr: strings.Repeat("<", 1024), Diff: &Diff{Line: 1, Expected: strings.Repeat("e", 200), Actual: strings.Repeat("\x01", 200)}})
+	}
+	const max = 1 << 20
+	data, err := EncodeResult(r, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > max {
+		t.Fatalf("%d bytes, over %d", len(data), max)
+	}
+	var got Result
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Tests == nil || len(got.Tests.Cases) != 1000 || got.Tests.Cases[999].Verdict != "runtime_error" || !got.Compile.OutputTruncated {
+		t.Fatalf("cases or the compile step lost: %+v", got.Tests != nil)
+	}
+	if s := got.Tests.Cases[0].Stderr; s == "" || !strings.HasPrefix(strings.Repeat("<", 1024), s) {
+		t.Fatalf("case 0's stderr %q: want a non-empty prefix of what it wrote", s)
+	}
+}
