@@ -90,6 +90,7 @@ type pool struct {
 	waiters   map[string][]chan *sandbox // per image: missed jobs waiting for a launch in flight
 	target    map[string]int             // per image: size, grown by pressure
 	pressed   map[string]time.Time       // per image: the last miss or drain
+	filled    map[string]bool            // per image: the pool has reached its target once
 	waiting   bool                       // the last launchMissing found the start gate closed
 	closed    bool
 	stats     PoolStats
@@ -108,6 +109,7 @@ func newPool(e *Executor) *pool {
 		waiters:   map[string][]chan *sandbox{},
 		target:    map[string]int{},
 		pressed:   map[string]time.Time{},
+		filled:    map[string]bool{},
 	}
 	for _, img := range p.images {
 		p.target[img] = p.size
@@ -214,8 +216,8 @@ func (p *pool) handOver(image string, s *sandbox) bool {
 // grow raises image's target to n, within the pool's ceiling, and notes
 // the pressure that asked for it. p.mu is held.
 func (p *pool) grow(image string, n int) {
-	if _, ok := p.target[image]; !ok {
-		return // not one of the pool's images
+	if _, ok := p.target[image]; !ok || !p.filled[image] {
+		return // not one of the pool's images, or still filling at start
 	}
 	p.pressed[image] = time.Now()
 	if n = min(n, p.max); n > p.target[image] {
@@ -384,6 +386,9 @@ func (p *pool) launch(image string, trial bool) {
 		p.handOver(image, nil)
 	case !p.handOver(image, s):
 		p.idle[image] = append(p.idle[image], s)
+		if len(p.idle[image]) >= p.target[image] {
+			p.filled[image] = true
+		}
 	}
 	p.mu.Unlock()
 	if err == nil && closed {
