@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -337,7 +338,31 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		defer hs.Close()
 		log.Info("serving /metrics, /healthz, /readyz and /status", "addr", ln.Addr().String())
 	}
+	wg.Go(func() { releaseStartMemory(stop, w) })
 	return w.Run(stop, force)
+}
+
+// releaseStartMemory hands the heap that setting up left behind (the
+// topology's streams, the embedded server's start, the pool's first
+// launches) back to the system once the worker is ready, rather than
+// when Go's scavenger gets to it minutes later: an idle worker's RSS is
+// what it holds, not what it once needed.
+func releaseStartMemory(stop context.Context, w *worker.Worker) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for deadline := time.Now().Add(time.Minute); !w.Ready() && time.Now().Before(deadline); {
+		select {
+		case <-stop.Done():
+			return
+		case <-t.C:
+		}
+	}
+	select {
+	case <-stop.Done():
+		return
+	case <-time.After(3 * time.Second): // the pool's first launches
+	}
+	debug.FreeOSMemory()
 }
 
 // statusHandler serves /healthz (the process answers), /readyz (NATS
