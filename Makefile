@@ -8,6 +8,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The build tag of the worker's test hooks (cmd/worker/testhook.go); release
 # builds never set it.
 TESTHOOKS := sandfleet_testhooks
+# The tests that need the languages' image (make test runs them last).
+LANGS_TESTS := TestIntegrationLanguages|TestHumanEvalX
 
 export CGO_ENABLED ?= 0
 
@@ -33,7 +35,7 @@ images-all: sandbox-image langs-image
 ## test-langs: the languages' tests on real Docker (builds the langs image when missing)
 test-langs: build
 	@docker image inspect sandfleet/sandbox-langs:latest >/dev/null 2>&1 || ./sandbox-image/build.sh langs
-	SANDFLEET_REQUIRE_LANGS=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run 'TestIntegrationLanguages|TestHumanEvalX' ./pkg/executor ./examples/humanevalx
+	SANDFLEET_REQUIRE_LANGS=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run '$(LANGS_TESTS)' ./pkg/executor ./examples/humanevalx
 
 ## runsc: install gVisor (Debian's runsc) and register it with the running Docker daemon (no restart)
 runsc:
@@ -55,9 +57,12 @@ up: images
 down:
 	./deploy/compose/down.sh
 
-## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images, the languages' image)
+## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images), then the languages' tests on their image
+# The languages' tests (compilers in sandboxes, CPU-bound) run after the
+# rest, not beside the fault tests, whose engine deadlines they would eat.
 test: build images langs-image lint
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LANGS_TESTS)' ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(LANGS_TESTS)' ./pkg/executor ./examples/humanevalx
 
 ## test-short: unit tests only, no Docker
 test-short:

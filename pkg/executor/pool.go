@@ -183,15 +183,22 @@ func (p *pool) await(ctx context.Context, image string) *sandbox {
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if i := slices.Index(p.waiters[image], ch); i >= 0 {
 		p.waiters[image] = slices.Delete(p.waiters[image], i, i+1)
+		p.mu.Unlock()
 		return nil
 	}
-	// Handed over as ctx ended: unused, it goes back to the pool.
-	if s := <-ch; s != nil {
+	// Handed over as ctx ended: unused, it goes back to the pool, or is
+	// removed when the pool has closed meanwhile.
+	s := <-ch
+	closed := p.closed
+	if s != nil && !closed {
 		s.pool = nil
 		p.idle[image] = append(p.idle[image], s)
+	}
+	p.mu.Unlock()
+	if s != nil && closed {
+		p.e.release(context.Background(), p.e.cfg.Logger, s)
 	}
 	return nil
 }
