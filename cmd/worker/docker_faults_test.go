@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,7 +46,33 @@ func dockerWorker(t *testing.T, url, id string, extra ...string) *proc {
 		}
 	})
 	args := append([]string{"--nats", url, "--id", id, "--log-format", "json", "--slots", "1"}, extra...)
+	if !slices.Contains(extra, "--config") {
+		args = append(args, "--config", defaultImageOnly(t))
+	}
 	return startProc(t, id, args)
+}
+
+// defaultImageOnly writes a worker config of the default presets that use
+// the default image, and returns its path: the worker then keeps one pool,
+// whether or not this machine has the languages' image (make test builds
+// it), and the tests' counts of containers hold either way.
+func defaultImageOnly(t *testing.T) string {
+	t.Helper()
+	presets := map[string]executor.Preset{}
+	for name, p := range executor.DefaultPresets() {
+		if p.Image == executor.DefaultImage {
+			presets[name] = p
+		}
+	}
+	data, err := json.Marshal(map[string]any{"presets": presets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "worker.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // sandboxRunning reports whether worker id's sandbox runs job: a fresh
