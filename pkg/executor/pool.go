@@ -111,12 +111,22 @@ func newPool(e *Executor) *pool {
 		pressed:   map[string]time.Time{},
 		filled:    map[string]bool{},
 	}
-	for _, img := range p.images {
-		p.target[img] = p.size
-	}
+	p.initTargets()
 	p.wg.Add(1)
 	go p.fill()
 	return p
+}
+
+// initTargets sets each image's first target: size, but 0 for an optional
+// image (the languages'), which is pooled from its first job on, so that a
+// worker that only ever runs Python keeps no idle compilers' sandboxes.
+func (p *pool) initTargets() {
+	for _, img := range p.images {
+		p.target[img] = p.size
+		if p.e.optional[img] {
+			p.target[img], p.filled[img] = 0, true
+		}
+	}
 }
 
 // fits reports whether a job with these resolved limits can run in a warm
@@ -158,7 +168,11 @@ func (p *pool) take(image string) *sandbox {
 		p.stats.Retired++
 	}
 	p.stats.Misses++
-	p.grow(image, 2*p.target[image])
+	if p.target[image] == 0 {
+		p.grow(image, p.size) // an optional image's first job
+	} else {
+		p.grow(image, 2*p.target[image])
+	}
 	notify(p.kick)
 	return nil
 }

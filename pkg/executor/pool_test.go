@@ -266,3 +266,22 @@ func TestPoolAwait(t *testing.T) {
 		t.Fatal("a failed launch handed a sandbox")
 	}
 }
+
+// An optional image's pool starts empty and is kept from its first job on.
+func TestPoolOptionalImageOnDemand(t *testing.T) {
+	t.Parallel()
+	e := &Executor{cfg: Config{PoolMaxAge: time.Hour, Pool: 2, PoolMax: 8}, optional: map[string]bool{"langs": true}}
+	p := &pool{e: e, size: 2, max: 8, images: []string{"img", "langs"}, kick: make(chan struct{}, 1),
+		idle: map[string][]*sandbox{}, launching: map[string]int{}, waiters: map[string][]chan *sandbox{},
+		target: map[string]int{}, pressed: map[string]time.Time{}, filled: map[string]bool{}}
+	p.initTargets()
+	if p.target["langs"] != 0 || p.target["img"] != 2 {
+		t.Fatalf("targets at start %v", p.target)
+	}
+	if p.take("langs") != nil || p.target["langs"] != 2 {
+		t.Fatalf("after the first langs job: target %d, want 2", p.target["langs"])
+	}
+	if p.take("langs"); p.target["langs"] != 4 {
+		t.Fatalf("after a second miss: target %d, want 4", p.target["langs"])
+	}
+}
