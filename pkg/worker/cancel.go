@@ -24,25 +24,32 @@ const maxCancelSet = 100_000
 type cancelSet struct {
 	mu     sync.Mutex
 	synced bool
-	ids    map[string]struct{}
+	ttl    time.Duration        // the bucket's: an older request has expired there
+	ids    map[string]time.Time // when each request was stored
 }
 
 // has reports whether id has a cancel request, and whether the set knows.
+// A request older than the bucket's TTL has expired from it, and the
+// server expires keys without telling watchers.
 func (c *cancelSet) has(id string) (found, known bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, found = c.ids[id]
+	at, found := c.ids[id]
+	if found && c.ttl > 0 && time.Since(at) > c.ttl {
+		delete(c.ids, id)
+		found = false
+	}
 	return found, c.synced
 }
 
-func (c *cancelSet) update(op jetstream.KeyValueOp, id string) {
+func (c *cancelSet) update(op jetstream.KeyValueOp, id string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ids == nil {
 		return // given up: too many
 	}
 	if op == jetstream.KeyValuePut {
-		c.ids[id] = struct{}{}
+		c.ids[id] = at
 	} else {
 		delete(c.ids, id)
 	}
@@ -83,7 +90,7 @@ func (w *Worker) watchCancels(ctx context.Context) {
 				w.cancels.setSynced(true)
 				continue
 			}
-			w.cancels.update(e.Operation(), e.Key())
+			w.cancels.update(e.Operation(), e.Key(), e.Created())
 			if e.Operation() != jetstream.KeyValuePut {
 				continue
 			}

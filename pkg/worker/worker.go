@@ -105,7 +105,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		running: map[*run]struct{}{},
 		objects: map[string]jobs.ObjectStores{},
 		snaps:   newSnapCache(snapCacheBytes),
-		cancels: cancelSet{ids: map[string]struct{}{}},
+		cancels: cancelSet{ttl: cfg.Topology.ResultTTL, ids: map[string]time.Time{}},
 	}, nil
 }
 
