@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,72 +10,16 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-// maxCancelSet bounds the cancel requests a worker keeps in memory; past
-// it, each job looks its request up in CANCELS instead.
-const maxCancelSet = 100_000
-
-// cancelSet is what the watcher has seen of CANCELS: once it has read the
-// bucket through (synced), a job about to run looks its ID up here rather
-// than asking the server, a round trip fewer per job. A request stored
-// after the job registered as running reaches it through the watcher
-// either way: the watcher adds an ID before it cancels the runs of it, and
-// a job registers before it looks.
-type cancelSet struct {
-	mu     sync.Mutex
-	synced bool
-	ttl    time.Duration        // the bucket's: an older request has expired there
-	ids    map[string]time.Time // when each request was stored
-}
-
-// has reports whether id has a cancel request, and whether the set knows.
-// A request older than the bucket's TTL has expired from it, and the
-// server expires keys without telling watchers.
-func (c *cancelSet) has(id string) (found, known bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	at, found := c.ids[id]
-	if found && c.ttl > 0 && time.Since(at) > c.ttl {
-		delete(c.ids, id)
-		found = false
-	}
-	return found, c.synced
-}
-
-func (c *cancelSet) update(op jetstream.KeyValueOp, id string, at time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ids == nil {
-		return // given up: too many
-	}
-	if op == jetstream.KeyValuePut {
-		c.ids[id] = at
-	} else {
-		delete(c.ids, id)
-	}
-	if len(c.ids) > maxCancelSet {
-		c.ids, c.synced = nil, false
-	}
-}
-
-func (c *cancelSet) setSynced(v bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.synced = v && c.ids != nil
-}
-
 // watchCancels handles the cancel requests stored in CANCELS: a job
 // running here has its context canceled; a job of this queue still queued
-// is finished as canceled at once (cancelQueued). The requests stored
-// before it started are read first, into w.cancels only.
+// is finished as canceled at once (cancelQueued).
 func (w *Worker) watchCancels(ctx context.Context) {
-	watch, err := w.stores.Cancels.WatchAll(ctx)
+	watch, err := w.stores.Cancels.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		w.log.Error("watch cancel requests; cancel of running jobs will not work", "err", err)
 		return
 	}
 	defer watch.Stop()
-	defer w.cancels.setSynced(false)
-	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,16 +28,10 @@ func (w *Worker) watchCancels(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if e == nil { // the bucket read through: updates from here on
-				initial = false
-				w.cancels.setSynced(true)
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			w.cancels.update(e.Operation(), e.Key(), e.Created())
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			if !w.cancelRunning(e.Key()) && !initial {
+			if !w.cancelRunning(e.Key()) {
 				w.cancelQueued(ctx, e.Key())
 			}
 		}

@@ -388,9 +388,6 @@ func (w *Worker) lookup(id string) (*jobs.Result, error) {
 }
 
 func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
-	if found, known := w.cancels.has(id); known {
-		return found
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := w.stores.Cancels.Get(ctx, id)

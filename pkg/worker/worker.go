@@ -78,7 +78,6 @@ type Worker struct {
 	objMu   sync.Mutex
 	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
 	snaps   *snapCache                   // the snapshots saved last (snapcache.go)
-	cancels cancelSet                    // CANCELS as the watcher has read it (cancel.go)
 }
 
 // run is one job in progress, for cancel requests.
@@ -105,7 +104,6 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		running: map[*run]struct{}{},
 		objects: map[string]jobs.ObjectStores{},
 		snaps:   newSnapCache(snapCacheBytes),
-		cancels: cancelSet{ttl: cfg.Topology.ResultTTL, ids: map[string]time.Time{}},
 	}, nil
 }
 
