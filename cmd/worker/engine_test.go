@@ -274,7 +274,7 @@ func reloadDockerd(t *testing.T, name string, present bool) {
 	if err := syscall.Kill(dockerdPID(), syscall.SIGHUP); err != nil {
 		t.Fatalf("SIGHUP dockerd: %v", err)
 	}
-	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("dockerd to reload its runtimes (%s present: %v)", name, present), func() bool {
+	testutil.Eventually(t, 90*time.Second, fmt.Sprintf("dockerd to reload its runtimes (%s present: %v)", name, present), func() bool {
 		out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
 		return err == nil && strings.Contains(string(out), `"`+name+`"`) == present
 	})
