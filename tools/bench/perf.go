@@ -59,7 +59,7 @@ const defaultHumanEval = "../shared/data/humaneval/HumanEval.jsonl.gz"
 func definePerf2Flags(fs *flag.FlagSet, o *perf2Options) {
 	fs.BoolVar(&o.perf2, "perf2", true, "run phases (i)-(n), Performance II")
 	fs.BoolVar(&o.perf2Only, "perf2-only", false, "run phases (i)-(n) alone")
-	fs.DurationVar(&o.think, "think", 300*time.Millisecond, "(j): the agent's think time after each job")
+	fs.DurationVar(&o.think, "think", 300*time.Millisecond, "(j), (h): the agent's think time between jobs")
 	fs.IntVar(&o.conc, "perf2-parallel", 4, "(k), (n): containers or jobs at once")
 	fs.IntVar(&o.perf2Jobs, "perf2-jobs", 40, "(k): jobs per contender")
 	fs.IntVar(&o.perf2Churn, "churn-n", 20, "(l): sequential containers")
