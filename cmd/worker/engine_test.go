@@ -253,14 +253,29 @@ func lockDaemonJSON(t *testing.T) (unlock func()) {
 	return func() { f.Close() }
 }
 
+// dockerdPID returns the PID of the engine the docker CLI talks to, whose
+// daemon.json the tests edit: the one its default pid file names, not the
+// first dockerd in /proc (TestTwoEngines runs a second one at the same
+// time, and /proc lists PIDs in the order of their names: a SIGHUP sent to
+// that one reloaded nothing, and the wait for the runtime timed out).
 func dockerdPID() int {
+	isDockerd := func(pid string) bool {
+		comm, err := os.ReadFile("/proc/" + pid + "/comm")
+		return err == nil && strings.TrimSpace(string(comm)) == "dockerd"
+	}
+	if b, err := os.ReadFile("/var/run/docker.pid"); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isDockerd(strconv.Itoa(pid)) {
+			return pid
+		}
+	}
+	// No pid file: the dockerd started without --pidfile of its own.
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
+		if err != nil || !isDockerd(d.Name()) {
 			continue
 		}
-		if comm, err := os.ReadFile("/proc/" + d.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "dockerd" {
+		if cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline"); err == nil && !strings.Contains(string(cmdline), "--pidfile") {
 			return pid
 		}
 	}
@@ -271,7 +286,11 @@ func dockerdPID() int {
 // name is (or is no longer) among its runtimes.
 func reloadDockerd(t *testing.T, name string, present bool) {
 	t.Helper()
-	if err := syscall.Kill(dockerdPID(), syscall.SIGHUP); err != nil {
+	pid := dockerdPID()
+	if pid == 0 {
+		t.Fatal("no dockerd to reload") // kill(0) would signal the test's own group
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		t.Fatalf("SIGHUP dockerd: %v", err)
 	}
 	testutil.Eventually(t, 90*time.Second, fmt.Sprintf("dockerd to reload its runtimes (%s present: %v)", name, present), func() bool {
