@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -206,12 +205,6 @@ const DefaultQueue = "default"
 // MaxJobBytes is the default cap on the encoded size of one job.
 const MaxJobBytes = 4 << 20
 
-var (
-	// A tenant's job IDs are qualified: <tenant>.<id> (see tenant.go).
-	idPattern    = regexp.MustCompile(`^(?:[a-z0-9][a-z0-9-]{0,31}\.)?[A-Za-z0-9_-]{1,128}$`)
-	queuePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-)
-
 // ErrInvalidJob is wrapped by every validation error of a job.
 var ErrInvalidJob = errors.New("invalid job")
 
@@ -229,11 +222,36 @@ func NewID() string {
 }
 
 // ValidID reports whether s may be used as a job ID: [A-Za-z0-9_-]{1,128},
-// qualified by a tenant's name and a dot for a tenant's job.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// qualified by a tenant's name and a dot for a tenant's job
+// (`^(?:[a-z0-9][a-z0-9-]{0,31}\.)?[A-Za-z0-9_-]{1,128}$`). Every message
+// is checked on its way in and out, so it is written out rather than a
+// regular expression's backtracking (TestNamesMatchTheirPatterns holds it
+// to the pattern).
+func ValidID(s string) bool {
+	if t, id, ok := strings.Cut(s, "."); ok {
+		return ValidTenant(t) && plainName(id, 128)
+	}
+	return plainName(s, 128)
+}
 
-// ValidQueue reports whether s may be used as a queue name.
-func ValidQueue(s string) bool { return queuePattern.MatchString(s) }
+// ValidQueue reports whether s may be used as a queue name:
+// [A-Za-z0-9_-]{1,64}.
+func ValidQueue(s string) bool { return plainName(s, 64) }
+
+// plainName reports whether s is 1 to max bytes of [A-Za-z0-9_-].
+func plainName(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !lowerOrDigit(c) && !('A' <= c && c <= 'Z') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerOrDigit(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 // Normalize fills the defaults a publisher may leave out: a UUIDv7 ID and the
 // default queue.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -56,12 +55,19 @@ import (
 // Workers serve every tenant and know none in advance: a tenant's object
 // stores are made by the first worker that needs them.
 
-// tenantPattern is a tenant's name: lower-case, so that it can also name
-// users and environment variables.
-var tenantPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
-
-// ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31}.
-func ValidTenant(s string) bool { return tenantPattern.MatchString(s) }
+// ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31},
+// lower-case, so that it can also name users and environment variables.
+func ValidTenant(s string) bool {
+	if len(s) == 0 || len(s) > 32 || !lowerOrDigit(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !lowerOrDigit(s[i]) && s[i] != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // TenantOf returns the tenant of a job ID or of a workspace's name, ""
 // for one of no tenant.

@@ -209,7 +209,7 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 	job, _ := w.decode(m.Data, dl) // best effort: for reply_to and labels
 
 	var stored *jobs.Result
-	if dl.subjErr == nil && kvKey.MatchString(dl.id) {
+	if dl.subjErr == nil && kvKey(dl.id) {
 		now := time.Now().UTC()
 		res := &jobs.Result{Status: status, Error: reason, FinishedAt: &now}
 		w.fill(res, job, dl)

@@ -313,9 +313,14 @@ func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {
 	}
 }
 
-// kvKey matches what a KV bucket accepts as a key (a tenant's job ID is
-// two subject tokens).
-var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)?$`)
+// kvKeyPattern matches what a KV bucket accepts as a key (a tenant's job
+// ID is two subject tokens).
+var kvKeyPattern = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)?$`)
+
+// kvKey reports whether id can be a key of RESULTS: a valid job ID always
+// can (the check every job takes, without the pattern); any other the
+// pattern decides.
+func kvKey(id string) bool { return jobs.ValidID(id) || kvKeyPattern.MatchString(id) }
 
 // finish stores the result (first writer wins), publishes the stored one to
 // the reply subject and decides: term for rejected jobs, ack otherwise. The
@@ -323,7 +328,7 @@ var kvKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)?$`)
 func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *jobs.Result, ev *jobEvents, log *slog.Logger) decision {
 	stored := res
 	ev.flush(force)
-	if kvKey.MatchString(res.ID) {
+	if kvKey(res.ID) {
 		var err error
 		stored, err = w.store(force, res)
 		if err != nil && force.Err() != nil {
