@@ -249,6 +249,7 @@ type report struct {
 	queue             float64
 	queueCPU          time.Duration // per job: server, worker and client together
 	rssIdle, rssLoad  int64         // KiB
+	rssAnon           int64         // KiB of rssIdle that is the process's own (not the binary's pages)
 	hwm               int64
 	viaGo, viaGoReply gatewayFigures // (g)
 	viaHTTP           gatewayFigures
@@ -293,8 +294,8 @@ func (r *report) print(w io.Writer) {
 		float64(r.queueCPU)/float64(time.Microsecond), float64(time.Second)/float64(max(r.queueCPU, 1)))
 	r.printGateway(w)
 	if r.rssIdle > 0 {
-		fmt.Fprintf(w, "(d)  worker RSS: %.1f MiB idle, %.1f MiB peak under load (VmHWM %.1f MiB)\n",
-			float64(r.rssIdle)/1024, float64(r.rssLoad)/1024, float64(r.hwm)/1024)
+		fmt.Fprintf(w, "(d)  worker RSS: %.1f MiB idle (%.1f MiB its own memory, the rest the binary's code and data pages, shared and clean), %.1f MiB peak under load (VmHWM %.1f MiB)\n",
+			float64(r.rssIdle)/1024, float64(r.rssAnon)/1024, float64(r.rssLoad)/1024, float64(r.hwm)/1024)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-40s %-22s %-22s %s\n", "target", "measured", "goal (aim)", "")

@@ -133,6 +133,7 @@ func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS 
 	time.Sleep(3 * time.Second)
 	if measureRSS {
 		r.rssIdle, _ = procfs.Status(cmd.Process.Pid, "VmRSS")
+		r.rssAnon, _ = procfs.Status(cmd.Process.Pid, "RssAnon")
 	}
 	for range o.n {
 		t := time.Now()
