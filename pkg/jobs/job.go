@@ -238,9 +238,9 @@ func ValidID(s string) bool {
 // [A-Za-z0-9_-]{1,64}.
 func ValidQueue(s string) bool { return plainName(s, 64) }
 
-// plainName reports whether s is 1 to max bytes of [A-Za-z0-9_-].
-func plainName(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
+// plainName reports whether s is 1 to limit bytes of [A-Za-z0-9_-].
+func plainName(s string, limit int) bool {
+	if len(s) == 0 || len(s) > limit {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
