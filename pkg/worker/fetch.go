@@ -13,6 +13,11 @@ import (
 // The fetching under the lanes' rules (lanes.go): slots taken before
 // every fetch, pulls left waiting only on empty lanes.
 
+// lanePoll is how often slots waiting on some lanes are called back to
+// look at the lanes without a pull: the most a job on such a lane waits
+// while a slot is free.
+const lanePoll = time.Second
+
 // arrival is what a waiting pull's Next returned.
 type arrival struct {
 	l   *lane
@@ -66,6 +71,14 @@ func (w *Worker) pullWhileUp(stop, force context.Context, slots chan struct{}, j
 		if f.nWaiting < len(w.lanes) {
 			take = slots // a lane without a waiting pull could use a slot
 		}
+		var poll <-chan time.Time
+		if f.held == 0 && f.nWaiting > 0 && f.nWaiting < len(w.lanes) {
+			// Fewer slots free than lanes: the waiting ones hold pulls on
+			// the heaviest lanes only, and work arriving on another would
+			// wait for a slot to free. Call them back now and then to
+			// look at every lane.
+			poll = time.After(lanePoll)
+		}
 		brought := false // a waiting pull brought a job: its lane may have more
 		select {
 		case take <- struct{}{}:
@@ -75,6 +88,8 @@ func (w *Worker) pullWhileUp(stop, force context.Context, slots chan struct{}, j
 				return f.handed, err
 			}
 			brought = a.err == nil
+		case <-poll:
+			f.withdraw()
 		case <-stop.Done():
 			return f.handed, nil
 		case <-down:

@@ -23,7 +23,10 @@ import (
 //   - Only a lane with work. A slot never waits on an empty lane while
 //     another lane has work for it: slots that wait for work hold a pull
 //     on an empty lane, and are called back (the pull withdrawn) as soon
-//     as a fetch finds more work than there are free slots.
+//     as a fetch finds more work than there are free slots. With fewer
+//     free slots than lanes, the lanes without a pull are looked at every
+//     lanePoll (1 s): the waiting slots are called back to fetch from
+//     every lane, then wait again.
 //   - Among the lanes with work, the one that would finish its next slot
 //     first in virtual time, each slot costing a lane 1/weight (weighted
 //     fair queueing); the heavier lane on a tie. With 10:1 and both lanes

@@ -99,6 +99,32 @@ func TestLanesWaitWithdrawAndStop(t *testing.T) {
 	r.Stop(t)
 }
 
+// With fewer free slots than lanes, a free slot waits on the heaviest
+// lane only; work arriving on a lane without a pull is still found (the
+// slot is called back every lanePoll to look), not left until a busy slot
+// frees. Seen in CI: batch jobs submitted one by one, the first taken by a
+// batch pull while the rest were still being published, left a free slot
+// waiting on the empty interactive lane and the rest of the batch queued.
+func TestLanesLookAtLanesWithoutAPull(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
+	b.startWorker(t, worker.Config{ID: "laned", Slots: 2, FetchWait: 30 * time.Second,
+		Queues: []worker.Lane{{Queue: "batch", Weight: 1}, {Queue: "interactive", Weight: 10}}})
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "b0", Queue: "batch", Image: "python", Code: "block"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "b0 running, the free slot waiting on the interactive lane alone", func() bool {
+		return b.exec.Runs("b0") == 1 && b.waitingPulls("interactive") == 1 && b.waitingPulls("batch") == 0
+	})
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "b1", Queue: "batch", Image: "python", Code: "block"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "b1 running in the free slot", func() bool { return b.exec.Runs("b1") == 1 })
+	if ci := b.consumerInfo(t, "batch"); ci.NumAckPending != 2 || ci.NumRedelivered != 0 {
+		t.Errorf("batch lane: %d in flight, %d redelivered; want 2, 0", ci.NumAckPending, ci.NumRedelivered)
+	}
+}
+
 // quantiles returns the p50 and p95 of d.
 func quantiles(d []time.Duration) (p50, p95 time.Duration) {
 	if len(d) == 0 {
