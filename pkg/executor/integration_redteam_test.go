@@ -378,6 +378,16 @@ func TestIntegrationRedTeamBasics(t *testing.T) {
 				t.Logf("%s under runsc: %s", tc.name, res.Error)
 				continue
 			}
+			if tc.name == "memory bomb" && e.cfg.Runtime == "runsc" && res.Status == jobs.StatusFailed && res.Exit == nil &&
+				strings.Contains(res.Error, "exited with status 137") && !strings.Contains(res.Stdout, "survived") {
+				// Likewise for memory: gVisor's memory is the sandbox's
+				// cgroup's, and the host's OOM killer may take the whole
+				// sandbox (SIGKILL, no verdict) before gVisor kills the
+				// job, without the engine recording an OOM kill (under
+				// load, about one run in seven here). Held all the same.
+				t.Logf("%s under runsc: %s", tc.name, res.Error)
+				continue
+			}
 			if res.Status != tc.status {
 				t.Errorf("%s: %s (%s), want %s", tc.name, res.Status, res.Error, tc.status)
 			}
