@@ -255,8 +255,13 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 				continue
 			}
 			seen = meta.Sequence.Stream
-			if final != nil && meta.NumPending == 0 {
-				target = min(target, seen) // what is left of target expired
+			if final != nil && meta.NumPending == 0 && seen < target {
+				// Nothing pending when the server sent m, which may have
+				// been before the events up to target were stored: only
+				// a fresh look says whether what is left of target expired.
+				if last, err := f.lastSeq(ctx); err == nil && last <= seen {
+					target = seen
+				}
 			}
 			var ev Event
 			if json.Unmarshal(m.Data(), &ev) != nil || ev.ID != f.id {

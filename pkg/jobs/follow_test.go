@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -187,6 +188,48 @@ func TestFollowEndsOnResultWithoutFinished(t *testing.T) {
 	ended(t, ch)
 }
 
+// An event the server sent while nothing more was pending, still waiting
+// in Follow when the result reaches it, says nothing of what was stored
+// by then: Follow yields everything stored before the result. Each round
+// has an even chance of Follow taking the result first, which is the
+// case this is about.
+func TestFollowStalePending(t *testing.T) {
+	t.Parallel()
+	first := newStandIn(t, "stale-0", true)
+	for i := range 20 {
+		s := *first
+		s.id = fmt.Sprintf("stale-%d", i)
+		if i > 0 {
+			if _, err := s.client.Submit(t.Context(), &jobs.Job{ID: s.id, Image: "python", Code: "print(1)"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.publish(jobs.Event{Type: jobs.EventStarted})
+		s.output(jobs.Stdout, 0, "one\n")
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		var out string
+		for ev, err := range s.client.Follow(ctx, s.id) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type == jobs.EventStarted {
+				// Meanwhile "one" is delivered, with nothing pending.
+				time.Sleep(50 * time.Millisecond)
+				s.output(jobs.Stdout, 4, "two\n")
+				s.store(&jobs.Result{Status: jobs.StatusSucceeded, Attempt: 1})
+				time.Sleep(100 * time.Millisecond) // the result reaches Follow too
+			}
+			if ev.Type == jobs.EventOutput {
+				out += string(ev.DataBytes())
+			}
+		}
+		cancel()
+		if out != "one\ntwo\n" {
+			t.Fatalf("round %d: followed output %q, want both events stored before the result", i, out)
+		}
+	}
+}
+
 // A job that finished long ago (its events expired, its message gone from
 // JOBS) yields queued, from the result's queued_at, and its result.
 func TestFollowResultOnly(t *testing.T) {
@@ -334,6 +377,24 @@ func TestFollowTenant(t *testing.T) {
 		}
 	}
 	ended(t, ch)
+	if _, err := tc.Wait(t.Context(), s.id); err != nil {
+		t.Fatal(err)
+	}
+	// What the follows and the wait made is gone: a stream holds 1,000
+	// consumers at most, and every tenant shares RESULTS and EVENTS.
+	for _, name := range []string{"KV_" + jobs.ResultsBucket, jobs.EventsStreamName} {
+		st, err := s.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Consumers != 0 {
+			t.Errorf("%s has %d consumers left, want none", name, info.State.Consumers)
+		}
+	}
 
 	for ev, err := range tc.Follow(t.Context(), "team-b.live-1") {
 		if !errors.Is(err, jobs.ErrNotFound) {
