@@ -214,9 +214,10 @@ func DecodeStoredResult(id string, data []byte) (*Result, error) {
 // ResultWatch waits for one job's result. Open it before publishing the job
 // so that no result can be missed; Stop it when done.
 type ResultWatch struct {
-	w  jetstream.KeyWatcher
-	it jetstream.MessagesContext // instead of w, for a tenant (tenantWatch)
-	id string
+	w            jetstream.KeyWatcher
+	it           jetstream.MessagesContext // instead of w, for a tenant (tenantWatch)
+	stopConsumer func()                    // with it: deletes its consumer
+	id           string
 }
 
 // Watch opens a watch on the result of id. The current value, if any, is
@@ -251,6 +252,7 @@ func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
 func (rw *ResultWatch) Stop() error {
 	if rw.it != nil {
 		rw.it.Stop()
+		rw.stopConsumer()
 		return nil
 	}
 	return rw.w.Stop()

@@ -338,11 +338,15 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 }
 
 // tenantWatch watches RESULTS[id] with an ordered consumer filtered to
-// its subject: the one form of watch a tenant's permissions allow.
+// its subject: the one form of watch a tenant's permissions allow. Stop
+// deletes the consumer: a stream holds 1,000 consumers at most (the
+// server's default), shared by every tenant, and one left for the
+// server to remove would count for its InactiveThreshold.
 func (c *Client) tenantWatch(ctx context.Context, id string) (*ResultWatch, error) {
 	oc, err := c.js.OrderedConsumer(ctx, "KV_"+ResultsBucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{kvSubject(ResultsBucket, id)},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubjects:    []string{kvSubject(ResultsBucket, id)},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: time.Minute, // removed by the server if the delete in Stop is lost
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", id, err)
@@ -351,7 +355,15 @@ func (c *Client) tenantWatch(ctx context.Context, id string) (*ResultWatch, erro
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", id, err)
 	}
-	return &ResultWatch{it: it, id: id}, nil
+	return &ResultWatch{it: it, id: id, stopConsumer: func() {
+		info := oc.CachedInfo()
+		if info == nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = c.js.DeleteConsumer(dctx, "KV_"+ResultsBucket, info.Name)
+	}}, nil
 }
 
 // nextMsg is ResultWatch.Next over an ordered consumer.
