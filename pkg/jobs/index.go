@@ -17,9 +17,10 @@ import (
 // pages through by sequence (newest first) without ever reading RESULTS
 // as a whole:
 //
-//	index.job.<queue>.<batch>.<id>  a JobSummary: written when a worker takes
-//	                                the job (running), again when its result
-//	                                is stored (finished)
+//	index.job.<queue>.<batch>.<id>  a JobSummary: written once a worker has
+//	                                run the job for a moment (running: 250 ms,
+//	                                pkg/worker), and when its result is
+//	                                stored (finished)
 //	index.spec.<id>                 a JobSpec: the job's code and files, capped,
 //	                                so that its page can show them once the
 //	                                job has left JOBS

@@ -155,7 +155,8 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	ev := w.openEvents(job.ID, dl.attempt, job, log)
 	defer ev.close(force)
 	ev.redelivered()
-	w.index.running(job, w.cfg.ID, dl)
+	indexed := w.index.running(job, w.cfg.ID, dl)
+	defer indexed.end()
 
 	jobCtx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -219,6 +220,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	}
 	w.fill(res, job, dl)
 	ev.ended(res)
+	indexed.end() // before the finished record
 	d := w.finish(force, dl, job, res, ev, log)
 	ws.settled(d)
 	return d

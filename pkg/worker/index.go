@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 )
 
 // The job index (pkg/jobs index.go) is what the console lists. The worker
-// writes it: a job's spec and running summary when it takes the job, its
-// finished summary when the result is stored. Like the events, it must
+// writes it: a job's spec when it takes the job, its running summary once
+// the job has run for indexRunningDelay, its finished summary when the
+// result is stored. Like the events, it must
 // never slow a job down: records are queued, without blocking, into a
 // bounded queue that one goroutine of the worker publishes, pipelined;
 // what does not fit is dropped and counted. RESULTS stays the authority,
@@ -70,14 +72,52 @@ func (x *indexer) add(subject string, v any) {
 	}
 }
 
-// running records that this worker took job (its attempt-th delivery).
-func (x *indexer) running(job *jobs.Job, worker string, dl delivery) {
+// indexRunningDelay is how long a job runs before its running record is
+// written: a job that ends sooner has its finished record only, which
+// would have replaced the running one at once (a stored message, and a
+// third of the index's cost per job, saved for the many short jobs).
+const indexRunningDelay = 250 * time.Millisecond
+
+// running records that this worker took job (its attempt-th delivery):
+// the spec now, the running summary once the job has run for
+// indexRunningDelay. The caller ends the returned run before it records
+// the job's end, and in any case once it is done with the job.
+func (x *indexer) running(job *jobs.Job, worker string, dl delivery) *indexRun {
 	if x == nil || !jobs.ValidQueue(job.Queue) || !jobs.ValidID(job.ID) {
-		return
+		return nil
 	}
 	x.add(jobs.IndexSpecSubject(job.ID), jobs.NewJobSpec(job))
-	s := jobs.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
-	x.add(s.Subject(), s)
+	r, taken := &indexRun{}, time.Now().UTC()
+	r.timer = time.AfterFunc(indexRunningDelay, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !r.ended {
+			s := jobs.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
+			s.StartedAt = &taken
+			x.add(s.Subject(), s)
+		}
+	})
+	return r
+}
+
+// indexRun is a job's running record still to be written.
+type indexRun struct {
+	mu    sync.Mutex
+	ended bool
+	timer *time.Timer
+}
+
+// end cancels the running record if it is not written yet; one written
+// is queued before anything added after end returns, so that the
+// finished record replaces it. A nil run has nothing to end.
+func (r *indexRun) end() {
+	if r == nil {
+		return
+	}
+	r.timer.Stop()
+	r.mu.Lock()
+	r.ended = true
+	r.mu.Unlock()
 }
 
 // finished records a job's stored result; dead marks a dead letter.

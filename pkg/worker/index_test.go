@@ -66,6 +66,45 @@ func TestJobIndex(t *testing.T) {
 	}
 }
 
+// A job that ends within moments of being taken is never indexed as
+// running: its spec and its finished record are the only two records
+// stored for it (the running one would have been replaced at once).
+func TestJobIndexShortJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{Slots: 1})
+	if res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "short", Image: "python", Code: "print x"}); err != nil || res.Status != jobs.StatusSucceeded {
+		t.Fatal(res, err)
+	}
+	idx, err := b.client.Index(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done *jobs.JobSummary
+	testutil.Eventually(t, 10*time.Second, "the finished record", func() bool {
+		done, err = idx.Summary(t.Context(), "short")
+		return err == nil && done.State == jobs.JobFinished
+	})
+	if _, err := idx.Spec(t.Context(), "short"); err != nil {
+		t.Errorf("spec: %v", err)
+	}
+	time.Sleep(time.Second) // past the running record's delay
+	st, err := b.js.Stream(t.Context(), jobs.IndexStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != 2 || info.State.Msgs != 2 {
+		t.Errorf("INDEX stored %d records (%d kept), want the spec and the finished record only", info.State.LastSeq, info.State.Msgs)
+	}
+	if s, err := idx.Summary(t.Context(), "short"); err != nil || s.State != jobs.JobFinished {
+		t.Errorf("after the delay: %+v %v, want the finished record", s, err)
+	}
+}
+
 // NoIndex writes nothing.
 func TestJobIndexOff(t *testing.T) {
 	t.Parallel()
