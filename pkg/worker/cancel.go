@@ -12,36 +12,95 @@ import (
 
 // watchCancels handles the cancel requests stored in CANCELS: a job
 // running here has its context canceled; a job of this queue still queued
-// is finished as canceled at once (cancelQueued).
+// is finished as canceled at once (cancelQueued). It also keeps the IDs
+// that have a request (w.cancels), so that a job it takes is checked
+// without a read of CANCELS: from the end of the watch's initial values,
+// which are every request stored, until the watch ends.
 func (w *Worker) watchCancels(ctx context.Context) {
-	watch, err := w.stores.Cancels.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := w.stores.Cancels.WatchAll(ctx)
 	if err != nil {
 		w.log.Error("watch cancel requests; cancel of running jobs will not work", "err", err)
 		return
 	}
 	defer watch.Stop()
+	defer w.forgetCancels()
+	ids := map[string]time.Time{}
+	prune := time.NewTicker(cancelPruneEvery)
+	defer prune.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-prune.C:
+			w.pruneCancels()
 		case e, ok := <-watch.Updates():
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil {
+				// The initial values are in: from now on, w.cancels
+				// answers for CANCELS.
+				w.mu.Lock()
+				w.cancels, ids = ids, nil
+				w.mu.Unlock()
 				continue
 			}
-			if !w.cancelRunning(e.Key()) {
+			if e.Operation() != jetstream.KeyValuePut {
+				w.mu.Lock()
+				delete(ids, e.Key())
+				delete(w.cancels, e.Key())
+				w.mu.Unlock()
+				continue
+			}
+			if ids != nil {
+				// A request stored before the watch began: for a job
+				// that is no longer queued, or one the worker took in
+				// the meantime.
+				ids[e.Key()] = e.Created()
+				w.cancelRunning(e.Key(), e.Created())
+				continue
+			}
+			if !w.cancelRunning(e.Key(), e.Created()) {
 				w.cancelQueued(ctx, e.Key())
 			}
 		}
 	}
 }
 
-// cancelRunning cancels the job if it runs here, and reports whether it did.
-func (w *Worker) cancelRunning(id string) bool {
+// cancelPruneEvery is how often the requests CANCELS no longer holds (its
+// entries expire after ResultTTL) are forgotten.
+const cancelPruneEvery = 10 * time.Minute
+
+func (w *Worker) pruneCancels() {
+	ttl := w.cfg.Topology.ResultTTL
+	if ttl <= 0 {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for id, at := range w.cancels {
+		if time.Since(at) > ttl {
+			delete(w.cancels, id)
+		}
+	}
+}
+
+// forgetCancels is the end of the watch: jobs read CANCELS again.
+func (w *Worker) forgetCancels() {
+	w.mu.Lock()
+	w.cancels = nil
+	w.mu.Unlock()
+}
+
+// cancelRunning records the request and cancels the job if it runs here,
+// and reports whether it did. Both under w.mu: a job registered after
+// this finds the request in w.cancels.
+func (w *Worker) cancelRunning(id string, at time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancels != nil {
+		w.cancels[id] = at
+	}
 	found := false
 	for r := range w.running {
 		if r.id == id {

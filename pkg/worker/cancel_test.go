@@ -68,3 +68,40 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 		t.Errorf("canceled queued job ran %d times", n)
 	}
 }
+
+// A request stored before the worker started (left by a client that did
+// not finish the job itself, as a tenant's cannot), and one stored before
+// its job was even submitted, cancel their jobs at delivery: neither
+// runs. The worker knows them from its watch of CANCELS.
+func TestCancelStoredBeforeDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "early", Image: "python", Code: "print no"}); err != nil {
+		t.Fatal(err)
+	}
+	request := func(id string) {
+		t.Helper()
+		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{"requested_at":"2026-01-01T00:00:00Z"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request("early")
+	b.startWorker(t, worker.Config{Slots: 1})
+	res, err := b.client.Wait(waitCtx(t), "early")
+	if err != nil || res.Status != jobs.StatusCanceled || b.exec.Runs("early") != 0 {
+		t.Fatalf("job with a request from before the worker: %v %+v, runs %d", err, res, b.exec.Runs("early"))
+	}
+	// The worker is up, its watch past CANCELS's initial values.
+	if _, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "plain", Image: "python", Code: "print yes"}); err != nil {
+		t.Fatal(err)
+	}
+	request("later")
+	time.Sleep(200 * time.Millisecond) // the watch has it: no job to cancel yet
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "later", Image: "python", Code: "print no"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.client.Wait(waitCtx(t), "later")
+	if err != nil || res.Status != jobs.StatusCanceled || res.Attempt != 1 || b.exec.Runs("later") != 0 {
+		t.Fatalf("job submitted after its request: %v %+v, runs %d", err, res, b.exec.Runs("later"))
+	}
+}

@@ -394,7 +394,17 @@ func (w *Worker) lookup(id string) (*jobs.Result, error) {
 	return jobs.DecodeStoredResult(e.Key(), e.Value())
 }
 
+// cancelRequested reports whether CANCELS holds a request for the job:
+// from what the watch read of it, or, while the watch has not read it
+// all, from CANCELS itself.
 func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
+	w.mu.Lock()
+	_, found := w.cancels[id]
+	known := w.cancels != nil
+	w.mu.Unlock()
+	if known {
+		return found
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := w.stores.Cancels.Get(ctx, id)

@@ -74,6 +74,7 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[*run]struct{}
+	cancels map[string]time.Time // what watchCancels has read of CANCELS, when it has read it all; else nil
 
 	objMu   sync.Mutex
 	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
