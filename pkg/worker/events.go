@@ -57,13 +57,22 @@ const (
 	eventCloseWait = 5 * time.Second
 )
 
-// eventSink is the one call events need of the worker's JetStream (which a
-// test may wrap to make the broker slow).
+// eventSink is what events need of the worker's JetStream (which a test
+// may wrap to make the broker slow).
 type eventSink interface {
 	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+	// PublishNoAck publishes msg to the stream without asking for its
+	// ack: for a delivery's finished event, which nothing comes after,
+	// and which a follower does without (it ends on the stored result).
+	PublishNoAck(msg *nats.Msg) error
 }
 
-var _ eventSink = jetstream.JetStream(nil)
+// jsSink is the worker's JetStream as an eventSink.
+type jsSink struct{ jetstream.JetStream }
+
+func (s jsSink) PublishNoAck(msg *nats.Msg) error { return s.Conn().PublishMsg(msg) }
+
+var _ eventSink = jsSink{}
 
 // jobEvents publishes the events of one delivery of a job. A nil
 // *jobEvents publishes nothing: every method may be called on it.
@@ -131,7 +140,7 @@ func (w *Worker) openEvents(id string, attempt int, job *jobs.Job, log *slog.Log
 	if job != nil {
 		lim = job.Limits.Fill(lim)
 	}
-	return newJobEvents(w.js, id, attempt, w.cfg.ID, int64(lim.Output), log)
+	return newJobEvents(jsSink{w.js}, id, attempt, w.cfg.ID, int64(lim.Output), log)
 }
 
 // newJobEvents starts publishing the events of one delivery to sink, the

@@ -65,6 +65,20 @@ func (s *recordingSink) PublishMsg(ctx context.Context, msg *nats.Msg, _ ...jets
 	return &jetstream.PubAck{}, nil
 }
 
+// PublishNoAck records msg at once, held or not: a publish nobody acks
+// does not wait for the broker.
+func (s *recordingSink) PublishNoAck(msg *nats.Msg) error {
+	var ev jobs.Event
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, ev)
+	s.bytes += len(msg.Data)
+	return nil
+}
+
 func (s *recordingSink) published() ([]jobs.Event, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -150,6 +150,15 @@ func (e *jobEvents) publishOne(ev *jobs.Event, it *queuedEvent) bool {
 			e.budget -= int64(len(data))
 		}
 	}
+	if out.Type == jobs.EventFinished {
+		// The last event: its ack would only hold up the settling of
+		// the message (a round trip), and a follower ends on the
+		// result without it.
+		if err := e.sink.PublishNoAck(&nats.Msg{Subject: e.subject, Data: data}); err != nil {
+			e.log.Debug("publish job event", "type", string(out.Type), "err", err)
+		}
+		return true
+	}
 	ctx, cancel := context.WithTimeout(e.ctx, eventPublishTimeout)
 	defer cancel()
 	if _, err := e.sink.PublishMsg(ctx, &nats.Msg{Subject: e.subject, Data: data}); err != nil {
