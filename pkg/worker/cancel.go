@@ -24,7 +24,8 @@ func (w *Worker) watchCancels(ctx context.Context) {
 	}
 	defer watch.Stop()
 	defer w.forgetCancels()
-	ids := map[string]time.Time{}
+	ids := map[string]time.Time{} // nil once given up, or handed to w.cancels
+	initial := true
 	prune := time.NewTicker(cancelPruneEvery)
 	defer prune.Stop()
 	for {
@@ -43,6 +44,7 @@ func (w *Worker) watchCancels(ctx context.Context) {
 				w.mu.Lock()
 				w.cancels, ids = ids, nil
 				w.mu.Unlock()
+				initial = false
 				continue
 			}
 			if e.Operation() != jetstream.KeyValuePut {
@@ -52,11 +54,16 @@ func (w *Worker) watchCancels(ctx context.Context) {
 				w.mu.Unlock()
 				continue
 			}
-			if ids != nil {
+			if initial {
 				// A request stored before the watch began: for a job
 				// that is no longer queued, or one the worker took in
 				// the meantime.
-				ids[e.Key()] = e.Created()
+				if ids != nil {
+					ids[e.Key()] = e.Created()
+				}
+				if len(ids) > maxCancels {
+					ids = nil // too many to keep: every job reads CANCELS
+				}
 				w.cancelRunning(e.Key(), e.Created())
 				continue
 			}
@@ -66,6 +73,10 @@ func (w *Worker) watchCancels(ctx context.Context) {
 		}
 	}
 }
+
+// maxCancels bounds the requests a worker keeps (a tenant may store as
+// many as CANCELS takes); past it, every job reads CANCELS.
+const maxCancels = 100_000
 
 // cancelPruneEvery is how often the requests CANCELS no longer holds (its
 // entries expire after ResultTTL) are forgotten.
@@ -100,6 +111,9 @@ func (w *Worker) cancelRunning(id string, at time.Time) bool {
 	defer w.mu.Unlock()
 	if w.cancels != nil {
 		w.cancels[id] = at
+		if len(w.cancels) > maxCancels {
+			w.cancels = nil // too many to keep: every job reads CANCELS
+		}
 	}
 	found := false
 	for r := range w.running {

@@ -396,11 +396,17 @@ func (w *Worker) lookup(id string) (*jobs.Result, error) {
 
 // cancelRequested reports whether CANCELS holds a request for the job:
 // from what the watch read of it, or, while the watch has not read it
-// all, from CANCELS itself.
+// all, from CANCELS itself. A request older than the bucket's TTL has
+// expired there, which no watcher is told of: a job ID used again after
+// its request and result expired runs.
 func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
 	w.mu.Lock()
-	_, found := w.cancels[id]
+	at, found := w.cancels[id]
 	known := w.cancels != nil
+	if found && w.cfg.Topology.ResultTTL > 0 && time.Since(at) > w.cfg.Topology.ResultTTL {
+		delete(w.cancels, id)
+		found = false
+	}
 	w.mu.Unlock()
 	if known {
 		return found
