@@ -48,25 +48,29 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 		return nil, fmt.Errorf("status: %w", ErrNotTenants)
 	}
 	fs := &FleetStatus{Workers: []WorkerStatus{}, Queues: []QueueStatus{}}
-	// One watch delivers every heartbeat with its value, then a nil marker.
-	w, err := c.stores.Workers.WatchAll(ctx, jetstream.IgnoreDeletes())
+	// Which workers have a heartbeat, from the stream's state, then each
+	// one's: a watch of the bucket, whose end of initial values the
+	// workers' own heartbeats can bring early, left workers out.
+	ids, err := kvKeys(ctx, c.js, WorkersBucket)
 	if err != nil {
 		return nil, fmt.Errorf("read workers: %w", err)
 	}
-	defer w.Stop()
-	err = initialValues(ctx, w, errors.New("read workers: watch closed"), func(e jetstream.KeyValueEntry) error {
+	for _, id := range ids {
+		e, err := c.stores.Workers.Get(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			continue // stopped or expired meanwhile
+		case err != nil:
+			return nil, fmt.Errorf("read workers: %w", err)
+		}
 		var ws WorkerStatus
 		if json.Unmarshal(e.Value(), &ws) != nil {
-			return nil
+			continue
 		}
 		if ws.ID == "" {
 			ws.ID = e.Key()
 		}
 		fs.Workers = append(fs.Workers, ws)
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	slices.SortFunc(fs.Workers, func(a, b WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
 
@@ -105,4 +109,26 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 	}
 	slices.SortFunc(fs.Queues, func(a, b QueueStatus) int { return strings.Compare(a.Queue, b.Queue) })
 	return fs, nil
+}
+
+// kvKeys returns the keys of a bucket that have a message, from its
+// stream's state (a key whose last message is a delete marker included):
+// exact at the moment the server answers, where a KV key listing is a
+// watch that concurrent writes can end early.
+func kvKeys(ctx context.Context, js jetstream.JetStream, bucket string) ([]string, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := kvSubject(bucket, "")
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subj, prefix))
+	}
+	slices.Sort(keys)
+	return keys, nil
 }

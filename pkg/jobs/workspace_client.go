@@ -139,19 +139,16 @@ func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
 	if c.tenant != "" {
 		return c.tenantHeads(ctx)
 	}
-	ws, err := c.workspaceStores(ctx)
-	if err != nil {
+	if _, err := c.workspaceStores(ctx); err != nil {
 		return nil, err
 	}
-	lister, err := ws.Heads.ListKeys(ctx)
+	// Which heads exist, from the stream's state: a KV key listing is a
+	// watch, and a head moved while it starts (a step taking or releasing
+	// it) can end its initial values early, leaving heads out.
+	names, err := kvKeys(ctx, c.js, WorkspacesBucket)
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces: %w", err)
 	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, k)
-	}
-	slices.Sort(names)
 	var heads []*WorkspaceHead
 	for _, n := range names {
 		h, err := c.Workspace(ctx, n)
