@@ -9,6 +9,48 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
+// whileWriting writes each key in a loop of its own (write must return
+// nil) and meanwhile calls list, which returns how many keys it saw,
+// until 2 s have passed; every call must see them all.
+func whileWriting(t *testing.T, keys []string, write func(key string, n int64) error, list func() (int, error)) {
+	t.Helper()
+	for _, k := range keys {
+		if err := write(k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() {
+			for n := int64(1); ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := write(k, n); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for i, deadline := 0, time.Now().Add(2*time.Second); time.Now().Before(deadline); i++ {
+		n, err := list()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(keys) {
+			t.Fatalf("list %d while the keys are written: %d of %d", i, n, len(keys))
+		}
+	}
+}
+
 // Listing workspaces while their heads move (as a worker's step does when
 // it takes and releases a head) lists every one of them each time: the
 // list reads which heads exist from the stream's state, not from a watch
@@ -20,45 +62,14 @@ func TestWorkspacesWhileHeadsMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"a", "b", "c"}
-	for _, n := range names {
-		data, _ := json.Marshal(jobs.WorkspaceHead{Name: n})
-		if _, err := ws.Heads.Put(t.Context(), n, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, n := range names {
-		wg.Go(func() {
-			for rev := int64(1); ; rev++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				data, _ := json.Marshal(jobs.WorkspaceHead{Name: n, Revision: rev})
-				if _, err := ws.Heads.Put(t.Context(), n, data); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for i := 0; time.Now().Before(deadline); i++ {
+	whileWriting(t, []string{"a", "b", "c"}, func(name string, rev int64) error {
+		data, _ := json.Marshal(jobs.WorkspaceHead{Name: name, Revision: rev})
+		_, err := ws.Heads.Put(t.Context(), name, data)
+		return err
+	}, func() (int, error) {
 		list, err := client.Workspaces(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) != len(names) {
-			t.Fatalf("list %d while the heads move: %d workspaces, want %d", i, len(list), len(names))
-		}
-	}
+		return len(list), err
+	})
 }
 
 // The fleet's status lists every worker while their heartbeats come in
@@ -67,46 +78,15 @@ func TestWorkspacesWhileHeadsMove(t *testing.T) {
 func TestStatusWhileHeartbeats(t *testing.T) {
 	t.Parallel()
 	client, _ := setup(t, jobs.Topology{})
-	ids := []string{"w1", "w2", "w3"}
-	beat := func(id string) error {
+	whileWriting(t, []string{"w1", "w2", "w3"}, func(id string, _ int64) error {
 		data, _ := json.Marshal(jobs.WorkerStatus{ID: id, Slots: 1})
 		_, err := client.Stores().Workers.Put(t.Context(), id, data)
 		return err
-	}
-	for _, id := range ids {
-		if err := beat(id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if err := beat(id); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for i := 0; time.Now().Before(deadline); i++ {
+	}, func() (int, error) {
 		st, err := client.Status(t.Context())
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
-		if len(st.Workers) != len(ids) {
-			t.Fatalf("status %d while heartbeats come in: %d workers, want %d", i, len(st.Workers), len(ids))
-		}
-	}
+		return len(st.Workers), nil
+	})
 }
