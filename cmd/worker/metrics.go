@@ -3,12 +3,8 @@ package main
 import (
 	"net/http"
 	"slices"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
+	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -26,139 +22,111 @@ type presetLister interface{ Presets() []string }
 // poolStatser is implemented by executors with a warm pool (pkg/executor).
 type poolStatser interface{ PoolStats() executor.PoolStats }
 
-// metrics are the worker's Prometheus metrics, on a registry of their own
-// (not the global one): the worker.Observer counters, and gauges read from
-// the worker, the NATS connection and the executor's pool at scrape time.
-type metrics struct {
-	reg     *prometheus.Registry
+// jobMetrics are the worker's Prometheus metrics, on a registry of their own:
+// the worker.Observer counters, and gauges read from the worker, the NATS
+// connection and the executor's pool at scrape time.
+type jobMetrics struct {
+	reg     *metrics.Registry
 	presets []string
 
-	finished     *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	queueWait    prometheus.Histogram
-	deliveries   prometheus.Counter
-	redeliveries prometheus.Counter
-	deadLetters  prometheus.Counter
+	finished     *metrics.CounterVec
+	duration     *metrics.HistogramVec
+	queueWait    *metrics.Histogram
+	deliveries   *metrics.Counter
+	redeliveries *metrics.Counter
+	deadLetters  *metrics.Counter
 }
 
-var _ worker.Observer = (*metrics)(nil)
+var _ worker.Observer = (*jobMetrics)(nil)
 
-// newMetrics registers the Go and process collectors and the job metrics
-// on reg. presets bounds the values of the preset label.
-func newMetrics(reg *prometheus.Registry, presets []string) *metrics {
-	m := &metrics{
+// newMetrics registers the Go and process metrics and the job metrics on
+// reg. presets bounds the values of the preset label.
+func newMetrics(reg *metrics.Registry, presets []string) *jobMetrics {
+	reg.Runtime()
+	return &jobMetrics{
 		reg:     reg,
 		presets: presets,
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandfleet_jobs_finished_total",
-			Help: "Jobs whose result this worker stored, by status and preset (\"other\": not a preset of this worker).",
-		}, []string{"status", "preset"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sandfleet_job_duration_seconds",
-			Help:    "Wall-clock time of the jobs that ran in a sandbox (the result's duration_ms), by preset.",
-			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
-		}, []string{"preset"}),
-		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sandfleet_job_queue_wait_seconds",
-			Help:    "Time from a job's publication (queued_at) to the start of its sandbox (started_at), earlier attempts included.",
-			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
-		}),
-		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sandfleet_job_deliveries_total",
-			Help: "Job messages delivered to this worker, redeliveries included.",
-		}),
-		redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sandfleet_job_redeliveries_total",
-			Help: "Deliveries of a job that had been delivered before (attempt > 1): a lease ran out, or a worker handed the job back.",
-		}),
-		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sandfleet_dead_letters_total",
-			Help: "Jobs given up after MaxDeliver deliveries that this worker finalized with an error result.",
-		}),
+		finished: reg.CounterVec("sandfleet_jobs_finished_total",
+			"Jobs whose result this worker stored, by status and preset (\"other\": not a preset of this worker).",
+			"status", "preset"),
+		duration: reg.HistogramVec("sandfleet_job_duration_seconds",
+			"Wall-clock time of the jobs that ran in a sandbox (the result's duration_ms), by preset.",
+			[]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}, "preset"),
+		queueWait: reg.Histogram("sandfleet_job_queue_wait_seconds",
+			"Time from a job's publication (queued_at) to the start of its sandbox (started_at), earlier attempts included.",
+			[]float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}),
+		deliveries: reg.Counter("sandfleet_job_deliveries_total",
+			"Job messages delivered to this worker, redeliveries included."),
+		redeliveries: reg.Counter("sandfleet_job_redeliveries_total",
+			"Deliveries of a job that had been delivered before (attempt > 1): a lease ran out, or a worker handed the job back."),
+		deadLetters: reg.Counter("sandfleet_dead_letters_total",
+			"Jobs given up after MaxDeliver deliveries that this worker finalized with an error result."),
 	}
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.finished, m.duration, m.queueWait, m.deliveries, m.redeliveries, m.deadLetters,
-	)
-	return m
 }
 
-func (m *metrics) preset(p string) string {
+func (m *jobMetrics) preset(p string) string {
 	if slices.Contains(m.presets, p) {
 		return p
 	}
 	return otherPreset
 }
 
-func (m *metrics) Delivered(attempt int) {
+func (m *jobMetrics) Delivered(attempt int) {
 	m.deliveries.Inc()
 	if attempt > 1 {
 		m.redeliveries.Inc()
 	}
 }
 
-func (m *metrics) Finished(res *jobs.Result, preset string) {
+func (m *jobMetrics) Finished(res *jobs.Result, preset string) {
 	preset = m.preset(preset)
-	m.finished.WithLabelValues(string(res.Status), preset).Inc()
+	m.finished.With(string(res.Status), preset).Inc()
 	if res.StartedAt == nil {
 		return // it never ran: no duration, no queue wait
 	}
 	if res.DurationMS != nil {
-		m.duration.WithLabelValues(preset).Observe(float64(*res.DurationMS) / 1000)
+		m.duration.With(preset).Observe(float64(*res.DurationMS) / 1000)
 	}
 	if res.QueuedAt != nil {
 		m.queueWait.Observe(max(0, res.StartedAt.Sub(*res.QueuedAt).Seconds()))
 	}
 }
 
-func (m *metrics) DeadLettered() { m.deadLetters.Inc() }
+func (m *jobMetrics) DeadLettered() { m.deadLetters.Inc() }
 
 // watch registers the gauges read at scrape time: the worker's slots and
 // state, the NATS connection and, if exec has one, the warm pool.
-func (m *metrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Executor) {
+func (m *jobMetrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Executor) {
 	st := w.Status()
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
-	}
 	b := func(v bool) float64 {
 		if v {
 			return 1
 		}
 		return 0
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "sandfleet_worker_info",
-			Help:        "Always 1; the labels name the worker, its queue and version.",
-			ConstLabels: prometheus.Labels{"worker": st.ID, "queue": st.Queue, "version": st.Version},
-		}, func() float64 { return 1 }),
-		gauge("sandfleet_slots", "Jobs this worker runs at once (--slots).", func() float64 { return float64(st.Slots) }),
-		gauge("sandfleet_slots_busy", "Slots holding a job now.", func() float64 { return float64(w.Status().Busy) }),
-		gauge("sandfleet_jobs_held", "Jobs held, leases kept alive, while the sandbox infrastructure is down.", func() float64 { return float64(w.Held()) }),
-		gauge("sandfleet_executor_ready", "1 while the sandbox infrastructure (Docker) is believed up, else 0: nothing is fetched.", func() float64 { return b(w.Status().Ready) }),
-		gauge("sandfleet_ready", "1 when /readyz answers 200: NATS connected, topology set up, executor up.", func() float64 { return b(natsUp() && w.Ready()) }),
-		gauge("sandfleet_draining", "1 once a drain began: no more jobs are fetched.", func() float64 { return b(w.Status().Draining) }),
-		laneCollector{w},
-	)
+	m.reg.GaugeFunc("sandfleet_worker_info", "Always 1; the labels name the worker, its queue and version.",
+		func() float64 { return 1 }, "queue", st.Queue, "version", st.Version, "worker", st.ID)
+	m.reg.GaugeFunc("sandfleet_slots", "Jobs this worker runs at once (--slots).", func() float64 { return float64(st.Slots) })
+	m.reg.GaugeFunc("sandfleet_slots_busy", "Slots holding a job now.", func() float64 { return float64(w.Status().Busy) })
+	m.reg.GaugeFunc("sandfleet_jobs_held", "Jobs held, leases kept alive, while the sandbox infrastructure is down.", func() float64 { return float64(w.Held()) })
+	m.reg.GaugeFunc("sandfleet_executor_ready", "1 while the sandbox infrastructure (Docker) is believed up, else 0: nothing is fetched.", func() float64 { return b(w.Status().Ready) })
+	m.reg.GaugeFunc("sandfleet_ready", "1 when /readyz answers 200: NATS connected, topology set up, executor up.", func() float64 { return b(natsUp() && w.Ready()) })
+	m.reg.GaugeFunc("sandfleet_draining", "1 once a drain began: no more jobs are fetched.", func() float64 { return b(w.Status().Draining) })
+	m.reg.Collect(laneFamilies(w))
 	ps, ok := exec.(poolStatser)
 	if !ok {
 		return
 	}
-	counter := func(name, help string, f func(executor.PoolStats) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(ps.PoolStats())) })
+	counter := func(name, help string, f func(executor.PoolStats) int64) {
+		m.reg.CounterFunc(name, help, func() float64 { return float64(f(ps.PoolStats())) })
 	}
-	m.reg.MustRegister(
-		gauge("sandfleet_pool_size", "Warm sandboxes kept per preset image now: --pool, grown up to --pool-max while jobs drain the pool (0: no pool).", func() float64 { return float64(ps.PoolStats().Size) }),
-		gauge("sandfleet_pool_idle", "Warm sandboxes ready now, all images.", func() float64 { return float64(ps.PoolStats().Idle) }),
-		counter("sandfleet_pool_hits_total", "Jobs handed to a warm sandbox.", func(s executor.PoolStats) int64 { return s.Hits }),
-		counter("sandfleet_pool_misses_total", "Pool-eligible jobs that found no warm sandbox ready.", func(s executor.PoolStats) int64 { return s.Misses }),
-		counter("sandfleet_pool_waited_total", "Of the misses, jobs handed a warm sandbox whose launch was in flight instead of a fresh one.", func(s executor.PoolStats) int64 { return s.Waited }),
-		counter("sandfleet_pool_launch_failures_total", "Launches of warm sandboxes that failed.", func(s executor.PoolStats) int64 { return s.Failures }),
-		gauge("sandfleet_pool_halted", "1 while the pool does not refill because sandboxes do not start.", func() float64 { return b(ps.PoolStats().Halted) }),
-	)
+	m.reg.GaugeFunc("sandfleet_pool_size", "Warm sandboxes kept per preset image now: --pool, grown up to --pool-max while jobs drain the pool (0: no pool).", func() float64 { return float64(ps.PoolStats().Size) })
+	m.reg.GaugeFunc("sandfleet_pool_idle", "Warm sandboxes ready now, all images.", func() float64 { return float64(ps.PoolStats().Idle) })
+	counter("sandfleet_pool_hits_total", "Jobs handed to a warm sandbox.", func(s executor.PoolStats) int64 { return s.Hits })
+	counter("sandfleet_pool_misses_total", "Pool-eligible jobs that found no warm sandbox ready.", func(s executor.PoolStats) int64 { return s.Misses })
+	counter("sandfleet_pool_waited_total", "Of the misses, jobs handed a warm sandbox whose launch was in flight instead of a fresh one.", func(s executor.PoolStats) int64 { return s.Waited })
+	counter("sandfleet_pool_launch_failures_total", "Launches of warm sandboxes that failed.", func(s executor.PoolStats) int64 { return s.Failures })
+	m.reg.GaugeFunc("sandfleet_pool_halted", "1 while the pool does not refill because sandboxes do not start.", func() float64 { return b(ps.PoolStats().Halted) })
 }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, Timeout: 10 * time.Second})
-}
+func (m *jobMetrics) handler() http.Handler { return m.reg.Handler() }

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
@@ -288,14 +288,14 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		o.ready(url)
 	}
 
-	var m *metrics
+	var m *jobMetrics
 	var obs worker.Observer
 	if o.metrics != "" {
 		var presets []string
 		if pl, ok := exec.(presetLister); ok {
 			presets = pl.Presets()
 		}
-		m = newMetrics(prometheus.NewRegistry(), presets)
+		m = newMetrics(metrics.NewRegistry(), presets)
 		obs = m
 	}
 	w, err := worker.New(js, exec, worker.Config{

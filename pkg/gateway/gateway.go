@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -109,7 +108,7 @@ type Gateway struct {
 	cfg     Config
 	log     *slog.Logger
 	mux     *http.ServeMux
-	metrics *metrics
+	metrics *gatewayMetrics
 	// Slots of the two kinds of long request, taken before the work.
 	waiting chan struct{}
 	batches chan struct{}
@@ -166,9 +165,6 @@ func (g *Gateway) Close() { g.replies.close() }
 
 // ServeHTTP serves the API.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
-
-// Registry returns the gateway's Prometheus registry (served at /metrics).
-func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
 
 // handler is a route's function: it writes a response, or returns an
 // error for wrap to write.
@@ -363,10 +359,10 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 func (g *Gateway) take(sem chan struct{}, what string) (release func(), err error) {
 	select {
 	case sem <- struct{}{}:
-		g.metrics.slots.WithLabelValues(what).Inc()
+		g.metrics.slots.With(what).Inc()
 		return func() {
 			<-sem
-			g.metrics.slots.WithLabelValues(what).Dec()
+			g.metrics.slots.With(what).Dec()
 		}, nil
 	default:
 		e := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "this gateway has %d %s requests already; retry later", cap(sem), what)
