@@ -35,7 +35,7 @@ func Register(file, name, path string, args []string) (bool, error) {
 }
 
 // Unregister removes the runtime name from file, and reports whether it
-// was there.
+// was there. The last one removed leaves "runtimes": {}.
 func Unregister(file, name string) (bool, error) {
 	return edit(file, func(runtimes map[string]any) bool {
 		if _, ok := runtimes[name]; !ok {
@@ -67,10 +67,10 @@ func edit(file string, change func(runtimes map[string]any) bool) (bool, error) 
 	if !change(runtimes) {
 		return false, nil
 	}
+	// An empty object, not a missing key, once the last runtime goes:
+	// dockerd's reload replaces its runtimes only when daemon.json sets
+	// the key, and keeps the removed runtime otherwise (Docker 20.10).
 	cfg["runtimes"] = runtimes
-	if len(runtimes) == 0 {
-		delete(cfg, "runtimes")
-	}
 	out, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return false, err

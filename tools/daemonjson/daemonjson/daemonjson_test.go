@@ -56,3 +56,31 @@ func TestRegisterKeepsOtherSettings(t *testing.T) {
 		t.Fatalf("after register and unregister: %v, want %v", after, before)
 	}
 }
+
+// Removing the last runtime leaves the key, empty: a daemon.json without
+// it would make dockerd's reload keep the runtime (it replaces its
+// runtimes only when the key is set), as the engine fault test saw.
+func TestUnregisterLastKeepsTheKey(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "daemon.json")
+	if err := os.WriteFile(file, []byte(`{"mtu": 1400}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Register(file, "broken", "/tmp/rt", nil); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := Unregister(file, "broken"); err != nil || !changed {
+		t.Fatalf("unregister: changed %v, %v", changed, err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if rt, ok := m["runtimes"].(map[string]any); !ok || len(rt) != 0 || m["mtu"] != 1400.0 {
+		t.Fatalf("daemon.json after removing the last runtime: %s", b)
+	}
+}
