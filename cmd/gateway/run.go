@@ -54,7 +54,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs := cmdline.NewFlagSet("gateway")
 	fs.StringVar(&o.natsURL, "nats", "", natsconn.URLHelp)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`ADDR` to serve HTTP on")
-	fs.StringVar(&o.tokens, "tokens", "", "token `FILE`: lines of NAME sha256:HEX [queues=Q1,Q2] (default $"+gateway.EnvTokens+")")
+	fs.StringVar(&o.tokens, "tokens", "", "token `FILE`: lines of NAME sha256:HEX [queues=Q1,Q2] [role=read] (default $"+gateway.EnvTokens+")")
 	fs.DurationVar(&o.maxWait, "max-wait", 60*time.Second, "longest `D` a request may wait for a result (?wait=)")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "on stop, `D` for requests in progress to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text or json")

@@ -33,7 +33,7 @@ import (
 var version string
 
 const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
-              [--queue NAME[:WEIGHT]]... [--slots N] [--pool N] [--id NAME] [--config FILE]
+              [--queue NAME[:WEIGHT]]... [--slots N] [--pool N] [--pool-max N] [--id NAME] [--config FILE]
               [--metrics ADDR] [--grace D] [--http ADDR [--tokens FILE]]
               [cap flags] [fleet-wide flags]
 
