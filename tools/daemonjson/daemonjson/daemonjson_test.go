@@ -15,18 +15,7 @@ func TestRegisterKeepsOtherSettings(t *testing.T) {
 	if err := os.WriteFile(file, []byte(orig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	read := func() map[string]any {
-		t.Helper()
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]any{}
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	read := func() map[string]any { return readJSON(t, file) }
 	var before map[string]any
 	_ = json.Unmarshal([]byte(orig), &before)
 
@@ -72,6 +61,14 @@ func TestUnregisterLastKeepsTheKey(t *testing.T) {
 	if changed, err := Unregister(file, "broken"); err != nil || !changed {
 		t.Fatalf("unregister: changed %v, %v", changed, err)
 	}
+	m := readJSON(t, file)
+	if rt, ok := m["runtimes"].(map[string]any); !ok || len(rt) != 0 || len(m) != 2 || m["mtu"] != 1400.0 {
+		t.Fatalf("daemon.json after removing the last runtime: %v", m)
+	}
+}
+
+func readJSON(t *testing.T, file string) map[string]any {
+	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +77,5 @@ func TestUnregisterLastKeepsTheKey(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if rt, ok := m["runtimes"].(map[string]any); !ok || len(rt) != 0 || m["mtu"] != 1400.0 {
-		t.Fatalf("daemon.json after removing the last runtime: %s", b)
-	}
+	return m
 }
