@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,12 @@ var (
 // DiscardNew it is how a stream at MaxMsgs or MaxBytes refuses a message.
 // Oversized jobs, the other cause, are refused by Submit before publishing.
 const jsErrStoreFailed jetstream.ErrorCode = 10077
+
+// perSubjectRefusal is how the server's error describes a message refused
+// for the one-per-subject limit of JOBS (its ErrMaxMsgsPerSubject): the
+// code is the same JSStreamStoreFailedF as a full stream's, and only the
+// description tells "this job is queued already" from "the queue is full".
+const perSubjectRefusal = "maximum messages per subject exceeded"
 
 // Client is what an orchestrator imports to submit jobs and read results.
 // It is safe for concurrent use.
@@ -90,9 +97,12 @@ func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
 // Submit queues job on jobs.<queue>.<id> and returns its ID: job.ID, or a
 // fresh UUIDv7 when empty (job itself is not modified). The ID is also the
 // Nats-Msg-Id, so a second Submit of the same ID within the duplicate window
-// is dropped by the stream; outside it the worker finds the stored result.
-// Either way the job runs once. A full stream yields ErrQueueFull; an
-// invalid job an error wrapping ErrInvalidJob.
+// is dropped by the stream; after it, one while the job is still queued or
+// running is refused by the stream (one message per subject) and Submit
+// returns the ID as queued, and one after the job has finished is taken
+// by a worker that finds the stored result. Either way the job runs once.
+// A full stream yields ErrQueueFull; an invalid job an error wrapping
+// ErrInvalidJob.
 func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
 	job, err := c.qualifyJob(job)
 	if err != nil {
@@ -106,10 +116,12 @@ func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
 		jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(StreamName))
 	if err != nil {
 		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
-			switch apiErr.ErrorCode {
-			case jsErrStoreFailed:
+			switch {
+			case apiErr.ErrorCode == jsErrStoreFailed && strings.Contains(apiErr.Description, perSubjectRefusal):
+				return j.ID, nil // queued already, or running
+			case apiErr.ErrorCode == jsErrStoreFailed:
 				return "", fmt.Errorf("submit %s: %w: %w", j.ID, ErrQueueFull, err)
-			case jetstream.JSErrCodeStreamMessageExceedsMaximum:
+			case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 				return "", fmt.Errorf("submit %s: %w: %w", j.ID, ErrInvalidJob, err)
 			}
 		}

@@ -47,7 +47,8 @@ func TestTopologyIdempotent(t *testing.T) {
 	}
 	cfg := info.CachedInfo().Config
 	if cfg.Retention != jetstream.WorkQueuePolicy || cfg.Discard != jetstream.DiscardNew || cfg.MaxMsgs != 10 ||
-		cfg.Duplicates != time.Minute || cfg.Storage != jetstream.FileStorage || cfg.Subjects[0] != "jobs.>" {
+		cfg.Duplicates != time.Minute || cfg.Storage != jetstream.FileStorage || cfg.Subjects[0] != "jobs.>" ||
+		cfg.MaxMsgsPerSubject != 1 || !cfg.DiscardNewPerSubject {
 		t.Errorf("stream config: %+v", cfg)
 	}
 	cons, err := js.Consumer(t.Context(), jobs.StreamName, "workers-default")
@@ -93,6 +94,38 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	_, err = c.Submit(t.Context(), &jobs.Job{Image: "python"})
 	if !errors.Is(err, jobs.ErrQueueFull) {
 		t.Fatalf("third job: %v, want ErrQueueFull", err)
+	}
+}
+
+// A job submitted again once the duplicate window has passed, while the
+// first is still queued (or running: its message stays until the ack), is
+// not queued a second time: Submit returns its ID, the stream still holds
+// one message, and a full queue still says ErrQueueFull to a new job.
+func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
+	t.Parallel()
+	c, _ := setup(t, jobs.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
+	job := &jobs.Job{ID: "again", Image: "python", Code: "print(1)"}
+	if _, err := c.Submit(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the window: only the stream's limit can tell
+	for i := range 3 {
+		if id, err := c.Submit(t.Context(), job); err != nil || id != "again" {
+			t.Fatalf("submit %d past the window: %q, %v; want the job's ID, no error", i+2, id, err)
+		}
+	}
+	info, _ := c.Stores().Stream.Info(t.Context())
+	if info.State.Msgs != 1 {
+		t.Errorf("stream holds %d messages, want 1: the job would run %d times", info.State.Msgs, info.State.Msgs)
+	}
+	if _, err := c.Submit(t.Context(), &jobs.Job{Image: "python"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(t.Context(), &jobs.Job{Image: "python"}); !errors.Is(err, jobs.ErrQueueFull) {
+		t.Fatalf("a new job on a full queue: %v, want ErrQueueFull", err)
+	}
+	if _, err := c.Submit(t.Context(), job); err != nil {
+		t.Fatalf("the queued job again on a full queue: %v, want no error", err)
 	}
 }
 

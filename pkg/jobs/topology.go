@@ -225,6 +225,12 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 		Discard:     jetstream.DiscardNew,
 		MaxMsgs:     t.MaxMsgs,
 		MaxBytes:    t.MaxBytes,
+		// One message per subject, and so per job ID in a queue: a job
+		// submitted again after the duplicate window while it is still
+		// queued or running is refused (Submit calls it queued), not run
+		// a second time beside the first.
+		MaxMsgsPerSubject:    1,
+		DiscardNewPerSubject: true,
 		// Leave room for headers around the largest job.
 		MaxMsgSize: int32(t.MaxJobBytes + 64<<10),
 		Duplicates: t.DuplicateWindow,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,6 +238,39 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 		info, err := b.client.Stores().Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
+}
+
+// The same ID submitted again after the duplicate window, while the first
+// copy runs on a worker with a free slot, does not run beside it: the
+// stream keeps one message per job, and the job runs once.
+func TestSameIDPastTheWindowWhileRunning(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, DuplicateWindow: 100 * time.Millisecond})
+	b.startWorker(t, worker.Config{ID: "wa", Slots: 2})
+	release := filepath.Join(t.TempDir(), "go")
+	job := &jobs.Job{ID: "d", Image: "python", Code: "waitfile " + release + "\nprint done"}
+	if _, err := b.client.Submit(waitCtx(t), job); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "running", func() bool { return b.exec.Running() == 1 })
+	time.Sleep(300 * time.Millisecond) // past the duplicate window
+	if id, err := b.client.Submit(waitCtx(t), job); err != nil || id != "d" {
+		t.Fatalf("submit again: %q, %v", id, err)
+	}
+	// A second copy stored would go to the free slot and run beside the
+	// first.
+	if info, err := b.client.Stores().Stream.Info(t.Context()); err != nil || info.State.LastSeq != 1 {
+		t.Fatalf("stream after the second submit: %+v, %v; want one message stored", info.State, err)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.client.Wait(waitCtx(t), "d"); err != nil || res.Status != jobs.StatusSucceeded {
+		t.Fatalf("wait: %+v, %v", res, err)
+	}
+	if n := b.exec.Runs("d"); n != 1 {
+		t.Fatalf("job d ran %d times; want once", n)
+	}
 }
 
 func TestSlotsBoundConcurrency(t *testing.T) {
