@@ -65,7 +65,8 @@ func TestExpositionParses(t *testing.T) {
 		d.With("python").Observe(v)
 	}
 	r.Histogram("wait_seconds", "Waits.", []float64{1}) // no observation yet
-	r.Collect(func() []Family { // the same family from a second collector: merged
+	// The same family from a second collector: merged.
+	r.Collect(func() []Family {
 		return []Family{{Name: "slots_busy", Type: GaugeType, Samples: []Sample{{Labels: []string{"kind", "waiting"}, Value: 3}}}}
 	})
 	r.GaugeVec("unused", "A vec never used: no family.", "x")
