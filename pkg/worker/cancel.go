@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -16,11 +17,39 @@ import (
 // that have a request (w.cancels), so that a job it takes is checked
 // without a read of CANCELS: from the end of the watch's initial values,
 // which are every request stored, until the watch ends.
+//
+// A watch that cannot start, or ends, is started again with back-off:
+// until then jobs read CANCELS before they run, and the next watch's
+// initial values cancel the running jobs whose requests came meanwhile.
 func (w *Worker) watchCancels(ctx context.Context) {
+	var b backoff.BackOff
+	for {
+		read, err := w.watchCancelsOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if b == nil || read {
+			b = w.cfg.Backoff()
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			d = 30 * time.Second
+		}
+		w.log.Warn("watch cancel requests; retrying (meanwhile running jobs are not canceled)", "err", err, "retry_in", d)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchCancelsOnce is one watch of CANCELS, until ctx ends or the watch
+// does; read says whether it read the initial values.
+func (w *Worker) watchCancelsOnce(ctx context.Context) (read bool, err error) {
 	watch, err := w.stores.Cancels.WatchAll(ctx)
 	if err != nil {
-		w.log.Error("watch cancel requests; cancel of running jobs will not work", "err", err)
-		return
+		return false, err
 	}
 	defer watch.Stop()
 	defer w.forgetCancels()
@@ -31,12 +60,12 @@ func (w *Worker) watchCancels(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return !initial, nil
 		case <-prune.C:
 			w.pruneCancels()
 		case e, ok := <-watch.Updates():
 			if !ok {
-				return
+				return !initial, errors.New("the watch ended")
 			}
 			if e == nil {
 				// The initial values are in: from now on, w.cancels

@@ -1,12 +1,20 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/retry"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -35,4 +43,61 @@ func TestCancelRequestedFromTheWatch(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d requests kept past the bound of %d", n, maxCancels)
 	}
+}
+
+// failingWatches is CANCELS whose first watches fail to start, as on a
+// broker that is slow while the worker starts.
+type failingWatches struct {
+	jetstream.KeyValue
+	left atomic.Int32
+}
+
+func (f *failingWatches) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	if f.left.Add(-1) >= 0 {
+		return nil, errors.New("nats: timeout")
+	}
+	return f.KeyValue.WatchAll(ctx, opts...)
+}
+
+// A watch of CANCELS that fails to start is started again: a request for
+// a job running here still cancels it, and once the watch has read the
+// bucket a job is checked against what it read.
+func TestCancelWatchStartsAgain(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	stores, err := jobs.Topology{}.Ensure(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancels := &failingWatches{KeyValue: stores.Cancels}
+	cancels.left.Store(2)
+	stores.Cancels = cancels
+	w := &Worker{stores: stores, running: map[*run]struct{}{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cfg: Config{Backoff: retry.Policy{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}.Func()}}
+	jobCtx, cancelJob := context.WithCancelCause(context.Background())
+	defer cancelJob(nil)
+	w.running[&run{id: "x", cancel: cancelJob}] = struct{}{}
+
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); w.watchCancels(ctx) }()
+	defer func() { stop(); <-done }()
+	if _, err := stores.Cancels.Put(t.Context(), "x", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-jobCtx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running job was not canceled: the watch did not start again")
+	}
+	if left := cancels.left.Load(); left > -1 {
+		t.Fatalf("watches tried: %d, want 3", 2-left)
+	}
+	testutil.Eventually(t, 10*time.Second, "the watch's requests in use", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.cancels["x"]
+		return ok
+	})
 }
