@@ -180,8 +180,12 @@ func TestTenantWorkspaces(t *testing.T) {
 		if err := clientB.DownloadArtifacts(ctx, []jobs.Artifact{plot}, t.TempDir()); !errors.Is(err, jobs.ErrInvalidJob) {
 			t.Errorf("b's client reading a's artifact: %v, want refused", err)
 		}
+		headA, err := clientA.Workspace(ctx, "agent")
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct{ bucket, object string }{
-			{jobs.SnapshotsBucketOf("team-a"), jobs.SnapshotName("team-a.agent", 1)},
+			{jobs.SnapshotsBucketOf("team-a"), headA.Snapshot(1)},
 			{jobs.ArtifactsBucketOf("team-a"), plot.Key},
 		} {
 			stream := "OBJ_" + tc.bucket
@@ -266,6 +270,10 @@ func TestTenantWorkspaces(t *testing.T) {
 		if err := clientA.DownloadArtifacts(ctx, []jobs.Artifact{plot}, t.TempDir()); !errors.Is(err, jetstream.ErrObjectNotFound) {
 			t.Errorf("a's deleted artifact: %v", err)
 		}
+		headA, err := clientA.Workspace(ctx, "agent")
+		if err != nil {
+			t.Fatal(err)
+		}
 		left, err := clientA.DeleteWorkspace(ctx, "agent")
 		if err != nil || left != 0 {
 			t.Fatalf("a's rm: %d left, %v", left, err)
@@ -277,7 +285,7 @@ func TestTenantWorkspaces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := snaps.GetInfo(ctx, jobs.SnapshotName("team-a.agent", 2)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		if _, err := snaps.GetInfo(ctx, headA.Snapshot(2)); !errors.Is(err, jetstream.ErrObjectNotFound) {
 			t.Errorf("a's snapshot after rm: %v", err)
 		}
 		if h, err := clientB.Workspace(ctx, "agent"); err != nil || h.Revision != 1 {

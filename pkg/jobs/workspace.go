@@ -19,7 +19,8 @@ import (
 // latest snapshot (a tar of the working directory, written by the sandbox's
 // launcher) restored before it runs, and the directory after it becomes
 // the workspace's next revision. Snapshots are objects of the SNAPSHOTS
-// object store, named "<workspace>/<revision>"; the head of each workspace
+// object store, named "<workspace>/<revision>.<take>" (SaveName; the head
+// names them); the head of each workspace
 // is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
 // WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
 // the files a job's outputs name, are objects of ARTIFACTS named
@@ -30,7 +31,7 @@ import (
 // Names of the workspace buckets, part of the wire contract.
 const (
 	WorkspacesBucket = "WORKSPACES" // KV: workspace name → WorkspaceHead
-	SnapshotsBucket  = "SNAPSHOTS"  // objects: "<workspace>/<revision>" → tar
+	SnapshotsBucket  = "SNAPSHOTS"  // objects: "<workspace>/<revision>.<take>" → tar
 	ArtifactsBucket  = "ARTIFACTS"  // objects: "<job id>/<path>" → the file
 )
 
@@ -115,9 +116,19 @@ func cutLast(s string, sep byte) (before, after string, found bool) {
 // them.
 const SnapshotJobMeta = "job"
 
-// SnapshotName is the object of a workspace's revision in SNAPSHOTS.
+// SnapshotName is the object of a workspace's revision in SNAPSHOTS when
+// its head names none (WorkspaceHead.Snapshot): the name of the snapshots
+// saved before the heads named them.
 func SnapshotName(workspace string, revision int64) string {
 	return workspace + "/" + strconv.FormatInt(revision, 10)
+}
+
+// SaveName is the object a step that took the head as take saves revision
+// revision to: its own, so that two live deliveries of one step (a lease
+// that ran out while the first still ran) never write, nor delete, each
+// other's snapshot.
+func SaveName(workspace string, revision int64, take string) string {
+	return SnapshotName(workspace, revision) + "." + take
 }
 
 // ArtifactKey is the object of a job's artifact in ARTIFACTS.
@@ -210,13 +221,16 @@ type InFlight struct {
 	Base   WorkspaceRef `json:"base"` // the state it started from, with its revision
 	Worker string       `json:"worker"`
 	Since  time.Time    `json:"since"`
+	// Take names this taking of the head: a delivery that takes over the
+	// step of the same job takes it anew, and only the latest taker saves.
+	Take string `json:"take,omitempty"`
 }
 
 // WorkspaceHead is the value of a workspace's key in WORKSPACES.
 type WorkspaceHead struct {
 	Name string `json:"name"`
 	// Revision is the latest saved revision: 0 while the workspace is
-	// empty. Its snapshot is SnapshotName(Name, Revision).
+	// empty. Its snapshot is Snapshot(Revision).
 	Revision  int64         `json:"revision"`
 	SizeBytes int64         `json:"size_bytes"`
 	Files     int           `json:"files"`
@@ -225,10 +239,21 @@ type WorkspaceHead struct {
 	Forked    *WorkspaceRef `json:"forked_from,omitempty"`
 	// Kept lists the revisions whose snapshots are kept, oldest first; a
 	// fork may start from any of them.
-	Kept      []int64   `json:"kept,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Kept []int64 `json:"kept,omitempty"`
+	// Snapshots names the object of each kept revision (SaveName); one it
+	// leaves out is at SnapshotName. Use Snapshot.
+	Snapshots map[int64]string `json:"snapshots,omitempty"`
+	UpdatedAt time.Time        `json:"updated_at"`
 	// Step is the step in flight, if any.
 	Step *InFlight `json:"step,omitempty"`
+}
+
+// Snapshot returns the object in SNAPSHOTS of revision rev's snapshot.
+func (h *WorkspaceHead) Snapshot(rev int64) string {
+	if name, ok := h.Snapshots[rev]; ok {
+		return name
+	}
+	return SnapshotName(h.Name, rev)
 }
 
 // WorkspaceStores are the JetStream objects of workspaces and artifacts.
@@ -306,7 +331,7 @@ func (t Topology) EnsureObjects(ctx context.Context, js jetstream.JetStream, ten
 	if tenant != "" {
 		of = " of tenant " + tenant
 	}
-	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>", t.WorkspaceTTL); err != nil {
+	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.WorkspaceTTL); err != nil {
 		return ObjectStores{}, err
 	}
 	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<path>", t.ResultTTL); err != nil {

@@ -189,7 +189,7 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 	}
 	for _, r := range revs {
 		dctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
-		err := snaps.Delete(dctx, SnapshotName(name, r))
+		err := snaps.Delete(dctx, h.Snapshot(r))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			left++
@@ -249,7 +249,7 @@ func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Write
 	if rev == h.Revision {
 		want = h.SHA256
 	}
-	if err := getObject(ctx, snaps, SnapshotName(h.Name, rev), want, w); err != nil {
+	if err := getObject(ctx, snaps, h.Snapshot(rev), want, w); err != nil {
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			return 0, fmt.Errorf("%w: %s@%d: its snapshot is gone (expired or removed)", ErrNoRevision, h.Name, rev)
 		}
@@ -388,7 +388,7 @@ func (c *Client) Revisions(ctx context.Context, h *WorkspaceHead) ([]Revision, e
 	}
 	var out []Revision
 	for _, rev := range slices.Backward(h.Kept) {
-		info, err := ws.Snapshots.GetInfo(ctx, SnapshotName(h.Name, rev))
+		info, err := ws.Snapshots.GetInfo(ctx, h.Snapshot(rev))
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			continue // expired or deleted meanwhile
 		}

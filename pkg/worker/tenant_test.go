@@ -63,14 +63,14 @@ func TestWorkspaceTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := objsA.Snapshots.GetInfo(ctx, jobs.SnapshotName("team-a.agent", 2)); err != nil {
+	if _, err := objsA.Snapshots.GetInfo(ctx, before.Snapshot(2)); err != nil {
 		t.Errorf("a's snapshot in %s: %v", jobs.SnapshotsBucketOf("team-a"), err)
 	}
 	if _, err := objsA.Artifacts.GetInfo(ctx, "team-a.s1/plot.png"); err != nil {
 		t.Errorf("a's artifact in %s: %v", jobs.ArtifactsBucketOf("team-a"), err)
 	}
 	shared := b.workspaces(t)
-	if _, err := shared.Snapshots.GetInfo(ctx, jobs.SnapshotName("team-a.agent", 2)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := shared.Snapshots.GetInfo(ctx, before.Snapshot(2)); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Errorf("a's snapshot in the fleet's %s: %v", jobs.SnapshotsBucket, err)
 	}
 	if _, err := shared.Artifacts.GetInfo(ctx, "team-a.s1/plot.png"); !errors.Is(err, jetstream.ErrObjectNotFound) {

@@ -21,18 +21,23 @@ import (
 // memory, or unlinked temporary files when large), never unpacked: the sandbox's launcher restores and
 // archives them. The order of writes is what makes a step exactly once:
 //
-//  1. take the head: running(J), by compare-and-swap;
+//  1. take the head: running(J) as take T (a fresh name), by
+//     compare-and-swap;
 //  2. run J against the base snapshot; the launcher archives the result;
-//  3. put the archive as SNAPSHOTS "<ws>/<rev+1>", then move the head to
-//     saved(J) at rev+1 (compare-and-swap): the commit;
+//  3. put the archive as SNAPSHOTS "<ws>/<rev+1>.<T>", then move the head
+//     to saved(J) at rev+1, naming that object (compare-and-swap, only
+//     while the head is still running(J) as T): the commit;
 //  4. store J's result (first writer wins), then release the head.
 //
 // A death before 3's swap leaves running(J): the redelivery takes it over
-// and starts again from the same base (overwriting the unreferenced
-// object). A death between 3 and 4 leaves saved(J): the redelivery runs J
-// again against the base, saves nothing and reports rev+1. A death after
-// 4 leaves J's result, which ends any later delivery before it runs, and
-// makes J's holding of the head "gone" for the next job.
+// as a take of its own and starts again from the same base (the dead
+// take's object is never named, and expires). A death between 3 and 4
+// leaves saved(J): the redelivery runs J again against the base, saves
+// nothing and reports rev+1. A death after 4 leaves J's result, which ends
+// any later delivery before it runs, and makes J's holding of the head
+// "gone" for the next job. A delivery whose lease ran out while it still
+// ran, taken over meanwhile, finds at 3 that it no longer holds the head:
+// it deletes its own object, and the taker's is untouched.
 
 // stepMode is what a job does with a workspace.
 type stepMode int
@@ -52,18 +57,20 @@ type wsStep struct {
 	log  *slog.Logger
 	mode stepMode
 
-	objs    jobs.ObjectStores   // the job's tenant's snapshots and artifacts
-	head    *jobs.WorkspaceHead // as last written or read by this step
-	headRev uint64              // its KV revision
-	base    jobs.WorkspaceRef   // the state restored (Revision 0: empty)
-	saved   bool                // the head is saved(J) (this step's save, or a replay's)
+	objs     jobs.ObjectStores   // the job's tenant's snapshots and artifacts
+	head     *jobs.WorkspaceHead // as last written or read by this step
+	headRev  uint64              // its KV revision
+	takeName string              // the name of this step's taking of the head
+	from     *jobs.WorkspaceHead // the head of workspace_from, as resolved
+	base     jobs.WorkspaceRef   // the state restored (Revision 0: empty)
+	saved    bool                // the head is saved(J) (this step's save, or a replay's)
 
 	snap            *spool // the base's snapshot; nil when there is none
 	snapSize        int64
 	snapSHA         string
 	arch            *spool // the archive the launcher makes
 	req             *jobs.ArchiveRequest
-	prune           []int64 // revisions the save let go, deleted once settled
+	prune           []string // snapshots of the revisions the save let go, deleted once settled
 	result          jobs.WorkspaceStep
 	waitingReported bool
 }
@@ -115,7 +122,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 	s.objs = objs
 	var fork *jobs.WorkspaceRef
 	if job.WorkspaceFrom != nil {
-		ref, msg, err := w.resolveFork(jobCtx, *job.WorkspaceFrom)
+		ref, from, msg, err := w.resolveFork(jobCtx, *job.WorkspaceFrom)
 		switch {
 		case err != nil:
 			return s.giveBack(jobCtx, "read the workspace to start from: "+err.Error())
@@ -123,7 +130,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 			return s, rejected(msg), nil
 		}
 		fork = &ref
-		s.mode, s.base = modeCopy, ref
+		s.mode, s.base, s.from = modeCopy, ref, from
 	}
 	if job.Workspace != "" {
 		if res, d := s.take(stop, jobCtx, fork); res != nil || d != nil || jobCtx.Err() != nil {
@@ -157,22 +164,22 @@ func rejected(msg string) *jobs.Result {
 	return &jobs.Result{Status: jobs.StatusRejected, Error: msg, FinishedAt: &now}
 }
 
-// resolveFork returns the revision a job starts from, or why the job is
-// rejected (msg), or an error of NATS.
-func (w *Worker) resolveFork(ctx context.Context, ref jobs.WorkspaceRef) (jobs.WorkspaceRef, string, error) {
+// resolveFork returns the revision a job starts from and the head it was
+// read from, or why the job is rejected (msg), or an error of NATS.
+func (w *Worker) resolveFork(ctx context.Context, ref jobs.WorkspaceRef) (jobs.WorkspaceRef, *jobs.WorkspaceHead, string, error) {
 	h, _, err := w.readHead(ctx, ref.Name)
 	if err != nil {
-		return ref, "", err
+		return ref, nil, "", err
 	}
 	if h == nil {
-		return ref, fmt.Sprintf("workspace_from: no workspace %s", ref.Name), nil
+		return ref, nil, fmt.Sprintf("workspace_from: no workspace %s", ref.Name), nil
 	}
 	if ref.Revision == 0 {
 		ref.Revision = h.Revision
 	} else if ref.Revision != h.Revision && !contains(h.Kept, ref.Revision) {
-		return ref, fmt.Sprintf("workspace_from: %s does not keep revision %d (it keeps %v)", ref.Name, ref.Revision, h.Kept), nil
+		return ref, nil, fmt.Sprintf("workspace_from: %s does not keep revision %d (it keeps %v)", ref.Name, ref.Revision, h.Kept), nil
 	}
-	return ref, "", nil
+	return ref, h, "", nil
 }
 
 func contains(s []int64, v int64) bool {
@@ -202,7 +209,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 			_, res, d := s.giveBack(jobCtx, "read the head: "+err.Error())
 			return res, d
 		}
-		ev := evBegin{Job: s.job.ID, Worker: w.cfg.ID, Fork: fork, Now: time.Now().UTC()}
+		ev := evBegin{Job: s.job.ID, Worker: w.cfg.ID, Fork: fork, Take: jobs.NewID(), Now: time.Now().UTC()}
 		if h != nil && h.Step != nil && h.Step.Job != s.job.ID {
 			if ev.HolderGone, err = w.holderGone(jobCtx, h.Step.Job); err != nil {
 				_, res, d := s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
@@ -223,7 +230,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 				_, res, d := s.giveBack(jobCtx, "take the head: "+err.Error())
 				return res, d
 			}
-			s.head, s.headRev, s.mode, s.base = next, newRev, modeFresh, next.Step.Base
+			s.head, s.headRev, s.mode, s.base, s.takeName = next, newRev, modeFresh, next.Step.Base, ev.Take
 			s.log.Debug("workspace taken", "base", next.Step.Base.String())
 			return nil, nil
 		case actReplay:
@@ -277,7 +284,7 @@ func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
 			return nil, nil
 		}
 	}
-	obj, err := s.objs.Snapshots.Get(ctx, jobs.SnapshotName(s.base.Name, s.base.Revision))
+	obj, err := s.objs.Snapshots.Get(ctx, s.baseObject())
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		now := time.Now().UTC()
 		return &jobs.Result{Status: jobs.StatusError, FinishedAt: &now, Error: fmt.Sprintf(
@@ -296,6 +303,18 @@ func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
 	}
 	s.snapSize, s.snapSHA = n, hex.EncodeToString(sum.Sum(nil))
 	return nil, nil
+}
+
+// baseObject is the snapshot of the base, as the head of its workspace
+// names it.
+func (s *wsStep) baseObject() string {
+	switch {
+	case s.head != nil && s.base.Name == s.head.Name:
+		return s.head.Snapshot(s.base.Revision)
+	case s.from != nil && s.base.Name == s.from.Name:
+		return s.from.Snapshot(s.base.Revision)
+	}
+	return jobs.SnapshotName(s.base.Name, s.base.Revision)
 }
 
 // options returns the run's workspace options, fresh for each run: the
@@ -363,16 +382,21 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 func (s *wsStep) save(ctx context.Context) error {
 	snaps := s.objs.Snapshots
 	rev := s.head.Revision + 1
-	obj := jobs.SnapshotName(s.job.Workspace, rev)
+	obj := jobs.SaveName(s.job.Workspace, rev, s.takeName)
 	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{jobs.SnapshotJobMeta: s.job.ID}}, s.arch.reader(s.req.Bytes)); err != nil {
 		return fmt.Errorf("put %s: %w", obj, err)
 	}
 	for {
-		next, _, err := transition(s.job.Workspace, s.head, evSave{Job: s.job.ID, SizeBytes: s.req.Bytes,
+		next, _, err := transition(s.job.Workspace, s.head, evSave{Job: s.job.ID, Take: s.takeName, Object: obj, SizeBytes: s.req.Bytes,
 			Files: s.req.Files, SHA256: s.req.SHA256, Keep: s.w.cfg.KeepRevisions, Now: time.Now().UTC()})
 		if errors.Is(err, errNotHeld) {
+			if h := s.head; h != nil && h.Step != nil && h.Step.Job == s.job.ID && h.Step.State == jobs.StepSaved && h.Snapshots[h.Revision] == obj {
+				// This step's own commit, by a try whose answer was lost.
+				s.committed(h, s.headRev)
+				return nil
+			}
 			s.result.Error = "not saved: the workspace was removed or taken over while the job ran"
-			_ = snaps.Delete(ctx, obj)
+			_ = snaps.Delete(ctx, obj) // this take's alone: no head names it
 			return nil
 		}
 		newRev, err := s.w.writeHead(ctx, s.job.Workspace, false, s.headRev, next)
@@ -386,14 +410,20 @@ func (s *wsStep) save(ctx context.Context) error {
 			return err
 		}
 		s.prune = pruned(s.head, next)
-		if data, ok := s.arch.memory(s.req.Bytes); ok {
-			s.w.snaps.put(snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, next.Revision, s.req.SHA256}, data)
-		}
-		s.head, s.headRev, s.saved = next, newRev, true
-		s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Skipped = next.Revision, s.req.Bytes, s.req.Files, s.req.Skipped
-		s.log.Info("workspace saved", "revision", next.Revision, "size_bytes", s.req.Bytes, "files", s.req.Files)
+		s.committed(next, newRev)
 		return nil
 	}
+}
+
+// committed records that the head moved to next (at KV revision rev) by
+// this step's save.
+func (s *wsStep) committed(next *jobs.WorkspaceHead, rev uint64) {
+	if data, ok := s.arch.memory(s.req.Bytes); ok {
+		s.w.snaps.put(snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, next.Revision, s.req.SHA256}, data)
+	}
+	s.head, s.headRev, s.saved = next, rev, true
+	s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Skipped = next.Revision, s.req.Bytes, s.req.Files, s.req.Skipped
+	s.log.Info("workspace saved", "revision", next.Revision, "size_bytes", s.req.Bytes, "files", s.req.Files)
 }
 
 // settled ends the step once the message is settled: a stored result
@@ -422,9 +452,9 @@ func (s *wsStep) deletePruned() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, r := range s.prune {
-		if err := s.objs.Snapshots.Delete(ctx, jobs.SnapshotName(s.job.Workspace, r)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			s.log.Warn("prune an old snapshot; it expires with the TTL", "revision", r, "err", err)
+	for _, obj := range s.prune {
+		if err := s.objs.Snapshots.Delete(ctx, obj); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			s.log.Warn("prune an old snapshot; it expires with the TTL", "snapshot", obj, "err", err)
 		}
 	}
 	s.prune = nil

@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -394,13 +396,17 @@ func TestWorkspaceRemoveAndGet(t *testing.T) {
 	if list, err := b.client.Workspaces(t.Context()); err != nil || len(list) != 1 || list[0].Name != "g" {
 		t.Fatalf("ls: %v %v", list, err)
 	}
+	snap := b.head(t, "g").Snapshot(1)
+	if _, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), snap); err != nil {
+		t.Fatalf("snapshot %s before rm: %v", snap, err)
+	}
 	if left, err := b.client.DeleteWorkspace(t.Context(), "g"); err != nil || left != 0 {
 		t.Fatalf("rm: %d left, %v", left, err)
 	}
 	if _, err := b.client.Workspace(t.Context(), "g"); !errors.Is(err, jobs.ErrNoWorkspace) {
 		t.Fatalf("after rm: %v", err)
 	}
-	if _, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), jobs.SnapshotName("g", 1)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), snap); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Fatalf("snapshot after rm: %v", err)
 	}
 	wantStep(t, b.step(t, &jobs.Job{ID: "g2", Workspace: "g", Code: "cat sub/data.txt"}), 0, 1)
@@ -476,12 +482,16 @@ func TestWorkspaceExpires(t *testing.T) {
 	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: time.Second})
 	b.startWorker(t, worker.Config{ID: "w1"})
 	wantStep(t, b.step(t, &jobs.Job{ID: "e1", Workspace: "short", Code: "write f 1"}), 0, 1)
+	snap := b.head(t, "short").Snapshot(1)
+	if _, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), snap); err != nil {
+		t.Fatalf("snapshot %s: %v", snap, err)
+	}
 	testutil.Eventually(t, 15*time.Second, "workspace expired", func() bool {
 		_, err := b.client.Workspace(t.Context(), "short")
 		return errors.Is(err, jobs.ErrNoWorkspace)
 	})
 	testutil.Eventually(t, 15*time.Second, "snapshot expired", func() bool {
-		_, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), jobs.SnapshotName("short", 1))
+		_, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), snap)
 		return errors.Is(err, jetstream.ErrObjectNotFound)
 	})
 	res := b.step(t, &jobs.Job{ID: "e2", Workspace: "short", Code: "cat f"})
@@ -504,9 +514,9 @@ func TestWorkspaceSnapshotCache(t *testing.T) {
 		return &jobs.Job{ID: id, Queue: q, Workspace: "c", Code: code}
 	}
 	wantStep(t, b.step(t, on("a", "c1", "write f first")), 0, 1)
-	b.released(t, "c")
+	h := b.released(t, "c")
 	// Out of band, the saved snapshot's object goes: only wa's cache has it.
-	if err := b.workspaces(t).Snapshots.Delete(t.Context(), jobs.SnapshotName("c", 1)); err != nil {
+	if err := b.workspaces(t).Snapshots.Delete(t.Context(), h.Snapshot(1)); err != nil {
 		t.Fatal(err)
 	}
 	res := b.step(t, on("a", "c2", "cat f"))
@@ -527,5 +537,80 @@ func TestWorkspaceSnapshotCache(t *testing.T) {
 	wantStep(t, res, 2, 3)
 	if res.Stdout != "third\n" {
 		t.Fatalf("after the workspace was made again: stdout %q", res.Stdout)
+	}
+}
+
+// Two live deliveries of one step: the first's lease runs out while it
+// still runs (its InProgress lost behind a slow broker, as a -NAK from the
+// side makes happen here), and the server hands the job to another worker,
+// which takes the step over. Both run and save; the first, no longer
+// holding the head, must neither commit nor delete the taker's snapshot:
+// the next step, on a worker that never saw either (no cached copy),
+// restores what the taker saved.
+func TestWorkspaceTwoLiveDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spy, _ := natstest.Connect(t, b.url)
+	var mu sync.Mutex
+	var acks []string // the ack subjects of the deliveries of job j
+	sub, err := spy.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.ACK.") && strings.Contains(string(m.Data), `"j"`) {
+			mu.Lock()
+			acks = append(acks, m.Reply)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	wa := b.startWorker(t, worker.Config{ID: "wa", Slots: 1})
+	wb := b.startWorker(t, worker.Config{ID: "wb", Slots: 1})
+
+	release := filepath.Join(t.TempDir(), "go")
+	rw, err := b.client.Watch(t.Context(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Stop()
+	if _, err := b.client.Submit(waitCtx(t), &jobs.Job{ID: "j", Image: "python", Workspace: "ws",
+		Code: "waitfile " + release + "\nappend log.txt from-j\ncat log.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "first delivery running", func() bool { return b.exec.Running() == 1 })
+	mu.Lock()
+	first := acks[0]
+	mu.Unlock()
+	if err := spy.Publish(first, []byte("-NAK")); err != nil { // what the lease's end does
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "second delivery running", func() bool { return b.exec.Running() == 2 })
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := rw.Next(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != jobs.StatusSucceeded {
+		t.Fatalf("j: %s %s", res.Status, res.Error)
+	}
+	testutil.Eventually(t, 10*time.Second, "both deliveries over", func() bool { return b.exec.Running() == 0 })
+	h := b.released(t, "ws")
+	if h.Revision != 1 {
+		t.Fatalf("head at revision %d, want 1", h.Revision)
+	}
+	if _, err := b.workspaces(t).Snapshots.GetInfo(t.Context(), h.Snapshot(1)); err != nil {
+		t.Fatalf("the committed snapshot %s: %v", h.Snapshot(1), err)
+	}
+	wa.Stop(t)
+	wb.Stop(t)
+	b.startWorker(t, worker.Config{ID: "wc", Slots: 1})
+	next := b.step(t, &jobs.Job{ID: "k", Workspace: "ws", Code: "cat log.txt"})
+	if next.Status != jobs.StatusSucceeded || next.Stdout != "from-j\n" {
+		t.Fatalf("next step: %s %q %q; want succeeded with j's file", next.Status, next.Stdout, next.Error)
 	}
 }

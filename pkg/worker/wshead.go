@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -54,12 +55,15 @@ type (
 		Job, Worker string
 		Fork        *jobs.WorkspaceRef
 		HolderGone  bool
+		Take        string // this taking's name, fresh for each try
 		Now         time.Time
 	}
-	// evSave: job saved its snapshot; it becomes the next revision.
-	// Keep bounds the revisions kept.
+	// evSave: job, as it took the head (Take), saved its snapshot to
+	// Object; it becomes the next revision. Keep bounds the revisions
+	// kept.
 	evSave struct {
-		Job       string
+		Job, Take string
+		Object    string
 		SizeBytes int64
 		Files     int
 		SHA256    string
@@ -93,7 +97,7 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 				return h, actReplay, nil
 			case h.Step.Job == ev.Job: // running: take it over
 				next := clone(h)
-				next.Step.Worker, next.Step.Since, next.UpdatedAt = ev.Worker, ev.Now, ev.Now
+				next.Step.Worker, next.Step.Since, next.Step.Take, next.UpdatedAt = ev.Worker, ev.Now, ev.Take, ev.Now
 				return next, actWrite, nil
 			case !ev.HolderGone:
 				return h, actWait, nil
@@ -113,12 +117,14 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 			f := *ev.Fork
 			next.Forked = &f
 		}
-		next.Step = &jobs.InFlight{Job: ev.Job, State: jobs.StepRunning, Base: base, Worker: ev.Worker, Since: ev.Now}
+		next.Step = &jobs.InFlight{Job: ev.Job, State: jobs.StepRunning, Base: base, Worker: ev.Worker, Since: ev.Now, Take: ev.Take}
 		next.UpdatedAt = ev.Now
 		return next, actWrite, nil
 
 	case evSave:
-		if h == nil || h.Step == nil || h.Step.Job != ev.Job || h.Step.State != jobs.StepRunning {
+		// Only the latest taker saves: an earlier delivery of the same
+		// job, still running after its lease ran out, does not.
+		if h == nil || h.Step == nil || h.Step.Job != ev.Job || h.Step.State != jobs.StepRunning || h.Step.Take != ev.Take {
 			return h, actNone, errNotHeld
 		}
 		next := clone(h)
@@ -127,6 +133,15 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 		next.Kept = append(next.Kept, next.Revision)
 		if keep := max(ev.Keep, 2); len(next.Kept) > keep {
 			next.Kept = next.Kept[len(next.Kept)-keep:]
+		}
+		if next.Snapshots == nil {
+			next.Snapshots = map[int64]string{}
+		}
+		next.Snapshots[next.Revision] = ev.Object
+		for r := range next.Snapshots {
+			if !slices.Contains(next.Kept, r) {
+				delete(next.Snapshots, r)
+			}
 		}
 		next.Step.State = jobs.StepSaved
 		next.UpdatedAt = ev.Now
@@ -144,15 +159,16 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 	panic(fmt.Sprintf("workspace head: unknown event %T", ev))
 }
 
-// pruned returns the revisions kept before that are not kept after.
-func pruned(before, after *jobs.WorkspaceHead) []int64 {
+// pruned returns the snapshots of the revisions kept before that are not
+// kept after.
+func pruned(before, after *jobs.WorkspaceHead) []string {
 	if before == nil || after == nil {
 		return nil
 	}
-	var out []int64
+	var out []string
 	for _, r := range before.Kept {
 		if !slices.Contains(after.Kept, r) {
-			out = append(out, r)
+			out = append(out, before.Snapshot(r))
 		}
 	}
 	return out
@@ -161,6 +177,7 @@ func pruned(before, after *jobs.WorkspaceHead) []int64 {
 func clone(h *jobs.WorkspaceHead) *jobs.WorkspaceHead {
 	c := *h
 	c.Kept = slices.Clone(h.Kept)
+	c.Snapshots = maps.Clone(h.Snapshots)
 	if h.Step != nil {
 		s := *h.Step
 		c.Step = &s

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -119,10 +120,47 @@ func equalHead(a, b *jobs.WorkspaceHead) bool {
 	return a.Step == nil || *a.Step == *b.Step
 }
 
+// The pruned revisions' snapshots: the names the head gave them, or the
+// old names of those it named none for.
 func TestPruned(t *testing.T) {
 	t.Parallel()
-	got := pruned(&jobs.WorkspaceHead{Kept: []int64{1, 2, 3}}, &jobs.WorkspaceHead{Kept: []int64{3, 4}})
-	if !slices.Equal(got, []int64{1, 2}) {
+	got := pruned(&jobs.WorkspaceHead{Name: "ws", Kept: []int64{1, 2, 3}, Snapshots: map[int64]string{2: "ws/2.t2", 3: "ws/3.t3"}},
+		&jobs.WorkspaceHead{Name: "ws", Kept: []int64{3, 4}})
+	if !slices.Equal(got, []string{"ws/1", "ws/2.t2"}) {
 		t.Fatalf("pruned %v", got)
+	}
+}
+
+// Each taking of the head has its name: a redelivery that takes over a
+// running step of its job takes it anew, and from then on only it saves.
+// A save names its object in the head, which forgets the names of the
+// revisions it stops keeping.
+func TestTransitionTakes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	h := &jobs.WorkspaceHead{Name: "ws", Revision: 4, Kept: []int64{3, 4}, Snapshots: map[int64]string{3: "ws/3.a", 4: "ws/4.b"}}
+	first, _, err := transition("ws", h, evBegin{Job: "J", Worker: "w1", Take: "t1", Now: now})
+	if err != nil || first.Step.Take != "t1" {
+		t.Fatalf("begin: %+v, %v", first.Step, err)
+	}
+	taken, act, err := transition("ws", first, evBegin{Job: "J", Worker: "w2", Take: "t2", Now: now})
+	if err != nil || act != actWrite || taken.Step.Take != "t2" || taken.Step.Worker != "w2" {
+		t.Fatalf("take over: %s %+v, %v", act, taken.Step, err)
+	}
+	if _, act, err := transition("ws", taken, evSave{Job: "J", Take: "t1", Object: "ws/5.t1", Keep: 2, Now: now}); !errors.Is(err, errNotHeld) || act != actNone {
+		t.Fatalf("the earlier delivery's save: %s, %v; want errNotHeld", act, err)
+	}
+	saved, act, err := transition("ws", taken, evSave{Job: "J", Take: "t2", Object: "ws/5.t2", Keep: 2, Now: now})
+	if err != nil || act != actWrite {
+		t.Fatalf("the taker's save: %s, %v", act, err)
+	}
+	if want := map[int64]string{4: "ws/4.b", 5: "ws/5.t2"}; !maps.Equal(saved.Snapshots, want) || saved.Snapshot(5) != "ws/5.t2" || saved.Snapshot(4) != "ws/4.b" {
+		t.Fatalf("snapshots %v, want %v", saved.Snapshots, want)
+	}
+	if h.Snapshots[5] != "" || len(taken.Snapshots) != 2 {
+		t.Fatalf("transition modified its input's snapshots: %v, %v", h.Snapshots, taken.Snapshots)
+	}
+	if (&jobs.WorkspaceHead{Name: "old"}).Snapshot(2) != jobs.SnapshotName("old", 2) {
+		t.Fatal("a head naming no snapshot: not the old name")
 	}
 }
