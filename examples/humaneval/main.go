@@ -4,6 +4,12 @@
 // --broken every solution is replaced by one that returns None, so each job
 // must fail; a harness that reports those as succeeded is broken.
 //
+// The verdict is the program's exit status, as in HumanEval's own harness:
+// the completion runs in the same process as the checks, so a completion
+// that games them (an atexit handler calling os._exit(0), say) passes.
+// Judge code that may be hostile with judged jobs (jobs.Job.Tests), whose
+// expected output never enters the sandbox.
+//
 // The project's own problems are examples/problems/problems.jsonl.
 // HumanEval itself is not in the repository: get data/HumanEval.jsonl.gz
 // from https://github.com/openai/human-eval.

@@ -173,6 +173,45 @@ elif mode == "count":
 	}
 }
 
+// The tricks that make a wrong program's exit status 0 (an atexit handler
+// calling os._exit(0), an excepthook raising SystemExit(0), sys.exit made
+// a no-op), which beat any harness whose checks share the process with
+// the code under test, change nothing for judged cases: the expected
+// output never enters the sandbox, and a wrong answer stays wrong.
+func TestIntegrationRedTeamJudgedExitTricks(t *testing.T) {
+	t.Parallel()
+	e := judgeSetup(t)
+	const wrong = `import sys
+trick = sys.stdin.readline().strip()
+if trick == "atexit":
+    import atexit, os
+    atexit.register(os._exit, 0)
+elif trick == "excepthook":
+    def hook(*a):
+        raise SystemExit(0)
+    sys.excepthook = hook
+elif trick == "sys.exit":
+    sys.exit = lambda *a: None
+    sys.excepthook = lambda *a: None
+print(0)
+assert False, "the program's own check fails"
+`
+	var cases []jobs.TestCase
+	for _, trick := range []string{"atexit", "excepthook", "sys.exit"} {
+		cases = append(cases, jobs.TestCase{Name: trick, Stdin: trick + "\n", ExpectedStdout: "3\n"})
+	}
+	res := run(t, e, job(wrong, func(j *jobs.Job) { j.Tests = cases }))
+	if res.Status != jobs.StatusFailed || res.Tests == nil || res.Tests.Passed != 0 {
+		t.Fatalf("status %s (%s), tests %+v", res.Status, res.Error, res.Tests)
+	}
+	for _, c := range res.Tests.Cases {
+		t.Logf("%s: %s, exit %d", c.Name, c.Verdict, derefInt(c.Exit))
+		if c.Verdict == jobs.CasePassed || c.Verdict == "" {
+			t.Errorf("%s: %q", c.Name, c.Verdict)
+		}
+	}
+}
+
 // The compile step: its failure is compile_error with the compiler's
 // output, nothing else runs; its success runs the job. Here a job's own
 // compile command on the Python image; the languages' run in

@@ -42,6 +42,9 @@ const prestartEnv = "SANDFLEET_PRESTART"
 // KEY=VALUE pairs.
 const prestartStub = `def _sandfleet_go():
     import os, sys
+    # Taken now: the script may rebind sys.exit or builtins.SystemExit, and
+    # python3 exits 1 after an uncaught exception whatever it did to them.
+    exit_ = SystemExit
     b = b""
     while True:
         c = os.read(3, 65536)
@@ -67,7 +70,7 @@ const prestartStub = `def _sandfleet_go():
             src = s.read()
     except OSError as e:
         sys.stderr.write("python3: can't open file %r: [Errno %d] %s\n" % (path, e.errno, e.strerror))
-        sys.exit(2)
+        raise exit_(2)
     g = sys.modules["__main__"].__dict__
     bi = g["__builtins__"]
     g.clear()
@@ -75,14 +78,14 @@ const prestartStub = `def _sandfleet_go():
              __file__=path, __cached__=None, __builtins__=bi, __annotations__={})
     try:
         exec(compile(src, path, "exec"), g)
-    except SystemExit:
+    except exit_:
         raise
     except BaseException as e:
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
             tb = tb.tb_next
         sys.excepthook(type(e), e.with_traceback(tb), tb)
-        sys.exit(1)
+        raise exit_(1)
 _sandfleet_go()
 `
 

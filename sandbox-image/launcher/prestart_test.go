@@ -70,6 +70,20 @@ print(repr(sys.stdin.read()))`, 0,
 			[]string{"<string>", "_sandfleet"}},
 		{"a syntax error", "x = (\n", 1, []string{"main.py\", line 1", "SyntaxError"}, []string{"<string>", "Traceback"}},
 		{"sys.exit", "import sys; sys.exit(7)", 7, nil, nil},
+		// python3 exits 1 after an uncaught exception, whatever the script
+		// made of sys.exit and SystemExit (a harness's exit status is no
+		// verdict against hostile code, but the stub must not make it
+		// weaker than python3's).
+		{"an uncaught exception with sys.exit rebound", `import sys
+sys.exit = lambda *a: None
+sys.excepthook = lambda *a: None
+raise ValueError("boom")`, 1, nil, nil},
+		{"an uncaught exception with sys.exit and SystemExit rebound", `import sys, builtins
+real = SystemExit
+sys.exit = lambda *a: None
+sys.excepthook = lambda *a: None
+builtins.SystemExit = lambda *a: real(0)
+raise ValueError("boom")`, 1, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
