@@ -137,6 +137,34 @@ os._exit(1)
 	})
 }
 
+// The kernel lets a process of the same uid lower another's resource
+// limits and priority (prlimit, setpriority check no more), and the job
+// runs as the launcher's user: it can starve PID 1 of file descriptors
+// and address space and renice it. What that buys is no verdict at worst,
+// never another than the job's own.
+func TestIntegrationRedTeamLauncherLimits(t *testing.T) {
+	t.Parallel()
+	code := `import os, resource
+for lim, val in [(resource.RLIMIT_NOFILE, (0, 0)), (resource.RLIMIT_AS, (1 << 20, 1 << 20))]:
+    try:
+        resource.prlimit(1, lim, val)
+        print("lowered", lim, flush=True)
+    except OSError as err:
+        print("refused", lim, err.errno, flush=True)
+try:
+    os.setpriority(os.PRIO_PROCESS, 1, 19)
+    print("reniced", flush=True)
+except OSError as err:
+    print("renice refused", err.errno, flush=True)
+os._exit(3)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		res := run(t, e, job(code))
+		t.Logf("stdout %q, error %q", res.Stdout, res.Error)
+		wantFailedOrNoVerdict(t, res, 3)
+	})
+}
+
 func TestIntegrationRedTeamForgedReport(t *testing.T) {
 	t.Parallel()
 	// Finding 2: steal the report from the output streams, or write one.
