@@ -146,7 +146,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	} else if stored != nil {
 		if job.Workspace != "" {
 			// Stored, then died before releasing: release now.
-			w.releaseHead(job.Workspace, job.ID, log)
+			w.releaseHead(job.Workspace, job.ID, "", log)
 		}
 		w.reply(job, stored, log)
 		return decision{verdict: verdictAck, result: stored, reason: "result already stored"}

@@ -473,7 +473,7 @@ func (s *wsStep) release() {
 	if s == nil || (s.mode != modeFresh && s.mode != modeReplay) {
 		return
 	}
-	s.w.releaseHead(s.job.Workspace, s.job.ID, s.log)
+	s.w.releaseHead(s.job.Workspace, s.job.ID, s.takeName, s.log) // "" for a replay: it took nothing
 	s.mode = modeCopy // released: nothing more to do
 }
 

@@ -70,10 +70,12 @@ type (
 		Keep      int
 		Now       time.Time
 	}
-	// evRelease: job's result is stored, or it gave the step up.
+	// evRelease: job's result is stored, or it gave the step up. Take,
+	// when set, releases only that taking of the head: a delivery that was
+	// taken over leaves the taker's step alone.
 	evRelease struct {
-		Job string
-		Now time.Time
+		Job, Take string
+		Now       time.Time
 	}
 )
 
@@ -148,7 +150,7 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 		return next, actWrite, nil
 
 	case evRelease:
-		if h == nil || h.Step == nil || h.Step.Job != ev.Job {
+		if h == nil || h.Step == nil || h.Step.Job != ev.Job || (ev.Take != "" && h.Step.Take != ev.Take) {
 			return h, actNone, nil
 		}
 		next := clone(h)
@@ -195,13 +197,14 @@ func clone(h *jobs.WorkspaceHead) *jobs.WorkspaceHead {
 // heads is the bucket of the heads.
 func (w *Worker) heads() jetstream.KeyValue { return w.stores.Workspaces.Heads }
 
-// releaseHead removes job's step from the head of name, if it holds it.
-func (w *Worker) releaseHead(name, job string, log *slog.Logger) {
+// releaseHead removes job's step from the head of name, if it holds it
+// (as take, when take is set).
+func (w *Worker) releaseHead(name, job, take string, log *slog.Logger) {
 	for range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h, rev, err := w.readHead(ctx, name)
 		if err == nil {
-			next, act, _ := transition(name, h, evRelease{Job: job, Now: time.Now().UTC()})
+			next, act, _ := transition(name, h, evRelease{Job: job, Take: take, Now: time.Now().UTC()})
 			if act != actWrite {
 				cancel()
 				return

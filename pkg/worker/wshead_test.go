@@ -150,6 +150,12 @@ func TestTransitionTakes(t *testing.T) {
 	if _, act, err := transition("ws", taken, evSave{Job: "J", Take: "t1", Object: "ws/5.t1", Keep: 2, Now: now}); !errors.Is(err, errNotHeld) || act != actNone {
 		t.Fatalf("the earlier delivery's save: %s, %v; want errNotHeld", act, err)
 	}
+	if _, act, _ := transition("ws", taken, evRelease{Job: "J", Take: "t1", Now: now}); act != actNone {
+		t.Fatalf("the earlier delivery's release: %s; want none (the taker's step stays)", act)
+	}
+	if next, act, _ := transition("ws", taken, evRelease{Job: "J", Now: now}); act != actWrite || next.Step != nil {
+		t.Fatalf("a release of any take (a replay's, a stored result's): %s %+v", act, next.Step)
+	}
 	saved, act, err := transition("ws", taken, evSave{Job: "J", Take: "t2", Object: "ws/5.t2", Keep: 2, Now: now})
 	if err != nil || act != actWrite {
 		t.Fatalf("the taker's save: %s, %v", act, err)
