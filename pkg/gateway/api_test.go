@@ -438,3 +438,28 @@ func tarNames(t *testing.T, data []byte) []string {
 		names = append(names, h.Name)
 	}
 }
+
+// A tenant's jobs and workspaces are named <tenant>.<name>, and a worker
+// runs a job so named as the tenant's: a token, which is no tenant, must
+// not reach them. Each way of naming one is refused, and the tenant's
+// workspace is not made.
+func TestTenantNamesRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, body := range []string{
+		`{"id":"acme.w1","image":"python","code":"write f.txt planted"}`,
+		`{"image":"python","workspace":"acme.agent","code":"write f.txt planted"}`,
+		`{"image":"python","workspace":"mine","workspace_from":{"name":"acme.agent"},"code":"cat f.txt"}`,
+		`{"image":"python","workspace_from":{"name":"acme.agent"},"code":"cat f.txt"}`,
+	} {
+		for _, path := range []string{"/v1/jobs", "/v1/jobs?wait=5s"} {
+			r := b.do(t, "POST", path, b.bob, []byte(body))
+			if r.status != 400 || r.errorCode() != gateway.CodeInvalidJob || !strings.Contains(string(r.body), "tenant") {
+				t.Errorf("POST %s %s: %d %s; want 400 invalid_job naming the tenant", path, body, r.status, r.body)
+			}
+		}
+	}
+	if r := b.do(t, "GET", "/v1/workspaces/acme.agent", b.bob, nil); r.status != 404 {
+		t.Errorf("tenant acme's workspace after the tries: %d %s", r.status, r.body)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -252,6 +253,20 @@ func (g *Gateway) admit(job *jobs.Job, tok *Token) error {
 		// A reply subject makes the worker publish into NATS with its own
 		// permissions: not something to hand to every HTTP caller.
 		return apiErr(http.StatusBadRequest, CodeInvalidJob, "reply_to: not accepted over HTTP (GET /v1/jobs/{id} returns the result)")
+	}
+	// A tenant's jobs and workspaces are <tenant>.<name>, and the worker
+	// runs a job so named as the tenant's: over HTTP, where tokens are no
+	// tenants, a token would act in any tenant's namespace (write its
+	// workspaces, fork them). Tenants submit over NATS, with their own
+	// credentials.
+	names := map[string]string{"id": job.ID, "workspace": job.Workspace}
+	if job.WorkspaceFrom != nil {
+		names["workspace_from"] = job.WorkspaceFrom.Name
+	}
+	for _, field := range []string{"id", "workspace", "workspace_from"} {
+		if t := jobs.TenantOf(names[field]); t != "" {
+			return apiErr(http.StatusBadRequest, CodeInvalidJob, "%s: %q names tenant %q's; tenants' jobs and workspaces are not reachable over HTTP", field, shorten.Text(names[field], 140), shorten.Text(t, 40))
+		}
 	}
 	queue := job.Queue
 	if queue == "" {
