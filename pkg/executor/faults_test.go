@@ -499,3 +499,26 @@ func TestCheckWithoutPresets(t *testing.T) {
 		t.Fatalf("Check = %v with %d creations, want nil and none", err, f.count("create"))
 	}
 }
+
+// A panic while the job runs (in the caller's OnStart, or a bug), which
+// pkg/worker recovers into an error result, still removes the sandbox:
+// nothing else would stop it.
+func TestPanicInRunRemovesTheSandbox(t *testing.T) {
+	t.Parallel()
+	f := newFaultyEngine(t)
+	e, _ := faultyExecutor(t, f, fastTuning, nil)
+	if err := e.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the check's sandbox removed", func() bool { _, left := f.books(); return len(left) == 0 })
+	panicked := func() (p any) {
+		defer func() { p = recover() }()
+		_, _ = e.Run(context.Background(), &jobs.Job{ID: "p", Image: "python", Code: "print(1)"},
+			jobs.RunOptions{OnStart: func(jobs.Start) { panic("a bug") }})
+		return nil
+	}()
+	if panicked == nil {
+		t.Fatal("OnStart's panic did not reach the caller")
+	}
+	testutil.Eventually(t, 10*time.Second, "the panicked job's sandbox removed", func() bool { _, left := f.books(); return len(left) == 0 })
+}

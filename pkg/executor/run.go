@@ -78,8 +78,13 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 			return nil, err
 		}
 	}
-	r, err := e.execute(ctx, log, s, lim, env, []byte(job.Stdin), opts)
-	e.release(ctx, log, s)
+	r, err := func() (*outcome, error) {
+		// Released however execute ends: a panic (the caller's OnStart,
+		// a bug), which the worker recovers, would leave the sandbox
+		// running with no timer to stop it.
+		defer e.release(ctx, log, s)
+		return e.execute(ctx, log, s, lim, env, []byte(job.Stdin), opts)
+	}()
 	if err != nil {
 		log.Warn("sandbox failed", "error", err)
 		return nil, err
