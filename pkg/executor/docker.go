@@ -41,7 +41,7 @@ var _ dockerAPI = (*client.Client)(nil)
 // lasts as long as its sandbox, whose job's timeout and KillGrace bound
 // how long anyone waits for it, and release ends it.
 type callDeadlines struct {
-	ping, list, image, create, attach, start, inspect, kill, remove time.Duration
+	ping, list, image, create, attach, wait, start, inspect, kill, remove time.Duration
 }
 
 // deadlines is the one table of the engine's deadlines. Each is several
@@ -53,6 +53,7 @@ var deadlines = callDeadlines{
 	image:   10 * time.Second, // a metadata lookup (ImageInspect)
 	create:  30 * time.Second, // prepares the container's root filesystem (fuse-overlayfs is slow under load)
 	attach:  10 * time.Second, // the handshake only: the stream outlives the call
+	wait:    10 * time.Second, // registering the wait: the answer comes at the exit
 	start:   30 * time.Second, // the runtime boots the sandbox (runsc takes seconds)
 	inspect: 10 * time.Second, // reads the container's state
 	kill:    10 * time.Second, // delivers a signal
@@ -135,8 +136,24 @@ func (w withDeadlines) ContainerAttach(ctx context.Context, id string, o client.
 	}, func(r client.ContainerAttachResult) { r.HijackedResponse.Close() })
 }
 
+// ContainerWait registers the wait within its deadline: the client sends
+// the request before it returns, and an engine that never answers it
+// would hold the launch, and with it the pool's close, for ever. Past the
+// deadline the result carries the error at once, and the request goes on
+// until ctx ends (the sandbox's, which its discard cancels).
 func (w withDeadlines) ContainerWait(ctx context.Context, id string, o client.ContainerWaitOptions) client.ContainerWaitResult {
-	return w.api.ContainerWait(ctx, id, o)
+	done := make(chan client.ContainerWaitResult, 1)
+	go func() { done <- w.api.ContainerWait(ctx, id, o) }()
+	t := time.NewTimer(w.d.wait)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r
+	case <-t.C:
+		errC := make(chan error, 1)
+		errC <- errNoAnswer{w.d.wait}
+		return client.ContainerWaitResult{Result: make(chan container.WaitResponse), Error: errC}
+	}
 }
 
 func (w withDeadlines) ContainerStart(ctx context.Context, id string, o client.ContainerStartOptions) (client.ContainerStartResult, error) {

@@ -206,7 +206,7 @@ func (f *faultyEngine) Ping(ctx context.Context, o client.PingOptions) (client.P
 // even on a loaded machine. A test of a deadline shrinks that one.
 var fastTuning = tuning{
 	calls: callDeadlines{ping: 2 * time.Second, list: 2 * time.Second, image: 2 * time.Second,
-		create: 2 * time.Second, attach: 2 * time.Second, start: 2 * time.Second,
+		create: 2 * time.Second, attach: 2 * time.Second, wait: 2 * time.Second, start: 2 * time.Second,
 		inspect: 2 * time.Second, kill: 2 * time.Second, remove: 2 * time.Second},
 	starts: startTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond, cap: 100, window: time.Minute},
 }
@@ -521,4 +521,48 @@ func TestPanicInRunRemovesTheSandbox(t *testing.T) {
 		t.Fatal("OnStart's panic did not reach the caller")
 	}
 	testutil.Eventually(t, 10*time.Second, "the panicked job's sandbox removed", func() bool { _, left := f.books(); return len(left) == 0 })
+}
+
+// An engine that never answers the wait's registration: the launch gives
+// up at the wait's deadline and removes its container, for a job's sandbox
+// (Run returns an infrastructure error) and for the pool's (Close returns).
+// Before the wait had a deadline, both hung for as long as the engine did.
+func TestWedgedWaitIsAbandoned(t *testing.T) {
+	t.Parallel()
+	tune := fastTuning
+	tune.calls.wait = 200 * time.Millisecond
+	f := newFaultyEngine(t)
+	e, _ := faultyExecutor(t, f, tune, nil)
+	if err := e.Check(context.Background()); err != nil { // a first sandbox started: starts work
+		t.Fatal(err)
+	}
+	f.wedge("wait")
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Run(context.Background(), &jobs.Job{ID: "w", Image: "python", Code: "print(1)"}, jobs.RunOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrInfrastructure) || !strings.Contains(err.Error(), "wait: no answer from the Docker engine within 200ms") {
+			t.Errorf("Run on a wedged wait = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still blocked 10 s on a wedged wait whose deadline is 200ms")
+	}
+	testutil.Eventually(t, 10*time.Second, "the job's container removed", func() bool { _, left := f.books(); return len(left) == 0 })
+
+	pooled, err := newTuned(Config{WorkerID: "w", Pool: 1}, f, tune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the pool's launch at the wait", func() bool { return f.count("wait") >= 3 })
+	closed := make(chan error, 1)
+	go func() { closed <- pooled.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pool's Close still blocked 10 s on a wedged wait")
+	}
+	f.unwedge("wait")
 }

@@ -143,6 +143,13 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	var waitCtx context.Context
 	waitCtx, s.stopWait = context.WithCancel(context.Background())
 	s.wait = e.api.ContainerWait(waitCtx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	select {
+	case err := <-s.wait.Error: // not registered: no exit would be seen
+		s.att.Close()
+		s.stopWait()
+		return nil, fmt.Errorf("wait: %w", err)
+	default:
+	}
 
 	s.overflow = make(chan struct{}, 1)
 	s.out = newCapture(int64(lim.Output), s.overflow)
