@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -461,5 +463,42 @@ func TestTenantNamesRefused(t *testing.T) {
 	}
 	if r := b.do(t, "GET", "/v1/workspaces/acme.agent", b.bob, nil); r.status != 404 {
 		t.Errorf("tenant acme's workspace after the tries: %d %s", r.status, r.body)
+	}
+}
+
+// A client that retries its submit after a lost answer, with a wait,
+// while the job is still running: the stream refuses the copy, so no
+// reply comes for it, and the answer is the job's result as soon as it is
+// stored, not 202 at the end of the wait.
+func TestRetriedSubmitWithWaitAnswersWithTheResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	release := filepath.Join(t.TempDir(), "go")
+	job := `{"id":"retry-wait","image":"python","code":"waitfile ` + release + `\nprint done"}`
+	if r := b.submit(t, job, ""); r.status != 202 {
+		t.Fatalf("first submit: %d %s", r.status, r.body)
+	}
+	testutil.Eventually(t, 10*time.Second, "the job running", func() bool { return b.exec.Running() == 1 })
+	answered := make(chan reply, 1)
+	go func() { answered <- b.submit(t, job, "60s") }() // the retry
+	// It holds a waiting slot from just before its watch and publish.
+	testutil.Eventually(t, 10*time.Second, "the retry waiting", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="waiting"}`) == 1
+	})
+	released := time.Now()
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-answered:
+		if r.status != 200 || !strings.Contains(string(r.body), `"status":"succeeded"`) {
+			t.Fatalf("retried submit: %d %s", r.status, r.body)
+		}
+		t.Logf("answered %s after the job was released", time.Since(released).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the retried submit did not answer within 30 s of the job's end: it waits out its whole ?wait=60s")
+	}
+	if n := b.exec.Runs("retry-wait"); n != 1 {
+		t.Errorf("the job ran %d times", n)
 	}
 }

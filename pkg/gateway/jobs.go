@@ -63,15 +63,21 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		return err
 	}
 	defer release()
-	// An ID that ran before is not run again: a publish of it within the
-	// stream's duplicate window is dropped, so no reply would come.
+	// An ID of the caller's may have run, or be queued or running (a
+	// retry after a lost answer): its publish is then dropped or refused,
+	// and no reply would come. Its result is watched for instead, from
+	// before the publish (a stored one is the watch's first value).
 	if !fresh {
-		if res, err := g.client.Get(ctx, job.ID); err == nil {
-			writeJSON(w, http.StatusOK, res)
-			return nil
-		} else if !errors.Is(err, jobs.ErrNotFound) {
+		rw, err := g.client.Watch(ctx, job.ID)
+		if err != nil {
 			return err
 		}
+		defer rw.Stop()
+		if _, err := g.client.Submit(ctx, job); err != nil {
+			return err
+		}
+		g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
+		return g.await(w, ctx, rw, job.ID, wait)
 	}
 	// Expect the reply before the publish, so a fast result is not missed.
 	replies, done := g.replies.expect(job.ID)
