@@ -21,7 +21,8 @@ type sseEvent struct {
 
 // follow streams a job's events as Server-Sent Events (jobs.Client.Follow):
 // from its start, or after the sequence in Last-Event-ID, until the job has
-// finished, the last event carrying its result. Output events are named
+// finished, the last event carrying its result. A resumed stream leaves
+// out queued and ends with finished even when the client had it. Output events are named
 // after their stream (stdout, stderr), the others after their type.
 func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, _ *Token) error {
 	id := r.PathValue("id")
@@ -43,7 +44,13 @@ func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, _ *Token) error
 			g.log.Warn("following a job ended early", "job_id", id, "error", err)
 			return nil
 		}
-		if ev.Seq != 0 && ev.Seq <= after {
+		switch {
+		case ev.Type == jobs.EventFinished:
+			// Always: a client resuming after it still hears the end,
+			// else its EventSource would reconnect for ever.
+		case after > 0 && ev.Seq == 0:
+			continue // queued (Follow's own): before all the client saw
+		case ev.Seq != 0 && ev.Seq <= after:
 			continue
 		}
 		if !started {

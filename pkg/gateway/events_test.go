@@ -83,26 +83,44 @@ func TestEventsFollowAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resumed := make(chan sse, 64)
-	go followSSE(t, b, "live-1", firstOut.id, resumed)
+	resumed := collectSSE(t, b, "live-1", firstOut.id)
 	var names []string
-	timeout := time.After(20 * time.Second)
-	for done := false; !done; {
-		select {
-		case ev, ok := <-resumed:
-			if !ok {
-				done = true
-				break
-			}
-			names = append(names, ev.name)
-			if ev.name == "stdout" && strings.Contains(ev.data, `"text":"one\n"`) {
-				t.Errorf("resumed after event %s but got the line before it again", firstOut.id)
-			}
-		case <-timeout:
-			t.Fatalf("resumed stream did not end: %v", names)
+	for _, ev := range resumed {
+		names = append(names, ev.name)
+		if ev.name == "stdout" && strings.Contains(ev.data, `"text":"one\n"`) {
+			t.Errorf("resumed after event %s but got the line before it again", firstOut.id)
 		}
 	}
-	if len(names) == 0 || names[len(names)-1] != "finished" || !strings.Contains(strings.Join(names, " "), "stdout") {
-		t.Errorf("resumed events %v, want the second line and finished last", names)
+	// Neither queued again (it came before all the client saw) nor an end
+	// without finished, which would make an EventSource reconnect for ever.
+	if len(names) == 0 || names[len(names)-1] != "finished" || !strings.Contains(strings.Join(names, " "), "stdout") ||
+		strings.Contains(strings.Join(names, " "), "queued") {
+		t.Errorf("resumed events %v, want the second line and finished last, no queued", names)
+	}
+	if fin := resumed[len(resumed)-1]; fin.id != "" {
+		again := collectSSE(t, b, "live-1", fin.id)
+		if len(again) != 1 || again[0].name != "finished" {
+			t.Errorf("resumed after the finished event: %v, want finished alone", again)
+		}
+	}
+}
+
+// collectSSE follows a job's events (after lastID) until the stream ends.
+func collectSSE(t *testing.T, b *bundle, id, lastID string) []sse {
+	t.Helper()
+	ch := make(chan sse, 64)
+	go followSSE(t, b, id, lastID, ch)
+	var out []sse
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("the stream of %s did not end: %v", id, out)
+		}
 	}
 }
