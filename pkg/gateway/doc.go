@@ -37,8 +37,8 @@
 // streams; wrap applies that to every request: MaxBytesReader (413), a
 // read deadline for the body (408), a write deadline for the answer, and
 // for streams one per line, so a client that stops reading is cut off.
-// Long polls and batches each take a slot first (429 when none is free);
-// a full queue is 429 queue_full. Both carry Retry-After.
+// Long polls, event streams and batches each take a slot first (429 when
+// none is free); a full queue is 429 queue_full. Both carry Retry-After.
 //
 // # Authentication
 //

@@ -34,6 +34,11 @@ func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, _ *Token) error
 		}
 		after = n
 	}
+	release, err := g.take(g.streams, "streams")
+	if err != nil {
+		return err
+	}
+	defer release()
 	out := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: g.cfg.WriteTimeout}
 	started := false
 	for ev, err := range g.client.Follow(r.Context(), id) {

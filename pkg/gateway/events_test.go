@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
 // sse is one Server-Sent Event as read off the wire.
@@ -123,4 +126,40 @@ func collectSSE(t *testing.T, b *bundle, id, lastID string) []sse {
 			t.Fatalf("the stream of %s did not end: %v", id, out)
 		}
 	}
+}
+
+// Event streams hold a slot each, for as long as their job runs: past
+// MaxStreams the next is 429, and the slots come back when the job ends.
+func TestEventStreamsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{cfg: gateway.Config{MaxStreams: 2}})
+	release := filepath.Join(t.TempDir(), "go")
+	b.submit(t, `{"id":"parked","image":"python","code":"waitfile `+release+`\nprint done"}`, "")
+	var streams []chan sse
+	for range 2 {
+		ch := make(chan sse, 64)
+		go followSSE(t, b, "parked", "", ch)
+		streams = append(streams, ch)
+	}
+	testutil.Eventually(t, 10*time.Second, "two streams open", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="streams"}`) == 2
+	})
+	if r := b.do(t, "GET", "/v1/jobs/parked/events", b.alice, nil); r.status != 429 || r.errorCode() != gateway.CodeTooManyRequests {
+		t.Fatalf("a third stream: %d %s, want 429 too_many_requests", r.status, r.body)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range streams {
+		var last sse
+		for ev := range ch {
+			last = ev
+		}
+		if last.name != "finished" {
+			t.Errorf("a stream ended on %q, not finished", last.name)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the slots back", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="streams"}`) == 0
+	})
 }

@@ -43,6 +43,10 @@ type Config struct {
 	MaxWaiting int
 	// MaxBatches is the most batches running at once. Default 16.
 	MaxBatches int
+	// MaxStreams is the most event streams (GET /v1/jobs/{id}/events) at
+	// once: each holds a watch of its job's events and result for as long
+	// as the job runs; past it, 429 too_many_requests. Default 256.
+	MaxStreams int
 	// ReadTimeout bounds the reading of a request body. Default 60s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the writing of a response (after a wait), and
@@ -85,6 +89,9 @@ func (c *Config) setDefaults() {
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = 1024
 	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 256
+	}
 	if c.MaxBatches <= 0 {
 		c.MaxBatches = 16
 	}
@@ -112,6 +119,7 @@ type Gateway struct {
 	// Slots of the two kinds of long request, taken before the work.
 	waiting chan struct{}
 	batches chan struct{}
+	streams chan struct{}
 }
 
 // New returns a gateway over client; nc is the client's connection, on
@@ -132,6 +140,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		metrics: newMetrics(),
 		waiting: make(chan struct{}, cfg.MaxWaiting),
 		batches: make(chan struct{}, cfg.MaxBatches),
+		streams: make(chan struct{}, cfg.MaxStreams),
 	}
 	paths := map[string][]string{}
 	for _, rt := range g.routes() {

@@ -474,7 +474,7 @@ func (s *wsStep) release() {
 		return
 	}
 	s.w.releaseHead(s.job.Workspace, s.job.ID, s.takeName, s.log) // "" for a replay: it took nothing
-	s.mode = modeCopy // released: nothing more to do
+	s.mode = modeCopy                                             // released: nothing more to do
 }
 
 // close removes the step's temporary files.
