@@ -473,8 +473,9 @@ func (s *wsStep) release() {
 	if s == nil || (s.mode != modeFresh && s.mode != modeReplay) {
 		return
 	}
-	s.w.releaseHead(s.job.Workspace, s.job.ID, s.takeName, s.log) // "" for a replay: it took nothing
-	s.mode = modeCopy                                             // released: nothing more to do
+	// A replay's takeName is "": it took nothing, and releases the step.
+	s.w.releaseHead(s.job.Workspace, s.job.ID, s.takeName, s.log)
+	s.mode = modeCopy // released: nothing more to do
 }
 
 // close removes the step's temporary files.
