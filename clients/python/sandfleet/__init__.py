@@ -27,6 +27,7 @@ attempt, so a retried submit never runs a job twice.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import random
@@ -331,8 +332,13 @@ class Sandbox:
         with self._open("GET", path, query=query, data=None, content_type="", wait=0.0) as resp:
             if resp.status != 200:
                 raise SandfleetError(f"{path}: the job has not finished", code="not_finished", status=resp.status)
-            data = resp.read()
             want = resp.headers.get("Content-Length")
+            try:
+                data = resp.read()
+            except (http.client.IncompleteRead, ConnectionError) as e:
+                # The gateway cuts a download whose bytes fail their digest.
+                got = len(e.partial) if isinstance(e, http.client.IncompleteRead) else "fewer"
+                raise SandfleetError(f"{path}: {got} of {want} bytes arrived", code="short_download") from e
             if want is not None and len(data) != int(want):
                 raise SandfleetError(f"{path}: {len(data)} of {want} bytes arrived", code="short_download")
             return data

@@ -36,6 +36,12 @@ class Fake(BaseHTTPRequestHandler):
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
+        if "Content-Length" in headers:  # more than data: cut short, as the gateway does
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+            self.close_connection = True
+            return
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -142,6 +148,13 @@ class ClientTest(unittest.TestCase):
         r = sandfleet.Result.from_json(dict(RESULT, stdout="/w==", stdout_encoding="base64"))
         self.assertEqual(r.stdout_bytes(), b"\xff")
         self.assertEqual(r.output, "\ufffd")
+
+    def test_cut_download_is_short_download(self):
+        """A download the gateway cuts (its digest failed) is SandfleetError short_download."""
+        Fake.script = {("GET", "/v1/jobs/j1/artifacts/a.bin"): [(200, {"Content-Length": "100"}, b"x" * 40)]}
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            self.sb.artifact("j1", "a.bin")
+        self.assertEqual(cm.exception.code, "short_download")
 
 
 if __name__ == "__main__":

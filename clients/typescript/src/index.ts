@@ -357,8 +357,14 @@ export class Sandbox {
   private async download(path: string, query?: Record<string, string | undefined>): Promise<Uint8Array> {
     const resp = await this.open("GET", path, { query, waitMs: 0 });
     if (resp.status !== 200) throw new SandfleetError(`${path}: the job has not finished`, "not_finished", resp.status);
-    const data = new Uint8Array(await resp.arrayBuffer());
     const want = resp.headers.get("Content-Length");
+    let data: Uint8Array;
+    try {
+      data = new Uint8Array(await resp.arrayBuffer());
+    } catch (e) {
+      // The gateway cuts a download whose bytes fail their digest.
+      throw new SandfleetError(`${path}: cut short of ${want ?? "its"} bytes (${String(e)})`, "short_download");
+    }
     if (want !== null && data.length !== Number(want)) {
       throw new SandfleetError(`${path}: ${data.length} of ${want} bytes arrived`, "short_download");
     }

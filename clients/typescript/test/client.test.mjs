@@ -124,3 +124,18 @@ test("ids are UUIDv7", async () => {
   const id = await newId();
   assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
 });
+
+test("a download the gateway cuts is SandfleetError short_download", async () => {
+  const cut = http.createServer((req, res) => {
+    res.writeHead(200, { "Content-Type": "application/octet-stream", "Content-Length": "100" });
+    res.write("x".repeat(40));
+    setTimeout(() => res.socket.destroy(), 20); // cut short, as the gateway's abort is
+  });
+  await new Promise((r) => cut.listen(0, "127.0.0.1", r));
+  try {
+    const sb = new Sandbox({ url: `http://127.0.0.1:${cut.address().port}`, backoffMs: 1, retries: 0 });
+    await assert.rejects(sb.artifact("j1", "a.bin"), (e) => e instanceof SandfleetError && e.code === "short_download");
+  } finally {
+    cut.close();
+  }
+});
