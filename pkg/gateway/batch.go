@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"encoding/json"
 	"errors"
 	"io"
@@ -60,27 +61,20 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, tok *Token
 	if cfg.Name != "" && batch.CleanName(cfg.Name) != cfg.Name {
 		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "name %q must match [A-Za-z0-9_-]{1,64}", cfg.Name)
 	}
-	release, err := g.take(g.batches, "batch")
-	if err != nil {
-		return err
-	}
-	defer release()
-
-	// Spool the body: pkg/batch reads its input twice (validate, then
-	// publish), and a file keeps a large batch out of memory.
-	f, err := os.CreateTemp(g.cfg.TempDir, "sandfleet-batch-*.jsonl")
+	// Spool the body first: pkg/batch reads its input twice (validate,
+	// then publish), and a file keeps a large batch out of memory. A
+	// client slow to send it holds an upload slot, not a batch's.
+	f, h, err := g.spoolBatch(r)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(f, h), r.Body); err != nil {
+	release, err := g.take(g.batches, "batch")
+	if err != nil {
 		return err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
+	defer release()
 	if cfg.Name == "" {
 		// The same body sent again is the same batch: it resumes, and
 		// reuses every result already stored.
@@ -195,4 +189,31 @@ func (lw *lineWriter) flush() error {
 		lw.err = lw.rc.Flush()
 	}
 	return lw.err
+}
+
+// spoolBatch writes a batch's body to a temporary file, which it returns
+// open at its start, with the body's digest. It holds an upload slot while
+// the body arrives (MaxBatches × 4 at once): bodies are bounded in size and
+// time (MaxBatchBytes, ReadTimeout), and so is what spools at once.
+func (g *Gateway) spoolBatch(r *http.Request) (*os.File, hash.Hash, error) {
+	release, err := g.take(g.uploads, "upload")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	f, err := os.CreateTemp(g.cfg.TempDir, "sandfleet-batch-*.jsonl")
+	if err != nil {
+		return nil, nil, err
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), r.Body)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, err
+	}
+	return f, h, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -196,5 +197,26 @@ func TestClientLeavesMidStream(t *testing.T) {
 	}
 	if errs.String() != "" {
 		t.Errorf("the gateway logged errors:\n%s", errs.String())
+	}
+}
+
+// A client that sends a batch's headers and then stalls its body holds
+// an upload slot, not the batch slot: with one batch slot, a real batch
+// sent meanwhile runs.
+func TestStalledBatchBodyHoldsNoBatchSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{cfg: gateway.Config{MaxBatches: 1}})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\n{", b.alice)
+	testutil.Eventually(t, 10*time.Second, "the stalled body uploading", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="upload"}`) == 1
+	})
+	r := b.do(t, "POST", "/v1/batches", b.alice, []byte(`{"image":"python","code":"print 1"}`+"\n"))
+	if r.status != 200 || !strings.Contains(string(r.body), `"succeeded"`) {
+		t.Fatalf("a real batch while another's body stalls: %d %s", r.status, r.body)
 	}
 }

@@ -120,6 +120,7 @@ type Gateway struct {
 	waiting chan struct{}
 	batches chan struct{}
 	streams chan struct{}
+	uploads chan struct{}
 }
 
 // New returns a gateway over client; nc is the client's connection, on
@@ -141,6 +142,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		waiting: make(chan struct{}, cfg.MaxWaiting),
 		batches: make(chan struct{}, cfg.MaxBatches),
 		streams: make(chan struct{}, cfg.MaxStreams),
+		uploads: make(chan struct{}, 4*cfg.MaxBatches),
 	}
 	paths := map[string][]string{}
 	for _, rt := range g.routes() {
