@@ -383,7 +383,7 @@ class Sandbox:
             raw = resp.read()
             return resp.status, json.loads(raw) if raw else None
 
-    def _open(self, method, path, *, query, data, content_type, wait):
+    def _open(self, method, path, *, query, data, content_type, wait, read_timeout=None):
         url = self.url + path
         q = {k: v for k, v in (query or {}).items() if v is not None}
         if q:
@@ -394,6 +394,8 @@ class Sandbox:
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
         timeout = None if wait is None else self.timeout + wait
+        if read_timeout is not None:
+            timeout = read_timeout  # the socket's, for the connection and each read
         attempt = 0
         while True:
             req = urllib.request.Request(url, data=data, method=method, headers=headers)
@@ -424,8 +426,13 @@ class Stream:
         self.result: Optional[Result] = None
 
     def __iter__(self) -> Iterator[Output]:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         try:
-            resp = self.sandbox._open("GET", f"/v1/jobs/{_quote(self.id)}/events", query=None, data=None, content_type="", wait=None)
+            # No deadline of the socket's without the caller's: a job may be
+            # silent for long. With it, no read waits past it.
+            read_timeout = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            resp = self.sandbox._open("GET", f"/v1/jobs/{_quote(self.id)}/events", query=None, data=None,
+                                      content_type="", wait=None, read_timeout=read_timeout)
         except SandfleetError as e:
             if e.code != "not_implemented":
                 raise
@@ -435,13 +442,21 @@ class Stream:
                     yield Output(name, _text(text, self.result.raw.get(name + "_encoding")))
             return
         with resp:
-            for event, data in _sse(resp):
-                if event in ("stdout", "stderr"):
-                    yield Output(event, data.get("text", ""))
-                elif event == "finished" and "result" in data:
-                    self.result = Result.from_json(data["result"])
+            try:
+                for event, data in _sse(resp):
+                    if event in ("stdout", "stderr"):
+                        yield Output(event, data.get("text", ""))
+                    elif event == "finished" and "result" in data:
+                        self.result = Result.from_json(data["result"])
+                    if self.result is None and deadline is not None and time.monotonic() > deadline:
+                        raise SandfleetTimeout(f"job {self.id}: no result within {self.timeout:g}s", self.id)
+            except TimeoutError as e:  # a read of the socket ran past the deadline
+                if isinstance(e, SandfleetTimeout):
+                    raise
+                raise SandfleetTimeout(f"job {self.id}: no result within {self.timeout:g}s", self.id) from None
         if self.result is None:
-            self.result = self.sandbox.wait(self.id, timeout=self.timeout)
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            self.result = self.sandbox.wait(self.id, timeout=left)
 
 
 def _sse(resp) -> Iterator["tuple[str, Dict[str, Any]]"]:

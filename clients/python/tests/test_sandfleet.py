@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import threading
+import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,6 +22,7 @@ class Fake(BaseHTTPRequestHandler):
 
     script = {}
     seen = []
+    release = threading.Event()
 
     def log_message(self, *args):
         pass
@@ -33,6 +35,14 @@ class Fake(BaseHTTPRequestHandler):
         queue = Fake.script.get((self.command, path)) or [(404, {}, {"error": {"code": "not_found", "message": "no"}})]
         status, headers, out = queue.pop(0) if len(queue) > 1 else queue[0]
         data = out if isinstance(out, bytes) else json.dumps(out).encode()
+        if data == b"HOLD":  # an event stream of a job that stays silent
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'event: queued\ndata: {"type":"queued","id":"s1"}\n\n')
+            self.wfile.flush()
+            Fake.release.wait(10)
+            return
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -155,6 +165,20 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(sandfleet.SandfleetError) as cm:
             self.sb.artifact("j1", "a.bin")
         self.assertEqual(cm.exception.code, "short_download")
+
+    def test_stream_timeout_ends_a_silent_stream(self):
+        """stream(timeout=) raises SandfleetTimeout at the deadline, even while no event comes."""
+        Fake.script = {("POST", "/v1/jobs"): [(202, {}, {"id": "s1", "status": "queued"})],
+                       ("GET", "/v1/jobs/s1/events"): [(200, {}, b"HOLD")]}
+        Fake.release.clear()
+        start = time.monotonic()
+        try:
+            with self.assertRaises(sandfleet.SandfleetTimeout):
+                for _ in self.sb.stream("print(1)", timeout=1):
+                    pass
+            self.assertLess(time.monotonic() - start, 5)
+        finally:
+            Fake.release.set()
 
 
 if __name__ == "__main__":

@@ -160,28 +160,49 @@ export class Sandbox {
     async *stream(code, options = {}) {
         const { timeoutMs, ...rest } = options;
         const id = await this.submit(code, rest);
-        let resp;
-        try {
-            resp = await this.open("GET", `/v1/jobs/${encodeURIComponent(id)}/events`, { waitMs: null });
-        }
-        catch (e) {
-            if (!(e instanceof SandfleetError) || e.code !== "not_implemented")
-                throw e;
-            const r = await this.wait(id, timeoutMs);
-            if (r.stdout)
-                yield { stream: "stdout", text: decode(r.stdout, r.stdout_encoding) };
-            if (r.stderr)
-                yield { stream: "stderr", text: decode(r.stderr, r.stderr_encoding) };
-            return r;
-        }
+        const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+        // The stream has no timeout of its own (a job may be silent for long):
+        // the caller's aborts it, body and all.
+        const ctl = new AbortController();
+        const timer = timeoutMs === undefined ? undefined : setTimeout(() => ctl.abort(), timeoutMs);
+        const timedOut = () => new SandfleetError(`job ${id}: no result within ${timeoutMs} ms`, "timeout");
         let result;
-        for await (const [event, data] of sse(resp)) {
-            if (event === "stdout" || event === "stderr")
-                yield { stream: event, text: String(data.text ?? "") };
-            else if (event === "finished" && data.result)
-                result = data.result;
+        try {
+            let resp;
+            try {
+                resp = await this.open("GET", `/v1/jobs/${encodeURIComponent(id)}/events`, { waitMs: null, signal: ctl.signal });
+            }
+            catch (e) {
+                if (ctl.signal.aborted)
+                    throw timedOut();
+                if (!(e instanceof SandfleetError) || e.code !== "not_implemented")
+                    throw e;
+                const r = await this.wait(id, timeoutMs);
+                if (r.stdout)
+                    yield { stream: "stdout", text: decode(r.stdout, r.stdout_encoding) };
+                if (r.stderr)
+                    yield { stream: "stderr", text: decode(r.stderr, r.stderr_encoding) };
+                return r;
+            }
+            try {
+                for await (const [event, data] of sse(resp)) {
+                    if (event === "stdout" || event === "stderr")
+                        yield { stream: event, text: String(data.text ?? "") };
+                    else if (event === "finished" && data.result)
+                        result = data.result;
+                }
+            }
+            catch (e) {
+                if (ctl.signal.aborted)
+                    throw timedOut();
+                throw e;
+            }
         }
-        return result ?? this.wait(id, timeoutMs);
+        finally {
+            if (timer !== undefined)
+                clearTimeout(timer);
+        }
+        return result ?? this.wait(id, deadline === undefined ? undefined : Math.max(deadline - Date.now(), 1));
     }
     /**
      * Run jobs as one batch and yield each line's outcome in the order they
@@ -282,6 +303,9 @@ export class Sandbox {
             const ctl = new AbortController();
             const timer = opts.waitMs === null ? undefined : setTimeout(() => ctl.abort(), this.timeoutMs + opts.waitMs);
             try {
+                if (opts.signal?.aborted)
+                    ctl.abort();
+                opts.signal?.addEventListener("abort", () => ctl.abort(), { once: true });
                 const resp = await fetch(url, { method, headers, body: opts.raw, signal: ctl.signal });
                 if (resp.ok)
                     return resp;
@@ -290,7 +314,7 @@ export class Sandbox {
                     throw err;
             }
             catch (e) {
-                if (e instanceof SandfleetError)
+                if (e instanceof SandfleetError || opts.signal?.aborted)
                     throw e;
                 err = new SandfleetError(`cannot reach ${this.url}: ${e.message}`, "unreachable");
                 if (attempt >= this.retries)

@@ -283,22 +283,38 @@ export class Sandbox {
   async *stream(code?: string, options: RunOptions = {}): AsyncGenerator<Output, Result> {
     const { timeoutMs, ...rest } = options;
     const id = await this.submit(code, rest);
-    let resp: Response;
-    try {
-      resp = await this.open("GET", `/v1/jobs/${encodeURIComponent(id)}/events`, { waitMs: null });
-    } catch (e) {
-      if (!(e instanceof SandfleetError) || e.code !== "not_implemented") throw e;
-      const r = await this.wait(id, timeoutMs);
-      if (r.stdout) yield { stream: "stdout", text: decode(r.stdout, r.stdout_encoding) };
-      if (r.stderr) yield { stream: "stderr", text: decode(r.stderr, r.stderr_encoding) };
-      return r;
-    }
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    // The stream has no timeout of its own (a job may be silent for long):
+    // the caller's aborts it, body and all.
+    const ctl = new AbortController();
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => ctl.abort(), timeoutMs);
+    const timedOut = () => new SandfleetError(`job ${id}: no result within ${timeoutMs} ms`, "timeout");
     let result: Result | undefined;
-    for await (const [event, data] of sse(resp)) {
-      if (event === "stdout" || event === "stderr") yield { stream: event, text: String(data.text ?? "") };
-      else if (event === "finished" && data.result) result = data.result as Result;
+    try {
+      let resp: Response;
+      try {
+        resp = await this.open("GET", `/v1/jobs/${encodeURIComponent(id)}/events`, { waitMs: null, signal: ctl.signal });
+      } catch (e) {
+        if (ctl.signal.aborted) throw timedOut();
+        if (!(e instanceof SandfleetError) || e.code !== "not_implemented") throw e;
+        const r = await this.wait(id, timeoutMs);
+        if (r.stdout) yield { stream: "stdout", text: decode(r.stdout, r.stdout_encoding) };
+        if (r.stderr) yield { stream: "stderr", text: decode(r.stderr, r.stderr_encoding) };
+        return r;
+      }
+      try {
+        for await (const [event, data] of sse(resp)) {
+          if (event === "stdout" || event === "stderr") yield { stream: event, text: String(data.text ?? "") };
+          else if (event === "finished" && data.result) result = data.result as Result;
+        }
+      } catch (e) {
+        if (ctl.signal.aborted) throw timedOut();
+        throw e;
+      }
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
     }
-    return result ?? this.wait(id, timeoutMs);
+    return result ?? this.wait(id, deadline === undefined ? undefined : Math.max(deadline - Date.now(), 1));
   }
 
   /**
@@ -391,7 +407,13 @@ export class Sandbox {
   private async open(
     method: string,
     path: string,
-    opts: { query?: Record<string, string | undefined>; raw?: string; contentType?: string; waitMs: number | null },
+    opts: {
+      query?: Record<string, string | undefined>;
+      raw?: string;
+      contentType?: string;
+      waitMs: number | null;
+      signal?: AbortSignal; // the caller's deadline, over the answer's body too
+    },
   ): Promise<Response> {
     let url = this.url + path;
     const q = new URLSearchParams();
@@ -405,12 +427,14 @@ export class Sandbox {
       const ctl = new AbortController();
       const timer = opts.waitMs === null ? undefined : setTimeout(() => ctl.abort(), this.timeoutMs + opts.waitMs);
       try {
+        if (opts.signal?.aborted) ctl.abort();
+        opts.signal?.addEventListener("abort", () => ctl.abort(), { once: true });
         const resp = await fetch(url, { method, headers, body: opts.raw, signal: ctl.signal });
         if (resp.ok) return resp;
         err = await apiError(resp);
         if ((err.status !== 429 && err.status !== 503) || attempt >= this.retries) throw err;
       } catch (e) {
-        if (e instanceof SandfleetError) throw e;
+        if (e instanceof SandfleetError || opts.signal?.aborted) throw e;
         err = new SandfleetError(`cannot reach ${this.url}: ${(e as Error).message}`, "unreachable");
         if (attempt >= this.retries) throw err;
       } finally {

@@ -139,3 +139,30 @@ test("a download the gateway cuts is SandfleetError short_download", async () =>
     cut.close();
   }
 });
+
+test("stream's timeoutMs ends a silent stream with a timeout error", async () => {
+  const silent = http.createServer((req, res) => {
+    if (req.method === "POST") {
+      res.writeHead(202, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ id: "s1", status: "queued" }));
+      return;
+    }
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.write('event: queued\ndata: {"type":"queued","id":"s1"}\n\n'); // then nothing: a job that stays queued
+  });
+  await new Promise((r) => silent.listen(0, "127.0.0.1", r));
+  try {
+    const sb = new Sandbox({ url: `http://127.0.0.1:${silent.address().port}`, backoffMs: 1, retries: 0 });
+    const start = Date.now();
+    await assert.rejects(
+      (async () => {
+        for await (const _ of sb.stream("print(1)", { timeoutMs: 500 })) void _;
+      })(),
+      (e) => e instanceof SandfleetError && e.code === "timeout",
+    );
+    assert.ok(Date.now() - start < 5000, `took ${Date.now() - start} ms`);
+  } finally {
+    silent.closeAllConnections();
+    silent.close();
+  }
+});
