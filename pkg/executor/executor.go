@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -34,6 +35,9 @@ type Executor struct {
 	// removes inline, which bounds them), all waited for by Close.
 	removing    sync.WaitGroup
 	removeSlots chan struct{}
+	closing     chan struct{} // closed by Close: background sweeps stop
+	closeOnce   sync.Once
+	createWait  time.Duration // the create's deadline
 }
 
 // maxBackgroundRemovals bounds the removals in flight behind returned jobs.
@@ -89,6 +93,8 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		starts:      newStartGate(cfg.Runtime, cfg.Logger.With("worker", cfg.WorkerID), t.starts),
 		unremovable: map[string]bool{},
 		removeSlots: make(chan struct{}, maxBackgroundRemovals),
+		closing:     make(chan struct{}),
+		createWait:  t.calls.create,
 	}
 	seen := map[string]bool{}
 	e.optional = map[string]bool{}
@@ -117,6 +123,7 @@ func (e *Executor) Close() error {
 	if e.pool != nil {
 		err = e.pool.close()
 	}
+	e.closeOnce.Do(func() { close(e.closing) })
 	e.removing.Wait()
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())

@@ -6,9 +6,12 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -308,4 +311,54 @@ func TestIntegrationTimeout(t *testing.T) {
 			t.Logf("timeout verdict and removal after %s", took)
 		})
 	}
+}
+
+// A create the engine answers after its deadline: the executor gives up on
+// it, the engine makes the container anyway, and the executor looks for it
+// by name and removes it. Before, it looked once, at once, found nothing,
+// and the container stayed until the worker restarted (its own Reap spares
+// its own instance).
+func TestIntegrationLateCreateRemoved(t *testing.T) {
+	cli := requireDocker(t)
+	worker := "test-latecreate-" + randHex(3)
+	tune := defaultTuning
+	tune.calls.create = 10 * time.Millisecond // an engine slower than the deadline
+	e, err := newTuned(Config{WorkerID: worker}, cli, tune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Close()
+		if r, err := New(Config{Client: cli, WorkerID: worker}); err == nil { // whatever the outcome
+			_, _ = r.Reap(context.Background())
+			r.Close()
+		}
+	})
+	since := time.Now()
+	for i := range 5 {
+		_, err := e.Run(context.Background(), &jobs.Job{ID: "late-" + strconv.Itoa(i), Image: "python", Code: "print(1)"}, jobs.RunOptions{})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Run %d = %v, want the create's deadline", i, err)
+		}
+	}
+	// The engine's own record of the creates it made after the deadlines.
+	made := func() int {
+		stamp := func(tm time.Time) string { return fmt.Sprintf("%d.%09d", tm.Unix(), tm.Nanosecond()) }
+		out, err := exec.Command("docker", "events", "--since", stamp(since), "--until", stamp(time.Now()),
+			"--filter", "type=container", "--filter", "event=create", "--filter", "label="+LabelWorker+"="+worker,
+			"--format", "{{.ID}}").Output()
+		if err != nil {
+			t.Fatalf("docker events: %v", err)
+		}
+		return len(strings.Fields(string(out)))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for made() == 0 {
+		if time.Now().After(deadline) {
+			t.Skip("the engine made none of the 5 containers whose creates were abandoned: nothing to remove this time")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	testutil.Eventually(t, 20*time.Second, "the late containers removed", func() bool { return len(listOf(t, cli, worker)) == 0 })
+	t.Logf("%d containers made after their creates' deadlines, all removed", made())
 }

@@ -120,8 +120,10 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			// The engine may have made it after all: it goes by our name.
+			// The engine may make it after all, after we gave up on it:
+			// it goes by our name, and is looked for until it shows.
 			e.discard(ctx, spec.Name)
+			e.removing.Go(func() { e.sweepLate(spec.Name) })
 		}
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -169,6 +171,40 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	}
 	return s, nil
 }
+
+// sweepLate removes the container named name if the engine makes it
+// within as long again as the create's deadline (lateSweepMin at least): a create abandoned at its
+// deadline goes on in the engine, and the client's canceled call never
+// names what it made (so the deadline wrapper's clean-up of a late answer
+// does not see it). It stops early when the executor closes.
+func (e *Executor) sweepLate(name string) {
+	end := time.Now().Add(max(e.createWait, lateSweepMin))
+	tick := time.NewTicker(lateSweepEvery)
+	defer tick.Stop()
+	for time.Now().Before(end) {
+		select {
+		case <-tick.C:
+		case <-e.closing:
+			return
+		}
+		_, err := e.api.ContainerInspect(context.Background(), name, client.ContainerInspectOptions{})
+		if err == nil {
+			e.cfg.Logger.Warn("a container whose create was abandoned at its deadline was made after all; removing it", "name", name)
+			e.discard(context.Background(), name)
+			return
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return // the engine does not answer: Reap removes it at the next start
+		}
+	}
+}
+
+// How often, and for how long at least, sweepLate looks for a late
+// container.
+const (
+	lateSweepEvery = 250 * time.Millisecond
+	lateSweepMin   = 10 * time.Second
+)
 
 // discard removes the container of a failed launch (by ID, or by name when
 // the create's answer never came) and checks that it is gone: a runtime
