@@ -3,9 +3,9 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"hash"
 	"encoding/json"
 	"errors"
+	"hash"
 	"io"
 	"net/http"
 	"os"
