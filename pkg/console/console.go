@@ -169,7 +169,7 @@ var errHost = errors.New("an open console answers on loopback names only")
 // Authorization header or of the cookie; anyone on an open console.
 func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session, error) {
 	if c.cfg.Auth == nil {
-		if !loopbackHost(r.Host) {
+		if !LoopbackHost(r.Host) {
 			return nil, errHost
 		}
 		s := &session{viewer: &Viewer{CanCancel: true}}
@@ -211,9 +211,11 @@ func csrfToken(secret string) string {
 	return hex.EncodeToString(m.Sum(nil))[:40]
 }
 
-// sameOrigin reports whether a form post comes from the console itself:
-// the browser's Sec-Fetch-Site, else Origin, must say so when sent.
-func sameOrigin(r *http.Request) bool {
+// SameOrigin reports whether a request that writes comes from the site
+// it is sent to: the browser's Sec-Fetch-Site, else Origin, must say so
+// when sent (a client that is no browser sends neither). The console's
+// forms and an open gateway's API (pkg/gateway) both ask it.
+func SameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return false
 	}
@@ -238,7 +240,11 @@ func bearer(header string) string {
 	return strings.TrimSpace(tok)
 }
 
-func loopbackHost(host string) bool {
+// LoopbackHost reports whether a request's Host names the loopback
+// interface (localhost, 127.0.0.0/8, ::1): what an open console or gateway
+// answers to, so that a page whose name a DNS rebinding points at 127.0.0.1
+// reaches neither.
+func LoopbackHost(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
@@ -296,7 +302,7 @@ func (c *Console) form(h handler) http.Handler {
 			c.denied(w, r, err)
 			return
 		}
-		if !sameOrigin(r) || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
+		if !SameOrigin(r) || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
 			c.fail(w, r, s, &pageError{status: http.StatusForbidden, msg: "the form's CSRF token does not match: reload the page and try again"})
 			return
 		}

@@ -124,6 +124,14 @@ func TestLogin(t *testing.T) {
 	if p := f.do(t, "POST", "/login", "", url.Values{"token": {f.alice}}, "Origin", "http://evil.example"); p.status != http.StatusForbidden {
 		t.Errorf("login posted from elsewhere: %d", p.status)
 	}
+	// Targets that would leave the console: a browser drops tabs and
+	// newlines from a URL, so "/\t/evil.example" is "//evil.example".
+	for _, next := range []string{"/\t/evil.example/x", "/\n/evil.example/x", "/\\evil.example", "https://evil.example/"} {
+		p := f.do(t, "POST", "/login", "", url.Values{"token": {f.alice}, "next": {next}})
+		if p.status != http.StatusSeeOther || p.header.Get("Location") != "/" {
+			t.Errorf("login with next %q: %d, Location %q; want /", next, p.status, p.header.Get("Location"))
+		}
+	}
 	p := f.do(t, "POST", "/login", "", url.Values{"token": {f.alice}, "next": {"//evil.example/x"}})
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/" {
 		t.Fatalf("login: %d %q", p.status, p.header.Get("Location"))

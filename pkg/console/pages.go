@@ -509,7 +509,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	if !sameOrigin(r) {
+	if !SameOrigin(r) {
 		c.render(w, http.StatusForbidden, "login", nil, loginPage{Next: next, Error: "the form was posted from another site"})
 		return
 	}
@@ -536,7 +536,10 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) err
 // safeNext keeps a redirect target on the console: a path of its own,
 // never another host ("//evil", "/\evil").
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	// A control byte too: browsers drop tabs and newlines from a URL, so
+	// "/\t/evil.example" arrives as "//evil.example", another site.
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsRune(next, '\\') ||
+		strings.ContainsFunc(next, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return "/"
 	}
 	return next
