@@ -502,3 +502,40 @@ func TestRetriedSubmitWithWaitAnswersWithTheResult(t *testing.T) {
 		t.Errorf("the job ran %d times", n)
 	}
 }
+
+// An open gateway (no tokens, loopback only) is still reachable from a
+// page in the viewer's browser: a write another site sends is refused (its
+// Origin or Sec-Fetch-Site says so), and so is any request whose Host is
+// not a loopback name (a DNS rebinding). A client that is no browser, and
+// the gateway's own console, are served.
+func TestOpenGatewayRefusesOtherSites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{open: true})
+	job := []byte(`{"id":"planted","image":"python","code":"print hi"}`)
+	for _, tc := range []struct {
+		name   string
+		method string
+		path   string
+		body   []byte
+		hdr    []string
+		status int
+	}{
+		{"a submit from another site", "POST", "/v1/jobs", job, []string{"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"}, 403},
+		{"a submit from another site, Origin only", "POST", "/v1/jobs", job, []string{"Origin", "http://evil.example"}, 403},
+		{"a cancel from another localhost port", "POST", "/v1/jobs/planted/cancel", nil, []string{"Sec-Fetch-Site", "same-site"}, 403},
+		{"a read under a rebound name", "GET", "/v1/jobs/planted", nil, []string{"Host", "rebind.example:8080"}, 403},
+		{"a submit from a client that is no browser", "POST", "/v1/jobs", job, nil, 202},
+		{"a read from a client that is no browser", "GET", "/v1/jobs/planted", nil, nil, 0},
+		{"a cancel from the gateway's own page", "POST", "/v1/jobs/planted/cancel", nil, []string{"Sec-Fetch-Site", "same-origin"}, 0},
+	} {
+		r := b.do(t, tc.method, tc.path, "", tc.body, tc.hdr...)
+		switch {
+		case tc.status == 403 && (r.status != 403 || r.errorCode() != gateway.CodeForbidden):
+			t.Errorf("%s: %d %s, want 403 forbidden", tc.name, r.status, r.body)
+		case tc.status == 202 && r.status != 202:
+			t.Errorf("%s: %d %s, want 202", tc.name, r.status, r.body)
+		case tc.status == 0 && (r.status == 403 || r.status >= 500):
+			t.Errorf("%s: %d %s, want it served", tc.name, r.status, r.body)
+		}
+	}
+}

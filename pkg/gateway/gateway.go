@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -254,6 +255,20 @@ func (g *Gateway) wrap(rt route) http.Handler {
 			r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(rec, r.Body, rt.body), rc: rc}
 		}
 
+		if g.cfg.Tokens.Len() == 0 {
+			// An open gateway listens on loopback only, but a page in the
+			// viewer's browser can reach loopback too: a Host that is no
+			// loopback name is a DNS rebinding, and a write another site
+			// sent (Origin, Sec-Fetch-Site) a forged request.
+			switch {
+			case !console.LoopbackHost(r.Host):
+				g.writeError(rec, r, apiErr(http.StatusForbidden, CodeForbidden, "an open gateway (no tokens) answers on loopback names only, not %q", shorten.Text(r.Host, 100)))
+				return
+			case r.Method != http.MethodGet && r.Method != http.MethodHead && !console.SameOrigin(r):
+				g.writeError(rec, r, apiErr(http.StatusForbidden, CodeForbidden, "an open gateway (no tokens) refuses writes another site sent"))
+				return
+			}
+		}
 		var tok *Token
 		if !rt.open && g.cfg.Tokens.Len() > 0 {
 			secret := bearer(r.Header.Get("Authorization"))
