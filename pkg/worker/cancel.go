@@ -31,14 +31,9 @@ func (w *Worker) watchCancels(ctx context.Context) {
 		if b == nil || read {
 			b = w.cfg.Backoff()
 		}
-		d := b.NextBackOff()
-		if d == backoff.Stop {
-			d = 30 * time.Second
-		}
+		d := retryIn(b)
 		w.log.Warn("watch cancel requests; retrying (meanwhile running jobs are not canceled)", "err", err, "retry_in", d)
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
+		if !sleep(ctx, d) {
 			return
 		}
 	}

@@ -251,16 +251,32 @@ func (w *Worker) fetchLoop(stop, force context.Context, jobsWG *sync.WaitGroup) 
 		if retry == nil {
 			retry = w.cfg.Backoff()
 		}
-		d := retry.NextBackOff()
-		if d == backoff.Stop {
-			d = 30 * time.Second
-		}
+		d := retryIn(retry)
 		w.log.Warn("fetch failed", "err", err, "retry_in", d)
-		select {
-		case <-time.After(d):
-		case <-stop.Done():
+		if !sleep(stop, d) {
 			return
 		}
+	}
+}
+
+// retryIn is b's next delay, or 30 s once b has stopped: the loops that
+// use it retry for as long as the worker runs.
+func retryIn(b backoff.BackOff) time.Duration {
+	if d := b.NextBackOff(); d != backoff.Stop {
+		return d
+	}
+	return 30 * time.Second
+}
+
+// sleep waits for d, or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
