@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -125,4 +126,28 @@ func TestWorkspaceTenants(t *testing.T) {
 	if res.Workspace.Name != "team-b.agent" || strings.Contains(res.Stdout, "secret") {
 		t.Fatalf("b's own agent: %+v %q", res.Workspace, res.Stdout)
 	}
+}
+
+// A tenant writes its own heads: one naming another tenant's job as the
+// holder must not make the worker look that job up for it (whether the
+// step waits would tell the tenant that the job exists). The holder is
+// taken as gone, and the step runs at once, while the named job of team-b
+// sits queued.
+func TestForgedHeadNamingAnotherTenantsJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{ID: "w1"})
+	// team-b's job, queued where no worker takes it.
+	data := []byte(`{"image":"python","code":"print b","queue":"nobody"}`)
+	if _, err := b.js.Publish(t.Context(), jobs.Subject("nobody", "team-b.secret"), data); err != nil {
+		t.Fatal(err)
+	}
+	forged := jobs.WorkspaceHead{Name: "team-a.w2", Step: &jobs.InFlight{Job: "team-b.secret", State: jobs.StepRunning,
+		Base: jobs.WorkspaceRef{Name: "team-a.w2"}, Worker: "w0"}}
+	v, _ := json.Marshal(forged)
+	if _, err := b.workspaces(t).Heads.Put(t.Context(), "team-a.w2", v); err != nil {
+		t.Fatal(err)
+	}
+	res := b.publishRaw(t, "team-a.probe", `{"image":"python","code":"write f 1","workspace":"team-a.w2"}`)
+	wantStep(t, res, 0, 1)
 }

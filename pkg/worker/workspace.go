@@ -210,7 +210,14 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 			return res, d
 		}
 		ev := evBegin{Job: s.job.ID, Worker: w.cfg.ID, Fork: fork, Take: jobs.NewID(), Now: time.Now().UTC()}
-		if h != nil && h.Step != nil && h.Step.Job != s.job.ID {
+		switch {
+		case h == nil || h.Step == nil || h.Step.Job == s.job.ID:
+		case jobs.TenantOf(h.Step.Job) != jobs.TenantOf(name):
+			// No job of the workspace's tenant: a head a tenant forged (its
+			// heads are its own to write) must not make the worker look up
+			// another tenant's job for it, which would tell whether it exists.
+			ev.HolderGone = true
+		default:
 			if ev.HolderGone, err = w.holderGone(jobCtx, h.Step.Job); err != nil {
 				_, res, d := s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
 				return res, d
