@@ -95,12 +95,14 @@ func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
 }
 
 // Submit queues job on jobs.<queue>.<id> and returns its ID: job.ID, or a
-// fresh UUIDv7 when empty (job itself is not modified). The ID is also the
-// Nats-Msg-Id, so a second Submit of the same ID within the duplicate window
-// is dropped by the stream; after it, one while the job is still queued or
-// running is refused by the stream (one message per subject) and Submit
-// returns the ID as queued, and one after the job has finished is taken
-// by a worker that finds the stored result. Either way the job runs once.
+// fresh UUIDv7 when empty (job itself is not modified). A second Submit of
+// the same ID while the job is still queued or running is refused by the
+// stream (one message per subject) and Submit returns the ID as queued;
+// one after the job has finished is taken by a worker that finds the
+// stored result. Either way the job runs once. It sets no Nats-Msg-Id: the
+// stream's duplicate window spans every tenant, and one tenant's publish
+// with another's ID as its Nats-Msg-Id would make that one's Submit be
+// dropped unseen.
 // A full stream yields ErrQueueFull; an invalid job an error wrapping
 // ErrInvalidJob.
 func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
@@ -112,8 +114,7 @@ func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_, err = c.js.Publish(ctx, Subject(j.Queue, j.ID), data,
-		jetstream.WithMsgID(j.ID), jetstream.WithExpectStream(StreamName))
+	_, err = c.js.Publish(ctx, Subject(j.Queue, j.ID), data, jetstream.WithExpectStream(StreamName))
 	if err != nil {
 		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
 			switch {

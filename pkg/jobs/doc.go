@@ -1,12 +1,12 @@
 // Package jobs is sandfleet's wire contract and client API.
 //
-// Wire: a Job is JSON published to jobs.<queue>.<id> with the header
-// Nats-Msg-Id: <id>; its Result is JSON in KV bucket RESULTS under <id> and,
+// Wire: a Job is JSON published to jobs.<queue>.<id>; its Result is JSON in KV bucket RESULTS under <id> and,
 // when the job names one, on its reply_to subject. Any NATS client may speak
 // it; this package is a convenience, not a requirement.
 //
 // Topology: stream JOBS (work-queue retention, file storage, DiscardNew
-// with message and byte limits, a duplicate window keyed on the job ID), one
+// with message and byte limits, one message per subject, so per job ID),
+// one
 // durable pull consumer workers-<queue> per queue (explicit ack, AckWait as
 // the lease, MaxDeliver, MaxAckPending), and the KV buckets RESULTS (first
 // writer wins, TTL), WORKERS (heartbeats, TTL) and CANCELS (cancel

@@ -53,10 +53,10 @@ func ParseSubject(subject string) (queue, id string, err error) {
 type Topology struct {
 	// Replicas of the stream and the buckets. Default 1; 3 on a 3-node cluster.
 	Replicas int
-	// DuplicateWindow is how long the stream remembers a job ID
-	// (Nats-Msg-Id) to drop a second publish of it. Default 10m. Outside the
-	// window a duplicate is still run at most once: the worker finds its
-	// result in RESULTS.
+	// DuplicateWindow is how long the stream remembers a Nats-Msg-Id to
+	// drop a second publish of it, for bare publishers that set one
+	// (Submit does not: one message per subject keeps a job from being
+	// queued twice, and the window spans every tenant). Default 10m.
 	DuplicateWindow time.Duration
 	// MaxMsgs is the most jobs queued at once; past it Submit fails with
 	// ErrQueueFull (DiscardNew). Default 100000.

@@ -151,3 +151,25 @@ func TestForgedHeadNamingAnotherTenantsJob(t *testing.T) {
 	res := b.publishRaw(t, "team-a.probe", `{"image":"python","code":"write f 1","workspace":"team-a.w2"}`)
 	wantStep(t, res, 0, 1)
 }
+
+// The duplicate window of JOBS spans every tenant: a publish of team-a's
+// whose Nats-Msg-Id is team-b's job ID must not make team-b's Submit of
+// that ID be dropped. Submit sets no Nats-Msg-Id (one message per subject
+// keeps a job from being queued twice).
+func TestAnotherTenantsMsgIDDropsNoJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{ID: "w1"})
+	decoy := []byte(`{"image":"python","code":"print a","queue":"nobody"}`)
+	if _, err := b.js.Publish(t.Context(), jobs.Subject("nobody", "team-a.decoy"), decoy, jetstream.WithMsgID("team-b.nightly")); err != nil {
+		t.Fatal(err)
+	}
+	clientB, err := jobs.NewTenantClient(b.js, "team-b", b.topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := clientB.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "nightly", Image: "python", Code: "print b"})
+	if err != nil || res.Status != jobs.StatusSucceeded {
+		t.Fatalf("team-b's job after team-a's decoy: %+v, %v", res, err)
+	}
+}

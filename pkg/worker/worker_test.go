@@ -212,6 +212,12 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The second copy's message leaves the stream once the worker has
+	// answered it from RESULTS: until then a third would be refused.
+	testutil.Eventually(t, 10*time.Second, "the second copy settled", func() bool {
+		info, err := b.client.Stores().Stream.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
 	data, _ := json.Marshal(job)
 	if _, err := b.js.Publish(t.Context(), jobs.Subject("default", "same-id"), data, jetstream.WithMsgID("other-msg-id")); err != nil {
 		t.Fatal(err)
