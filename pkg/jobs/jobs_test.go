@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
@@ -334,5 +335,47 @@ func TestDecodeRefusesEdges(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("a job of exactly %d bytes: %v", jobs.MaxJobBytes, err)
+	}
+}
+
+// Tenants publish into CANCELS and WORKSPACES, each on its own keys'
+// subjects: a Nats-Rollup: all header on such a publish would purge every
+// tenant's keys. Both buckets refuse rollups, also when an older version
+// made them with rollups on, and keep the other keys.
+func TestTenantWritableBucketsRefuseRollups(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	// As nats.go makes a bucket: rollups on.
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: jobs.CancelsBucket}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.NewClient(t.Context(), js, jobs.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bucket := range []string{jobs.CancelsBucket, jobs.WorkspacesBucket} {
+		kv, err := js.KeyValue(t.Context(), bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(t.Context(), "team-b.keep", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg("$KV." + bucket + ".team-a.x")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+		m.Data = []byte(`{}`)
+		if _, err := js.PublishMsg(t.Context(), m); err == nil {
+			t.Errorf("%s took a rollup of all", bucket)
+		}
+		if _, err := kv.Get(t.Context(), "team-b.keep"); err != nil {
+			t.Errorf("%s: another tenant's key after the rollup: %v", bucket, err)
+		}
+		s, err := js.Stream(t.Context(), "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowRollup {
+			t.Errorf("%s allows rollups", bucket)
+		}
 	}
 }

@@ -259,8 +259,9 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	if st.Workers, err = kv(WorkersBucket, "sandfleet worker heartbeats", t.WorkerTTL); err != nil {
 		return nil, err
 	}
-	if st.Cancels, err = kv(CancelsBucket, "sandfleet cancel requests by job ID", t.ResultTTL); err != nil {
-		return nil, err
+	if st.Cancels, err = noRollups(ctx, js, jetstream.KeyValueConfig{Bucket: CancelsBucket, Description: "sandfleet cancel requests by job ID",
+		TTL: t.ResultTTL, Storage: jetstream.FileStorage, Replicas: t.Replicas}); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", CancelsBucket, err)
 	}
 	if _, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
@@ -407,4 +408,39 @@ type PoolStatus struct {
 	Misses int64 `json:"misses"` // jobs that could have, found none and started one
 	// Halted: the pool does not refill, because sandboxes do not start.
 	Halted bool `json:"halted,omitempty"`
+}
+
+// noRollups ensures a bucket whose stream refuses rollups: tenants publish
+// into CANCELS and WORKSPACES, each on its own keys' subjects only, and a
+// Nats-Rollup: all header on such a publish would purge every tenant's
+// keys (permissions see subjects, not headers). nats.go makes a bucket
+// with rollups on, and turns them back on at each update: a bucket that
+// exists is updated here instead, with cfg's description, TTL and
+// replicas as nats.go would set them, and rollups off. Keys are removed by
+// delete, which needs none.
+func noRollups(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	name := "KV_" + cfg.Bucket
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return nil, err
+		}
+		s, err = js.Stream(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sc := s.CachedInfo().Config
+	sc.Description, sc.MaxAge, sc.AllowRollup = cfg.Description, cfg.TTL, false
+	sc.Duplicates = 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < sc.Duplicates {
+		sc.Duplicates = cfg.TTL
+	}
+	if cfg.Replicas > 0 {
+		sc.Replicas = cfg.Replicas
+	}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return nil, err
+	}
+	return js.KeyValue(ctx, cfg.Bucket)
 }

@@ -285,7 +285,7 @@ func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) 
 	t = t.WithDefaults()
 	ws := &WorkspaceStores{}
 	var err error
-	ws.Heads, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	ws.Heads, err = noRollups(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      WorkspacesBucket,
 		Description: "sandfleet workspace heads by name",
 		TTL:         t.WorkspaceTTL,

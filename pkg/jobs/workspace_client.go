@@ -198,13 +198,14 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 	return left, nil
 }
 
-// purgeHead removes a workspace's head and its history.
+// purgeHead removes a workspace's head: a delete, which the bucket keeps
+// one message of (its history is 1), as WORKSPACES refuses rollups, so a
+// purge.
 func (c *Client) purgeHead(ctx context.Context, name string) error {
 	if c.tenant != "" {
-		// What KeyValue.Purge publishes, without binding the bucket.
+		// What KeyValue.Delete publishes, without binding the bucket.
 		m := nats.NewMsg(kvSubject(WorkspacesBucket, name))
-		m.Header.Set(kvOperation, "PURGE")
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Header.Set(kvOperation, "DEL")
 		_, err := c.js.PublishMsg(ctx, m)
 		return err
 	}
@@ -212,7 +213,7 @@ func (c *Client) purgeHead(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return ws.Heads.Purge(ctx, name)
+	return ws.Heads.Delete(ctx, name)
 }
 
 // resolve returns the revision ref names: its own, or the head's.
