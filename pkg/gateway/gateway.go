@@ -117,7 +117,8 @@ type Gateway struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *gatewayMetrics
-	// Slots of the two kinds of long request, taken before the work.
+	// Slots of the kinds of long request (long polls, batches, event
+	// streams, batch bodies arriving), taken before the work.
 	waiting chan struct{}
 	batches chan struct{}
 	streams chan struct{}
