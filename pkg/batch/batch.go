@@ -198,6 +198,9 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 	// lookup missed it is still delivered.
 	watch, err := r.client.WatchResults(ctx)
 	if err != nil {
+		if parent.Err() != nil { // interrupted while the watch opened
+			return summary(true), parent.Err()
+		}
 		return summary(false), fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer watch.Stop()

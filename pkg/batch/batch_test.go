@@ -482,3 +482,37 @@ func TestAmend(t *testing.T) {
 		t.Errorf("summary %+v", sum)
 	}
 }
+
+// A file saved with a UTF-8 byte order mark (Notepad, PowerShell's
+// Out-File) runs its first line like the others; CRLF endings too.
+func TestByteOrderMarkAndCRLF(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, jobs.Topology{})
+	input := "\uFEFF" + `{"image":"python","code":"print 1"}` + "\r\n" + `{"image":"python","code":"print 2"}` + "\r\n"
+	var col collector
+	r, _ := batch.New(b.client, col.config("bom"))
+	sum, err := r.Run(ctxFor(t, 30*time.Second), strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(col.bad) != 0 || sum.Total != 2 || !sum.AllSucceeded() {
+		t.Errorf("bad lines %v, summary %+v: want both lines run", col.bad, sum)
+	}
+}
+
+// An interrupt once the input is validated, while the result watch opens,
+// is an interruption (ctx's error, Interrupted: submit batch exits 130 and
+// prints how to resume), not ErrUnavailable (125, "fleet unavailable").
+func TestInterruptWhileTheWatchOpens(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, jobs.Topology{})
+	ctx, cancel := context.WithCancel(ctxFor(t, 30*time.Second))
+	var col collector
+	cfg := col.config("watchint")
+	cfg.OnStart = func(int) error { cancel(); return nil } // Ctrl-C right after validation
+	r, _ := batch.New(b.client, cfg)
+	sum, err := r.Run(ctx, strings.NewReader(`{"image":"python","code":"print 1"}`+"\n"))
+	if errors.Is(err, batch.ErrUnavailable) || !errors.Is(err, context.Canceled) || !sum.Interrupted {
+		t.Errorf("err %v, interrupted %v: want context.Canceled and an interrupted summary", err, sum.Interrupted)
+	}
+}

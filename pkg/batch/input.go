@@ -22,6 +22,11 @@ func (r *Runner) scan(input io.Reader, fn func(line int, job *jobs.Job, err erro
 	var buf []byte
 	for n := 1; ; n++ {
 		line, tooLong, err := readLine(br, &buf, r.cfg.MaxLineBytes)
+		if n == 1 {
+			// A file some editors save as UTF-8 starts with a byte order
+			// mark, which is no JSON.
+			line = bytes.TrimPrefix(line, []byte("\uFEFF"))
+		}
 		if errors.Is(err, io.EOF) && len(line) == 0 && !tooLong {
 			return nil
 		}
