@@ -379,3 +379,53 @@ func TestTenantWritableBucketsRefuseRollups(t *testing.T) {
 		}
 	}
 }
+
+// A client that finds the topology missing while a worker sets it up (the
+// gateway beside an embedded worker does) makes what is missing with its
+// defaults, and leaves what the worker made as the worker set it, whoever
+// got there first.
+func TestOpenLeavesTheWorkersSettings(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	worker := jobs.Topology{EventsMaxAge: 10 * time.Minute, WorkspaceTTL: 2 * time.Hour, ResultTTL: 3 * time.Hour, MaxMsgs: 10}
+	if _, err := worker.Ensure(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	// The client looks before the worker made JOBS, and so makes the rest.
+	if err := js.DeleteStream(t.Context(), jobs.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.NewClient(t.Context(), js, jobs.Topology{}); err != nil {
+		t.Fatal(err)
+	}
+	for stream, want := range map[string]time.Duration{
+		jobs.EventsStreamName:         10 * time.Minute,
+		jobs.IndexStreamName:          3 * time.Hour,
+		"KV_" + jobs.ResultsBucket:    3 * time.Hour,
+		"KV_" + jobs.CancelsBucket:    3 * time.Hour,
+		"KV_" + jobs.WorkspacesBucket: 2 * time.Hour,
+		"OBJ_" + jobs.SnapshotsBucket: 2 * time.Hour,
+		"OBJ_" + jobs.ArtifactsBucket: 3 * time.Hour,
+		jobs.StreamName:               0, // made by the client
+	} {
+		s, err := js.Stream(t.Context(), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.MaxAge; got != want {
+			t.Errorf("%s keeps %s, want %s", stream, got, want)
+		}
+	}
+	// The worker, setting up after the client, has its way.
+	if _, err := worker.Ensure(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), jobs.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
+		t.Errorf("JOBS holds %d jobs after the worker's set-up, want 10", got)
+	}
+}

@@ -46,9 +46,10 @@ func ParseSubject(subject string) (queue, id string, err error) {
 	return queue, id, nil
 }
 
-// Topology configures the stream, consumers and KV buckets. Workers and
-// clients both create them idempotently (CreateOrUpdate), so every process
-// of a fleet should use the same Topology: the last writer's settings win.
+// Topology configures the stream, consumers and KV buckets. Workers create
+// or update them (Ensure), so every worker of a fleet should use the same
+// Topology: the last writer's settings win. Clients create only what does
+// not exist yet (Open), and leave the rest as the workers set it.
 // The zero value of each field means its documented default.
 type Topology struct {
 	// Replicas of the stream and the buckets. Default 1; 3 on a 3-node cluster.
@@ -212,11 +213,17 @@ func resultRoom(js jetstream.JetStream) int {
 // (EnsureWorkspaces). It is idempotent and safe to call from every
 // process.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, error) {
+	return t.ensure(ctx, js, maker{js: js})
+}
+
+// ensure is Ensure, making each stream and bucket with m: Ensure's
+// updates those that exist, Open's leaves them as they are.
+func (t Topology) ensure(ctx context.Context, js jetstream.JetStream, m maker) (*Stores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	t = t.WithDefaults()
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := m.stream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "sandfleet jobs: jobs.<queue>.<id>",
 		Subjects:    []string{SubjectPrefix + ">"},
@@ -240,7 +247,7 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
 	}
 	kv := func(name, desc string, ttl time.Duration) (jetstream.KeyValue, error) {
-		b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		b, err := m.keyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      name,
 			Description: desc,
 			TTL:         ttl,
@@ -259,17 +266,17 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (*Stores, 
 	if st.Workers, err = kv(WorkersBucket, "sandfleet worker heartbeats", t.WorkerTTL); err != nil {
 		return nil, err
 	}
-	if st.Cancels, err = noRollups(ctx, js, jetstream.KeyValueConfig{Bucket: CancelsBucket, Description: "sandfleet cancel requests by job ID",
+	if st.Cancels, err = m.noRollups(ctx, jetstream.KeyValueConfig{Bucket: CancelsBucket, Description: "sandfleet cancel requests by job ID",
 		TTL: t.ResultTTL, Storage: jetstream.FileStorage, Replicas: t.Replicas}); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", CancelsBucket, err)
 	}
-	if _, err = js.CreateOrUpdateStream(ctx, t.eventsConfig()); err != nil {
+	if _, err = m.stream(ctx, t.eventsConfig()); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
 	}
-	if _, err = js.CreateOrUpdateStream(ctx, t.indexConfig()); err != nil {
+	if _, err = m.stream(ctx, t.indexConfig()); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", IndexStreamName, err)
 	}
-	if st.Workspaces, err = t.EnsureWorkspaces(ctx, js); err != nil {
+	if st.Workspaces, err = t.ensureWorkspaces(ctx, m); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -333,7 +340,7 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 	var err error
 	st.Stream, err = js.Stream(ctx, StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return t.Ensure(ctx, js)
+		return t.ensure(ctx, js, maker{js: js, keep: true})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
@@ -344,7 +351,7 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 	}{{ResultsBucket, &st.Results}, {WorkersBucket, &st.Workers}, {CancelsBucket, &st.Cancels}} {
 		*b.kv, err = js.KeyValue(ctx, b.name)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return t.Ensure(ctx, js)
+			return t.ensure(ctx, js, maker{js: js, keep: true})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b.name, err)
@@ -410,15 +417,60 @@ type PoolStatus struct {
 	Halted bool `json:"halted,omitempty"`
 }
 
-// noRollups ensures a bucket whose stream refuses rollups: tenants publish
+// maker makes streams and buckets: creating those that do not exist, and
+// updating those that do to the configuration given, or with keep leaving
+// them as they are. A client that opens a fleet's topology while its
+// workers still set it up (the gateway beside an embedded worker) makes
+// what is missing with the defaults, and the workers' settings, written
+// before or after, are what stays.
+type maker struct {
+	js   jetstream.JetStream
+	keep bool
+}
+
+func (m maker) stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	if !m.keep {
+		return m.js.CreateOrUpdateStream(ctx, cfg)
+	}
+	s, err := m.js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return m.js.Stream(ctx, cfg.Name)
+	}
+	return s, err
+}
+
+func (m maker) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if !m.keep {
+		return m.js.CreateOrUpdateKeyValue(ctx, cfg)
+	}
+	kv, err := m.js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return m.js.KeyValue(ctx, cfg.Bucket)
+	}
+	return kv, err
+}
+
+func (m maker) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	if !m.keep {
+		return m.js.CreateOrUpdateObjectStore(ctx, cfg)
+	}
+	o, err := m.js.CreateObjectStore(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return m.js.ObjectStore(ctx, cfg.Bucket)
+	}
+	return o, err
+}
+
+// noRollups makes a bucket whose stream refuses rollups: tenants publish
 // into CANCELS and WORKSPACES, each on its own keys' subjects only, and a
 // Nats-Rollup: all header on such a publish would purge every tenant's
 // keys (permissions see subjects, not headers). nats.go makes a bucket
 // with rollups on, and turns them back on at each update: a bucket that
 // exists is updated here instead, with cfg's description, TTL and
-// replicas as nats.go would set them, and rollups off. Keys are removed by
-// delete, which needs none.
-func noRollups(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// replicas as nats.go would set them, and rollups off; with keep, only its
+// rollups are turned off. Keys are removed by delete, which needs none.
+func (m maker) noRollups(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	js := m.js
 	name := "KV_" + cfg.Bucket
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -431,13 +483,20 @@ func noRollups(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVal
 		return nil, err
 	}
 	sc := s.CachedInfo().Config
-	sc.Description, sc.MaxAge, sc.AllowRollup = cfg.Description, cfg.TTL, false
-	sc.Duplicates = 2 * time.Minute
-	if cfg.TTL > 0 && cfg.TTL < sc.Duplicates {
-		sc.Duplicates = cfg.TTL
-	}
-	if cfg.Replicas > 0 {
-		sc.Replicas = cfg.Replicas
+	switch {
+	case m.keep && !sc.AllowRollup:
+		return js.KeyValue(ctx, cfg.Bucket)
+	case m.keep:
+		sc.AllowRollup = false
+	default:
+		sc.Description, sc.MaxAge, sc.AllowRollup = cfg.Description, cfg.TTL, false
+		sc.Duplicates = 2 * time.Minute
+		if cfg.TTL > 0 && cfg.TTL < sc.Duplicates {
+			sc.Duplicates = cfg.TTL
+		}
+		if cfg.Replicas > 0 {
+			sc.Replicas = cfg.Replicas
+		}
 	}
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
 		return nil, err

@@ -279,13 +279,17 @@ type ObjectStores struct {
 // the results (ResultTTL). Workers call it; clients use OpenWorkspaces.
 // A tenant's object stores are made on first use (EnsureObjects).
 func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
+	return t.ensureWorkspaces(ctx, maker{js: js})
+}
+
+func (t Topology) ensureWorkspaces(ctx context.Context, m maker) (*WorkspaceStores, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	t = t.WithDefaults()
 	ws := &WorkspaceStores{}
 	var err error
-	ws.Heads, err = noRollups(ctx, js, jetstream.KeyValueConfig{
+	ws.Heads, err = m.noRollups(ctx, jetstream.KeyValueConfig{
 		Bucket:      WorkspacesBucket,
 		Description: "sandfleet workspace heads by name",
 		TTL:         t.WorkspaceTTL,
@@ -295,7 +299,7 @@ func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) 
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, err)
 	}
-	objs, err := t.EnsureObjects(ctx, js, "")
+	objs, err := t.ensureObjects(ctx, m, "")
 	if err != nil {
 		return nil, err
 	}
@@ -307,12 +311,16 @@ func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) 
 // tenant): snapshots expire after WorkspaceTTL, artifacts with the results
 // (ResultTTL). Workers call it when a tenant's job first needs them.
 func (t Topology) EnsureObjects(ctx context.Context, js jetstream.JetStream, tenant string) (ObjectStores, error) {
+	return t.ensureObjects(ctx, maker{js: js}, tenant)
+}
+
+func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (ObjectStores, error) {
 	if tenant != "" && !ValidTenant(tenant) {
 		return ObjectStores{}, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, tenant)
 	}
 	t = t.WithDefaults()
 	obj := func(name, desc string, ttl time.Duration) (jetstream.ObjectStore, error) {
-		o, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		o, err := m.objectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      name,
 			Description: desc,
 			TTL:         ttl,
