@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,7 +120,7 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 
 	// Results on a terminal are JSON shown safe, as --json's are.
 	sink := &resultSink{path: out, stdout: m.Stdout, visible: m.IsTerminal(m.Stdout)}
-	defer sink.close()
+	defer sink.close(false)
 	var badMu sync.Mutex
 	runner, err := batch.New(client, batch.Config{
 		Name:   name,
@@ -152,11 +153,15 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	stopProgress := c.progress(runner, tty, interval, &badMu)
 	sum, err := runner.Run(ctx, in)
 	stopProgress()
-	if cerr := sink.close(); cerr != nil && err == nil {
+	kept, cerr := sink.close(err == nil && !sum.Interrupted)
+	if cerr != nil && err == nil {
 		return fail(exitUnavailable, "write %s: %w", out, cerr)
 	}
 	c.printSummary(sum, out)
-	if out != "" && out != "-" {
+	if kept {
+		m.warnf("%s left as it was: it holds more results than this run wrote (%d); the next run writes them all", out, sink.lines)
+	}
+	if sink.opened && !kept {
 		mpath := manifestPath(out)
 		if merr := writeManifest(ctx, client, runner.Manifest(sum), mpath); merr != nil {
 			m.warnf("manifest: %v", merr)
@@ -202,13 +207,19 @@ func autoWindow(ctx context.Context, client *jobs.Client) int {
 var errSink = errors.New("write results")
 
 // resultSink writes results as JSONL, each line with one write of a
-// complete line: an interrupted run leaves whole lines only.
+// complete line: an interrupted run leaves whole lines only. A run whose
+// OUT already holds results (a rerun) writes them beside it and puts them
+// in its place at the end: an interrupted rerun, which may have written
+// fewer than the run before, does not throw those away.
 type resultSink struct {
 	path    string // "" writes nowhere, "-" to stdout
 	stdout  io.Writer
 	visible bool // stdout is a terminal: visibleJSON
 	w       io.Writer
 	f       *os.File
+	opened  bool // OUT is a file, opened
+	aside   bool // f is a file beside path, renamed over it by close
+	lines   int  // results written
 	buf     []byte
 }
 
@@ -220,12 +231,23 @@ func (s *resultSink) open() error {
 		s.w = s.stdout
 	default:
 		s.visible = false
-		// Truncated: a rerun writes every result again, reused ones first.
-		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		var f *os.File
+		var err error
+		if st, serr := os.Stat(s.path); serr == nil && st.Mode().IsRegular() && st.Size() > 0 {
+			dir, base := filepath.Split(s.path)
+			if f, err = os.CreateTemp(dir, "."+base+".*.partial"); err == nil {
+				err = f.Chmod(st.Mode().Perm())
+			}
+			s.aside = true
+		} else {
+			f, err = os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		}
+		if f != nil {
+			s.f, s.w, s.opened = f, f, true
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", errSink, err)
 		}
-		s.f, s.w = f, f
 	}
 	return nil
 }
@@ -249,23 +271,42 @@ func (s *resultSink) write(o batch.Outcome) error {
 	if _, err := s.w.Write(s.buf); err != nil {
 		return fmt.Errorf("%w: %w", errSink, err)
 	}
+	s.lines++
 	if cap(s.buf) > 1<<20 {
 		s.buf = nil
 	}
 	return nil
 }
 
-func (s *resultSink) close() error {
+// close flushes the results to OUT. A rerun's results take OUT's place
+// when the run finished or wrote at least as many as OUT holds; kept
+// reports that OUT was left as it was instead (this run's results are in
+// RESULTS, and the next run writes them again).
+func (s *resultSink) close(finished bool) (kept bool, err error) {
 	if s.f == nil {
-		return nil
+		return false, nil
 	}
 	f := s.f
 	s.f = nil
-	err := f.Sync()
+	err = f.Sync()
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if !s.aside {
+		return false, err
+	}
+	if err == nil && !finished {
+		if old, rerr := os.ReadFile(s.path); rerr == nil && bytes.Count(old, []byte("\n")) > s.lines {
+			return true, os.Remove(f.Name())
+		}
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), s.path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return false, err
 }
 
 // progress prints the batch's progress on stderr until the returned func

@@ -281,3 +281,73 @@ func TestStatusQueueDepth(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
+
+// A rerun into an OUT that already holds results writes beside it: when
+// it is interrupted having written fewer, OUT and its manifest stay as
+// the run before left them; a rerun that finishes takes their place.
+func TestBatchInterruptedRerunKeepsOut(t *testing.T) {
+	t.Parallel()
+	url, exec := setupFleet(t, 2)
+	const n = 20
+	var done, slow []string
+	for i := range n {
+		done = append(done, fmt.Sprintf(`{"image":"python","code":"print %d"}`, i))
+		slow = append(slow, fmt.Sprintf(`{"image":"python","code":"sleep 100ms\nprint %d"}`, i))
+	}
+	outPath := filepath.Join(t.TempDir(), "out.jsonl")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var o, e bytes.Buffer
+	first := []string{"batch", writeLines(t, "first.jsonl", done...), "-o", outPath, "--nats", url}
+	if code := runCLI(ctx, first, strings.NewReader(""), &o, &e); code != 0 {
+		t.Fatalf("first run: exit %d, stderr %q", code, e.String())
+	}
+	before, _ := os.ReadFile(outPath)
+	manifest, _ := os.ReadFile(manifestPath(outPath))
+	if len(readResults(t, outPath)) != n || len(manifest) == 0 {
+		t.Fatalf("first run: %d results, manifest %q", len(readResults(t, outPath)), manifest)
+	}
+
+	// Another batch into the same OUT, interrupted a few jobs in.
+	second := []string{"batch", writeLines(t, "second.jsonl", slow...), "-o", outPath, "--window", "2", "--nats", url}
+	runCtx, interrupt := context.WithCancel(ctx)
+	go func() {
+		_ = testutil.Poll(runCtx, 30*time.Second, 5*time.Millisecond, func(context.Context) error {
+			if exec.Total() < n+3 {
+				return errors.New("the second batch has not run 3 jobs")
+			}
+			return nil
+		})
+		interrupt()
+	}()
+	o.Reset()
+	e.Reset()
+	code := runCLI(runCtx, second, strings.NewReader(""), &o, &e)
+	interrupt()
+	if code != 130 || !strings.Contains(e.String(), "left as it was") {
+		t.Fatalf("interrupted rerun: exit %d, stderr %q", code, e.String())
+	}
+	if after, _ := os.ReadFile(outPath); !bytes.Equal(after, before) {
+		t.Errorf("OUT after the interrupted rerun: %d results, want the first run's %d", len(readResults(t, outPath)), n)
+	}
+	if after, _ := os.ReadFile(manifestPath(outPath)); !bytes.Equal(after, manifest) {
+		t.Errorf("the manifest changed by the interrupted rerun:\n%s", after)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(outPath), ".*partial")); len(left) > 0 {
+		t.Errorf("left beside OUT: %q", left)
+	}
+
+	o.Reset()
+	e.Reset()
+	if code := runCLI(ctx, second, strings.NewReader(""), &o, &e); code != 0 {
+		t.Fatalf("finished rerun: exit %d, stderr %q", code, e.String())
+	}
+	for _, r := range readResults(t, outPath) {
+		if !strings.HasPrefix(r.ID, "second-") {
+			t.Errorf("after the finished rerun OUT has %s", r.ID)
+		}
+	}
+	if got := len(readResults(t, outPath)); got != n {
+		t.Errorf("after the finished rerun: %d results, want %d", got, n)
+	}
+}
