@@ -22,6 +22,7 @@ import (
 var version string
 
 const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--max-wait D]
+               [--max-waiting N] [--max-streams N] [--max-batches N]
        gateway token NAME [--queues Q1,Q2] [--role read]
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
@@ -42,6 +43,9 @@ type options struct {
 	listen    string
 	tokens    string
 	maxWait   time.Duration
+	maxWaits  int
+	maxStream int
+	maxBatch  int
 	grace     time.Duration
 	logFormat string
 	logLevel  string
@@ -56,6 +60,9 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "`ADDR` to serve HTTP on")
 	fs.StringVar(&o.tokens, "tokens", "", "token `FILE`: lines of NAME sha256:HEX [queues=Q1,Q2] [role=read] (default $"+gateway.EnvTokens+")")
 	fs.DurationVar(&o.maxWait, "max-wait", 60*time.Second, "longest `D` a request may wait for a result (?wait=)")
+	fs.IntVar(&o.maxWaits, "max-waiting", 1024, "most `N` requests waiting for a result at once (?wait=); past it 429 too_many_requests")
+	fs.IntVar(&o.maxStream, "max-streams", 256, "most `N` event streams (GET /v1/jobs/{id}/events) at once; past it 429")
+	fs.IntVar(&o.maxBatch, "max-batches", 16, "most `N` batches running at once, and 4 × N batch bodies arriving; past it 429")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "on stop, `D` for requests in progress to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
@@ -99,6 +106,14 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.Changed("queues") || fs.Changed("role") {
 		return cmdline.Usagef("--queues and --role go with the token command")
 	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"max-waiting", o.maxWaits}, {"max-streams", o.maxStream}, {"max-batches", o.maxBatch}} {
+		if f.n < 1 {
+			return cmdline.Usagef("--%s %d: want 1 or more", f.name, f.n)
+		}
+	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err
@@ -128,7 +143,10 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return err
 	}
-	gw, err := gateway.New(client, nc, gateway.Config{Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log})
+	gw, err := gateway.New(client, nc, gateway.Config{
+		Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log,
+		MaxWaiting: o.maxWaits, MaxStreams: o.maxStream, MaxBatches: o.maxBatch,
+	})
 	if err != nil {
 		return err
 	}

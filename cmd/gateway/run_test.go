@@ -2,11 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
@@ -44,6 +51,9 @@ func TestUsageErrors(t *testing.T) {
 		{"--queues", "a"},
 		{"serve"},
 		{"--log-level", "loud"},
+		{"--max-streams", "0"},
+		{"--max-waiting", "-1"},
+		{"--max-batches", "0"},
 	} {
 		if err := Run(t.Context(), args, &bytes.Buffer{}); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("Run(%q) = %v, want a usage error", args, err)
@@ -53,4 +63,57 @@ func TestUsageErrors(t *testing.T) {
 	if err := Run(t.Context(), []string{"--help"}, &out); err != nil || !strings.Contains(out.String(), "--tokens FILE") {
 		t.Errorf("--help: %v\n%s", err, out.String())
 	}
+}
+
+// --max-waiting reaches the gateway: with room for one long poll, a second
+// one is refused while the first waits (no worker answers either).
+func TestMaxWaitingFlag(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"--nats", srv.ClientURL(), "--listen", addr, "--max-waiting", "1", "--grace", "100ms", "--log-level", "error"}, &bytes.Buffer{})
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	post := func(id string, timeout time.Duration) (*http.Response, error) {
+		body := fmt.Sprintf(`{"id":%q,"image":"python","code":"print(1)"}`, id)
+		c := &http.Client{Timeout: timeout}
+		return c.Post("http://"+addr+"/v1/jobs?wait=20s", "application/json", strings.NewReader(body))
+	}
+	first := make(chan error, 1)
+	go func() {
+		res, err := post("waits-1", 0)
+		if err == nil {
+			res.Body.Close()
+		}
+		first <- err
+	}()
+	err = testutil.Poll(t.Context(), 10*time.Second, 20*time.Millisecond, func(context.Context) error {
+		res, err := post("waits-2", time.Second) // one that waits: the first has no slot yet
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusTooManyRequests {
+			return fmt.Errorf("the second long poll: %s, want 429", res.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	stop()
+	<-first
 }
