@@ -132,6 +132,15 @@ func floatLine(tol float64, e, a string) string {
 		if errx != nil || erry != nil || math.IsNaN(x) || math.IsNaN(y) {
 			return fmt.Sprintf("token %d differs", i+1)
 		}
+		// An infinity is within no tolerance of anything but itself: |x-y|
+		// and tol*|x| are both +Inf, and Inf <= Inf would let any number
+		// (or a finite x with a large tolerance, any infinity) pass.
+		if math.IsInf(x, 0) || math.IsInf(y, 0) {
+			if x != y {
+				return fmt.Sprintf("token %d: %s is not %s", i+1, Excerpt(at[i]), Excerpt(et[i]))
+			}
+			continue
+		}
 		if d := math.Abs(x - y); !(d <= tol || d <= tol*math.Abs(x)) {
 			return fmt.Sprintf("token %d: %s is not within %g of %s", i+1, Excerpt(at[i]), tol, Excerpt(et[i]))
 		}

@@ -30,6 +30,13 @@ func TestCompare(t *testing.T) {
 		{"float token count", Float, 0, "1 2\n", "1\n", 1},
 		{"float nan is a word", Float, 0, "nan\n", "NaN\n", 1},
 		{"float default tolerance", Float, 0, "1.0000001\n", "1\n", 0},
+		{"float infinity is not any number", Float, 0, "inf\n", "0\n", 1},
+		{"float infinity is not its opposite", Float, 0, "inf\n", "-inf\n", 1},
+		{"float negative infinity", Float, 0, "-inf\n", "12345\n", 1},
+		{"float infinity is not the largest number", Float, 0, "Infinity\n", "1e308\n", 1},
+		{"float infinity in a line", Float, 0, "1 inf\n", "1 -3\n", 1},
+		{"float infinity spelled otherwise", Float, 0, "inf\n", "+Infinity\n", 0},
+		{"float a large tolerance takes no infinity", Float, 10, "1e308\n", "inf\n", 1},
 		{"empty", Exact, 0, "", "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,6 +73,7 @@ func FuzzCompare(f *testing.F) {
 	f.Add("exact", 0.0, "1\n2\n", "1\n2\n")
 	f.Add("float", 1e-3, "0.5 x\n", "0.5001 x")
 	f.Add("trimmed", 0.0, "a \n\n", "a")
+	f.Add("float", 0.0, "inf -inf\n", "0 -inf\n")
 	f.Fuzz(func(t *testing.T, mode string, tol float64, exp, act string) {
 		d := Compare(mode, tol, []byte(exp), []byte(act))
 		if d != nil && (len(d.Expected) > MaxExcerpt || len(d.Actual) > MaxExcerpt) {

@@ -267,3 +267,26 @@ print(" ".join(os.environ.get(k, "-") for k in ("TZ", "LANG", "PYTHONHASHSEED", 
 		t.Errorf("overridden: %q", o.Stdout)
 	}
 }
+
+// A float case whose expected output is an infinity is passed by that
+// infinity only: a program that prints any other number fails it (|x-y|
+// and tol*|x| were both +Inf, and Inf <= Inf passed anything).
+func TestIntegrationRedTeamFloatInfinity(t *testing.T) {
+	t.Parallel()
+	e := judgeSetup(t)
+	const zero = `input(); print(0)`
+	var cases []jobs.TestCase
+	for _, exp := range []string{"inf\n", "-inf\n", "Infinity\n"} {
+		cases = append(cases, jobs.TestCase{Name: exp, Stdin: "x\n", ExpectedStdout: exp, Compare: "float"})
+	}
+	res := run(t, e, job(zero, func(j *jobs.Job) { j.Tests = cases }))
+	if res.Status != jobs.StatusFailed || res.Tests == nil || res.Tests.Passed != 0 {
+		t.Fatalf("a program printing 0 for infinities: %s (%s), %+v", res.Status, res.Error, res.Tests)
+	}
+	inf := job(`input(); print(float("inf"))`, func(j *jobs.Job) {
+		j.Tests = []jobs.TestCase{{Stdin: "x\n", ExpectedStdout: "Infinity\n", Compare: "float"}}
+	})
+	if res := run(t, e, inf); res.Status != jobs.StatusSucceeded {
+		t.Errorf("inf for Infinity: %s (%s), %+v", res.Status, res.Error, res.Tests)
+	}
+}
