@@ -72,7 +72,7 @@ func TestWorkspaceRoles(t *testing.T) {
 		sub.expectViolationPrefix(t, "$O.SNAPSHOTS.")
 	})
 	t.Run("submitter cannot write an artifact", func(t *testing.T) {
-		if _, err := stores.Artifacts.PutBytes(ctx, jobs.ArtifactKey("ws-0", "plot.png"), []byte("forged")); err == nil {
+		if _, err := stores.Artifacts.PutBytes(ctx, jobs.ArtifactKey("ws-0", "forged", "plot.png"), []byte("forged")); err == nil {
 			t.Fatal("submitter wrote an artifact")
 		}
 		sub.expectViolationPrefix(t, "$O.ARTIFACTS.")

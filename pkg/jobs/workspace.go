@@ -24,7 +24,7 @@ import (
 // is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
 // WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
 // the files a job's outputs name, are objects of ARTIFACTS named
-// "<job id>/<path>". A tenant's workspaces are named <tenant>.<name> and
+// "<job id>/<run>/<path>" (ArtifactKey). A tenant's workspaces are named <tenant>.<name> and
 // its snapshots and artifacts live in object stores of its own,
 // SNAPSHOTS_<tenant> and ARTIFACTS_<tenant> (see tenant.go).
 
@@ -32,7 +32,7 @@ import (
 const (
 	WorkspacesBucket = "WORKSPACES" // KV: workspace name → WorkspaceHead
 	SnapshotsBucket  = "SNAPSHOTS"  // objects: "<workspace>/<revision>.<take>" → tar
-	ArtifactsBucket  = "ARTIFACTS"  // objects: "<job id>/<path>" → the file
+	ArtifactsBucket  = "ARTIFACTS"  // objects: "<job id>/<run>/<path>" → the file
 )
 
 // SnapshotsBucketOf is the object store of tenant t's snapshots:
@@ -131,8 +131,12 @@ func SaveName(workspace string, revision int64, take string) string {
 	return SnapshotName(workspace, revision) + "." + take
 }
 
-// ArtifactKey is the object of a job's artifact in ARTIFACTS.
-func ArtifactKey(jobID, name string) string { return jobID + "/" + name }
+// ArtifactKey is the object of a job's artifact in ARTIFACTS, as one
+// delivery of the job (run, a name of its own) stored it: two live
+// deliveries of a job (a lease that ran out while the first still ran)
+// never write over each other's files, and the stored result's keys name
+// the files of the run that gave it.
+func ArtifactKey(jobID, run, name string) string { return jobID + "/" + run + "/" + name }
 
 // validateWorkspace checks the job's workspace fields, and that it names
 // only workspaces of its own tenant (the tenant of its ID: the worker's
@@ -342,7 +346,7 @@ func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (Ob
 	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.WorkspaceTTL); err != nil {
 		return ObjectStores{}, err
 	}
-	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<path>", t.ResultTTL); err != nil {
+	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<run>/<path>", t.ResultTTL); err != nil {
 		return ObjectStores{}, err
 	}
 	return o, nil

@@ -38,6 +38,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		return
 	}
 	store := s.objs.Artifacts
+	run := jobs.NewID() // this delivery's: see ArtifactKey
 	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
 	var total int64
 	more := 0
@@ -71,7 +72,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %s of artifacts", limits.Size(s.w.cfg.MaxArtifactBytes)))
 			continue
 		}
-		key := jobs.ArtifactKey(s.job.ID, hdr.Name)
+		key := jobs.ArtifactKey(s.job.ID, run, hdr.Name)
 		sum := sha256.New()
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))

@@ -1,0 +1,128 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// perRun runs a job whose output differs from one run to the next (a
+// timestamp, a seed): run n waits for its release file n, then writes
+// out.txt saying "run-n".
+type perRun struct {
+	*fakeexec.Executor
+	dir string
+	n   atomic.Int32
+}
+
+func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+	n := p.n.Add(1)
+	j := *job
+	j.Code = fmt.Sprintf("waitfile %s\nwrite out.txt run-%d", filepath.Join(p.dir, fmt.Sprint(n)), n)
+	return p.Executor.Run(ctx, &j, opts)
+}
+
+// Two live deliveries of a job with outputs (the first's lease ran out
+// while it still ran): the first to end stores its result, and the
+// second, ending later, must not write over the files that result names.
+func TestArtifactsOfTheStoredResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	dir := t.TempDir()
+	ex := &perRun{Executor: b.exec, dir: dir}
+	spy, _ := natstest.Connect(t, b.url)
+	var mu sync.Mutex
+	var acks []string // the deliveries' ack subjects, as the workers' pulls receive them
+	sub, err := spy.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.ACK.") && strings.Contains(string(m.Data), `"j"`) {
+			mu.Lock()
+			acks = append(acks, m.Reply)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"wa", "wb"} {
+		w, err := worker.New(b.js, ex, worker.Config{ID: id, Slots: 1, Topology: b.topo, FetchWait: 200 * time.Millisecond,
+			Backoff: fastBackoff, NakDelay: 100 * time.Millisecond, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(stop, context.Background()) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+
+	rw, err := b.client.Watch(t.Context(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Stop()
+	if _, err := b.client.Submit(waitCtx(t), &jobs.Job{ID: "j", Image: "python", Outputs: []string{"out.txt"}, Code: "unused"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the first delivery running", func() bool { return b.exec.Running() == 1 })
+	mu.Lock()
+	first := acks[0]
+	mu.Unlock()
+	if err := spy.Publish(first, []byte("-NAK")); err != nil { // as the lease's end would
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the second delivery running", func() bool { return b.exec.Running() == 2 })
+	// The first delivery ends and stores its result ...
+	if err := os.WriteFile(filepath.Join(dir, "1"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := rw.Next(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != jobs.StatusSucceeded || len(res.Artifacts) != 1 {
+		t.Fatalf("j: %s %q %+v", res.Status, res.Error, res.Artifacts)
+	}
+	// ... then the second ends, stores its files, and loses the result's
+	// create.
+	if err := os.WriteFile(filepath.Join(dir, "2"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "both deliveries over", func() bool { return b.exec.Running() == 0 })
+	testutil.Eventually(t, 10*time.Second, "the second delivery settled", func() bool {
+		c, err := b.js.Consumer(t.Context(), jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(t.Context())
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	})
+	stored, err := b.client.Get(t.Context(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := b.client.DownloadArtifacts(t.Context(), stored.Artifacts, out); err != nil {
+		t.Fatalf("the stored result's artifacts: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(out, "out.txt")); string(got) != "run-1\n" {
+		t.Errorf("out.txt of the stored result says %q, want the first run's", got)
+	}
+}
