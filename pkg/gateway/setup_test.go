@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -28,6 +30,7 @@ type bundle struct {
 	gw     *gateway.Gateway
 	client *jobs.Client
 	exec   *fakeexec.Executor
+	js     jetstream.JetStream // the fleet's, as an operator would reach it
 	// Tokens: alice may use every queue, bob only "default".
 	alice, bob string
 }
@@ -45,7 +48,7 @@ func setup(t testing.TB, o options) *bundle {
 	if _, err := o.topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{exec: &fakeexec.Executor{}}
+	b := &bundle{exec: &fakeexec.Executor{}, js: js}
 	workertest.Start(t, js, b.exec, worker.Config{ID: "w1", Slots: 8, Topology: o.topo})
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {

@@ -126,13 +126,18 @@ func (g *Gateway) head(r *http.Request) (*jobs.WorkspaceHead, error) {
 
 // downloadWriter sends a file: its headers go out with the first bytes,
 // so an error found before them (an unknown revision) is still a JSON
-// error; each write has a deadline of its own, as a stream's lines do.
+// error; each write has a deadline of its own, as a stream's lines do. It
+// holds back the file's last byte until finish: the digest is checked
+// once every byte has been read, and a file that fails it must arrive
+// short of its Content-Length, never whole-looking.
 type downloadWriter struct {
 	w       http.ResponseWriter
 	h       http.Header
 	rc      *http.ResponseController
 	timeout time.Duration
 	started bool
+	held    [1]byte
+	holding bool
 }
 
 func (g *Gateway) download(w http.ResponseWriter, ctype, filename string, size int64) *downloadWriter {
@@ -147,6 +152,22 @@ func (g *Gateway) download(w http.ResponseWriter, ctype, filename string, size i
 }
 
 func (d *downloadWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if d.holding {
+		if err := d.send(d.held[:]); err != nil {
+			return 0, err
+		}
+	}
+	if err := d.send(p[:len(p)-1]); err != nil {
+		return 0, err
+	}
+	d.held[0], d.holding = p[len(p)-1], true
+	return len(p), nil
+}
+
+func (d *downloadWriter) send(p []byte) error {
 	if !d.started {
 		d.started = true
 		for k, v := range d.h {
@@ -155,7 +176,8 @@ func (d *downloadWriter) Write(p []byte) (int, error) {
 		d.w.WriteHeader(http.StatusOK)
 	}
 	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
-	return d.w.Write(p)
+	_, err := d.w.Write(p)
+	return err
 }
 
 // finish ends a download. An error before the first byte is the
@@ -163,8 +185,13 @@ func (d *downloadWriter) Write(p []byte) (int, error) {
 // cleanly, so the client cannot take a short or corrupted file for the
 // whole one.
 func (d *downloadWriter) finish(err error) error {
-	if err == nil && !d.started {
-		_, err = d.Write(nil) // an empty file
+	if err == nil {
+		switch {
+		case d.holding:
+			err = d.send(d.held[:]) // the digest held: the last byte
+		case !d.started:
+			err = d.send(nil) // an empty file
+		}
 	}
 	if err != nil && d.started {
 		panic(http.ErrAbortHandler)

@@ -27,6 +27,7 @@ attempt, so a retried submit never runs a job twice.
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -341,6 +342,9 @@ class Sandbox:
                 raise SandfleetError(f"{path}: {got} of {want} bytes arrived", code="short_download") from e
             if want is not None and len(data) != int(want):
                 raise SandfleetError(f"{path}: {len(data)} of {want} bytes arrived", code="short_download")
+            digest = resp.headers.get("X-Sandfleet-Sha256")
+            if digest and hashlib.sha256(data).hexdigest() != digest.lower():
+                raise SandfleetError(f"{path}: the bytes that arrived fail their sha256 {digest}", code="digest_mismatch")
             return data
 
     # -- batches and the fleet ---------------------------------------------

@@ -1,5 +1,6 @@
 """Unit tests of the client against a fake gateway (python3 -m unittest)."""
 
+import hashlib
 import json
 import os
 import sys
@@ -165,6 +166,17 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(sandfleet.SandfleetError) as cm:
             self.sb.artifact("j1", "a.bin")
         self.assertEqual(cm.exception.code, "short_download")
+
+    def test_download_failing_its_digest(self):
+        """A download whose bytes fail the gateway's X-Sandfleet-Sha256 is SandfleetError digest_mismatch."""
+        good = hashlib.sha256(b"x" * 40).hexdigest()
+        Fake.script = {("GET", "/v1/jobs/j1/artifacts/a.bin"): [
+            (200, {"Content-Length": "40", "X-Sandfleet-Sha256": good}, b"x" * 40),
+            (200, {"Content-Length": "40", "X-Sandfleet-Sha256": good}, b"y" * 40)]}
+        self.assertEqual(self.sb.artifact("j1", "a.bin"), b"x" * 40)
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            self.sb.artifact("j1", "a.bin")
+        self.assertEqual(cm.exception.code, "digest_mismatch")
 
     def test_stream_timeout_ends_a_silent_stream(self):
         """stream(timeout=) raises SandfleetTimeout at the deadline, even while no event comes."""

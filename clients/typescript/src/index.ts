@@ -313,6 +313,9 @@ export class Sandbox {
       }
     } finally {
       if (timer !== undefined) clearTimeout(timer);
+      // A caller that breaks out of the loop closes the stream: the
+      // gateway's watch of the job and its stream slot end with it.
+      ctl.abort();
     }
     return result ?? this.wait(id, deadline === undefined ? undefined : Math.max(deadline - Date.now(), 1));
   }
@@ -383,6 +386,10 @@ export class Sandbox {
     }
     if (want !== null && data.length !== Number(want)) {
       throw new SandfleetError(`${path}: ${data.length} of ${want} bytes arrived`, "short_download");
+    }
+    const digest = resp.headers.get("X-Sandfleet-Sha256");
+    if (digest && (await sha256Hex(data)) !== digest.toLowerCase()) {
+      throw new SandfleetError(`${path}: the bytes that arrived fail their sha256 ${digest}`, "digest_mismatch");
     }
     return data;
   }
@@ -462,15 +469,19 @@ async function* lines(resp: Response): AsyncGenerator<string> {
   const reader = resp.body.getReader();
   const dec = new TextDecoder();
   let buf = "";
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf("\n")) >= 0) {
-      yield buf.slice(0, i);
-      buf = buf.slice(i + 1);
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let i: number;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        yield buf.slice(0, i);
+        buf = buf.slice(i + 1);
+      }
     }
+  } finally {
+    reader.cancel().catch(() => {}); // the reader left early: close the body
   }
   buf += dec.decode();
   if (buf) yield buf;
@@ -532,4 +543,9 @@ export class DockerSandbox {
     }
     return { success: r.status === "succeeded", output, exitCode: r.exit_code ?? EXIT_BY_STATUS[r.status] ?? -1 };
   }
+}
+
+async function sha256Hex(data: Uint8Array): Promise<string> {
+  const sum = new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", data));
+  return Array.from(sum, (b) => b.toString(16).padStart(2, "0")).join("");
 }

@@ -2,6 +2,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import { createHash } from "node:crypto";
 import { Sandbox, DockerSandbox, SandfleetError, newId } from "../dist/index.js";
 
 const RESULT = {
@@ -137,6 +138,51 @@ test("a download the gateway cuts is SandfleetError short_download", async () =>
     await assert.rejects(sb.artifact("j1", "a.bin"), (e) => e instanceof SandfleetError && e.code === "short_download");
   } finally {
     cut.close();
+  }
+});
+
+test("a download failing its X-Sandfleet-Sha256 is SandfleetError digest_mismatch", async () => {
+  const good = createHash("sha256").update("x".repeat(40)).digest("hex");
+  let n = 0;
+  const srv = http.createServer((req, res) => {
+    res.writeHead(200, { "Content-Type": "application/octet-stream", "Content-Length": "40", "X-Sandfleet-Sha256": good });
+    res.end((n++ === 0 ? "x" : "y").repeat(40));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const sb = new Sandbox({ url: `http://127.0.0.1:${srv.address().port}`, backoffMs: 1, retries: 0 });
+    assert.equal(new TextDecoder().decode(await sb.artifact("j1", "a.bin")), "x".repeat(40));
+    await assert.rejects(sb.artifact("j1", "a.bin"), (e) => e instanceof SandfleetError && e.code === "digest_mismatch");
+  } finally {
+    srv.close();
+  }
+});
+
+test("breaking out of stream() closes the event stream", async () => {
+  let closed = false;
+  const srv = http.createServer((req, res) => {
+    if (req.method === "POST") {
+      res.writeHead(202, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ id: "s1", status: "queued" }));
+      return;
+    }
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.write('event: stdout\nid: 1\ndata: {"type":"output","text":"step 1\\n"}\n\n');
+    res.on("close", () => (closed = true));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  try {
+    const sb = new Sandbox({ url: `http://127.0.0.1:${srv.address().port}`, retries: 0 });
+    for await (const o of sb.stream("print(1)")) {
+      assert.equal(o.text, "step 1\n");
+      break;
+    }
+    const until = Date.now() + 3000;
+    while (!closed && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(closed, "the event stream's connection is still open 3 s after the caller broke out of the loop");
+  } finally {
+    srv.closeAllConnections();
+    srv.close();
   }
 });
 
