@@ -464,6 +464,27 @@ func TestTenantNamesRefused(t *testing.T) {
 	if r := b.do(t, "GET", "/v1/workspaces/acme.agent", b.bob, nil); r.status != 404 {
 		t.Errorf("tenant acme's workspace after the tries: %d %s", r.status, r.body)
 	}
+
+	// A job and a workspace tenant acme did make (over NATS): no read
+	// route reaches them, or cancels the job, whatever the token.
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "acme.w1", Image: "python", Workspace: "acme.agent", Outputs: []string{"*.txt"},
+		Code: "write secret.txt acme-private"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.client.Wait(t.Context(), "acme.w1"); err != nil || res.Status != jobs.StatusSucceeded || len(res.Artifacts) != 1 {
+		t.Fatalf("acme's job: %v %+v", err, res)
+	}
+	for _, req := range []struct{ method, path string }{
+		{"GET", "/v1/jobs/acme.w1"}, {"GET", "/v1/jobs/acme.w1?wait=1s"}, {"GET", "/v1/jobs/acme.w1/events"},
+		{"GET", "/v1/jobs/acme.w1/artifacts"}, {"GET", "/v1/jobs/acme.w1/artifacts/secret.txt"},
+		{"POST", "/v1/jobs/acme.w1/cancel"},
+		{"GET", "/v1/workspaces/acme.agent"}, {"GET", "/v1/workspaces/acme.agent/snapshot"},
+	} {
+		r := b.do(t, req.method, req.path, b.alice, nil)
+		if r.status != 404 || r.errorCode() != gateway.CodeNotFound || bytes.Contains(r.body, []byte("acme-private")) {
+			t.Errorf("%s %s: %d %.200s; want 404 not_found", req.method, req.path, r.status, r.body)
+		}
+	}
 }
 
 // A client that retries its submit after a lost answer, with a wait,

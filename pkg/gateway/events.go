@@ -25,7 +25,10 @@ type sseEvent struct {
 // out queued and ends with finished even when the client had it. Output events are named
 // after their stream (stdout, stderr), the others after their type.
 func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	id := r.PathValue("id")
+	id, err := pathJob(r)
+	if err != nil {
+		return err
+	}
 	var after uint64
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)

@@ -105,9 +105,9 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 // is queued or running (after waiting up to D for it to finish), 404 for
 // an ID the fleet does not know.
 func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	id := r.PathValue("id")
-	if !jobs.ValidID(id) {
-		return apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	id, err := pathJob(r)
+	if err != nil {
+		return err
 	}
 	wait, err := g.waitParam(r)
 	if err != nil {
@@ -183,9 +183,9 @@ func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string) 
 // when the cancel is recorded but no worker has carried it out yet, 409
 // when the job had already finished, 404 for an unknown ID.
 func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	id := r.PathValue("id")
-	if !jobs.ValidID(id) {
-		return apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	id, err := pathJob(r)
+	if err != nil {
+		return err
 	}
 	res, err := g.client.Cancel(r.Context(), id)
 	switch {
@@ -302,4 +302,19 @@ func tokenName(tok *Token) string {
 		return ""
 	}
 	return tok.Name
+}
+
+// pathJob is the job ID the path names: 404 for one that is no ID, or
+// that is a tenant's (<tenant>.<id>): a token is no tenant, and tenants'
+// jobs and workspaces are not reachable over HTTP (as admit refuses them
+// on submit).
+func pathJob(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	switch {
+	case !jobs.ValidID(id):
+		return "", apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	case jobs.TenantOf(id) != "":
+		return "", apiErr(http.StatusNotFound, CodeNotFound, "no job %q here: tenants' jobs are not reachable over HTTP", shorten.Text(id, 140))
+	}
+	return id, nil
 }

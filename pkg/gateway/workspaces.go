@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -24,9 +25,9 @@ type ArtifactList struct {
 // finished returns the job's result; a job without one yet is answered
 // 202 (done is then true), an unknown one 404.
 func (g *Gateway) finished(w http.ResponseWriter, r *http.Request) (res *jobs.Result, done bool, err error) {
-	id := r.PathValue("id")
-	if !jobs.ValidID(id) {
-		return nil, false, apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	id, err := pathJob(r)
+	if err != nil {
+		return nil, false, err
 	}
 	res, err = g.client.Get(r.Context(), id)
 	if errors.Is(err, jobs.ErrNotFound) {
@@ -114,6 +115,9 @@ func (g *Gateway) snapshot(w http.ResponseWriter, r *http.Request, _ *Token) err
 // that keeps none, is 404.
 func (g *Gateway) head(r *http.Request) (*jobs.WorkspaceHead, error) {
 	name := r.PathValue("name")
+	if t := jobs.TenantOf(name); t != "" {
+		return nil, apiErr(http.StatusNotFound, CodeNotFound, "no workspace %q here: tenants' workspaces are not reachable over HTTP", shorten.Text(name, 140))
+	}
 	h, err := g.client.Workspace(r.Context(), name)
 	switch {
 	case errors.Is(err, jobs.ErrInvalidJob):
