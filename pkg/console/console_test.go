@@ -223,3 +223,18 @@ func TestOpenConsoleLoopbackOnly(t *testing.T) {
 		t.Errorf("another name: %d", p.status)
 	}
 }
+
+// A token is no tenant: the console neither opens nor cancels a tenant's
+// job (made over NATS), whose output and files are the tenant's.
+func TestTenantJobNotOpened(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{})
+	f.run(t, &jobs.Job{ID: "acme.j1", Image: "python", Code: "print acme-private"})
+	if p := f.get(t, "/jobs/acme.j1", f.alice); p.status != http.StatusNotFound || strings.Contains(p.body, "acme-private") {
+		t.Errorf("a tenant's job page: %d\n%.1000s", p.status, p.body)
+	}
+	op := f.get(t, "/jobs", f.alice)
+	if p := f.do(t, "POST", "/jobs/acme.j1/cancel", f.alice, url.Values{"csrf": {csrf(t, op)}}, "Origin", f.url); p.status != http.StatusNotFound {
+		t.Errorf("cancel of a tenant's job: %d", p.status)
+	}
+}

@@ -227,6 +227,9 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	if !jobs.ValidID(id) {
 		return notFound("no job with this ID (IDs match [A-Za-z0-9_-]{1,128})")
 	}
+	if jobs.TenantOf(id) != "" {
+		return notFound("a tenant's job: tenants' jobs are not reachable over HTTP")
+	}
 	p := jobPage{ID: id, Note: noteText(r.URL.Query().Get("note"))}
 	res, err := c.client.Get(ctx, id)
 	switch {
@@ -317,7 +320,7 @@ func noteText(k string) string { return notes[k] }
 // cancel: POST /jobs/{id}/cancel.
 func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s *session) error {
 	id := r.PathValue("id")
-	if !jobs.ValidID(id) {
+	if !jobs.ValidID(id) || jobs.TenantOf(id) != "" {
 		return notFound("no job with this ID")
 	}
 	if !s.viewer.CanCancel {
