@@ -30,9 +30,16 @@ const (
 	MaxArgBytes   = 128 << 10 // one argv entry or env value: Linux's MAX_ARG_STRLEN
 	MaxEnv        = 256       // env entries
 	MaxEnvName    = 256       // bytes in an env name
-	MaxLabels     = 64        // label entries
+	MaxLabels     = 64        // label entries, besides the reserved ones
 	MaxLabelKey   = 128       // bytes in a label key
 	MaxLabelValue = 1024      // bytes in a label value
+
+	// ReservedLabels is the prefix of the labels sandfleet sets itself
+	// (sandfleet.batch, sandfleet.token): they do not count against
+	// MaxLabels, so that a job with the most labels a caller may give
+	// still takes them; a job holds at most MaxReservedLabels.
+	ReservedLabels    = "sandfleet."
+	MaxReservedLabels = 8
 )
 
 // Error is a field that failed its check.
@@ -132,8 +139,17 @@ func Env(env map[string]string) error {
 // Labels checks a job's labels: bounded count and sizes, UTF-8 text
 // without control characters (they end up in logs, metrics and a console).
 func Labels(labels map[string]string) error {
-	if len(labels) > MaxLabels {
-		return fail("labels", "%d entries, over the limit of %d", len(labels), MaxLabels)
+	reserved := 0
+	for k := range labels {
+		if strings.HasPrefix(k, ReservedLabels) {
+			reserved++
+		}
+	}
+	if n := len(labels) - reserved; n > MaxLabels {
+		return fail("labels", "%d entries, over the limit of %d", n, MaxLabels)
+	}
+	if reserved > MaxReservedLabels {
+		return fail("labels", "%d entries named %s*, over the limit of %d", reserved, ReservedLabels, MaxReservedLabels)
 	}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		v := labels[k]

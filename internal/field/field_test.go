@@ -16,6 +16,12 @@ func TestChecks(t *testing.T) {
 		}
 		return m
 	}
+	with := func(m map[string]string, prefix string, n int) map[string]string {
+		for i := range n {
+			m[prefix+"k"+strconv.Itoa(i)] = ""
+		}
+		return m
+	}
 	names := func(n int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -48,6 +54,8 @@ func TestChecks(t *testing.T) {
 		{"env count", Env(many(MaxEnv + 1)), "env"},
 		{"labels ok", Labels(map[string]string{"batch": "nightly é"}), ""},
 		{"label count", Labels(many(MaxLabels + 1)), "labels"},
+		{"the most labels and the reserved ones", Labels(with(many(MaxLabels), ReservedLabels, MaxReservedLabels)), ""},
+		{"reserved label count", Labels(with(many(0), ReservedLabels, MaxReservedLabels+1)), "labels"},
 		{"label key long", Labels(map[string]string{strings.Repeat("k", MaxLabelKey+1): ""}), `labels["` + strings.Repeat("k", 64) + `..."]`},
 		{"label escape", Labels(map[string]string{"k": "\x1b]0;x\x07"}), `labels["k"]`},
 		{"label C1", Labels(map[string]string{"k": "\u009b"}), `labels["k"]`},

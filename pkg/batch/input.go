@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 
-	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -101,16 +100,14 @@ func (r *Runner) parse(line []byte, ids *lineIDs) (*jobs.Job, error) {
 	}
 	// The batch's name goes on each job (after the ID is derived, which it
 	// so does not change): the job index files it under its batch, and the
-	// console reports on it. A line with the most labels a job may have
-	// keeps its own.
-	if _, given := job.Labels[jobs.BatchLabel]; given || len(job.Labels) < field.MaxLabels {
-		labels := maps.Clone(job.Labels)
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[jobs.BatchLabel] = r.cfg.Name
-		job.Labels = labels
+	// console reports on it. It is a reserved label, which MaxLabels does
+	// not count.
+	labels := maps.Clone(job.Labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
+	labels[jobs.BatchLabel] = r.cfg.Name
+	job.Labels = labels
 	if r.cfg.Amend != nil {
 		if err := r.cfg.Amend(job); err != nil {
 			return nil, err

@@ -560,3 +560,29 @@ func TestOpenGatewayRefusesOtherSites(t *testing.T) {
 		}
 	}
 }
+
+// A job with the most labels a caller may give still takes the gateway's
+// sandfleet.token label, alone and as a batch line (whose batch label is
+// another the fleet adds).
+func TestMostLabelsThroughATokenedGateway(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	var kv []string
+	for i := range 64 {
+		kv = append(kv, fmt.Sprintf(`"k%d":"v"`, i))
+	}
+	job := `{"image":"python","code":"print hi","labels":{` + strings.Join(kv, ",") + `}}`
+	r := b.submit(t, job, "10s")
+	var res jobs.Result
+	if r.status != http.StatusOK {
+		t.Fatalf("a job with 64 labels: %d %s", r.status, r.body)
+	}
+	r.decode(t, &res)
+	if len(res.Labels) != 65 || res.Labels["sandfleet.token"] != "alice" {
+		t.Errorf("labels of the result: %d, token %q", len(res.Labels), res.Labels["sandfleet.token"])
+	}
+	r = b.do(t, "POST", "/v1/batches?name=lbl", b.alice, []byte(job+"\n"))
+	if r.status != http.StatusOK || bytes.Contains(r.body, []byte(`"error"`)) || !bytes.Contains(r.body, []byte(`"sandfleet.batch":"lbl"`)) {
+		t.Errorf("a batch line with 64 labels: %d %s", r.status, r.body)
+	}
+}
