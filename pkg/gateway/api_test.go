@@ -586,3 +586,37 @@ func TestMostLabelsThroughATokenedGateway(t *testing.T) {
 		t.Errorf("a batch line with 64 labels: %d %s", r.status, r.body)
 	}
 }
+
+// A waiting submit with the caller's own ID (both clients send one) takes
+// its result on the gateway's inbox like one without: no consumer on
+// RESULTS per job. Submitted again once finished, it is answered with the
+// stored result.
+func TestWaitWithCallersIDNeedsNoWatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	sub, err := b.js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.CREATED.KV_RESULTS.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	job := `{"id":"0194b3a2-7c1e-7d2a-9b3c-1234567890ab","image":"python","code":"print hi"}`
+	for i := range 2 {
+		r := b.submit(t, job, "10s")
+		var res jobs.Result
+		if r.status != http.StatusOK {
+			t.Fatalf("submit %d: %d %s", i, r.status, r.body)
+		}
+		r.decode(t, &res)
+		if res.Status != jobs.StatusSucceeded || res.Stdout != "hi\n" {
+			t.Fatalf("submit %d: %+v", i, res)
+		}
+	}
+	if n := b.exec.Total(); n != 1 {
+		t.Errorf("the job ran %d times", n)
+	}
+	if m, err := sub.NextMsg(300 * time.Millisecond); err == nil {
+		t.Errorf("a consumer on RESULTS for a waiting submit: %s", m.Subject)
+	}
+}

@@ -63,30 +63,38 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		return err
 	}
 	defer release()
-	// An ID of the caller's may have run, or be queued or running (a
-	// retry after a lost answer): its publish is then dropped or refused,
-	// and no reply would come. Its result is watched for instead, from
-	// before the publish (a stored one is the watch's first value).
+	// An ID of the caller's (the clients send their own) may have run: a
+	// retry after a lost answer gets the stored result at once, without a
+	// trip through the queue.
 	if !fresh {
-		rw, err := g.client.Watch(ctx, job.ID)
-		if err != nil {
+		switch res, err := g.client.Get(ctx, job.ID); {
+		case err == nil:
+			writeJSON(w, http.StatusOK, res)
+			return nil
+		case !errors.Is(err, jobs.ErrNotFound):
 			return err
 		}
-		defer rw.Stop()
-		if _, err := g.client.Submit(ctx, job); err != nil {
-			return err
-		}
-		g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
-		return g.await(w, ctx, rw, job.ID, wait)
 	}
 	// Expect the reply before the publish, so a fast result is not missed.
 	replies, done := g.replies.expect(job.ID)
 	defer done()
 	job.ReplyTo = g.replies.subject(job.ID)
-	if _, err := g.client.Submit(ctx, job); err != nil {
+	_, queued, err := g.client.Enqueue(ctx, job)
+	if err != nil {
 		return err
 	}
 	g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
+	if !queued {
+		// Queued or running already (a retry while it runs): its reply
+		// goes to its first publisher. Its result is watched for instead
+		// (a result stored in between is the watch's first value).
+		rw, err := g.client.Watch(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		defer rw.Stop()
+		return g.await(w, ctx, rw, job.ID, wait)
+	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	select {

@@ -106,29 +106,38 @@ func Encode(job *Job, maxBytes int) (*Job, []byte, error) {
 // A full stream yields ErrQueueFull; an invalid job an error wrapping
 // ErrInvalidJob.
 func (c *Client) Submit(ctx context.Context, job *Job) (string, error) {
-	job, err := c.qualifyJob(job)
+	id, _, err := c.Enqueue(ctx, job)
+	return id, err
+}
+
+// Enqueue is Submit, and reports whether this publish queued the job:
+// false when the stream refused it because the job is queued or running
+// already, in which case the job's reply_to is its first publisher's, and
+// only RESULTS (Watch) tells this caller of its end.
+func (c *Client) Enqueue(ctx context.Context, job *Job) (id string, queued bool, err error) {
+	job, err = c.qualifyJob(job)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	j, data, err := Encode(job, c.topo.MaxJobBytes)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	_, err = c.js.Publish(ctx, Subject(j.Queue, j.ID), data, jetstream.WithExpectStream(StreamName))
 	if err != nil {
 		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
 			switch {
 			case apiErr.ErrorCode == jsErrStoreFailed && strings.Contains(apiErr.Description, perSubjectRefusal):
-				return j.ID, nil // queued already, or running
+				return j.ID, false, nil // queued already, or running
 			case apiErr.ErrorCode == jsErrStoreFailed:
-				return "", fmt.Errorf("submit %s: %w: %w", j.ID, ErrQueueFull, err)
+				return "", false, fmt.Errorf("submit %s: %w: %w", j.ID, ErrQueueFull, err)
 			case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
-				return "", fmt.Errorf("submit %s: %w: %w", j.ID, ErrInvalidJob, err)
+				return "", false, fmt.Errorf("submit %s: %w: %w", j.ID, ErrInvalidJob, err)
 			}
 		}
-		return "", fmt.Errorf("submit %s: %w", j.ID, err)
+		return "", false, fmt.Errorf("submit %s: %w", j.ID, err)
 	}
-	return j.ID, nil
+	return j.ID, true, nil
 }
 
 // SubmitWhenRoom is Submit that waits for room: while the queue is full it
