@@ -20,7 +20,8 @@ type RunOptions struct {
 	// OnOutput, if set, is told each piece of the job's stdout and stderr
 	// as the sandbox writes it, in order, before the result. It is called
 	// from the goroutine reading the sandbox and must not block: a slow
-	// consumer would hold up the job's output, and with it the job.
+	// consumer would hold up the job's output, and with it the job. p is
+	// the reader's buffer, reused once OnOutput returns: copy what is kept.
 	OnOutput func(s Stream, p []byte)
 	// OnStart, if set, is told once per run, before any OnOutput, that the
 	// job is being handed to its sandbox: which one, and the limits it
