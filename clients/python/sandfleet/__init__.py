@@ -32,6 +32,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -447,14 +448,14 @@ class Stream:
             return
         with resp:
             try:
-                for event, data in _sse(resp):
+                for event, data in _sse(_lines(resp, deadline)):
                     if event in ("stdout", "stderr"):
                         yield Output(event, data.get("text", ""))
                     elif event == "finished" and "result" in data:
                         self.result = Result.from_json(data["result"])
                     if self.result is None and deadline is not None and time.monotonic() > deadline:
                         raise SandfleetTimeout(f"job {self.id}: no result within {self.timeout:g}s", self.id)
-            except TimeoutError as e:  # a read of the socket ran past the deadline
+            except (TimeoutError, socket.timeout) as e:  # a read of the socket ran past the deadline
                 if isinstance(e, SandfleetTimeout):
                     raise
                 raise SandfleetTimeout(f"job {self.id}: no result within {self.timeout:g}s", self.id) from None
@@ -463,10 +464,24 @@ class Stream:
             self.result = self.sandbox.wait(self.id, timeout=left)
 
 
-def _sse(resp) -> Iterator["tuple[str, Dict[str, Any]]"]:
+def _lines(resp, deadline: Optional[float]) -> Iterator[bytes]:
+    """The response's lines, each read with what is left of the deadline as
+    its socket's timeout: a stream whose output trickles in ends at the
+    deadline, not at the first event after it."""
+    sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+    while True:
+        if deadline is not None and sock is not None:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        line = resp.readline()
+        if not line:
+            return
+        yield line
+
+
+def _sse(lines: Iterable[bytes]) -> Iterator["tuple[str, Dict[str, Any]]"]:
     """Server-Sent Events: (event, JSON data) pairs."""
     event, data = "message", []
-    for raw in resp:
+    for raw in lines:
         line = raw.decode("utf-8").rstrip("\r\n")
         if not line:
             if data:

@@ -44,6 +44,17 @@ class Fake(BaseHTTPRequestHandler):
             self.wfile.flush()
             Fake.release.wait(10)
             return
+        if data == b"TRICKLE":  # an event stream whose output comes slowly
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for i in range(5):
+                time.sleep(0.8 if i == 0 else 1.5)
+                self.wfile.write(b'event: stdout\ndata: {"type":"output","text":"x"}\n\n')
+                self.wfile.flush()
+                if Fake.release.is_set():
+                    return
+            return
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -189,6 +200,20 @@ class ClientTest(unittest.TestCase):
                 for _ in self.sb.stream("print(1)", timeout=1):
                     pass
             self.assertLess(time.monotonic() - start, 5)
+        finally:
+            Fake.release.set()
+
+    def test_stream_timeout_while_output_trickles(self):
+        """stream(timeout=) raises at the deadline, not at the next event past it."""
+        Fake.script = {("POST", "/v1/jobs"): [(202, {}, {"id": "s1", "status": "queued"})],
+                       ("GET", "/v1/jobs/s1/events"): [(200, {}, b"TRICKLE")]}
+        Fake.release.clear()
+        start = time.monotonic()
+        try:
+            with self.assertRaises(sandfleet.SandfleetTimeout):
+                for _ in self.sb.stream("print(1)", timeout=1):
+                    pass
+            self.assertLess(time.monotonic() - start, 1.6)
         finally:
             Fake.release.set()
 
