@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -81,12 +82,16 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return usage("batch takes one FILE.jsonl, got %q", fs.Args())
 	}
 	path := fs.Arg(0)
-	in, err := os.Open(path)
+	// Non-blocking: opening a FIFO for reading would wait for a writer,
+	// before the check below could refuse it. A regular file's reads
+	// ignore the flag.
+	in, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fail(exitUsage, "%w", err)
 	}
 	defer in.Close()
-	if st, err := in.Stat(); err == nil && !st.Mode().IsRegular() {
+	st, err := in.Stat()
+	if err == nil && !st.Mode().IsRegular() {
 		return fail(exitUsage, "%s: not a regular file (batch reads its input twice)", path)
 	}
 	name, out, window := c.name, c.outPath, c.window
@@ -105,6 +110,9 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	if out == "" && !c.out.json {
 		out = "-"
 	}
+	if ost, err := os.Stat(out); err == nil && st != nil && os.SameFile(st, ost) {
+		return usage("-o %s is FILE itself: its results would replace the jobs", out)
+	}
 	if c.retry != "" && c.retry != "errors" {
 		return usage("--retry takes errors, not %q", c.retry)
 	}
@@ -121,7 +129,12 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	// Results on a terminal are JSON shown safe, as --json's are.
 	sink := &resultSink{path: out, stdout: m.Stdout, visible: m.IsTerminal(m.Stdout)}
 	defer sink.close(false)
-	var badMu sync.Mutex
+	var badMu sync.Mutex // the terminal's stderr: progress, bad lines
+	if sink.visible && m.IsTerminal(m.Stderr) {
+		// Results and the live progress line share the terminal: each
+		// result first clears the line, which the next tick draws again.
+		sink.progress, sink.mu = m.Stderr, &badMu
+	}
 	runner, err := batch.New(client, batch.Config{
 		Name:   name,
 		Queue:  c.queue,
@@ -217,10 +230,14 @@ type resultSink struct {
 	visible bool // stdout is a terminal: visibleJSON
 	w       io.Writer
 	f       *os.File
-	opened  bool // OUT is a file, opened
-	aside   bool // f is a file beside path, renamed over it by close
-	lines   int  // results written
-	buf     []byte
+	// progress, when set, is the terminal stderr whose live line (drawn
+	// under mu) a result on the same terminal clears first.
+	progress io.Writer
+	mu       *sync.Mutex
+	opened   bool // OUT is a file, opened
+	aside    bool // f is a file beside path, renamed over it by close
+	lines    int  // results written
+	buf      []byte
 }
 
 func (s *resultSink) open() error {
@@ -268,6 +285,11 @@ func (s *resultSink) write(o batch.Outcome) error {
 		data = visibleJSON(data)
 	}
 	s.buf = append(append(s.buf[:0], data...), '\n')
+	if s.progress != nil && s.visible {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		fmt.Fprint(s.progress, "\r\033[K")
+	}
 	if _, err := s.w.Write(s.buf); err != nil {
 		return fmt.Errorf("%w: %w", errSink, err)
 	}

@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -349,5 +352,93 @@ func TestBatchInterruptedRerunKeepsOut(t *testing.T) {
 	}
 	if got := len(readResults(t, outPath)); got != n {
 		t.Errorf("after the finished rerun: %d results, want %d", got, n)
+	}
+}
+
+// FILE must be a regular file: a FIFO is refused at once (exit 2), not
+// waited on for a writer; and -o naming FILE itself is refused before its
+// jobs could be replaced by their results.
+func TestBatchRefusesFIFOAndOutIsFile(t *testing.T) {
+	t.Parallel()
+	fifo := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		var o, e bytes.Buffer
+		code := runCLI(t.Context(), []string{"batch", fifo, "--nats", "nats://127.0.0.1:1"}, strings.NewReader(""), &o, &e)
+		done <- fmt.Sprintf("exit %d: %s", code, e.String())
+	}()
+	select {
+	case got := <-done:
+		if !strings.HasPrefix(got, "exit 2:") || !strings.Contains(got, "not a regular file") {
+			t.Errorf("a FIFO: %s", got)
+		}
+	case <-time.After(10 * time.Second):
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil { // lets the open end
+			w.Close()
+		}
+		<-done
+		t.Fatal("submit batch FIFO still running after 10s: blocked opening it")
+	}
+
+	path := writeLines(t, "self.jsonl", `{"image":"python","code":"print 1"}`)
+	var o, e bytes.Buffer
+	if code := runCLI(t.Context(), []string{"batch", path, "-o", path, "--nats", "nats://127.0.0.1:1"}, strings.NewReader(""), &o, &e); code != 2 ||
+		!strings.Contains(e.String(), "FILE itself") {
+		t.Errorf("-o FILE: exit %d, %q", code, e.String())
+	}
+	if data, _ := os.ReadFile(path); !strings.Contains(string(data), `"print 1"`) {
+		t.Errorf("FILE after -o FILE: %q", data)
+	}
+}
+
+// syncBuf is a terminal's screen: stdout and stderr, written from the
+// progress line's goroutine and the results' alike.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// Results on the terminal that shows the live progress line: each result
+// starts a line of its own, never glued onto the progress text.
+func TestBatchResultsAndProgressOnOneTerminal(t *testing.T) {
+	t.Parallel()
+	url, _ := setupFleet(t, 1)
+	var lines []string
+	for i := range 6 {
+		lines = append(lines, fmt.Sprintf(`{"image":"python","code":"sleep 150ms\nprint %d"}`, i))
+	}
+	path := writeLines(t, "tty.jsonl", lines...)
+	var tty syncBuf
+	m := &Main{Stdin: strings.NewReader(""), Stdout: &tty, Stderr: &tty, IsTerminal: func(io.Writer) bool { return true }}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	code := exitCode(m.Run(ctx, []string{"batch", path, "--window", "1", "--progress-interval", "20ms", "--nats", url}), &tty)
+	out := tty.b.String()
+	if code != 0 {
+		t.Fatalf("exit %d: %q", code, out)
+	}
+	results := 0
+	for l := range strings.SplitSeq(out, "\n") {
+		if i := strings.LastIndex(l, "\r\x1b[K"); i >= 0 {
+			l = l[i+len("\r\x1b[K"):]
+		}
+		switch j := strings.Index(l, `{"id"`); {
+		case j > 0:
+			t.Errorf("a result glued onto the progress line: %q", l)
+		case j == 0:
+			results++
+		}
+	}
+	if results != 6 || !strings.Contains(out, "done (") {
+		t.Errorf("%d results, progress shown: %v\n%s", results, strings.Contains(out, "done ("), out)
 	}
 }

@@ -63,7 +63,7 @@ func readLine(br *bufio.Reader, buf *[]byte, max int) (line []byte, tooLong bool
 	for {
 		frag, err := br.ReadSlice('\n')
 		if !tooLong {
-			if len(*buf)+len(frag) > max+1 { // +1: the newline
+			if len(*buf)+len(frag) > max+2 { // +2: the newline, maybe CRLF
 				tooLong = true
 				*buf = (*buf)[:0]
 			} else {
@@ -75,6 +75,9 @@ func readLine(br *bufio.Reader, buf *[]byte, max int) (line []byte, tooLong bool
 		}
 		line = bytes.TrimSuffix(*buf, []byte("\n"))
 		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) > max {
+			line, tooLong = nil, true
+		}
 		if cap(*buf) > 1<<20 && len(*buf) < 64<<10 {
 			*buf = nil // do not keep one huge line's buffer for the rest
 		}
