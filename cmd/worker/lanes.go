@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -41,7 +42,9 @@ func laneFamilies(w *worker.Worker) func() []metrics.Family {
 		up := 1.0
 		if err != nil {
 			up = 0
-			slog.Warn("metrics: read the queues' figures", "err", err)
+			if !errors.Is(err, worker.ErrNotSetUp) {
+				slog.Warn("metrics: read the queues' figures", "err", err)
+			}
 		}
 		gauge := func(name, help string) metrics.Family {
 			return metrics.Family{Name: name, Help: help, Type: metrics.GaugeType}

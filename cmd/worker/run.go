@@ -338,7 +338,12 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		defer hs.Close()
 		log.Info("serving /metrics, /healthz, /readyz and /status", "addr", ln.Addr().String())
 	}
-	wg.Go(func() { releaseStartMemory(stop, w) })
+	// Ended with Run (deferred after wg.Wait, so it runs first): a Run
+	// that gives up before the worker was ready (refused credentials)
+	// returns at once, not after releaseStartMemory's minute.
+	running, ran := context.WithCancel(stop)
+	defer ran()
+	wg.Go(func() { releaseStartMemory(running, w) })
 	return w.Run(stop, force)
 }
 

@@ -230,15 +230,20 @@ type LaneStats struct {
 	OldestPending time.Time
 }
 
+// ErrNotSetUp is Lanes' error before Run has set the topology up: the
+// queues' figures were not read.
+var ErrNotSetUp = errors.New("worker: the topology is not set up yet")
+
 // Lanes reads the statistics of every lane, heaviest first; before Run
-// has set the topology up it returns the lanes with zero figures.
+// has set the topology up it returns the lanes with this worker's figures
+// only (no queue's), and ErrNotSetUp.
 func (w *Worker) Lanes(ctx context.Context) ([]LaneStats, error) {
 	if !w.setUp.Load() {
 		out := make([]LaneStats, len(w.cfg.Queues))
 		for i, l := range w.cfg.Queues {
 			out[i].Lane = l
 		}
-		return out, nil
+		return out, ErrNotSetUp
 	}
 	out := make([]LaneStats, len(w.lanes))
 	var errs []error

@@ -93,7 +93,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Worker{
+	w := &Worker{
 		cfg:     cfg,
 		js:      js,
 		exec:    exec,
@@ -105,7 +105,15 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		running: map[*run]struct{}{},
 		objects: map[string]jobs.ObjectStores{},
 		snaps:   newSnapCache(snapCacheBytes),
-	}, nil
+	}
+	// Nothing is fetched until the executor answered a first ping, which
+	// the prober sends once the topology is set up: until then the
+	// heartbeat, /status and the executor's gauge say it is not checked,
+	// not up.
+	if _, ok := exec.(Pinger); ok {
+		w.health.down(errNotChecked)
+	}
+	return w, nil
 }
 
 // ID returns the worker's ID as used in results and WORKERS.
@@ -148,13 +156,9 @@ func (w *Worker) Run(stop, force context.Context) error {
 	w.stores, w.lanes = st, lanes
 	w.setUp.Store(true)
 
-	// Nothing is fetched until the executor answered a first ping, which
-	// the prober sends at once: start-up does not wait on it, so the
-	// heartbeat says why the worker is not ready yet, however long the
-	// executor's infrastructure takes to answer.
-	if _, ok := w.exec.(Pinger); ok {
-		w.health.down(errNotChecked)
-	}
+	// The prober sends the first ping at once (see New): start-up does
+	// not wait on it, so the heartbeat says why the worker is not ready
+	// yet, however long the executor's infrastructure takes to answer.
 
 	bg, cancelBg := context.WithCancel(context.Background())
 	var bgWG sync.WaitGroup

@@ -5,6 +5,7 @@
 package daemonjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,15 +51,25 @@ func Unregister(file, name string) (bool, error) {
 // atomically, when change reports a change.
 func edit(file string, change func(runtimes map[string]any) bool) (bool, error) {
 	cfg := map[string]any{}
+	mode := fs.FileMode(0o644)
 	b, err := os.ReadFile(file)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return false, err
+	case len(bytes.TrimSpace(b)) == 0:
+		// An empty daemon.json is no settings to dockerd (a touch is a
+		// common set-up step).
 	default:
 		if err := json.Unmarshal(b, &cfg); err != nil {
 			return false, fmt.Errorf("%s: %w", file, err)
 		}
+		if cfg == nil { // null
+			cfg = map[string]any{}
+		}
+	}
+	if st, err := os.Stat(file); err == nil {
+		mode = st.Mode().Perm() // kept: a daemon.json of 0600 stays so
 	}
 	runtimes, _ := cfg["runtimes"].(map[string]any)
 	if runtimes == nil {
@@ -76,7 +87,10 @@ func edit(file string, change func(runtimes map[string]any) bool) (bool, error) 
 		return false, err
 	}
 	tmp := file + ".sandfleet.tmp"
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, append(out, '\n'), mode); err != nil {
+		return false, err
+	}
+	if err := os.Chmod(tmp, mode); err != nil { // past the umask
 		return false, err
 	}
 	if err := os.Rename(tmp, file); err != nil {

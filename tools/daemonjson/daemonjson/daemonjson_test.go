@@ -79,3 +79,27 @@ func readJSON(t *testing.T, file string) map[string]any {
 	}
 	return m
 }
+
+// An empty daemon.json (a touch), one of blanks, or null is no settings,
+// as dockerd reads it; the file keeps its mode.
+func TestRegisterInEmptyDaemonJSON(t *testing.T) {
+	t.Parallel()
+	for name, content := range map[string]string{"empty": "", "whitespace": "\n  \n", "null": "null"} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "daemon.json")
+			if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			changed, err := Register(file, "runsc", "/usr/bin/runsc", []string{"--network=none"})
+			if err != nil || !changed {
+				t.Fatalf("Register: changed %v, %v", changed, err)
+			}
+			if rt, _ := readJSON(t, file)["runtimes"].(map[string]any); rt["runsc"] == nil {
+				t.Errorf("runtimes after Register: %v", rt)
+			}
+			if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+				t.Errorf("mode after Register: %v %v", st.Mode(), err)
+			}
+		})
+	}
+}
