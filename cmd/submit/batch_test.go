@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -394,19 +393,6 @@ func TestBatchRefusesFIFOAndOutIsFile(t *testing.T) {
 	}
 }
 
-// syncBuf is a terminal's screen: stdout and stderr, written from the
-// progress line's goroutine and the results' alike.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // Results on the terminal that shows the live progress line: each result
 // starts a line of its own, never glued onto the progress text.
 func TestBatchResultsAndProgressOnOneTerminal(t *testing.T) {
@@ -417,12 +403,12 @@ func TestBatchResultsAndProgressOnOneTerminal(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"image":"python","code":"sleep 150ms\nprint %d"}`, i))
 	}
 	path := writeLines(t, "tty.jsonl", lines...)
-	var tty syncBuf
+	var tty testutil.Buffer // the terminal's screen: stdout and stderr alike
 	m := &Main{Stdin: strings.NewReader(""), Stdout: &tty, Stderr: &tty, IsTerminal: func(io.Writer) bool { return true }}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	code := exitCode(m.Run(ctx, []string{"batch", path, "--window", "1", "--progress-interval", "20ms", "--nats", url}), &tty)
-	out := tty.b.String()
+	out := tty.String()
 	if code != 0 {
 		t.Fatalf("exit %d: %q", code, out)
 	}

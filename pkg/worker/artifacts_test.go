@@ -5,17 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
-	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -44,34 +39,9 @@ func TestArtifactsOfTheStoredResult(t *testing.T) {
 	b := setup(t)
 	dir := t.TempDir()
 	ex := &perRun{Executor: b.exec, dir: dir}
-	spy, _ := natstest.Connect(t, b.url)
-	var mu sync.Mutex
-	var acks []string // the deliveries' ack subjects, as the workers' pulls receive them
-	sub, err := spy.Subscribe("_INBOX.>", func(m *nats.Msg) {
-		if strings.HasPrefix(m.Reply, "$JS.ACK.") && strings.Contains(string(m.Data), `"j"`) {
-			mu.Lock()
-			acks = append(acks, m.Reply)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"wa", "wb"} {
-		w, err := worker.New(b.js, ex, worker.Config{ID: id, Slots: 1, Topology: b.topo, FetchWait: 200 * time.Millisecond,
-			Backoff: fastBackoff, NakDelay: 100 * time.Millisecond, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- w.Run(stop, context.Background()) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
+	spy, acks := b.ackSpy(t, "j")
+	b.startWorkerOn(t, ex, worker.Config{ID: "wa", Slots: 1})
+	b.startWorkerOn(t, ex, worker.Config{ID: "wb", Slots: 1})
 
 	rw, err := b.client.Watch(t.Context(), "j")
 	if err != nil {
@@ -82,9 +52,7 @@ func TestArtifactsOfTheStoredResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the first delivery running", func() bool { return b.exec.Running() == 1 })
-	mu.Lock()
-	first := acks[0]
-	mu.Unlock()
+	first := acks()[0]
 	if err := spy.Publish(first, []byte("-NAK")); err != nil { // as the lease's end would
 		t.Fatal(err)
 	}

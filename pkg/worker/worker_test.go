@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,12 @@ func (r *running) Stop(t *testing.T) {
 
 func (b *bundle) startWorker(t *testing.T, cfg worker.Config) *running {
 	t.Helper()
+	return b.startWorkerOn(t, b.exec, cfg)
+}
+
+// startWorkerOn is startWorker with an executor of the test's.
+func (b *bundle) startWorkerOn(t *testing.T, exec worker.Executor, cfg worker.Config) *running {
+	t.Helper()
 	if cfg.ID == "" {
 		cfg.ID = "w1"
 	}
@@ -108,7 +115,7 @@ func (b *bundle) startWorker(t *testing.T, cfg worker.Config) *running {
 	if testing.Verbose() {
 		cfg.Logger = slog.Default()
 	}
-	w, err := worker.New(b.js, b.exec, cfg)
+	w, err := worker.New(b.js, exec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +125,35 @@ func (b *bundle) startWorker(t *testing.T, cfg worker.Config) *running {
 	go func() { r.done <- w.Run(stopCtx, forceCtx) }()
 	t.Cleanup(func() { r.force(); r.Stop(t) })
 	return r
+}
+
+// ackSpy watches the workers' pulls for deliveries of job id: acks returns
+// their ack subjects so far (a "-NAK" published to one is what the end of
+// its lease would do); spy is the connection it listens on.
+func (b *bundle) ackSpy(t *testing.T, id string) (spy *nats.Conn, acks func() []string) {
+	t.Helper()
+	spy, _ = natstest.Connect(t, b.url)
+	var mu sync.Mutex
+	var subjects []string
+	sub, err := spy.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.ACK.") && strings.Contains(string(m.Data), `"`+id+`"`) {
+			mu.Lock()
+			subjects = append(subjects, m.Reply)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return spy, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(subjects)
+	}
 }
 
 func waitCtx(t *testing.T) context.Context {

@@ -15,11 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -550,23 +548,7 @@ func TestWorkspaceSnapshotCache(t *testing.T) {
 func TestWorkspaceTwoLiveDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	spy, _ := natstest.Connect(t, b.url)
-	var mu sync.Mutex
-	var acks []string // the ack subjects of the deliveries of job j
-	sub, err := spy.Subscribe("_INBOX.>", func(m *nats.Msg) {
-		if strings.HasPrefix(m.Reply, "$JS.ACK.") && strings.Contains(string(m.Data), `"j"`) {
-			mu.Lock()
-			acks = append(acks, m.Reply)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	spy, acks := b.ackSpy(t, "j")
 	wa := b.startWorker(t, worker.Config{ID: "wa", Slots: 1})
 	wb := b.startWorker(t, worker.Config{ID: "wb", Slots: 1})
 
@@ -581,9 +563,7 @@ func TestWorkspaceTwoLiveDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "first delivery running", func() bool { return b.exec.Running() == 1 })
-	mu.Lock()
-	first := acks[0]
-	mu.Unlock()
+	first := acks()[0]
 	if err := spy.Publish(first, []byte("-NAK")); err != nil { // what the lease's end does
 		t.Fatal(err)
 	}
