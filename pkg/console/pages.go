@@ -266,7 +266,8 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 			}
 		case errors.Is(err, jobs.ErrNotFound):
 			// Finished between the two looks, or unknown.
-			if res, gerr := c.client.Get(ctx, id); gerr == nil {
+			if got, gerr := c.client.Get(ctx, id); gerr == nil {
+				res = got // the output below is this result's
 				p.Result, p.Status, p.Final, p.Labels = res, string(res.Status), true, res.Labels
 			} else if p.Summary == nil {
 				return err

@@ -359,6 +359,12 @@ func (p *pool) launchMissing() <-chan struct{} {
 		}
 	}
 	if len(missing) == 0 {
+		// Halted while short, then shrunk to what it holds (a calm sweep):
+		// nothing is missing, and no launch would clear the flag once
+		// sandboxes start again.
+		if p.waiting && p.e.starts.err() == nil {
+			p.waiting, p.stats.Halted = false, false
+		}
 		return nil
 	}
 	turn, trialEnd, err := p.e.starts.turn(false)
