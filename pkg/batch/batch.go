@@ -371,6 +371,10 @@ func (r *Runner) retry(ctx context.Context, it *item, res *jobs.Result) (*jobs.R
 			return nil, err
 		case err != nil:
 			return nil, err
+		case got.RetryOf != orig:
+			// Another job's result: a run without RetryErrors ran a line
+			// whose own ID this is. Not this job's retry; the next is.
+			continue
 		case got.Status != jobs.StatusError:
 			r.t.move(orig, id)
 			return got, nil

@@ -44,7 +44,15 @@ func (r *Runner) scan(input io.Reader, fn func(line int, job *jobs.Job, err erro
 		}
 		if bad == nil {
 			if first, ok := ids.claim(job.ID, n); !ok {
-				bad = fmt.Errorf("%w: id %q is also the id of line %d", jobs.ErrInvalidJob, job.ID, first)
+				bad = fmt.Errorf("%w: id %q is also the id of line %d%s", jobs.ErrInvalidJob, job.ID, first, r.orItsRetries())
+			}
+		}
+		// With RetryErrors a line's retries take IDs of their own
+		// (RetryID): no other line may have one of them, or the two would
+		// share a result.
+		for k := 1; bad == nil && r.cfg.RetryErrors && k <= MaxRetries; k++ {
+			if first, ok := ids.claim(RetryID(job.ID, k), n); !ok {
+				bad = fmt.Errorf("%w: the id of its retry %d, %q, is also the id of line %d or of one of its retries", jobs.ErrInvalidJob, k, RetryID(job.ID, k), first)
 			}
 		}
 		if bad != nil {
@@ -120,4 +128,13 @@ func (r *Runner) parse(line []byte, ids *lineIDs) (*jobs.Job, error) {
 		return nil, err
 	}
 	return job, nil
+}
+
+// orItsRetries completes "is also the id of line N" when lines' retries
+// hold IDs too.
+func (r *Runner) orItsRetries() string {
+	if r.cfg.RetryErrors {
+		return " or of one of its retries (--retry errors)"
+	}
+	return ""
 }
