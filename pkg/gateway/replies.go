@@ -66,9 +66,9 @@ func (r *replies) expect(id string) (result <-chan *jobs.Result, done func()) {
 
 func (r *replies) deliver(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, r.prefix)
-	res, err := jobs.DecodeResult(m.Data)
+	res, err := jobs.DecodeReply(m, r.subject(id))
 	if err != nil || res.ID != id {
-		return // not a result of the job the subject names
+		return // not a worker's reply, or not a result of the job the subject names
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

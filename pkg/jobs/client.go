@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/shorten"
@@ -219,6 +220,28 @@ func DecodeResult(data []byte) (*Result, error) {
 		return nil, fmt.Errorf("decode result: %w", err)
 	}
 	return &r, nil
+}
+
+// ErrNotReply is DecodeReply's error for a message that is not a worker's
+// reply on the subject it names.
+var ErrNotReply = errors.New("not a worker's reply")
+
+// DecodeReply parses a message received on a job's reply_to as the job's
+// result, refusing one that is not a worker's reply there. Permissions
+// allow a publish into results.<t>.> or _INBOX.<t>.> to the fleet's
+// workers only, but a JetStream push consumer delivers to the subject its
+// creator names, which the server does not check against its creator's
+// permissions: a tenant (or anyone who may create a consumer) can have
+// the server deliver a message of its own, a forged result, to another's
+// reply subject. Such a delivery keeps its stream's subject ($KV...,
+// events...), which is never a reply subject, and carries a JetStream ack
+// subject; a worker's reply is a plain publish on reply_to.
+func DecodeReply(m *nats.Msg, replyTo string) (*Result, error) {
+	if m.Subject != replyTo || strings.HasPrefix(m.Reply, "$JS.ACK.") {
+		return nil, fmt.Errorf("%w: a message on %s with reply %q, for reply_to %s", ErrNotReply,
+			shorten.Text(m.Subject, 140), shorten.Text(m.Reply, 140), shorten.Text(replyTo, 140))
+	}
+	return DecodeResult(m.Data)
 }
 
 // DecodeStoredResult parses the result stored in RESULTS under key id.
