@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -70,12 +69,7 @@ func TestUsageErrors(t *testing.T) {
 func TestMaxWaitingFlag(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.FreeAddr(t)
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
@@ -100,7 +94,7 @@ func TestMaxWaitingFlag(t *testing.T) {
 		}
 		first <- err
 	}()
-	err = testutil.Poll(t.Context(), 10*time.Second, 20*time.Millisecond, func(context.Context) error {
+	err := testutil.Poll(t.Context(), 10*time.Second, 20*time.Millisecond, func(context.Context) error {
 		res, err := post("waits-2", time.Second) // one that waits: the first has no slot yet
 		if err != nil {
 			return err

@@ -252,6 +252,9 @@ func (s *resultSink) open() error {
 		var err error
 		if st, serr := os.Stat(s.path); serr == nil && st.Mode().IsRegular() && st.Size() > 0 {
 			dir, base := filepath.Split(s.path)
+			if dir == "" {
+				dir = "." // beside OUT, not in $TMPDIR: renamed over it at the end
+			}
 			if f, err = os.CreateTemp(dir, "."+base+".*.partial"); err == nil {
 				err = f.Chmod(st.Mode().Perm())
 			}
@@ -317,10 +320,8 @@ func (s *resultSink) close(finished bool) (kept bool, err error) {
 	if !s.aside {
 		return false, err
 	}
-	if err == nil && !finished {
-		if old, rerr := os.ReadFile(s.path); rerr == nil && bytes.Count(old, []byte("\n")) > s.lines {
-			return true, os.Remove(f.Name())
-		}
+	if err == nil && !finished && holdsMoreLines(s.path, s.lines) {
+		return true, os.Remove(f.Name())
 	}
 	if err == nil {
 		err = os.Rename(f.Name(), s.path)
@@ -329,6 +330,28 @@ func (s *resultSink) close(finished bool) (kept bool, err error) {
 		os.Remove(f.Name())
 	}
 	return false, err
+}
+
+// holdsMoreLines reports whether the file at path holds more than n lines,
+// reading no further than it takes to tell (OUT may be large).
+func holdsMoreLines(path string, n int) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	lines := 0
+	for {
+		k, err := f.Read(buf)
+		lines += bytes.Count(buf[:k], []byte("\n"))
+		if lines > n {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
 
 // progress prints the batch's progress on stderr until the returned func

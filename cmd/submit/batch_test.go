@@ -428,3 +428,32 @@ func TestBatchResultsAndProgressOnOneTerminal(t *testing.T) {
 		t.Errorf("%d results, progress shown: %v\n%s", results, strings.Contains(out, "done ("), out)
 	}
 }
+
+// A rerun into a bare -o OUT (relative, in the working directory) writes
+// its results beside OUT, whatever $TMPDIR is: one on another filesystem
+// made the final rename fail, and the run's results were thrown away.
+func TestBatchRerunIntoARelativeOut(t *testing.T) {
+	url, _ := setupFleet(t, 2)
+	tmp, err := os.MkdirTemp("/dev/shm", "sandfleet-tmpdir-")
+	if err != nil {
+		t.Skip("no /dev/shm:", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp) // a tmpfs: another filesystem than the working directory's
+	t.Chdir(t.TempDir())
+	path := writeLines(t, "jobs.jsonl", `{"image":"python","code":"print 1"}`, `{"image":"python","code":"print 2"}`)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for run := range 2 {
+		var o, e bytes.Buffer
+		if code := runCLI(ctx, []string{"batch", path, "-o", "out.jsonl", "--nats", url}, strings.NewReader(""), &o, &e); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", run+1, code, e.String())
+		}
+		if got := len(readResults(t, "out.jsonl")); got != 2 {
+			t.Errorf("run %d: %d results in OUT, want 2", run+1, got)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "*")); len(left) > 0 {
+		t.Errorf("left in $TMPDIR: %q", left)
+	}
+}

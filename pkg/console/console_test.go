@@ -225,13 +225,20 @@ func TestOpenConsoleLoopbackOnly(t *testing.T) {
 }
 
 // A token is no tenant: the console neither opens nor cancels a tenant's
-// job (made over NATS), whose output and files are the tenant's.
+// job (made over NATS), whose output and files are the tenant's, and
+// neither lists nor opens its workspace.
 func TestTenantJobNotOpened(t *testing.T) {
 	t.Parallel()
 	f := setup(t, options{})
-	f.run(t, &jobs.Job{ID: "acme.j1", Image: "python", Code: "print acme-private"})
+	f.run(t, &jobs.Job{ID: "acme.j1", Image: "python", Workspace: "acme.agent", Code: "print acme-private"})
 	if p := f.get(t, "/jobs/acme.j1", f.alice); p.status != http.StatusNotFound || strings.Contains(p.body, "acme-private") {
 		t.Errorf("a tenant's job page: %d\n%.1000s", p.status, p.body)
+	}
+	if p := f.get(t, "/workspaces/acme.agent", f.alice); p.status != http.StatusNotFound {
+		t.Errorf("a tenant's workspace page: %d\n%.1000s", p.status, p.body)
+	}
+	if p := f.get(t, "/workspaces", f.alice); p.status != http.StatusOK || strings.Contains(p.body, "acme.agent") {
+		t.Errorf("the workspace list shows a tenant's: %d\n%.2000s", p.status, p.body)
 	}
 	op := f.get(t, "/jobs", f.alice)
 	if p := f.do(t, "POST", "/jobs/acme.j1/cancel", f.alice, url.Values{"csrf": {csrf(t, op)}}, "Origin", f.url); p.status != http.StatusNotFound {

@@ -436,6 +436,8 @@ func (c *Console) workspaceList(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		return err
 	}
+	// A tenant's workspaces are its own: a token is no tenant.
+	heads = slices.DeleteFunc(heads, func(h *jobs.WorkspaceHead) bool { return jobs.TenantOf(h.Name) != "" })
 	slices.SortFunc(heads, func(a, b *jobs.WorkspaceHead) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	p := workspaceListPage{Heads: heads}
 	if len(heads) > maxWorkspaces {
@@ -462,6 +464,9 @@ func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) 
 	ctx, cancel := pageCtx(r)
 	defer cancel()
 	name := r.PathValue("name")
+	if jobs.TenantOf(name) != "" {
+		return notFound("a tenant's workspace: tenants' workspaces are not reachable over HTTP")
+	}
 	h, err := c.client.Workspace(ctx, name)
 	switch {
 	case errors.Is(err, jobs.ErrInvalidJob), errors.Is(err, jobs.ErrNoWorkspace), errors.Is(err, jobs.ErrNoWorkspaces):

@@ -422,7 +422,10 @@ type PoolStatus struct {
 // them as they are. A client that opens a fleet's topology while its
 // workers still set it up (the gateway beside an embedded worker) makes
 // what is missing with the defaults, and the workers' settings, written
-// before or after, are what stays.
+// before or after, are what stays. One window is left: a tenant-writable
+// bucket the client makes itself has its rollups turned off by an update
+// of the configuration it read, which a worker's update in the round trip
+// between would lose (the worker's next Ensure writes it again).
 type maker struct {
 	js   jetstream.JetStream
 	keep bool
