@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,5 +87,26 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 	}
 	if more > 0 {
 		res.ArtifactsError = fmt.Sprintf("%d more files matching the outputs were skipped (past the %d listed)", more, maxSkippedListed)
+	}
+}
+
+// dropArtifacts deletes the artifacts of a run whose result lost the store
+// to another's (another live delivery's, a cancel's): they are under this
+// run's keys (ArtifactKey), which no stored result names.
+func (w *Worker) dropArtifacts(job *jobs.Job, arts []jobs.Artifact, log *slog.Logger) {
+	if job == nil || len(arts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	objs, err := w.tenantObjects(ctx, jobs.TenantOf(job.ID))
+	if err != nil {
+		log.Warn("remove the artifacts of a result not stored", "err", err)
+		return
+	}
+	for _, a := range arts {
+		if err := objs.Artifacts.Delete(ctx, a.Key); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			log.Warn("remove an artifact of a result not stored", "key", a.Key, "err", err)
+		}
 	}
 }

@@ -93,4 +93,17 @@ func TestArtifactsOfTheStoredResult(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(out, "out.txt")); string(got) != "run-1\n" {
 		t.Errorf("out.txt of the stored result says %q, want the first run's", got)
 	}
+	// The second run's files, which no stored result names, are gone.
+	ws := b.workspaces(t)
+	list, err := ws.Artifacts.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != stored.Artifacts[0].Key {
+		var names []string
+		for _, o := range list {
+			names = append(names, o.Name)
+		}
+		t.Errorf("ARTIFACTS holds %q, want only the stored result's %s", names, stored.Artifacts[0].Key)
+	}
 }

@@ -342,6 +342,9 @@ func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *
 	} else {
 		log.Warn("result not stored: the subject's ID is not a valid key", "status", res.Status)
 	}
+	if stored != res {
+		w.dropArtifacts(job, res.Artifacts, log)
+	}
 	w.finished(dl.queue, job, stored, stored == res, false)
 	ev.finished(stored)
 	w.reply(job, stored, log)
