@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -94,20 +95,39 @@ func TestMaxWaitingFlag(t *testing.T) {
 		}
 		first <- err
 	}()
-	err := testutil.Poll(t.Context(), 10*time.Second, 20*time.Millisecond, func(context.Context) error {
-		res, err := post("waits-2", time.Second) // one that waits: the first has no slot yet
-		if err != nil {
-			return err
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusTooManyRequests {
-			return fmt.Errorf("the second long poll: %s, want 429", res.Status)
-		}
-		return nil
+	// Which request takes the one slot is decided here, not by the race:
+	// the second is sent only once the gateway's gauge says the first holds it.
+	testutil.Eventually(t, 10*time.Second, "the first long poll holds the slot", func() bool {
+		return waitingSlots(t, addr) == 1
 	})
+	res, err := post("waits-2", 5*time.Second)
 	if err != nil {
-		t.Error(err)
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the second long poll: %s, want 429", res.Status)
 	}
 	stop()
 	<-first
+}
+
+// waitingSlots reads the gateway's sandfleet_gateway_slots_busy{kind="waiting"}
+// from its /metrics (0 while it is not up yet).
+func waitingSlots(t *testing.T, addr string) float64 {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, `sandfleet_gateway_slots_busy{kind="waiting"} `); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return 0
 }
