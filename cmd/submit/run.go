@@ -89,6 +89,7 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	if job.ID, err = client.QualifyID(job.ID); err != nil { // a tenant's: <tenant>.<id>
 		return usageError("run", "--id: %v", err)
 	}
+	claim := jobs.ClaimOf(job)
 	submit := func() (string, error) {
 		if c.waitRoom <= 0 {
 			return client.Submit(ctx, job)
@@ -114,7 +115,12 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		if _, err := submit(); err != nil {
 			return submitFailed(err)
 		}
-		c.out.then = func(res *jobs.Result) error { return c.ws.download(ctx, c.m, client, res) }
+		c.out.then = func(res *jobs.Result) error {
+			if err := ownResult(claim, res); err != nil {
+				return err
+			}
+			return c.ws.download(ctx, c.m, client, res)
+		}
 		return c.out.watch(ctx, client, job.ID, true)
 	}
 	rw, err := client.Watch(ctx, job.ID)
@@ -127,6 +133,9 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	}
 	res, err := c.out.next(ctx, rw, job.ID)
 	if err != nil {
+		return err
+	}
+	if err := ownResult(claim, res); err != nil {
 		return err
 	}
 	if err := c.ws.download(ctx, c.m, client, res); err != nil {
@@ -206,6 +215,15 @@ func (c *runCommand) job(fs *pflag.FlagSet) (*jobs.Job, error) {
 		return nil, usage("%v", err)
 	}
 	return job, nil
+}
+
+// ownResult refuses a result stored at the job's ID that is another
+// job's (an --id someone else used): its verdict is not this job's.
+func ownResult(claim jobs.Claim, res *jobs.Result) error {
+	if err := claim.Check(res); err != nil {
+		return fail(exitUsage, "--id: %w", err)
+	}
+	return nil
 }
 
 func submitFailed(err error) error {

@@ -268,6 +268,15 @@ func (r *Runner) complete(res *jobs.Result, reused bool) error {
 	if !ok { // the other path won meanwhile
 		return nil
 	}
+	if err := f.claim.Check(res); err != nil {
+		// Another job ran under this line's ID (someone chose it): its
+		// verdict is not this line's.
+		if r.cfg.OnBadLine != nil {
+			r.cfg.OnBadLine(BadLine{Line: f.line, Err: err})
+		}
+		r.t.conflicted()
+		return nil
+	}
 	var err error
 	if r.cfg.OnResult != nil {
 		err = r.cfg.OnResult(Outcome{Line: f.line, Result: res, Reused: reused})

@@ -516,3 +516,64 @@ func TestInterruptWhileTheWatchOpens(t *testing.T) {
 		t.Errorf("err %v, interrupted %v: want context.Canceled and an interrupted summary", err, sum.Interrupted)
 	}
 }
+
+// A job planted under the ID a batch line derives, with other code, is
+// not that line's verdict: the line is a conflict naming both specs, no
+// outcome is reported for it, and nothing counts as succeeded.
+func TestPlantedResultIsAConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, jobs.Topology{})
+	ctx := ctxFor(t, 30*time.Second)
+	line := `{"image":"python","code":"exit 1"}`
+	id := batch.DeriveID("victim", []byte(line), 0)
+	planted, err := b.client.SubmitAndWait(ctx, &jobs.Job{ID: id, Image: "python", Code: "print planted"})
+	if err != nil || planted.Status != jobs.StatusSucceeded {
+		t.Fatalf("planting %s: %+v, %v", id, planted, err)
+	}
+	var col collector
+	r, err := batch.New(b.client, col.config("victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := r.Run(ctx, strings.NewReader(line+"\n"+`{"image":"python","code":"print honest"}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := col.byLine()[1]; ok {
+		t.Errorf("line 1 reported %s (reused %v): the planted job's verdict", o.Result.Status, o.Reused)
+	}
+	var ce *jobs.ConflictError
+	if len(col.bad) != 1 || col.bad[0].Line != 1 || !errors.As(col.bad[0].Err, &ce) || ce.ID != id {
+		t.Fatalf("bad lines %v, want line 1 as a conflict at %s", col.bad, id)
+	}
+	if o, ok := col.byLine()[2]; !ok || o.Result.Status != jobs.StatusSucceeded {
+		t.Errorf("line 2: %+v, want succeeded", o)
+	}
+	if sum.Statuses[jobs.StatusSucceeded] != 1 || sum.Done != 1 || sum.Bad != 1 || sum.AllSucceeded() {
+		t.Errorf("summary %+v: want 1 done, 1 bad, not all succeeded", sum)
+	}
+	// The client's own wait refuses it too.
+	if _, err := b.client.SubmitAndWait(ctx, &jobs.Job{ID: id, Image: "python", Code: "exit 1"}); !errors.Is(err, jobs.ErrConflict) {
+		t.Errorf("SubmitAndWait at the planted id: %v, want ErrConflict", err)
+	}
+}
+
+// A line's own sandfleet.* labels are dropped: only the batch names its
+// jobs' batch.
+func TestLineCannotNameAnotherBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, jobs.Topology{})
+	var col collector
+	r, _ := batch.New(b.client, col.config("mine"))
+	_, err := r.Run(ctxFor(t, 30*time.Second), strings.NewReader(`{"image":"python","code":"print x","labels":{"sandfleet.batch":"theirs","sandfleet.x":"y","k":"v"}}`+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := col.byLine()[1]
+	if !ok {
+		t.Fatalf("no outcome: bad %v", col.bad)
+	}
+	if l := o.Result.Labels; l[jobs.BatchLabel] != "mine" || l["sandfleet.x"] != "" || l["k"] != "v" {
+		t.Errorf("labels %v: want sandfleet.batch=mine, no sandfleet.x, k=v", l)
+	}
+}

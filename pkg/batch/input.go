@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
+	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -113,10 +115,13 @@ func (r *Runner) parse(line []byte, ids *lineIDs) (*jobs.Job, error) {
 	// so does not change): the job index files it under its batch, and the
 	// console reports on it. It is a reserved label, which MaxLabels does
 	// not count.
+	// A line's own sandfleet.* labels are dropped: those are the fleet's,
+	// and one naming another batch would count this job in its report.
 	labels := maps.Clone(job.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
+	maps.DeleteFunc(labels, func(k, _ string) bool { return strings.HasPrefix(k, field.ReservedLabels) })
 	labels[jobs.BatchLabel] = r.cfg.Name
 	job.Labels = labels
 	if r.cfg.Amend != nil {

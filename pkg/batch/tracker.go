@@ -28,6 +28,7 @@ type flight struct {
 	line      int
 	published bool   // in the fleet: published now, or queued by an earlier run
 	image     string // its preset, for the run manifest
+	claim     jobs.Claim
 }
 
 func newTracker(window int) *tracker {
@@ -82,7 +83,7 @@ func (t *tracker) add(ctx context.Context, job *jobs.Job, line int) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.inflight[job.ID] = &flight{line: line, image: job.Image}
+	t.inflight[job.ID] = &flight{line: line, image: job.Image, claim: jobs.ClaimOf(job)}
 	t.stats.manifest.job(job)
 	return nil
 }
@@ -155,6 +156,17 @@ func (t *tracker) finish(f *flight, res *jobs.Result, reused bool) {
 	t.mu.Lock()
 	t.stats.record(res, reused)
 	t.stats.manifest.result(f.image, res)
+	t.checkDoneLocked()
+	t.mu.Unlock()
+	<-t.slots
+}
+
+// conflicted counts a job taken out of flight whose ID holds another
+// job's result as a bad line, and frees its slot.
+func (t *tracker) conflicted() {
+	t.mu.Lock()
+	t.stats.bad++
+	t.stats.total--
 	t.checkDoneLocked()
 	t.mu.Unlock()
 	<-t.slots

@@ -134,7 +134,8 @@ func TestAPI(t *testing.T) {
 				}
 			})},
 		{name: "submit", method: "POST", path: "/v1/jobs", token: a, body: `{"image":"python","code":"print x"}`, status: 202, check: pending("queued")},
-		{name: "same id again", method: "POST", path: "/v1/jobs?wait=10s", token: a, body: `{"id":"done-1","image":"python","code":"print other"}`, status: 200,
+		{name: "same id, another job", method: "POST", path: "/v1/jobs?wait=10s", token: a, body: `{"id":"done-1","image":"python","code":"print other"}`, status: 409, code: gateway.CodeIDConflict},
+		{name: "same id again", method: "POST", path: "/v1/jobs?wait=10s", token: a, body: `{"id":"done-1","image":"python","code":"print hi"}`, status: 200,
 			check: result(jobs.StatusSucceeded, func(t *testing.T, res *jobs.Result) {
 				if res.Stdout != "hi\n" || b.exec.Runs("done-1") != 1 {
 					t.Errorf("stdout %q, %d runs: want the first result, one run", res.Stdout, b.exec.Runs("done-1"))
@@ -619,4 +620,36 @@ func TestWaitWithCallersIDNeedsNoWatch(t *testing.T) {
 	if m, err := sub.NextMsg(300 * time.Millisecond); err == nil {
 		t.Errorf("a consumer on RESULTS for a waiting submit: %s", m.Subject)
 	}
+}
+
+// A submit with an ID that holds another job's result (another spec, or
+// another token's job) is 409 id_conflict, never that job's verdict; the
+// same job submitted again by its own token gets its result.
+func TestSubmitAtAnotherJobsID(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{})
+	r := apiCase{method: "POST", path: "/v1/jobs?wait=10s", token: b.bob, body: `{"id":"taken","image":"python","code":"print planted"}`, status: 200}.run(t, b, doc)
+	if !strings.Contains(string(r.body), `"status":"succeeded"`) {
+		t.Fatalf("planting: %s", r.body)
+	}
+	for _, tc := range []struct {
+		name, token, body string
+		status            int
+	}{
+		{"another spec, waiting", b.alice, `{"id":"taken","image":"python","code":"exit 1"}`, 409},
+		{"the same spec, another token", b.alice, `{"id":"taken","image":"python","code":"print planted"}`, 409},
+		{"the same job, its own token", b.bob, `{"id":"taken","image":"python","code":"print planted"}`, 200},
+	} {
+		c := apiCase{method: "POST", path: "/v1/jobs?wait=10s", token: tc.token, body: tc.body, status: tc.status}
+		if tc.status == 409 {
+			c.code = gateway.CodeIDConflict
+		}
+		c.run(t, b, doc)
+	}
+	// A caller's sandfleet.* labels (the token's excepted, which the
+	// gateway replaces) are refused: sandfleet.batch=B would count the job
+	// in batch B's report.
+	apiCase{method: "POST", path: "/v1/jobs", token: b.alice, body: `{"image":"python","code":"print x","labels":{"sandfleet.batch":"nightly"}}`,
+		status: 400, code: gateway.CodeInvalidJob}.run(t, b, doc)
 }

@@ -21,7 +21,7 @@ import (
 // TokenLabel is the label a job gets with the name of the token that
 // submitted it. The gateway sets it on every job it queues, replacing any
 // value the caller gave, so a result always says which token asked for it.
-const TokenLabel = "sandfleet.token"
+const TokenLabel = jobs.TokenLabel
 
 // TokenPrefix starts every token NewToken makes, so that a leaked one is
 // easy to recognise (and to scan for) as a sandfleet token.

@@ -35,6 +35,7 @@ const (
 	CodeMethodNotAllow  Code = "method_not_allowed"
 	CodeRequestTimeout  Code = "request_timeout"   // 408: the body did not arrive in time
 	CodeAlreadyFinished Code = "already_finished"  // 409: cancel of a finished job
+	CodeIDConflict      Code = "id_conflict"       // 409: the id holds another job's result
 	CodeBodyTooLarge    Code = "body_too_large"    // 413
 	CodeQueueFull       Code = "queue_full"        // 429: the fleet's queue is full; Retry-After
 	CodeTooManyRequests Code = "too_many_requests" // 429: the gateway's own bounds; Retry-After
@@ -97,6 +98,8 @@ func (g *Gateway) classify(err error) *Error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "no job with this id")
 	case errors.Is(err, jobs.ErrNoRevision), errors.Is(err, jetstream.ErrObjectNotFound):
 		return apiErr(http.StatusNotFound, CodeNotFound, "%s", err)
+	case errors.Is(err, jobs.ErrConflict):
+		return apiErr(http.StatusConflict, CodeIDConflict, "%s", err)
 	case errors.Is(err, jobs.ErrFinished):
 		return apiErr(http.StatusConflict, CodeAlreadyFinished, "the job has already finished")
 	case errors.Is(err, batch.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), isNATSDown(err):

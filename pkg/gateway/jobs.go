@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -44,6 +45,9 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 	if err != nil {
 		return err
 	}
+	if err := ownLabels(job); err != nil {
+		return err
+	}
 	if err := g.admit(job, tok); err != nil {
 		return err
 	}
@@ -66,11 +70,11 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 	// An ID of the caller's (the clients send their own) may have run: a
 	// retry after a lost answer gets the stored result at once, without a
 	// trip through the queue.
+	claim := jobs.ClaimOf(job)
 	if !fresh {
 		switch res, err := g.client.Get(ctx, job.ID); {
 		case err == nil:
-			writeJSON(w, http.StatusOK, res)
-			return nil
+			return writeOwn(w, claim, res)
 		case !errors.Is(err, jobs.ErrNotFound):
 			return err
 		}
@@ -93,20 +97,30 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 			return err
 		}
 		defer rw.Stop()
-		return g.await(w, ctx, rw, job.ID, wait)
+		return g.await(w, ctx, rw, job.ID, &claim, wait)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	select {
 	case res := <-replies:
-		writeJSON(w, http.StatusOK, res)
-		return nil
+		return writeOwn(w, claim, res)
 	case <-wctx.Done():
 		if ctx.Err() != nil {
 			return ctx.Err() // the client left
 		}
-		return g.lookup(w, ctx, job.ID)
+		return g.lookup(w, ctx, job.ID, &claim)
 	}
+}
+
+// writeOwn answers with res when it is the result of the claim's job, and
+// with 409 id_conflict when another job's result is stored at its ID: a
+// caller that chose an ID someone else used never gets their verdict.
+func writeOwn(w http.ResponseWriter, claim jobs.Claim, res *jobs.Result) error {
+	if err := claim.Check(res); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 // get: GET /v1/jobs/{id}[?wait=D]: 200 with the result, 202 while the job
@@ -123,7 +137,7 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ *Token) error {
 	}
 	ctx := r.Context()
 	if wait == 0 {
-		return g.lookup(w, ctx, id)
+		return g.lookup(w, ctx, id, nil)
 	}
 	release, err := g.take(g.waiting, "waiting")
 	if err != nil {
@@ -137,37 +151,46 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ *Token) error {
 	defer rw.Stop()
 	// Wait only for a job that exists: an unknown ID is 404 at once.
 	if _, err := g.client.Phase(ctx, id); errors.Is(err, jobs.ErrNotFound) {
-		return g.lookup(w, ctx, id)
+		return g.lookup(w, ctx, id, nil)
 	} else if err != nil {
 		return err
 	}
-	return g.await(w, ctx, rw, id, wait)
+	return g.await(w, ctx, rw, id, nil, wait)
 }
 
 // await answers with the result rw delivers within wait, or as lookup
 // does when none comes.
-func (g *Gateway) await(w http.ResponseWriter, ctx context.Context, rw *jobs.ResultWatch, id string, wait time.Duration) error {
+func (g *Gateway) await(w http.ResponseWriter, ctx context.Context, rw *jobs.ResultWatch, id string, claim *jobs.Claim, wait time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	res, err := rw.Next(wctx)
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, res)
-		return nil
+		return writeResult(w, claim, res)
 	case ctx.Err() != nil:
 		return ctx.Err() // the client left
 	case errors.Is(err, context.DeadlineExceeded):
-		return g.lookup(w, ctx, id)
+		return g.lookup(w, ctx, id, claim)
 	}
 	return err
 }
 
-// lookup answers with the job's result, or 202 with its phase.
-func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string) error {
+// writeResult is writeOwn for a submit (claim set), and a plain answer
+// for a read of the job (claim nil).
+func writeResult(w http.ResponseWriter, claim *jobs.Claim, res *jobs.Result) error {
+	if claim != nil {
+		return writeOwn(w, *claim, res)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// lookup answers with the job's result, or 202 with its phase. claim is
+// the submitted job's on a submit's path, nil on a read's.
+func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string, claim *jobs.Claim) error {
 	res, err := g.client.Get(ctx, id)
 	if err == nil {
-		writeJSON(w, http.StatusOK, res)
-		return nil
+		return writeResult(w, claim, res)
 	}
 	if !errors.Is(err, jobs.ErrNotFound) {
 		return err
@@ -176,8 +199,7 @@ func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string) 
 	if errors.Is(err, jobs.ErrNotFound) {
 		// It may have finished between the two looks.
 		if res, err := g.client.Get(ctx, id); err == nil {
-			writeJSON(w, http.StatusOK, res)
-			return nil
+			return writeResult(w, claim, res)
 		}
 	}
 	if err != nil {
@@ -302,6 +324,18 @@ func (g *Gateway) admit(job *jobs.Job, tok *Token) error {
 		labels[TokenLabel] = tok.Name
 	}
 	job.Labels = labels
+	return nil
+}
+
+// ownLabels refuses a submitted job's sandfleet.* labels but the token's
+// (which admit replaces): they are the fleet's, and a job labelled
+// sandfleet.batch=B would count in batch B's report.
+func ownLabels(job *jobs.Job) error {
+	for _, k := range slices.Sorted(maps.Keys(job.Labels)) {
+		if strings.HasPrefix(k, field.ReservedLabels) && k != TokenLabel {
+			return apiErr(http.StatusBadRequest, CodeInvalidJob, "labels: %q: labels named %s* are the fleet's own", shorten.Text(k, 70), field.ReservedLabels)
+		}
+	}
 	return nil
 }
 

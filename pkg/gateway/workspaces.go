@@ -32,7 +32,7 @@ func (g *Gateway) finished(w http.ResponseWriter, r *http.Request) (res *jobs.Re
 	res, err = g.client.Get(r.Context(), id)
 	if errors.Is(err, jobs.ErrNotFound) {
 		// Queued or running: the artifacts come with the result.
-		return nil, true, g.lookup(w, r.Context(), id)
+		return nil, true, g.lookup(w, r.Context(), id, nil)
 	}
 	return res, false, err
 }

@@ -315,7 +315,9 @@ func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 }
 
 // SubmitAndWait submits job and waits for its result. The watch is opened
-// before the publish, so a fast result is not missed.
+// before the publish, so a fast result is not missed. When the result
+// stored at the job's ID is another job's (an ID someone else chose
+// first), it returns a *ConflictError (ErrConflict) instead.
 func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 	j := *job
 	var err error
@@ -331,7 +333,15 @@ func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 	if _, err := c.Submit(ctx, &j); err != nil {
 		return nil, err
 	}
-	return rw.Next(ctx)
+	res, err := rw.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A job ID of the caller's may be one another job used first.
+	if err := ClaimOf(&j).Check(res); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // CancelRequest is the value a Cancel stores in CANCELS under the job ID.

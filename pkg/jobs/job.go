@@ -147,6 +147,9 @@ type Result struct {
 
 	// RetryOf is the job's retry_of: the job whose error this one retried.
 	RetryOf string `json:"retry_of,omitempty"`
+	// SpecDigest is the SpecDigest of the job that ran: a client that
+	// finds a result at an ID it chose checks it is its own job's (Claim).
+	SpecDigest string `json:"spec_digest,omitempty"`
 	// ImageDigest is the image ID ("sha256:...") the job's sandbox was
 	// created from: what its preset's image resolved to when it ran.
 	ImageDigest string `json:"image_digest,omitempty"`

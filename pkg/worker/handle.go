@@ -310,8 +310,11 @@ func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {
 	res.Worker = w.cfg.ID
 	res.Attempt = dl.attempt
 	res.QueuedAt = dl.queuedAt
-	if res.Labels == nil && job != nil {
-		res.Labels = job.Labels
+	if job != nil {
+		res.SpecDigest = job.SpecDigest()
+		if res.Labels == nil {
+			res.Labels = job.Labels
+		}
 	}
 }
 
