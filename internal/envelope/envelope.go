@@ -77,6 +77,10 @@ type Header struct {
 	Compile            []string `json:"compile,omitempty"`
 	CompileOutputLimit int64    `json:"compile_output_limit,omitempty"`
 	Tests              *Tests   `json:"tests,omitempty"`
+
+	// Session makes the launcher a session's agent (see session.go):
+	// Argv is then unused.
+	Session *Session `json:"session,omitempty"`
 }
 
 // Seal returns the seal the header carries.
@@ -94,7 +98,11 @@ var keyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // Validate checks what the launcher relies on: a command, safe file names,
 // no duplicate files, well-formed env and a key.
 func (h *Header) Validate() error {
-	if len(h.Argv) == 0 {
+	if h.Session != nil {
+		if err := h.Session.validate(); err != nil {
+			return err
+		}
+	} else if len(h.Argv) == 0 {
 		return errorf("argv: empty command")
 	}
 	if err := field.Argv(h.Argv); err != nil {

@@ -289,3 +289,49 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A message cut into parts comes back whole, whatever its size, with the
+// parts of other messages between them; a reply or an event signed with
+// another key, or changed, is refused.
+func TestSessionMessages(t *testing.T) {
+	t.Parallel()
+	big := bytes.Repeat([]byte("x"), 3*MaxFramePayload+17)
+	var stream []byte
+	stream = AppendMessage(stream, FrameReplyPart, FrameReply, 1, big)
+	stream = AppendMessage(stream, FrameReplyPart, FrameReply, 2, []byte("small"))
+	asm := NewAssembler(4)
+	got := map[uint64][]byte{}
+	d := Deframer{Handle: func(kind byte, p []byte) {
+		id, msg, done, err := asm.Add(p, kind == FrameReply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			got[id] = append([]byte(nil), msg...)
+		}
+	}}
+	for len(stream) > 0 { // in odd pieces
+		n := min(len(stream), 7777)
+		_, _ = d.Write(stream[:n])
+		stream = stream[n:]
+	}
+	if d.Err() != nil || !bytes.Equal(got[1], big) || string(got[2]) != "small" {
+		t.Fatalf("err %v, got %d and %q", d.Err(), len(got[1]), got[2])
+	}
+
+	seal, other := NewSeal(), NewSeal()
+	exit := 3
+	msg := seal.SignReply(&Reply{ID: 9, Exit: &exit})
+	if r, err := seal.OpenReply(msg); err != nil || *r.Exit != 3 {
+		t.Fatalf("open: %+v %v", r, err)
+	}
+	forged := bytes.Replace(msg, []byte(`"exit_code":3`), []byte(`"exit_code":0`), 1)
+	for name, m := range map[string][]byte{"changed": forged, "another key": other.SignReply(&Reply{ID: 9})} {
+		if _, err := seal.OpenReply(m); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := seal.OpenEvent(msg); err == nil {
+		t.Error("a reply passed for an event")
+	}
+}

@@ -25,6 +25,15 @@ const (
 	FrameTrailer byte = 't' // the signed trailer: the last frame
 )
 
+func knownKind(kind byte) bool {
+	switch kind {
+	case FrameStdout, FrameStderr, FrameArchive, FrameTrailer, FrameCompile, FrameCase,
+		FrameRequestPart, FrameRequest, FrameReplyPart, FrameReply, FrameEvent:
+		return true
+	}
+	return false
+}
+
 // FrameHeaderBytes is the size of a frame's header.
 const FrameHeaderBytes = 5
 
@@ -72,8 +81,7 @@ func (d *Deframer) Write(p []byte) (int, error) {
 		}
 		kind, size := p[0], binary.BigEndian.Uint32(p[1:FrameHeaderBytes])
 		switch {
-		case kind != FrameStdout && kind != FrameStderr && kind != FrameArchive && kind != FrameTrailer &&
-			kind != FrameCompile && kind != FrameCase:
+		case !knownKind(kind):
 			d.err = fmt.Errorf("%w: unknown frame kind %q", ErrFormat, kind)
 			return n, nil
 		case size > MaxFramePayload:

@@ -34,6 +34,7 @@ type capture struct {
 	ended          chan struct{}
 	closed         bool
 	onOutput       func(kind byte, p []byte) // set at the hand-off; nil for none
+	session        func(kind byte, p []byte) // a session's agent's frames; nil for a job
 	archive        *archiveSink              // set at the hand-off when the job asked for an archive
 
 	// The compile step's output, kept up to limit and counted, and the
@@ -81,6 +82,11 @@ func (c *capture) frame(kind byte, p []byte) {
 		c.caseSum.Add(p)
 		if len(c.cases) < c.maxCases {
 			c.cases = append(c.cases, append([]byte(nil), p...))
+		}
+		return
+	case envelope.FrameReplyPart, envelope.FrameReply, envelope.FrameEvent:
+		if c.session != nil {
+			c.session(kind, p)
 		}
 		return
 	case envelope.FrameArchive:
@@ -140,6 +146,21 @@ func (c *capture) watch(onOutput func(kind byte, p []byte)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.onOutput = onOutput
+}
+
+// serveSession sends the agent's replies and events to fn, from the
+// attach copy's goroutine, before the session's envelope is handed over.
+func (c *capture) serveSession(fn func(kind byte, p []byte)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.session = fn
+}
+
+// trailerBytes is the trailer's payload, nil before it came.
+func (c *capture) trailerBytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.trailer
 }
 
 // expectCases sets how many case reports are kept, before the hand-off:

@@ -105,6 +105,13 @@ func (f *framer) frame(kind byte, p []byte) error {
 	return nil
 }
 
+// raw writes b, whole frames already, at once.
+func (f *framer) raw(b []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, _ = f.out.Write(b)
+}
+
 // writer is what frames of one kind look like to io.Writer users.
 func (f *framer) writer(kind byte) io.Writer { return frameWriter{f, kind} }
 
@@ -165,6 +172,10 @@ func run(sigs, chld <-chan os.Signal) int {
 	}
 	env := buildEnv(os.Environ(), h.Env, dir)
 	<-warmed
+	if h.Session != nil {
+		pre.discard()
+		return serveSession(h, fr, dir, sigs, chld)
+	}
 	if len(h.Compile) > 0 || h.Tests != nil {
 		// A compile step or test cases start processes of their own.
 		pre.discard()

@@ -1,0 +1,297 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// SessionSpec is what a session's sandbox is made of: the same preset,
+// limits and hardening as a job's, but an agent in it instead of one
+// command (envelope/session.go).
+type SessionSpec struct {
+	ID     string // the session's, for logs and the container's label
+	Image  string // a preset
+	Limits limits.Limits
+	Env    map[string]string
+	Files  map[string]string // written into the working directory first
+
+	// Deadman is how long the sandbox's agent goes on without hearing
+	// from the executor, which pings it every third of it: past it the
+	// sandbox ends itself, so that one whose worker died does not
+	// outlive it by more. Default 30 s.
+	Deadman time.Duration
+	// Lifetime ends the session that long after it started, inside the
+	// sandbox too. Default 1 h.
+	Lifetime time.Duration
+	// MaxProcesses bounds its background processes. Default 32.
+	MaxProcesses int
+	// OnEvent, if set, is told each piece of live output, from the
+	// stream's goroutine: it must not block.
+	OnEvent func(*envelope.Event)
+}
+
+// Session is a live session's sandbox: requests go to its agent, and
+// replies come back signed. Its methods are safe for concurrent use.
+type Session struct {
+	e    *Executor
+	s    *sandbox
+	seal envelope.Seal
+	log  *slog.Logger
+	spec SessionSpec
+
+	writeMu sync.Mutex
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan *envelope.Reply
+	asm     *envelope.Assembler
+	broken  error
+
+	ended     chan struct{} // the agent's trailer came, or the stream ended
+	endedOnce sync.Once
+	why       string // the trailer's reason, once ended
+	stopPing  context.CancelFunc
+	closeOnce sync.Once
+}
+
+// ErrSessionEnded is returned by Do once the session's sandbox is gone.
+var ErrSessionEnded = errors.New("session ended")
+
+// StartSession starts a session's sandbox (a warm one when the pool has
+// one that fits) and hands it its envelope.
+func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
+	preset, ok := e.cfg.Presets[spec.Image]
+	if !ok {
+		return nil, fmt.Errorf("%w: image: unknown preset %q (this worker allows %s)", ErrRejected, spec.Image, strings.Join(e.Presets(), ", "))
+	}
+	lim, err := limits.Resolve(spec.Limits, e.cfg.Defaults, e.cfg.Caps)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	if spec.Deadman <= 0 {
+		spec.Deadman = 30 * time.Second
+	}
+	if spec.Lifetime <= 0 {
+		spec.Lifetime = time.Hour
+	}
+	if spec.MaxProcesses <= 0 {
+		spec.MaxProcesses = 32
+	}
+	seal := envelope.NewSeal()
+	h := &envelope.Header{Env: jobEnv(spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
+		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
+		OutputLimit: int64(lim.Output), MaxProcesses: spec.MaxProcesses,
+	}}
+	names := make([]string, 0, len(spec.Files))
+	for n := range spec.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		h.Files = append(h.Files, envelope.File{Name: n, Data: []byte(spec.Files[n])})
+	}
+	header, err := envelope.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
+	var s *sandbox
+	if e.pool != nil && e.pool.fits(lim) {
+		s = e.pool.take(preset.Image)
+	}
+	if s == nil {
+		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
+			return nil, err
+		}
+	}
+	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec,
+		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1024), ended: make(chan struct{})}
+	s.out.serveSession(ss.frame)
+	if _, err := s.att.Conn.Write(header); err != nil {
+		e.release(ctx, log, s)
+		return nil, infraErr("hand the session its envelope", err)
+	}
+	go func() {
+		select {
+		case <-s.out.ended:
+		case <-s.copyDone:
+		}
+		ss.end()
+	}()
+	var pctx context.Context
+	pctx, ss.stopPing = context.WithCancel(context.Background())
+	go ss.ping(pctx)
+	log.Info("session started", "container", s.short, "image", spec.Image)
+	return ss, nil
+}
+
+// ErrRejected wraps what is wrong with a session's spec.
+var ErrRejected = errors.New("rejected")
+
+// Container is the short ID of the session's container.
+func (ss *Session) Container() string { return ss.s.short }
+
+// ImageID is the image the session's sandbox was created from.
+func (ss *Session) ImageID() string { return ss.s.imageID }
+
+// Done is closed once the session's sandbox has ended.
+func (ss *Session) Done() <-chan struct{} { return ss.ended }
+
+// Why says why the session ended ("closed", "idle", "lifetime",
+// "stopped"), once Done is closed; "" when its agent said nothing.
+func (ss *Session) Why() string {
+	<-ss.ended
+	return ss.why
+}
+
+func (ss *Session) end() {
+	ss.endedOnce.Do(func() {
+		trailer := ss.s.out.trailerBytes() // before ss.mu: frame holds the capture's lock, then takes ss.mu
+		ss.mu.Lock()
+		if t, ok := ss.seal.Open(trailer); ok {
+			ss.why = t.Error
+		}
+		for id, ch := range ss.waiting {
+			close(ch)
+			delete(ss.waiting, id)
+		}
+		ss.mu.Unlock()
+		close(ss.ended)
+	})
+}
+
+// frame takes the agent's session frames, from the stream's goroutine.
+func (ss *Session) frame(kind byte, p []byte) {
+	switch kind {
+	case envelope.FrameEvent:
+		if ss.spec.OnEvent == nil {
+			return
+		}
+		if ev, err := ss.seal.OpenEvent(p); err == nil {
+			ss.spec.OnEvent(ev)
+		}
+	case envelope.FrameReplyPart, envelope.FrameReply:
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		id, msg, done, err := ss.asm.Add(p, kind == envelope.FrameReply)
+		if err != nil || !done {
+			return
+		}
+		r, err := ss.seal.OpenReply(msg)
+		if err != nil || r.ID != id {
+			ss.log.Warn("a session reply failed its check; dropped", "error", err)
+			return
+		}
+		if ch, ok := ss.waiting[id]; ok {
+			delete(ss.waiting, id)
+			ch <- r
+		}
+	}
+}
+
+// Do sends req to the session's agent and waits for its reply. req.ID is
+// set by Do.
+func (ss *Session) Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error) {
+	ch := make(chan *envelope.Reply, 1)
+	ss.mu.Lock()
+	select {
+	case <-ss.ended:
+		ss.mu.Unlock()
+		return nil, ErrSessionEnded
+	default:
+	}
+	ss.next++
+	id := ss.next
+	ss.waiting[id] = ch
+	ss.mu.Unlock()
+	r := *req
+	r.ID = id
+	if err := ss.send(&r); err != nil {
+		ss.forget(id)
+		return nil, err
+	}
+	select {
+	case rep, ok := <-ch:
+		if !ok {
+			return nil, ErrSessionEnded
+		}
+		return rep, nil
+	case <-ctx.Done():
+		ss.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+func (ss *Session) forget(id uint64) {
+	ss.mu.Lock()
+	delete(ss.waiting, id)
+	ss.mu.Unlock()
+}
+
+func (ss *Session) send(req *envelope.Request) error {
+	msg, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(msg) > envelope.MaxMessageBytes {
+		return fmt.Errorf("%w: a request of %d bytes, over %d", ErrRejected, len(msg), envelope.MaxMessageBytes)
+	}
+	b := envelope.AppendMessage(nil, envelope.FrameRequestPart, envelope.FrameRequest, req.ID, msg)
+	ss.writeMu.Lock()
+	defer ss.writeMu.Unlock()
+	if _, err := ss.s.att.Conn.Write(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrSessionEnded, err)
+	}
+	return nil
+}
+
+// ping renews the agent's deadman while the session is held.
+func (ss *Session) ping(ctx context.Context) {
+	t := time.NewTicker(ss.spec.Deadman / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ss.ended:
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, ss.spec.Deadman/3)
+			_, _ = ss.Do(pctx, &envelope.Request{Op: envelope.OpPing})
+			cancel()
+		}
+	}
+}
+
+// Close ends the session: its agent ends every process, and the sandbox
+// is removed.
+func (ss *Session) Close(ctx context.Context) {
+	ss.closeOnce.Do(func() {
+		ss.stopPing()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = ss.Do(cctx, &envelope.Request{Op: envelope.OpClose})
+		select {
+		case <-ss.ended:
+		case <-cctx.Done():
+		}
+		cancel()
+		ss.end()
+		ss.e.release(ctx, ss.log, ss.s)
+		ss.log.Info("session ended", "container", ss.s.short, "why", ss.why)
+	})
+}
+
+// Abandon stops renewing the session without closing it, as a worker that
+// died would: its agent ends it when the deadman runs out. For tests of
+// that path.
+func (ss *Session) Abandon() { ss.stopPing() }

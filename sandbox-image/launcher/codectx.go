@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+)
+
+// A code context is a long-lived interpreter of the session: a cell's
+// globals, imports and definitions are there for the next. Python runs
+// pyDriver, which reads cells from fd 3 and answers on fd 4, one JSON
+// line each; what a cell prints goes to the process's stdout and stderr,
+// pipes the agent reads, so a subprocess's output is the cell's too.
+//
+// The driver runs in the same process as the cell's code, which can
+// therefore say what it likes on fd 4: a cell's value and error are the
+// interpreter's word, as its output is. The agent matches each answer to
+// its cell by a nonce and skips any other line, so that such a cell
+// cannot confuse the answers of the next. What the agent measures itself
+// (an exec's exit status) nothing in the sandbox can forge.
+
+// pyDriver is the Python side of a context.
+const pyDriver = `
+import ast, json, os, sys, traceback
+_rq = os.fdopen(3, 'r', encoding='utf-8')
+_rp = os.fdopen(4, 'w', encoding='utf-8')
+_g = {'__name__': '__main__', '__builtins__': __builtins__}
+def _cell(code):
+    tree = ast.parse(code, '<cell>', 'exec')
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, '<cell>', 'exec'), _g)
+    if last is not None:
+        v = eval(compile(last, '<cell>', 'eval'), _g)
+        if v is not None:
+            _g['_'] = v
+            return repr(v)
+    return None
+while True:
+    try:
+        line = _rq.readline()
+    except KeyboardInterrupt:
+        continue
+    if not line:
+        break
+    try:
+        m = json.loads(line)
+        out = {'nonce': m['nonce']}
+        try:
+            t = _cell(m['code'])
+            if t is not None:
+                out['text'] = t
+        except BaseException as e:
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename != '<cell>':
+                tb = tb.tb_next
+            out['error'] = {'name': type(e).__name__, 'value': str(e),
+                            'traceback': ''.join(traceback.format_exception(type(e), e, tb))}
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except BaseException:
+                pass
+        _rp.write(json.dumps(out) + '\n')
+        _rp.flush()
+    except KeyboardInterrupt:
+        continue
+`
+
+// interruptGrace is how long a cell has to stop after its SIGINT before
+// its context is killed and started afresh on the next call.
+const interruptGrace = 2 * time.Second
+
+type codeContext struct {
+	mu      sync.Mutex // one cell at a time
+	p       *proc
+	req     *os.File
+	answers *bufio.Reader
+	rep     *os.File
+	out     *cellSink
+}
+
+// cellSink is where the context's output goes: to the cell running, if
+// any, and as live events.
+type cellSink struct {
+	mu             sync.Mutex
+	id             uint64
+	stdout, stderr *capped
+}
+
+func (c *cellSink) set(id uint64, stdout, stderr *capped) {
+	c.mu.Lock()
+	c.id, c.stdout, c.stderr = id, stdout, stderr
+	c.mu.Unlock()
+}
+
+func (a *agent) startContext(lang string) (*codeContext, error) {
+	if lang != "" && lang != "python" {
+		return nil, errors.New("language " + lang + ": only python contexts are served")
+	}
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	p, _, outR, errR, err := a.spawn([]string{"python3", "-u", "-c", pyDriver}, a.dir, a.env, false, reqR, repW)
+	reqR.Close()
+	repW.Close()
+	if err != nil {
+		reqW.Close()
+		repR.Close()
+		return nil, err
+	}
+	c := &codeContext{p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}}
+	limit := a.spec.OutputLimit
+	pump := func(stream string, r *os.File) {
+		pumpEach(r, func(b []byte) {
+			c.out.mu.Lock()
+			id, dst := c.out.id, c.out.stdout
+			if stream == "stderr" {
+				dst = c.out.stderr
+			}
+			c.out.mu.Unlock()
+			if dst == nil {
+				return // between cells: a thread of the context's
+			}
+			a.event(id, p.pid, stream, b)
+			dst.add(b, limit)
+		})
+	}
+	p.pumps.Go(func() { pump("stdout", outR) })
+	p.pumps.Go(func() { pump("stderr", errR) })
+	return c, nil
+}
+
+// kill ends a context's process.
+func (c *codeContext) kill() {
+	_ = syscall.Kill(-c.p.pid, syscall.SIGKILL)
+	c.req.Close()
+	c.rep.Close()
+}
+
+func (c *codeContext) dead() bool {
+	select {
+	case <-c.p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func contextName(req *envelope.Request) string {
+	if req.Context == "" {
+		return "default"
+	}
+	return req.Context
+}
+
+// maxContexts bounds the contexts of a session.
+const maxContexts = 16
+
+// context returns the named context, starting it when it has none or
+// its process died; reset says it was started for this call.
+func (a *agent) context(req *envelope.Request) (c *codeContext, reset bool, bad *envelope.Reply) {
+	name := contextName(req)
+	a.mu.Lock()
+	c, ok := a.ctxs[name]
+	n := len(a.ctxs)
+	a.mu.Unlock()
+	if ok && !c.dead() {
+		return c, false, nil
+	}
+	if !ok && n >= maxContexts {
+		return nil, false, fail(req.ID, envelope.ErrCodeLimit, "the session keeps at most %d contexts", maxContexts)
+	}
+	c, err := a.startContext(req.Language)
+	if err != nil {
+		return nil, false, fail(req.ID, envelope.ErrCodeFailed, "start context %q: %v", name, err)
+	}
+	a.mu.Lock()
+	a.ctxs[name] = c
+	a.mu.Unlock()
+	return c, true, nil
+}
+
+func (a *agent) code(req *envelope.Request) *envelope.Reply {
+	c, reset, bad := a.context(req)
+	if bad != nil {
+		return bad
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	start := time.Now()
+	var stdout, stderr capped
+	c.out.set(req.ID, &stdout, &stderr)
+	defer c.out.set(0, nil, nil)
+	nonce := make([]byte, 12)
+	_, _ = rand.Read(nonce)
+	n := hex.EncodeToString(nonce)
+	line, _ := json.Marshal(map[string]string{"nonce": n, "code": req.Code})
+	r := &envelope.Reply{ID: req.ID, Reset: reset}
+	if _, err := c.req.Write(append(line, '\n')); err != nil {
+		c.kill()
+		return fail(req.ID, envelope.ErrCodeFailed, "the context died: %v", err)
+	}
+	type answer struct {
+		Nonce string              `json:"nonce"`
+		Text  *string             `json:"text"`
+		Error *envelope.CodeError `json:"error"`
+	}
+	got := make(chan *answer, 1)
+	go func() {
+		defer close(got)
+		for {
+			b, err := c.answers.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var ans answer
+			if json.Unmarshal(b, &ans) == nil && ans.Nonce == n {
+				got <- &ans
+				return
+			}
+		}
+	}()
+	var timeout <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var ans *answer
+	select {
+	case ans = <-got:
+	case <-timeout:
+		// Interrupted: the cell raises KeyboardInterrupt and the context
+		// lives on, unless it does not stop within the grace.
+		r.TimedOut = true
+		_ = syscall.Kill(c.p.pid, syscall.SIGINT)
+		select {
+		case ans = <-got:
+		case <-time.After(interruptGrace):
+			c.kill()
+			<-got
+		}
+	}
+	// The cell's output came before its answer, from the driver's process:
+	// it is in the pipes already. A moment for the pumps to take it.
+	drain(&stdout, &stderr)
+	r.DurationMS = time.Since(start).Milliseconds()
+	r.Stdout, r.StdoutBytes = stdout.snapshot()
+	r.Stderr, r.StderrBytes = stderr.snapshot()
+	if ans == nil {
+		r.CodeError = &envelope.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
+		return r
+	}
+	if ans.Text != nil {
+		r.Text = *ans.Text
+	}
+	r.CodeError = ans.Error
+	return r
+}
+
+// drain gives the context's pumps a moment to hand on what its pipes hold.
+func drain(bufs ...*capped) {
+	last := int64(-1)
+	for range 20 {
+		var n int64
+		for _, b := range bufs {
+			b.mu.Lock()
+			n += b.n
+			b.mu.Unlock()
+		}
+		if n == last {
+			return
+		}
+		last = n
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (c *capped) snapshot() ([]byte, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf...), c.n
+}
+
+func (a *agent) reset(req *envelope.Request) *envelope.Reply {
+	name := contextName(req)
+	a.mu.Lock()
+	c, ok := a.ctxs[name]
+	delete(a.ctxs, name)
+	a.mu.Unlock()
+	if ok {
+		c.kill()
+	}
+	return &envelope.Reply{ID: req.ID, Reset: true}
+}

@@ -1,0 +1,765 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+)
+
+// A session's agent (envelope/session.go): the launcher, once the
+// envelope asks for a session, serves requests from the container's stdin
+// until it is closed, its deadman runs out or its lifetime ends. It stays
+// what the launcher is for a job: PID 1, not dumpable, the only writer of
+// the container's stdout, and every process it starts holds pipes of its
+// own, never the container's streams; so what it reports of a command
+// (its exit status, its output) is its word, signed with the envelope's
+// key.
+
+// maxInFlight bounds the requests the agent serves at once; one past it
+// is answered with ErrCodeLimit at once.
+const maxInFlight = 64
+
+// maxReadChunk bounds what one read returns; the executor reads a larger
+// file in several.
+const maxReadChunk = 4 << 20
+
+// maxEntries bounds a directory listing.
+const maxEntries = 10000
+
+type agent struct {
+	seal envelope.Seal
+	fr   *framer
+	spec envelope.Session
+	dir  string
+	env  []string
+	born time.Time
+
+	inflight chan struct{}
+	lastSeen chan struct{} // a request came: the deadman starts again
+	end      chan string   // why the session ends
+
+	mu    sync.Mutex
+	procs map[int]*proc // every child the agent started and has not reaped
+	bg    map[int]*proc // the background processes, listed and collectable
+	ctxs  map[string]*codeContext
+}
+
+// proc is a process the agent started.
+type proc struct {
+	pid     int
+	argv    []string
+	started time.Time
+	exited  chan struct{} // closed once reaped; st is then set
+	st      waited
+	stdin   *os.File // a background process's, until closed
+	out     *ring    // a background process's output
+	pumps   sync.WaitGroup
+}
+
+func serveSession(h *envelope.Header, fr *framer, dir string, sigs, chld <-chan os.Signal) int {
+	a := &agent{
+		seal: h.Seal(), fr: fr, spec: *h.Session, dir: dir,
+		env:  buildEnv(os.Environ(), h.Env, dir),
+		born: time.Now(), inflight: make(chan struct{}, maxInFlight),
+		lastSeen: make(chan struct{}, 1), end: make(chan string, 1),
+		procs: map[int]*proc{}, bg: map[int]*proc{}, ctxs: map[string]*codeContext{},
+	}
+	in := os.Stdin
+	if err := syscall.SetNonblock(0, true); err == nil {
+		in = os.NewFile(0, "stdin") // the poller's, not a thread's
+	}
+	go a.read(in)
+	go a.reap(chld)
+	why := a.watch(sigs)
+	_ = syscall.Kill(-1, syscall.SIGKILL) // every process of the sandbox but PID 1
+	_ = fr.frame(envelope.FrameTrailer, a.seal.Sign(envelope.Trailer{Error: why}))
+	return 0
+}
+
+// watch returns why the session ends: a close, a stop signal, the deadman
+// or the lifetime.
+func (a *agent) watch(sigs <-chan os.Signal) string {
+	lifetime := time.NewTimer(time.Duration(a.spec.LifetimeMS) * time.Millisecond)
+	deadman := time.NewTimer(time.Duration(a.spec.DeadmanMS) * time.Millisecond)
+	for {
+		select {
+		case why := <-a.end:
+			return why
+		case s := <-sigs:
+			if s == syscall.SIGTERM || s == syscall.SIGINT || s == syscall.SIGHUP || s == syscall.SIGQUIT {
+				return "stopped"
+			}
+		case <-a.lastSeen:
+			deadman.Reset(time.Duration(a.spec.DeadmanMS) * time.Millisecond)
+		case <-deadman.C:
+			return "idle"
+		case <-lifetime.C:
+			return "lifetime"
+		}
+	}
+}
+
+func (a *agent) stop(why string) {
+	select {
+	case a.end <- why:
+	default:
+	}
+}
+
+// read takes requests off stdin and serves each in a goroutine of its own.
+func (a *agent) read(in *os.File) {
+	asm := envelope.NewAssembler(maxInFlight)
+	var frames envelope.Deframer
+	frames.Handle = func(kind byte, payload []byte) {
+		if kind != envelope.FrameRequestPart && kind != envelope.FrameRequest {
+			a.stop("broken")
+			return
+		}
+		id, msg, done, err := asm.Add(payload, kind == envelope.FrameRequest)
+		if err != nil {
+			a.reply(&envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: envelope.ErrCodeLimit, Message: err.Error()}})
+			return
+		}
+		if !done {
+			return
+		}
+		select {
+		case a.lastSeen <- struct{}{}:
+		default:
+		}
+		var req envelope.Request
+		if err := json.Unmarshal(msg, &req); err != nil {
+			a.reply(&envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: envelope.ErrCodeInvalid, Message: "not a request: " + err.Error()}})
+			return
+		}
+		req.ID = id
+		select {
+		case a.inflight <- struct{}{}:
+		default:
+			a.reply(&envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: envelope.ErrCodeLimit, Message: fmt.Sprintf("over %d requests at once", maxInFlight)}})
+			return
+		}
+		go func() {
+			defer func() { <-a.inflight }()
+			a.reply(a.serve(&req))
+		}()
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			_, _ = frames.Write(buf[:n])
+			if frames.Err() != nil {
+				a.stop("broken")
+				return
+			}
+		}
+		if err != nil {
+			a.stop("closed") // the executor's end of stdin is gone
+			return
+		}
+	}
+}
+
+func (a *agent) reply(r *envelope.Reply) {
+	msg := a.seal.SignReply(r)
+	b := envelope.AppendMessage(nil, envelope.FrameReplyPart, envelope.FrameReply, r.ID, msg)
+	a.fr.raw(b)
+}
+
+func (a *agent) event(id uint64, pid int, stream string, p []byte) {
+	_ = a.fr.frame(envelope.FrameEvent, a.seal.SignEvent(&envelope.Event{ID: id, PID: pid, Stream: stream, Data: p}))
+}
+
+func fail(id uint64, code, format string, args ...any) *envelope.Reply {
+	return &envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: code, Message: fmt.Sprintf(format, args...)}}
+}
+
+func (a *agent) serve(req *envelope.Request) *envelope.Reply {
+	switch req.Op {
+	case envelope.OpPing:
+		return &envelope.Reply{ID: req.ID}
+	case envelope.OpClose:
+		a.stop("closed")
+		return &envelope.Reply{ID: req.ID}
+	case envelope.OpExec:
+		return a.exec(req)
+	case envelope.OpProcesses:
+		return a.processes(req)
+	case envelope.OpWait:
+		return a.wait(req)
+	case envelope.OpOutput:
+		return a.output(req)
+	case envelope.OpSignal:
+		return a.signal(req)
+	case envelope.OpStdin:
+		return a.stdin(req)
+	case envelope.OpCode:
+		return a.code(req)
+	case envelope.OpReset:
+		return a.reset(req)
+	case envelope.OpRead, envelope.OpWrite, envelope.OpList, envelope.OpStat, envelope.OpRemove, envelope.OpMkdir, envelope.OpRename:
+		return a.file(req)
+	}
+	return fail(req.ID, envelope.ErrCodeInvalid, "unknown op %q", req.Op)
+}
+
+// reap collects every child that exits, as PID 1 must, and tells the
+// agent's own. The lock is taken after the wait: a spawn registers its
+// child under it, so a child that exits at once is still found.
+func (a *agent) reap(chld <-chan os.Signal) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-chld:
+		case <-tick.C:
+		}
+		for {
+			var w waited
+			pid, err := syscall.Wait4(-1, &w.status, syscall.WNOHANG, &w.usage)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			a.mu.Lock()
+			if p, ok := a.procs[pid]; ok {
+				delete(a.procs, pid)
+				p.st = w
+				close(p.exited)
+			}
+			a.mu.Unlock()
+		}
+	}
+}
+
+// spawn starts argv in a process group of its own, with pipes of the
+// agent's for its streams; stdin is a pipe too when withStdin, else
+// /dev/null. extra are more files for the child (fds 3, 4...).
+func (a *agent) spawn(argv []string, cwd string, env []string, withStdin bool, extra ...*os.File) (p *proc, stdin, outR, errR *os.File, err error) {
+	path, err := lookPath(argv[0], env)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("%s: command not found", argv[0])
+	}
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	var inR *os.File
+	if withStdin {
+		if inR, stdin, err = os.Pipe(); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		files = append(files, inR)
+	} else if inR, err = os.Open(os.DevNull); err != nil {
+		return nil, nil, nil, nil, err
+	} else {
+		files = append(files, inR)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	files = append(files, outW)
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll()
+		outR.Close()
+		return nil, nil, nil, nil, err
+	}
+	files = append(files, errW)
+	fds := []uintptr{inR.Fd(), outW.Fd(), errW.Fd()}
+	for _, f := range extra {
+		fds = append(fds, f.Fd())
+	}
+	a.mu.Lock()
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: cwd, Env: env, Files: fds, Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err == nil {
+		p = &proc{pid: pid, argv: argv, started: time.Now(), exited: make(chan struct{})}
+		a.procs[pid] = p
+	}
+	a.mu.Unlock()
+	closeAll()
+	if err != nil {
+		if stdin != nil {
+			stdin.Close()
+		}
+		outR.Close()
+		errR.Close()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, nil, nil, fmt.Errorf("%s: command not found", argv[0])
+		}
+		return nil, nil, nil, nil, fmt.Errorf("%s: %w", argv[0], err)
+	}
+	return p, stdin, outR, errR, nil
+}
+
+// command is the argv, directory and environment an exec asks for.
+func (a *agent) command(req *envelope.Request) (argv []string, cwd string, env []string, err error) {
+	switch {
+	case len(req.Argv) > 0 && req.Shell != "":
+		return nil, "", nil, errors.New("give argv or shell, not both")
+	case len(req.Argv) > 0:
+		argv = req.Argv
+	case req.Shell != "":
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	default:
+		return nil, "", nil, errors.New("argv or shell: missing")
+	}
+	cwd = a.dir
+	if req.Cwd != "" {
+		if cwd, err = a.resolve(req.Cwd); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	env = a.env
+	if len(req.Env) > 0 {
+		env = buildEnv(a.env, req.Env, a.dir)
+	}
+	return argv, cwd, env, nil
+}
+
+func (a *agent) exec(req *envelope.Request) *envelope.Reply {
+	argv, cwd, env, err := a.command(req)
+	if err != nil {
+		return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+	}
+	if req.Background {
+		return a.startBackground(req, argv, cwd, env)
+	}
+	p, stdin, outR, errR, err := a.spawn(argv, cwd, env, len(req.Stdin) > 0)
+	if err != nil {
+		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
+	}
+	if stdin != nil {
+		go func() {
+			_, _ = stdin.Write(req.Stdin)
+			stdin.Close()
+		}()
+	}
+	limit := a.spec.OutputLimit
+	var stdout, stderr capped
+	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stdout", outR, func(b []byte) { stdout.add(b, limit) }) })
+	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stderr", errR, func(b []byte) { stderr.add(b, limit) }) })
+	var timeout <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	r := &envelope.Reply{ID: req.ID}
+	select {
+	case <-p.exited:
+	case <-timeout:
+		r.TimedOut = true
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		<-p.exited
+	}
+	// What the pipes still hold, or what a descendant that outlived the
+	// command writes within the grace; past it the pipes are cut.
+	deadline := time.Now().Add(lingerGrace)
+	_ = outR.SetReadDeadline(deadline)
+	_ = errR.SetReadDeadline(deadline)
+	p.pumps.Wait()
+	exit, sig := exitOf(p.st.status)
+	r.Exit, r.Signal = &exit, sig
+	r.DurationMS = time.Since(p.started).Milliseconds()
+	r.Stdout, r.StdoutBytes = stdout.buf, stdout.n
+	r.Stderr, r.StderrBytes = stderr.buf, stderr.n
+	return r
+}
+
+// capped keeps the first limit bytes of a stream and counts them all.
+type capped struct {
+	mu  sync.Mutex
+	buf []byte
+	n   int64
+}
+
+func (c *capped) add(p []byte, limit int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += int64(len(p))
+	if room := limit - int64(len(c.buf)); room > 0 {
+		c.buf = append(c.buf, p[:min(room, int64(len(p)))]...)
+	}
+}
+
+// pumpTo reads r to its end, sending each piece as a live event of
+// request id and to keep.
+func (a *agent) pumpTo(id uint64, pid int, stream string, r *os.File, keep func([]byte)) {
+	pumpEach(r, func(b []byte) {
+		a.event(id, pid, stream, b)
+		keep(b)
+	})
+}
+
+// pumpEach reads r to its end, handing each piece to fn.
+func pumpEach(r *os.File, fn func([]byte)) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			fn(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string, env []string) *envelope.Reply {
+	a.mu.Lock()
+	n := len(a.bg)
+	a.mu.Unlock()
+	if n >= a.spec.MaxProcesses {
+		return fail(req.ID, envelope.ErrCodeLimit, "the session keeps at most %d background processes: wait for or signal one", a.spec.MaxProcesses)
+	}
+	p, stdin, outR, errR, err := a.spawn(argv, cwd, env, true)
+	if err != nil {
+		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
+	}
+	p.stdin, p.out = stdin, &ring{max: a.spec.OutputLimit}
+	if len(req.Stdin) > 0 {
+		_, _ = stdin.Write(req.Stdin)
+	}
+	a.mu.Lock()
+	a.bg[p.pid] = p
+	a.mu.Unlock()
+	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stdout", outR, p.out.add) })
+	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stderr", errR, p.out.add) })
+	return &envelope.Reply{ID: req.ID, PID: p.pid}
+}
+
+// ring keeps the last max bytes of a process's output and the offset
+// the output has reached.
+type ring struct {
+	mu   sync.Mutex
+	max  int64
+	buf  []byte
+	next int64 // offset of the byte after buf's last
+}
+
+func (r *ring) add(p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = append(r.buf, p...)
+	r.next += int64(len(p))
+	if over := int64(len(r.buf)) - r.max; over > 0 {
+		r.buf = append(r.buf[:0], r.buf[over:]...)
+	}
+}
+
+// since returns the output from offset from on, what was dropped before
+// it, and the offset to ask from next.
+func (r *ring) since(from int64) (out []byte, dropped, next int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := r.next - int64(len(r.buf))
+	if from < first {
+		dropped, from = first-from, first
+	}
+	if from > r.next {
+		from = r.next
+	}
+	return append([]byte(nil), r.buf[from-first:]...), dropped, r.next
+}
+
+func (a *agent) background(id uint64, pid int) (*proc, *envelope.Reply) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.bg[pid]
+	if !ok {
+		return nil, fail(id, envelope.ErrCodeNotFound, "no background process %d", pid)
+	}
+	return p, nil
+}
+
+func (p *proc) report() envelope.Process {
+	e := envelope.Process{PID: p.pid, Argv: p.argv, StartedMS: p.started.UnixMilli()}
+	_, _, e.OutputBytes = p.out.since(1 << 62)
+	select {
+	case <-p.exited:
+		exit, sig := exitOf(p.st.status)
+		e.Exit, e.Signal = &exit, sig
+	default:
+		e.Running = true
+	}
+	return e
+}
+
+func (a *agent) processes(req *envelope.Request) *envelope.Reply {
+	a.mu.Lock()
+	ps := make([]*proc, 0, len(a.bg))
+	for _, p := range a.bg {
+		ps = append(ps, p)
+	}
+	a.mu.Unlock()
+	r := &envelope.Reply{ID: req.ID, Processes: []envelope.Process{}}
+	for _, p := range ps {
+		r.Processes = append(r.Processes, p.report())
+	}
+	return r
+}
+
+// wait waits up to the request's timeout for a background process to
+// end; one that ended is collected (no longer listed).
+func (a *agent) wait(req *envelope.Request) *envelope.Reply {
+	p, bad := a.background(req.ID, req.PID)
+	if bad != nil {
+		return bad
+	}
+	var timeout <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-p.exited:
+	case <-timeout:
+		return &envelope.Reply{ID: req.ID, PID: p.pid, Running: true, TimedOut: true}
+	}
+	p.pumps.Wait()
+	exit, sig := exitOf(p.st.status)
+	out, dropped, next := p.out.since(req.Since)
+	a.mu.Lock()
+	delete(a.bg, p.pid)
+	a.mu.Unlock()
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+	return &envelope.Reply{ID: req.ID, PID: p.pid, Exit: &exit, Signal: sig, Output: out, Dropped: dropped, Next: next,
+		DurationMS: time.Since(p.started).Milliseconds()}
+}
+
+func (a *agent) output(req *envelope.Request) *envelope.Reply {
+	p, bad := a.background(req.ID, req.PID)
+	if bad != nil {
+		return bad
+	}
+	out, dropped, next := p.out.since(req.Since)
+	r := &envelope.Reply{ID: req.ID, PID: p.pid, Output: out, Dropped: dropped, Next: next}
+	select {
+	case <-p.exited:
+	default:
+		r.Running = true
+	}
+	return r
+}
+
+func (a *agent) signal(req *envelope.Request) *envelope.Reply {
+	p, bad := a.background(req.ID, req.PID)
+	if bad != nil {
+		return bad
+	}
+	sig := syscall.Signal(req.Signal)
+	if req.Signal == 0 {
+		sig = syscall.SIGTERM
+	}
+	if req.Signal < 0 || req.Signal > 64 {
+		return fail(req.ID, envelope.ErrCodeInvalid, "signal %d: not a signal", req.Signal)
+	}
+	select {
+	case <-p.exited:
+		return fail(req.ID, envelope.ErrCodeNotFound, "process %d has exited", p.pid)
+	default:
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil {
+		return fail(req.ID, envelope.ErrCodeFailed, "signal %d: %v", p.pid, err)
+	}
+	return &envelope.Reply{ID: req.ID, PID: p.pid}
+}
+
+func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
+	p, bad := a.background(req.ID, req.PID)
+	if bad != nil {
+		return bad
+	}
+	a.mu.Lock()
+	in := p.stdin
+	if req.EOF {
+		p.stdin = nil
+	}
+	a.mu.Unlock()
+	if in == nil {
+		return fail(req.ID, envelope.ErrCodeInvalid, "process %d's stdin is closed", p.pid)
+	}
+	if len(req.Data) > 0 {
+		_ = in.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := in.Write(req.Data); err != nil {
+			return fail(req.ID, envelope.ErrCodeFailed, "write to %d: %v", p.pid, err)
+		}
+	}
+	if req.EOF {
+		in.Close()
+	}
+	return &envelope.Reply{ID: req.ID, PID: p.pid}
+}
+
+// resolve confines a path to the sandbox's writable tree: the working
+// directory (relative paths are in it) and /tmp. The agent runs as the
+// session's own user, so this gives no more than a command could do; it
+// is there to make a wrong path a clear error.
+func (a *agent) resolve(p string) (string, error) {
+	if p == "" || strings.IndexByte(p, 0) >= 0 {
+		return "", errors.New("path: empty, or has a NUL byte")
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(a.dir, p)
+	}
+	p = filepath.Clean(p)
+	for _, root := range []string{a.dir, "/tmp"} {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("path %q: outside the session's files (%s and /tmp)", p, a.dir)
+}
+
+func entryOf(path string, fi fs.FileInfo) envelope.Entry {
+	e := envelope.Entry{Name: fi.Name(), Path: path, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), MTimeMS: fi.ModTime().UnixMilli()}
+	switch {
+	case fi.Mode().IsRegular():
+		e.Type = "file"
+	case fi.IsDir():
+		e.Type, e.Size = "dir", 0
+	case fi.Mode()&fs.ModeSymlink != 0:
+		e.Type = "symlink"
+		e.Target, _ = os.Readlink(path)
+	default:
+		e.Type = "other"
+	}
+	return e
+}
+
+func fileErr(id uint64, err error) *envelope.Reply {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fail(id, envelope.ErrCodeNotFound, "%v", err)
+	case errors.Is(err, fs.ErrExist):
+		return fail(id, envelope.ErrCodeExists, "%v", err)
+	}
+	return fail(id, envelope.ErrCodeFailed, "%v", err)
+}
+
+func (a *agent) file(req *envelope.Request) *envelope.Reply {
+	path, err := a.resolve(req.Path)
+	if err != nil {
+		return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+	}
+	r := &envelope.Reply{ID: req.ID}
+	switch req.Op {
+	case envelope.OpRead:
+		f, err := os.Open(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return fail(req.ID, envelope.ErrCodeInvalid, "%s is a directory", path)
+		}
+		n := req.Length
+		if n <= 0 || n > maxReadChunk {
+			n = maxReadChunk
+		}
+		buf := make([]byte, n)
+		got, err := f.ReadAt(buf, req.Offset)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fileErr(req.ID, err)
+		}
+		r.Data, r.EOF = buf[:got], errors.Is(err, io.EOF)
+	case envelope.OpWrite:
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fileErr(req.ID, err)
+		}
+		flags := os.O_WRONLY | os.O_CREATE
+		if req.Append {
+			flags |= os.O_APPEND
+		} else {
+			flags |= os.O_TRUNC
+		}
+		mode := fs.FileMode(req.Mode & 0o777)
+		if mode == 0 {
+			mode = 0o644
+		}
+		f, err := os.OpenFile(path, flags, mode)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		_, werr := f.Write(req.Data)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fileErr(req.ID, werr)
+		}
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		e := entryOf(path, fi)
+		r.Entry = &e
+	case envelope.OpList:
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		r.Entries = []envelope.Entry{}
+		for _, d := range ents[:min(len(ents), maxEntries)] {
+			if fi, err := d.Info(); err == nil {
+				r.Entries = append(r.Entries, entryOf(filepath.Join(path, d.Name()), fi))
+			}
+		}
+	case envelope.OpStat:
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		e := entryOf(path, fi)
+		r.Entry = &e
+	case envelope.OpRemove:
+		if path == a.dir || path == "/tmp" {
+			return fail(req.ID, envelope.ErrCodeInvalid, "%s cannot be removed", path)
+		}
+		if _, err := os.Lstat(path); err != nil {
+			return fileErr(req.ID, err)
+		}
+		rm := os.Remove
+		if req.Recursive {
+			rm = os.RemoveAll
+		}
+		if err := rm(path); err != nil {
+			return fileErr(req.ID, err)
+		}
+	case envelope.OpMkdir:
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return fileErr(req.ID, err)
+		}
+	case envelope.OpRename:
+		to, err := a.resolve(req.To)
+		if err != nil {
+			return fail(req.ID, envelope.ErrCodeInvalid, "to: %v", err)
+		}
+		if err := os.Rename(path, to); err != nil {
+			return fileErr(req.ID, err)
+		}
+	}
+	return r
+}
