@@ -127,7 +127,8 @@ func TestIntegrationRedTeamUserAllowances(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				hogOut.Write(p)
-				if strings.Contains(hogOut.String(), "hog ready") {
+				// The whole line: it may come in pieces.
+				if _, rest, ok := strings.Cut(hogOut.String(), "hog ready"); ok && strings.Contains(rest, "\n") {
 					readyOnce.Do(func() { close(ready) })
 				}
 			}})
@@ -161,10 +162,20 @@ func TestIntegrationRedTeamUserAllowances(t *testing.T) {
 		}
 		want(t, res, jobs.StatusSucceeded)
 		t.Logf("victim: %s", strings.TrimSpace(res.Stdout))
+		var missing []string
 		for _, s := range []string{"pipe 65536\n", "setpipe 1048576\n", "inotify_init ok\n", "sigqueue ok\n", "timer_create ok\n"} {
 			if !strings.Contains(res.Stdout, s) {
-				t.Errorf("the victim lacks %q:\n%s", s, res.Stdout)
+				missing = append(missing, s)
 			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("the victim lacks %q:\n%s", missing, res.Stdout)
+		}
+		// Its working directory and /tmp are its own uid's.
+		var uid, ws, tmp int
+		i := strings.Index(res.Stdout, "uid ")
+		if _, err := fmt.Sscanf(res.Stdout[max(i, 0):], "uid %d workspace owner %d tmp owner %d", &uid, &ws, &tmp); err != nil || ws != uid || tmp != uid {
+			t.Errorf("uid and owners: %v\n%s", err, res.Stdout)
 		}
 	})
 }
