@@ -82,6 +82,8 @@ type options struct {
 	metrics             string
 	grace               time.Duration
 	runtime             string
+	sandboxUIDs         string            // --sandbox-uids as given
+	uids                executor.UIDRange // --sandbox-uids parsed
 	logFormat, logLevel string
 	caps                limits.Limits
 	allowNetwork        bool
@@ -115,6 +117,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.metrics, "metrics", "", "serve /metrics (Prometheus), /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
 	fs.DurationVar(&o.grace, "grace", time.Minute, "after the first signal, jobs in flight may finish for `D` (default 1m)")
 	fs.StringVar(&o.runtime, "runtime", "", "OCI runtime `NAME` of the sandboxes: runc (default) or runsc (gVisor)")
+	fs.StringVar(&o.sandboxUIDs, "sandbox-uids", executor.DefaultUIDs.String(), "host uids `FIRST-LAST` the sandboxes run as, one of its own each, never one another container on the engine holds (workers on one engine may share it); no uid anything else on the host uses")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text (default) or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info (default), warn or error")
 	fs.Var(cmdline.Value(&o.caps.Timeout, "duration"), "max-timeout", "cap `D` on a job's wall-clock timeout (default 10m)")
@@ -184,6 +187,14 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.grace < 0 {
 		return nil, cmdline.Usagef("--grace %s is negative", o.grace)
+	}
+	if o.uids, err = executor.ParseUIDRange(o.sandboxUIDs); err != nil {
+		return nil, cmdline.Usagef("--sandbox-uids: %w", err)
+	}
+	// Each running and warm sandbox holds a uid: a range smaller than the
+	// worker's own sandboxes leaves its slots without one.
+	if n := uint64(o.uids.Last-o.uids.First) + 1; n < uint64(o.slots+o.poolMax) {
+		return nil, cmdline.Usagef("--sandbox-uids %s: %d uids, want at least --slots + --pool-max (%d), and room for the other workers' on the engine", o.uids, n, o.slots+o.poolMax)
 	}
 	if err := o.http.resolve(fs, o.embedded); err != nil {
 		return nil, err
@@ -423,6 +434,7 @@ func executorConfig(o *options) (executor.Config, error) {
 		WorkerID: o.id,
 		Pool:     o.pool,
 		PoolMax:  o.poolMax,
+		UIDs:     o.uids,
 	}
 	if o.runtime != "" {
 		cfg.Runtime = o.runtime

@@ -35,13 +35,17 @@ func TestParseFlags(t *testing.T) {
 		{"--grace", "-1s"},
 		{"--max-memory", "lots"},
 		{"-slots", "2"}, // GNU style: long flags take two dashes
+		{"--sandbox-uids", "0-100"},
+		{"--sandbox-uids", "100000"},
+		{"--sandbox-uids", "100000-100003", "--slots", "2", "--pool", "2"}, // 4 uids, 2 + 8 sandboxes
 	}
 	for _, args := range bad {
 		if _, err := parseFlags(args); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("parseFlags(%q) = %v, want a usage error", args, err)
 		}
 	}
-	o, err := parseFlags([]string{"--embedded", "--data-dir", "d", "--slots", "3", "--queue", "q", "--max-memory", "1g", "--allow-network"})
+	o, err := parseFlags([]string{"--embedded", "--data-dir", "d", "--slots", "3", "--queue", "q", "--max-memory", "1g", "--allow-network",
+		"--sandbox-uids", "300000-300099"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +53,8 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.slots != 3 || len(o.lanes) != 1 || o.lanes[0] != (worker.Lane{Queue: "q", Weight: 1}) || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network {
+	if o.slots != 3 || len(o.lanes) != 1 || o.lanes[0] != (worker.Lane{Queue: "q", Weight: 1}) || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network ||
+		cfg.UIDs != (executor.UIDRange{First: 300000, Last: 300099}) {
 		t.Errorf("options %+v, executor config %+v", o, cfg)
 	}
 	if _, err := parseFlags([]string{"--help"}); !errors.Is(err, cmdline.ErrHelp) {

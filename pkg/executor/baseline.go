@@ -13,7 +13,8 @@ import (
 // starts, waits for and removes (tools/bench phase (k)), so that the
 // ceiling pays for exactly the hardening a sandbox does and cannot drift
 // from it. The container carries the executor's labels, so Reap removes
-// what a crashed benchmark leaves.
+// what a crashed benchmark leaves. Like DockerRunArgs' it runs as the
+// first uid of Config.UIDs, unclaimed, under a name of its own.
 func (e *Executor) BaselineSpec(preset string, entrypoint []string) (client.ContainerCreateOptions, error) {
 	p, ok := e.cfg.Presets[preset]
 	if !ok {
@@ -22,7 +23,8 @@ func (e *Executor) BaselineSpec(preset string, entrypoint []string) (client.Cont
 	if len(entrypoint) == 0 {
 		return client.ContainerCreateOptions{}, fmt.Errorf("executor: BaselineSpec: an entrypoint is required")
 	}
-	spec := e.containerSpec(p.Image, "baseline-"+randHex(4), e.cfg.Defaults)
+	spec := e.containerSpec(p.Image, "baseline-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First)
+	spec.Name = "sandfleet-baseline-" + randHex(6)
 	c := *spec.Config
 	c.Entrypoint = slices.Clone(entrypoint)
 	c.Cmd = nil

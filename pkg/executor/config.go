@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -85,9 +84,11 @@ type Config struct {
 	// uses to find what a crashed predecessor left. "" means the hostname.
 	WorkerID string
 
-	// User runs the job inside the container: "" means "10001:10001", the
-	// sandbox user of the image. Root ("0", "root") is refused.
-	User string
+	// UIDs are the host uids sandboxes run as, one of its own each (and
+	// the same number as its gid), never one that another container on the
+	// engine holds: see UIDRange. The zero value means DefaultUIDs. Workers
+	// sharing an engine may share the range.
+	UIDs UIDRange
 
 	// KillGrace is how long a killed sandbox may take to exit before its
 	// job ends as an infrastructure failure. 0 means 10s. (Each call to the
@@ -120,12 +121,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Defaults for the sandbox user and the working directory.
-const (
-	sandboxUID = 10001
-	sandboxGID = 10001
-	workDir    = "/workspace"
-)
+// workDir is the job's working directory, a tmpfs mount.
+const workDir = "/workspace"
 
 // resolved returns a copy of c with every default filled in, or an error
 // naming the first unusable field.
@@ -153,11 +150,11 @@ func (c Config) resolved() (Config, error) {
 		}
 		c.WorkerID = h
 	}
-	if c.User == "" {
-		c.User = fmt.Sprintf("%d:%d", sandboxUID, sandboxGID)
+	if c.UIDs == (UIDRange{}) {
+		c.UIDs = DefaultUIDs
 	}
-	if slices.Contains([]string{"0", "root", "0:0", "root:root"}, c.User) || len(c.User) >= 2 && c.User[:2] == "0:" {
-		return c, fmt.Errorf("executor: User %q: the sandbox never runs as root", c.User)
+	if err := c.UIDs.validate(); err != nil {
+		return c, fmt.Errorf("executor: UIDs: %w", err)
 	}
 	if c.Pool < 0 {
 		return c, fmt.Errorf("executor: Pool %d: want 0 (off) or more", c.Pool)

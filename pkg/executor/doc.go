@@ -89,12 +89,23 @@
 // report (timeout, oom, output_limit, canceled) has null figures: they are
 // never estimated.
 //
+// # A uid per sandbox
+//
+// Each sandbox runs as a host uid (and gid) of its own from Config.UIDs,
+// which owns its tmpfs mounts: the kernel counts pipe pages, inotify
+// instances and queued signals per user, and sandboxes of one uid would
+// share them. Its container is named sandfleet-uid-<uid>, and the engine
+// refuses a second container of a name: that is the claim, held while the
+// container exists, whichever worker or run made it (a warm sandbox, a
+// leftover the reaper has not removed yet). A create that meets a
+// conflict claims another uid.
+//
 // # Leftovers
 //
 // Every container carries the labels sandfleet.managed=true,
-// sandfleet.worker=<Config.WorkerID>, sandfleet.instance=<one per Executor>
-// and either sandfleet.job=<id> or, launched for the warm pool,
-// sandfleet.pool=true. A worker calls Reap at start to remove what a crashed
+// sandfleet.worker=<Config.WorkerID>, sandfleet.instance=<one per Executor>,
+// sandfleet.uid=<its uid> and either sandfleet.job=<id> or, launched for
+// the warm pool, sandfleet.pool=true. A worker calls Reap at start to remove what a crashed
 // predecessor with the same ID left, its warm pool included; Reap spares the
 // calling Executor's own containers, and skips, after one log line, a
 // container it failed to remove (one wedged in the engine). StartReaping

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -209,6 +210,9 @@ const (
 	// LabelInstance names the Executor that made the container, so that Reap
 	// spares its own.
 	LabelInstance = "sandfleet.instance"
+	// LabelUID is the host uid the sandbox runs as, its own while the
+	// container exists (its name, sandfleet-uid-<uid>, is the claim).
+	LabelUID = "sandfleet.uid"
 )
 
 var (
@@ -227,11 +231,13 @@ func infraErr(op string, err error) error {
 // containerSpec is the one place a sandbox's configuration is built: the
 // hardening of docs/design.md "The sandbox container". Nothing in it depends on the
 // job beyond its limits and labels, so a pre-started container can take any
-// job that fits them: jobID "" builds one for the warm pool.
-func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.ContainerCreateOptions {
+// job that fits them: jobID "" builds one for the warm pool. uid is the
+// sandbox's own (uidClaims): the job runs as uid:uid, its tmpfs mounts are
+// uid's, and the container's name is uid's claim on the engine.
+func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32) client.ContainerCreateOptions {
 	no := false
 	pids := l.Pids
-	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), sandboxUID, sandboxGID)
+	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
 	// /tmp holds what a compile step builds, which must run: exec there
 	// (Docker mounts a tmpfs noexec unless told). The working directory
 	// stays noexec: nothing a job is given or keeps runs from it directly.
@@ -246,7 +252,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 	fsize := int64(l.Tmpfs)
 	cfg := &container.Config{
 		Image:           image,
-		User:            e.cfg.User,
+		User:            fmt.Sprintf("%d:%d", uid, uid), // numeric: the image's /etc/passwd knows none of them
 		WorkingDir:      workDir,
 		AttachStdin:     true,
 		AttachStdout:    true,
@@ -260,12 +266,11 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 			LabelManaged:  "true",
 			LabelWorker:   e.cfg.WorkerID,
 			LabelInstance: e.instance,
+			LabelUID:      strconv.FormatUint(uint64(uid), 10),
 		},
 	}
-	name := "sandfleet-" + jobID + "-" + randHex(4)
 	if jobID == "" {
 		cfg.Labels[LabelPool] = "true"
-		name = "sandfleet-pool-" + randHex(6)
 	} else {
 		cfg.Labels[LabelJob] = jobID
 	}
@@ -317,7 +322,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits) client.Co
 	return client.ContainerCreateOptions{
 		Config:     cfg,
 		HostConfig: host,
-		Name:       name,
+		Name:       uidName(uid),
 	}
 }
 
@@ -338,13 +343,15 @@ var maskedPaths = []string{
 // with the default limits as `docker run` arguments (after "run", without
 // the job), from the same containerSpec the executor uses: a baseline for
 // benchmarks that cannot drift from the real hardening. The container
-// reads its envelope on stdin (-i) and is removed on exit (--rm).
+// reads its envelope on stdin (-i) and is removed on exit (--rm). It has
+// no name and runs as the first uid of Config.UIDs, unclaimed, as every
+// container of these arguments does: a benchmark's, not a fleet's.
 func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	p, ok := e.cfg.Presets[preset]
 	if !ok {
 		return nil, fmt.Errorf("executor: unknown preset %q", preset)
 	}
-	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults)
+	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First)
 	c, h := spec.Config, spec.HostConfig
 	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir, "--hostname", c.Hostname,
 		"--network", string(h.NetworkMode), "--ipc", string(h.IpcMode), "--runtime", h.Runtime,

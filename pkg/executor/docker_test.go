@@ -17,7 +17,7 @@ func TestDockerRunArgs(t *testing.T) {
 	}
 	got := " " + strings.Join(args, " ") + " "
 	for _, want := range []string{
-		" --rm -i ", " --user 10001:10001 ", " --network none ", " --read-only ", " --cgroupns private ",
+		" --rm -i ", " --user 100000:100000 ", " --network none ", " --read-only ", " --cgroupns private ",
 		" --security-opt seccomp=/",
 		" --cap-drop ALL ", " --security-opt no-new-privileges ", " --memory 536870912 ",
 		" --memory-swap 536870912 ", " --cpus 1 ", " --pids-limit 64 ", " --ulimit core=0:0 ",

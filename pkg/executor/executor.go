@@ -24,6 +24,7 @@ type Executor struct {
 	images    []string        // the presets' distinct images, in the order of their names
 	pool      *pool           // nil when Config.Pool is 0
 	starts    *startGate      // whether sandboxes start: every launch asks it
+	uids      *uidClaims      // the uids this Executor's sandboxes hold
 
 	// Leftovers Reap failed to remove, which it skips from then on: a
 	// container wedged in the engine hangs every call that touches it.
@@ -91,6 +92,7 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		api:         withDeadlines{api: api, d: t.calls, log: cfg.Logger},
 		instance:    randHex(8),
 		starts:      newStartGate(cfg.Runtime, cfg.Logger.With("worker", cfg.WorkerID), t.starts),
+		uids:        newUIDClaims(cfg.UIDs),
 		unremovable: map[string]bool{},
 		removeSlots: make(chan struct{}, maxBackgroundRemovals),
 		closing:     make(chan struct{}),

@@ -387,12 +387,12 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.cfg
-	if c.Runtime != "runc" || c.User != "10001:10001" || c.WorkerID == "" || c.Logger == nil ||
+	if c.Runtime != "runc" || c.UIDs != DefaultUIDs || c.WorkerID == "" || c.Logger == nil ||
 		c.Defaults.Memory != 256*limits.MiB || c.Defaults.Timeout != limits.Default().Timeout || c.Caps != limits.DefaultCaps() {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	for _, bad := range []Config{
-		{User: "root"}, {User: "0:0"},
+		{UIDs: UIDRange{First: 0, Last: 10}}, {UIDs: UIDRange{First: 10, Last: 9}}, {UIDs: UIDRange{First: 1, Last: 1 << 31}},
 		{Defaults: limits.Limits{Memory: 64 * limits.GiB}},
 		{Presets: map[string]Preset{"x": {Image: "i"}}},
 	} {
@@ -406,7 +406,7 @@ func TestContainerSpecHardening(t *testing.T) {
 	t.Parallel()
 	e, _ := newWithAPI(Config{WorkerID: "w", Runtime: "runsc"}, &fakeDocker{})
 	l := limits.Default()
-	o := e.containerSpec("img", "job-1", l)
+	o := e.containerSpec("img", "job-1", l, 123456)
 	h := o.HostConfig
 	if !h.ReadonlyRootfs || h.NetworkMode != "none" || !o.Config.NetworkDisabled || h.CapDrop[0] != "ALL" ||
 		h.SecurityOpt[0] != "no-new-privileges" || h.Memory != h.MemorySwap || h.Memory != int64(l.Memory) ||
@@ -418,14 +418,22 @@ func TestContainerSpecHardening(t *testing.T) {
 		!slices.Contains(h.MaskedPaths, "/proc/cmdline") || !slices.Contains(h.MaskedPaths, "/proc/kcore") || h.CgroupnsMode != "private" {
 		t.Fatalf("seccomp, /dev/shm, masked paths or cgroupns: %+v", h)
 	}
-	if !strings.Contains(h.Tmpfs["/workspace"], "size=67108864") || !strings.Contains(h.Tmpfs["/tmp"], "uid=10001") {
-		t.Fatalf("tmpfs %v", h.Tmpfs)
+	// The sandbox's own uid runs the job, owns its tmpfs mounts and names
+	// the container: the name is the uid's claim on the engine.
+	for _, dir := range []string{"/workspace", "/tmp"} {
+		if !strings.Contains(h.Tmpfs[dir], ",uid=123456,gid=123456,") {
+			t.Fatalf("tmpfs %s: %q, want it owned by 123456", dir, h.Tmpfs[dir])
+		}
+	}
+	if !strings.Contains(h.Tmpfs["/workspace"], "size=67108864") || o.Config.User != "123456:123456" ||
+		o.Name != "sandfleet-uid-123456" || o.Config.Labels[LabelUID] != "123456" {
+		t.Fatalf("workspace %q, user %q, name %q, labels %v", h.Tmpfs["/workspace"], o.Config.User, o.Name, o.Config.Labels)
 	}
 	if len(o.Config.Env) != 0 || len(o.Config.Cmd) != 0 {
 		t.Fatal("job data leaked into the container's config; it belongs in the envelope")
 	}
 	l.Network = true
-	if o := e.containerSpec("img", "job-1", l); o.HostConfig.NetworkMode != "bridge" || o.Config.NetworkDisabled {
+	if o := e.containerSpec("img", "job-1", l, 123456); o.HostConfig.NetworkMode != "bridge" || o.Config.NetworkDisabled {
 		t.Fatal("network not granted")
 	}
 }

@@ -138,6 +138,7 @@ func TestIntegrationPrivileges(t *testing.T) {
 	code := `import ctypes, os, subprocess
 st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
 print("uid", os.getuid(), os.geteuid())
+print("gid", os.getgid(), os.getegid(), "groups", os.getgroups())
 print("capeff", st["CapEff"].strip(), "capprm", st["CapPrm"].strip(), "nnp", st.get("NoNewPrivs", "absent").strip())
 print("seccomp", st.get("Seccomp", "absent").strip())
 for s in ["/var/run/docker.sock", "/run/docker.sock"]:
@@ -155,7 +156,13 @@ for name, flag in [("user", 0x10000000), ("mnt", 0x00020000), ("net", 0x40000000
 		if e.cfg.Runtime == "runsc" {
 			nnp = "nnp absent" // gVisor's /proc/self/status has no such line
 		}
-		for _, s := range []string{"uid 10001 10001", "capeff 0000000000000000 capprm 0000000000000000 " + nnp,
+		// A uid of its own from the range, its gid the same, no other group.
+		var uid, euid, gid, egid, group int
+		if _, err := fmt.Sscanf(res.Stdout, "uid %d %d\ngid %d %d groups [%d]\n", &uid, &euid, &gid, &egid, &group); err != nil ||
+			uid != euid || gid != uid || egid != uid || group != uid || uid < int(DefaultUIDs.First) || uid > int(DefaultUIDs.Last) {
+			t.Errorf("ids: want one uid of %s as uid, gid and only group:\n%s", DefaultUIDs, res.Stdout)
+		}
+		for _, s := range []string{"capeff 0000000000000000 capprm 0000000000000000 " + nnp,
 			"seccomp 2", "sock /var/run/docker.sock False", "sock /run/docker.sock False",
 			"unshare user -1", "unshare mnt -1", "unshare net -1"} {
 			if !strings.Contains(res.Stdout, s) {
@@ -340,7 +347,7 @@ func TestIntegrationReap(t *testing.T) {
 	ctx := context.Background()
 	// What a crashed worker leaves: a created and a running sandbox.
 	for i := range 2 {
-		c, err := e.api.ContainerCreate(ctx, e.containerSpec(DefaultImage, fmt.Sprintf("orphan-%d", i), limits.Default()))
+		c, err := e.api.ContainerCreate(ctx, claimedSpec(t, e, fmt.Sprintf("orphan-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +359,7 @@ func TestIntegrationReap(t *testing.T) {
 	}
 	// Another worker's sandbox must survive.
 	other := setup(t, nil)
-	c, err := other.api.ContainerCreate(ctx, other.containerSpec(DefaultImage, "not-mine", limits.Default()))
+	c, err := other.api.ContainerCreate(ctx, claimedSpec(t, other, "not-mine"))
 	if err != nil {
 		t.Fatal(err)
 	}

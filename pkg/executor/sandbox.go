@@ -33,6 +33,7 @@ type sandbox struct {
 	born      time.Time
 	pool      *pool  // the pool it was taken from, if any
 	imageID   string // the image it was created from; "" when the engine gave none
+	uid       uint32 // its own, claimed until remove
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -83,7 +84,7 @@ func (e *Executor) startSandbox(ctx context.Context, trial bool, image, jobID st
 	case err == nil:
 		e.starts.started(trial)
 		return s, nil
-	case errors.Is(err, ErrImageMissing):
+	case errors.Is(err, ErrImageMissing), errors.Is(err, errNoUID):
 		e.starts.inconclusive(trial)
 		return nil, err
 	case ctx.Err() != nil:
@@ -110,27 +111,15 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	if err != nil {
 		return nil, err
 	}
-	spec := e.containerSpec(image, jobID, lim)
-	if id != "" {
-		spec.Config.Image = id // exactly what the result will name
-	}
-	created, err := e.api.ContainerCreate(context.WithoutCancel(ctx), spec)
+	created, uid, err := e.create(ctx, image, id, jobID, lim)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			// The engine may make it after all, after we gave up on it:
-			// it goes by our name, and is looked for until it shows.
-			e.discard(ctx, spec.Name)
-			e.removing.Go(func() { e.sweepLate(spec.Name) })
-		}
-		return nil, fmt.Errorf("create container: %w", err)
+		return nil, err
 	}
-	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id}
+	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id, uid: uid}
 	defer func() {
 		if err != nil {
 			e.discard(ctx, s.id)
+			e.uids.free(uid)
 		}
 	}()
 
@@ -170,6 +159,51 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 		return nil, fmt.Errorf("start container: %w", err)
 	}
 	return s, nil
+}
+
+// create creates a sandbox's container, of image (imageID when the engine
+// named one), under a uid of its own: it claims one no sandbox of this
+// executor holds, and when the engine refuses the name (another worker's
+// sandbox or a leftover holds the uid) it frees the claim and tries
+// another, up to uidTries.
+func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits) (client.ContainerCreateResult, uint32, error) {
+	tried := map[uint32]bool{}
+	for range uidTries {
+		uid, err := e.uids.claim(tried)
+		if err != nil {
+			return client.ContainerCreateResult{}, 0, err
+		}
+		spec := e.containerSpec(image, jobID, lim, uid)
+		if imageID != "" {
+			spec.Config.Image = imageID // exactly what the result will name
+		}
+		created, err := e.api.ContainerCreate(context.WithoutCancel(ctx), spec)
+		switch {
+		case err == nil:
+			return created, uid, nil
+		case cerrdefs.IsConflict(err):
+			e.uids.free(uid)
+			tried[uid] = true
+			continue
+		case cerrdefs.IsNotFound(err):
+			e.uids.free(uid)
+			return created, 0, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
+		case errors.Is(err, context.DeadlineExceeded):
+			// The engine may make it after all, after we gave up on it:
+			// it goes by our name, and is looked for until it shows. The
+			// uid is held until then.
+			e.discard(ctx, spec.Name)
+			e.removing.Go(func() {
+				e.sweepLate(spec.Name)
+				e.uids.free(uid)
+			})
+		default:
+			e.uids.free(uid)
+		}
+		return created, 0, fmt.Errorf("create container: %w", err)
+	}
+	return client.ContainerCreateResult{}, 0, fmt.Errorf("%w: %d uids of %s in a row are held by other containers on the engine (another worker's, or leftovers)",
+		errNoUID, uidTries, e.cfg.UIDs)
 }
 
 // sweepLate removes the container named name if the engine makes it
@@ -255,6 +289,9 @@ func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 // remove force-removes a sandbox's container, even for a caller that gave
 // up: its deadline is the engine call's own.
 func (e *Executor) remove(ctx context.Context, s *sandbox) error {
+	// Freed even when the removal failed: a container that is still there
+	// keeps its name, which is the claim on the engine.
+	defer e.uids.free(s.uid)
 	if _, err := e.api.ContainerRemove(context.WithoutCancel(ctx), s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		return err
 	}

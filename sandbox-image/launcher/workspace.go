@@ -57,8 +57,9 @@ func restore(dir string, r *envelope.Restore, stdin io.Reader) (bool, error) {
 // KiB default makes a megabyte sixteen hand-offs between the container's
 // shim and the launcher each way, which cost a 1 MiB workspace 6 ms of its
 // step (issue 12). Each pipe takes this much memory while it is full, from
-// its user's pipe allowance (fs.pipe-user-pages-soft, shared by every
-// sandbox of the host's uid 10001): only a job that moves a workspace asks.
+// its user's pipe allowance (fs.pipe-user-pages-soft, the sandbox's own:
+// the executor gives each a uid of its own): only a job that moves a
+// workspace asks.
 const pipeBytes = 1 << 20
 
 // widenPipes asks for pipeBytes on the pipes a workspace's bytes take.
