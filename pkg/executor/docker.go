@@ -332,6 +332,17 @@ var maskedPaths = []string{
 	"/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/modules",
 	"/sys/block", "/sys/class/block", "/sys/dev", "/sys/devices/virtual/dmi",
 	"/sys/kernel", "/sys/module",
+	// The kernel's build and symbols, and the machine's memory and I/O
+	// maps, whose device names say whose machine (a cloud's VM, say).
+	"/proc/config.gz", "/proc/kallsyms", "/proc/iomem", "/proc/ioports",
+	// The same in every container of a boot: jobs that print it can be
+	// told to have shared a host.
+	"/proc/sys/kernel/random/boot_id",
+	// Every device, bus and class of device the host has, with its
+	// vendor's names, and the CPUs' vulnerability and mitigation state.
+	// The job's CPU count is sched_getaffinity's and the cgroup's, and
+	// glibc falls back to /proc/stat; /sys/fs/cgroup stays.
+	"/sys/bus", "/sys/class", "/sys/devices", "/sys/hypervisor", "/sys/power",
 }
 
 // DockerRunArgs renders the container configuration of a job of preset

@@ -418,6 +418,11 @@ func TestContainerSpecHardening(t *testing.T) {
 		!slices.Contains(h.MaskedPaths, "/proc/cmdline") || !slices.Contains(h.MaskedPaths, "/proc/kcore") || h.CgroupnsMode != "private" {
 		t.Fatalf("seccomp, /dev/shm, masked paths or cgroupns: %+v", h)
 	}
+	for _, p := range []string{"/proc/config.gz", "/proc/iomem", "/proc/sys/kernel/random/boot_id", "/sys/bus", "/sys/devices"} {
+		if !slices.Contains(h.MaskedPaths, p) {
+			t.Errorf("%s is not masked", p)
+		}
+	}
 	if !strings.Contains(h.Tmpfs["/workspace"], "size=67108864") || !strings.Contains(h.Tmpfs["/tmp"], "uid=10001") {
 		t.Fatalf("tmpfs %v", h.Tmpfs)
 	}
