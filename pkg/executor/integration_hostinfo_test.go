@@ -5,13 +5,16 @@ package executor
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -152,5 +155,128 @@ func TestIntegrationRedTeamHostIdentity(t *testing.T) {
 		if len(boots) == 2 && boots[0] == boots[1] {
 			t.Errorf("two sandboxes show the same boot ID %q: their jobs can be told to share a host", boots[0])
 		}
+	})
+}
+
+// launcherProcCode reads what the job can of the launcher's /proc files,
+// as PID 1 and as each of its threads, and prints it as JSON: a file's
+// bytes or the errno that refused it, a directory's names or its errno,
+// and where each descriptor the launcher holds leads.
+const launcherProcCode = `import json, os
+def read(p):
+    try:
+        with open(p, "rb") as f:
+            return {"data": f.read(1 << 16).decode("latin-1")}
+    except OSError as err:
+        return {"errno": err.errno}
+def ls(p):
+    try:
+        return {"names": sorted(os.listdir(p))}
+    except OSError as err:
+        return {"errno": err.errno}
+out = {"files": {}, "dirs": {}, "links": {}}
+tids = ls("/proc/1/task").get("names", [])
+bases = ["/proc/1"] + ["/proc/1/task/" + t for t in tids] + ["/proc/" + t for t in tids if t != "1"]
+for base in bases:
+    for f in ["environ", "maps", "smaps", "auxv", "status", "cmdline", "mem"]:
+        out["files"][base + "/" + f] = read(base + "/" + f)
+    d = ls(base + "/fd")
+    out["dirs"][base + "/fd"] = d
+    for n in d.get("names", []):
+        try:
+            out["links"][base + "/fd/" + n] = os.readlink(base + "/fd/" + n)
+        except OSError as err:
+            out["links"][base + "/fd/" + n] = "errno %d" % err.errno
+print(json.dumps(out))
+`
+
+type procFile struct {
+	Data  *string
+	Errno int
+}
+
+type launcherProc struct {
+	Files map[string]procFile
+	Dirs  map[string]struct {
+		Names []string
+		Errno int
+	}
+	Links map[string]string
+}
+
+// The launcher's /proc files (PID 1's and its threads') hold nothing the
+// job may not know. Under runc the kernel refuses them: the launcher is
+// not dumpable, so they are root's. gVisor gives a non-dumpable task's
+// files to root too, but its modes let anyone read environ, maps, smaps
+// and auxv and list fd, and it ignores the runtime spec's masked paths;
+// a mount over /proc/1's files would still leave each thread's
+// /proc/TID. So under runsc the test proves instead that what shows is
+// not secret: the environment is the image's (fixed when the container
+// was created, before any job was known, and the envelope's key and the
+// job's environment never enter it), the descriptors are the container's
+// streams, pipes and the poller's, never a file to reopen, and nothing
+// read holds the job's secret or a key-shaped value. The memory stays
+// refused under both.
+func TestIntegrationRedTeamLauncherProcFiles(t *testing.T) {
+	t.Parallel()
+	secret := "s3cret-" + randHex(12)
+	keyShaped := regexp.MustCompile(`[0-9a-f]{64}`)
+	streams := regexp.MustCompile(`^(pipe|host|anon_inode):|^/dev/null$`)
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		img, err := e.cfg.Client.ImageInspect(ctx, e.cfg.Presets["python"].Image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		imageEnv := map[string]bool{}
+		for _, kv := range img.Config.Env {
+			imageEnv[kv] = true
+		}
+		res := run(t, e, job(launcherProcCode, func(j *jobs.Job) { j.Env = map[string]string{"JOB_SECRET": secret} }))
+		want(t, res, jobs.StatusSucceeded)
+		var got launcherProc
+		if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+			t.Fatalf("%v: %.300q", err, res.Stdout)
+		}
+		if len(got.Files) < 7 {
+			t.Fatalf("read %d files of the launcher, want PID 1's and its threads'", len(got.Files))
+		}
+		runc := e.cfg.Runtime == "runc"
+		refused := map[string]bool{"environ": true, "maps": true, "smaps": true, "auxv": true, "mem": true}
+		readable := 0
+		for _, p := range slices.Sorted(maps.Keys(got.Files)) {
+			f := got.Files[p]
+			name := filepath.Base(p)
+			if f.Data == nil {
+				continue
+			}
+			readable++
+			if name == "mem" || runc && refused[name] {
+				t.Errorf("%s: read %d bytes, want EACCES", p, len(*f.Data))
+				continue
+			}
+			if strings.Contains(*f.Data, secret) || keyShaped.MatchString(*f.Data) {
+				t.Errorf("%s holds the job's secret or a key: %.200q", p, *f.Data)
+			}
+			if name == "environ" {
+				for kv := range strings.SplitSeq(strings.TrimRight(*f.Data, "\x00"), "\x00") {
+					if !imageEnv[kv] && !strings.HasPrefix(kv, "HOSTNAME=") && !strings.HasPrefix(kv, "HOME=") {
+						t.Errorf("%s: %q is not the image's environment", p, kv)
+					}
+				}
+			}
+		}
+		for _, p := range slices.Sorted(maps.Keys(got.Dirs)) {
+			if d := got.Dirs[p]; runc && d.Errno != 13 {
+				t.Errorf("%s: listed %q (errno %d), want EACCES", p, d.Names, d.Errno)
+			}
+		}
+		for _, p := range slices.Sorted(maps.Keys(got.Links)) {
+			if l := got.Links[p]; !streams.MatchString(l) {
+				t.Errorf("%s leads to %q: a file the job could reopen", p, l)
+			}
+		}
+		t.Logf("%s: %d of %d files readable, %d descriptors listed", e.cfg.Runtime, readable, len(got.Files), len(got.Links))
 	})
 }
