@@ -29,6 +29,7 @@ type dockerAPI interface {
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
 	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (client.ImageInspectResult, error)
 	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
+	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
 }
 
 var _ dockerAPI = (*client.Client)(nil)
@@ -41,7 +42,7 @@ var _ dockerAPI = (*client.Client)(nil)
 // lasts as long as its sandbox, whose job's timeout and KillGrace bound
 // how long anyone waits for it, and release ends it.
 type callDeadlines struct {
-	ping, list, image, create, attach, wait, start, inspect, kill, remove time.Duration
+	ping, info, list, image, create, attach, wait, start, inspect, kill, remove time.Duration
 }
 
 // deadlines is the one table of the engine's deadlines. Each is several
@@ -49,6 +50,7 @@ type callDeadlines struct {
 // a wedged engine, not a slow one.
 var deadlines = callDeadlines{
 	ping:    5 * time.Second,  // answered from the daemon's memory
+	info:    10 * time.Second, // the daemon's summary (docker info)
 	list:    15 * time.Second, // one pass over the daemon's containers
 	image:   10 * time.Second, // a metadata lookup (ImageInspect)
 	create:  30 * time.Second, // prepares the container's root filesystem (fuse-overlayfs is slow under load)
@@ -195,6 +197,12 @@ func (w withDeadlines) ImageInspect(ctx context.Context, image string, o ...clie
 func (w withDeadlines) Ping(ctx context.Context, o client.PingOptions) (client.PingResult, error) {
 	return within(ctx, w.d.ping, func(ctx context.Context) (client.PingResult, error) {
 		return w.api.Ping(ctx, o)
+	}, nil)
+}
+
+func (w withDeadlines) Info(ctx context.Context, o client.InfoOptions) (client.SystemInfoResult, error) {
+	return within(ctx, w.d.info, func(ctx context.Context) (client.SystemInfoResult, error) {
+		return w.api.Info(ctx, o)
 	}, nil)
 }
 
