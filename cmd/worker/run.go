@@ -355,6 +355,9 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	running, ran := context.WithCancel(stop)
 	defer ran()
 	wg.Go(func() { releaseStartMemory(running, w) })
+	if sd, ok := exec.(storageDriverer); ok {
+		wg.Go(func() { logStorageDriver(running, log, sd) })
+	}
 	return w.Run(stop, force)
 }
 

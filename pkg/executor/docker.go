@@ -30,6 +30,7 @@ type dockerAPI interface {
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
 	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (client.ImageInspectResult, error)
 	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
+	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
 }
 
 var _ dockerAPI = (*client.Client)(nil)
@@ -42,7 +43,7 @@ var _ dockerAPI = (*client.Client)(nil)
 // lasts as long as its sandbox, whose job's timeout and KillGrace bound
 // how long anyone waits for it, and release ends it.
 type callDeadlines struct {
-	ping, list, image, create, attach, wait, start, inspect, kill, remove time.Duration
+	ping, info, list, image, create, attach, wait, start, inspect, kill, remove time.Duration
 }
 
 // deadlines is the one table of the engine's deadlines. Each is several
@@ -50,6 +51,7 @@ type callDeadlines struct {
 // a wedged engine, not a slow one.
 var deadlines = callDeadlines{
 	ping:    5 * time.Second,  // answered from the daemon's memory
+	info:    10 * time.Second, // the daemon's summary (docker info)
 	list:    15 * time.Second, // one pass over the daemon's containers
 	image:   10 * time.Second, // a metadata lookup (ImageInspect)
 	create:  30 * time.Second, // prepares the container's root filesystem (fuse-overlayfs is slow under load)
@@ -199,6 +201,12 @@ func (w withDeadlines) Ping(ctx context.Context, o client.PingOptions) (client.P
 	}, nil)
 }
 
+func (w withDeadlines) Info(ctx context.Context, o client.InfoOptions) (client.SystemInfoResult, error) {
+	return within(ctx, w.d.info, func(ctx context.Context) (client.SystemInfoResult, error) {
+		return w.api.Info(ctx, o)
+	}, nil)
+}
+
 // Labels put on every sandbox container.
 const (
 	LabelManaged = "sandfleet.managed" // always "true"
@@ -337,6 +345,17 @@ var maskedPaths = []string{
 	"/proc/cmdline", "/proc/partitions", "/proc/diskstats", "/proc/modules",
 	"/sys/block", "/sys/class/block", "/sys/dev", "/sys/devices/virtual/dmi",
 	"/sys/kernel", "/sys/module",
+	// The kernel's build and symbols, and the machine's memory and I/O
+	// maps, whose device names say whose machine (a cloud's VM, say).
+	"/proc/config.gz", "/proc/kallsyms", "/proc/iomem", "/proc/ioports",
+	// The same in every container of a boot: jobs that print it can be
+	// told to have shared a host.
+	"/proc/sys/kernel/random/boot_id",
+	// Every device, bus and class of device the host has, with its
+	// vendor's names, and the CPUs' vulnerability and mitigation state.
+	// The job's CPU count is sched_getaffinity's and the cgroup's, and
+	// glibc falls back to /proc/stat; /sys/fs/cgroup stays.
+	"/sys/bus", "/sys/class", "/sys/devices", "/sys/hypervisor", "/sys/power",
 }
 
 // DockerRunArgs renders the container configuration of a job of preset

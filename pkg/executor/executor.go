@@ -133,6 +133,16 @@ func (e *Executor) Close() error {
 	return err
 }
 
+// StorageDriver names the engine's storage driver, as docker info does
+// ("overlay2", "fuse-overlayfs", ...).
+func (e *Executor) StorageDriver(ctx context.Context) (string, error) {
+	info, err := e.api.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return "", infraErr("engine info", err)
+	}
+	return info.Info.Driver, nil
+}
+
 // Presets returns the names of the presets a job may use, sorted.
 func (e *Executor) Presets() []string {
 	names := make([]string, 0, len(e.cfg.Presets))

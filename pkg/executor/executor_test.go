@@ -29,7 +29,8 @@ import (
 // killed.
 type fakeDocker struct {
 	createErr, attachErr, startErr, waitErr error
-	pingErr                                 error // guarded by mu: the engine is down
+	pingErr                                 error  // guarded by mu: the engine is down
+	driver                                  string // the storage driver Info reports
 	oom                                     bool
 	missing                                 map[string]bool // images ImageInspect does not find
 	behave                                  func(killed <-chan struct{}, stdin io.Reader, stdout, stderr io.Writer) int64
@@ -171,6 +172,14 @@ func (f *fakeDocker) Ping(ctx context.Context, o client.PingOptions) (client.Pin
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return client.PingResult{}, f.pingErr
+}
+
+func (f *fakeDocker) Info(ctx context.Context, o client.InfoOptions) (client.SystemInfoResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var r client.SystemInfoResult
+	r.Info.Driver = f.driver
+	return r, f.pingErr
 }
 
 // launcher behaves like the real launcher: it decodes the envelope, lets
@@ -418,6 +427,11 @@ func TestContainerSpecHardening(t *testing.T) {
 		!slices.Contains(h.MaskedPaths, "/proc/cmdline") || !slices.Contains(h.MaskedPaths, "/proc/kcore") || h.CgroupnsMode != "private" {
 		t.Fatalf("seccomp, /dev/shm, masked paths or cgroupns: %+v", h)
 	}
+	for _, p := range []string{"/proc/config.gz", "/proc/iomem", "/proc/sys/kernel/random/boot_id", "/sys/bus", "/sys/devices"} {
+		if !slices.Contains(h.MaskedPaths, p) {
+			t.Errorf("%s is not masked", p)
+		}
+	}
 	// The sandbox's own uid runs the job, owns its tmpfs mounts and names
 	// the container: the name is the uid's claim on the engine.
 	for _, dir := range []string{"/workspace", "/tmp"} {
@@ -503,4 +517,16 @@ func derefInt64(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+func TestStorageDriver(t *testing.T) {
+	t.Parallel()
+	e, _ := newWithAPI(Config{WorkerID: "w"}, &fakeDocker{driver: "fuse-overlayfs"})
+	if d, err := e.StorageDriver(context.Background()); err != nil || d != "fuse-overlayfs" {
+		t.Errorf("StorageDriver = %q, %v; want fuse-overlayfs", d, err)
+	}
+	down, _ := newWithAPI(Config{WorkerID: "w"}, &fakeDocker{pingErr: errors.New("connection refused")})
+	if _, err := down.StorageDriver(context.Background()); !errors.Is(err, ErrInfrastructure) {
+		t.Errorf("StorageDriver of an engine that is down: %v, want ErrInfrastructure", err)
+	}
 }

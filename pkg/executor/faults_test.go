@@ -201,11 +201,15 @@ func (f *faultyEngine) Ping(ctx context.Context, o client.PingOptions) (client.P
 	return client.PingResult{}, f.enter("ping", &f.pingErr)
 }
 
+func (f *faultyEngine) Info(ctx context.Context, o client.InfoOptions) (client.SystemInfoResult, error) {
+	return client.SystemInfoResult{}, f.enter("info", &f.pingErr)
+}
+
 // fastTuning shrinks the start back-off so that a test of it takes
 // milliseconds, and the deadlines to 2 s: far above what the fake takes,
 // even on a loaded machine. A test of a deadline shrinks that one.
 var fastTuning = tuning{
-	calls: callDeadlines{ping: 2 * time.Second, list: 2 * time.Second, image: 2 * time.Second,
+	calls: callDeadlines{ping: 2 * time.Second, info: 2 * time.Second, list: 2 * time.Second, image: 2 * time.Second,
 		create: 2 * time.Second, attach: 2 * time.Second, wait: 2 * time.Second, start: 2 * time.Second,
 		inspect: 2 * time.Second, kill: 2 * time.Second, remove: 2 * time.Second},
 	starts: startTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond, cap: 100, window: time.Minute},
