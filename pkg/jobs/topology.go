@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // Names of the JetStream objects sandfleet uses. They are part of the wire
@@ -674,8 +676,8 @@ type StorageReserveError struct {
 }
 
 func (e *StorageReserveError) Error() string {
-	return fmt.Sprintf("the server cannot reserve the %d bytes of the cap of %s: the caps of the streams together are over its JetStream storage (max_file_store; by default 75%% of the free disk): lower the caps or give JetStream more storage: %v",
-		e.MaxBytes, e.Stream, e.Err)
+	return fmt.Sprintf("the server cannot reserve the %s of the cap of %s: the caps of the streams together are over its JetStream storage (max_file_store; by default 75%% of the free disk): lower the caps or give JetStream more storage: %v",
+		limits.Size(e.MaxBytes), e.Stream, e.Err)
 }
 
 func (e *StorageReserveError) Unwrap() error { return e.Err }
