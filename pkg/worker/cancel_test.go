@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -156,7 +157,7 @@ func TestCancelFloodDoesNotDelayOthersCancels(t *testing.T) {
 		}
 	}
 	stored := time.Since(start)
-	for _, id := range []string{"busy-default", "behind"} {
+	for _, id := range []string{"behind", "busy-default"} {
 		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -164,17 +165,20 @@ func TestCancelFloodDoesNotDelayOthersCancels(t *testing.T) {
 	asked := time.Now()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
+	// The queued job is finished by the lookup, or, when the running
+	// job's slot freed first, at its delivery: canceled either way,
+	// never run.
 	for _, c := range []struct {
-		id      string
-		w       *jobs.ResultWatch
-		attempt int
-	}{{"busy-default", running, 1}, {"behind", queued, 0}} {
+		id       string
+		w        *jobs.ResultWatch
+		attempts []int
+	}{{"busy-default", running, []int{1}}, {"behind", queued, []int{0, 1}}} {
 		res, err := c.w.Next(ctx)
 		if err != nil {
 			t.Fatalf("%s was not canceled within 5s of its request, behind %d others' (stored in %s): %v", c.id, flood, stored, err)
 		}
-		if res.Status != jobs.StatusCanceled || res.Worker != "w1" || res.Attempt != c.attempt {
-			t.Fatalf("%s: %+v", c.id, res)
+		if res.Status != jobs.StatusCanceled || res.Worker != "w1" || !slices.Contains(c.attempts, res.Attempt) {
+			t.Fatalf("%s: status %s, worker %s, attempt %d", c.id, res.Status, res.Worker, res.Attempt)
 		}
 		t.Logf("flood of %d stored in %s; %s canceled %s after its request", flood, stored.Round(time.Millisecond), c.id, time.Since(asked).Round(time.Millisecond))
 	}
