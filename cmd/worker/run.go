@@ -94,6 +94,7 @@ type options struct {
 	events              bool
 	workspaceTTL        time.Duration
 	eventsMaxAge        time.Duration
+	store               storeCaps
 	version             bool
 	http                httpOptions // http.go
 
@@ -133,9 +134,34 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.events, "events", true, "publish each job's output and lifecycle to the stream EVENTS while it runs (submit run's live output, submit logs); --events=false turns them off")
 	fs.DurationVar(&o.eventsMaxAge, "events-max-age", 0, "keep a job's events (its live output) `D` in the stream EVENTS (default 1h; fleet-wide; the result in RESULTS stays the authority)")
 	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step (default 24h; fleet-wide)")
+	storeFlags(fs, &o.store)
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	httpFlags(fs, &o.http)
 	return fs
+}
+
+// storeCaps are the caps of the fleet's storage: each stream and bucket
+// has its own, so that none can take another's room; the server reserves
+// each on its storage.
+type storeCaps struct {
+	jobs, results, events, index  limits.Size
+	cancels, workspaces           limits.Size
+	cancelsKeys, workspacesKeys   int64
+	workspaceQuota, artifactQuota limits.Size
+}
+
+func storeFlags(fs *pflag.FlagSet, c *storeCaps) {
+	size := func(v *limits.Size, name, usage string) { fs.Var(cmdline.Value(v, "size"), name, usage) }
+	size(&c.jobs, "jobs-max-bytes", "cap `SIZE` on the jobs queued (stream JOBS; default 1g; past it Submit says the queue is full; fleet-wide)")
+	size(&c.results, "results-max-bytes", "cap `SIZE` on the stored results (bucket RESULTS; default 1g; past it the oldest go before their 24h; fleet-wide)")
+	size(&c.events, "events-max-bytes", "cap `SIZE` on the jobs' events (stream EVENTS; default 1g; past it the oldest go; fleet-wide)")
+	size(&c.index, "index-max-bytes", "cap `SIZE` on the job index the console lists (stream INDEX; default 512m; past it the oldest go; fleet-wide)")
+	size(&c.cancels, "cancels-max-bytes", "cap `SIZE` on the cancel requests (bucket CANCELS, which tenants write; default 64m; past it the oldest go; fleet-wide)")
+	fs.Int64Var(&c.cancelsKeys, "cancels-max-keys", 0, "cap `N` on the cancel requests kept (bucket CANCELS; default 100000; past it the oldest go; fleet-wide)")
+	size(&c.workspaces, "workspaces-max-bytes", "cap `SIZE` on the workspace heads (bucket WORKSPACES, which tenants write; default 256m; past it a new workspace is refused; fleet-wide)")
+	fs.Int64Var(&c.workspacesKeys, "workspaces-max-keys", 0, "cap `N` on the workspaces of the fleet (bucket WORKSPACES; default 100000; past it a new workspace is refused; fleet-wide)")
+	size(&c.workspaceQuota, "workspace-quota", "quota `SIZE` of each tenant's workspace snapshots (SNAPSHOTS_<tenant>, and SNAPSHOTS; default 2g; past it a step's revision is not saved and its job ends as error; fleet-wide)")
+	size(&c.artifactQuota, "artifact-quota", "quota `SIZE` of each tenant's artifacts (ARTIFACTS_<tenant>, and ARTIFACTS; default 1g; past it a job's files are not kept and it ends as error; fleet-wide)")
 }
 
 // writeHelp writes what --help prints.
@@ -321,6 +347,17 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			Replicas:      o.replicas,
 			WorkspaceTTL:  o.workspaceTTL,
 			EventsMaxAge:  o.eventsMaxAge,
+
+			MaxBytes:           int64(o.store.jobs),
+			ResultsMaxBytes:    int64(o.store.results),
+			EventsMaxBytes:     int64(o.store.events),
+			IndexMaxBytes:      int64(o.store.index),
+			CancelsMaxKeys:     o.store.cancelsKeys,
+			CancelsMaxBytes:    int64(o.store.cancels),
+			WorkspacesMaxKeys:  o.store.workspacesKeys,
+			WorkspacesMaxBytes: int64(o.store.workspaces),
+			SnapshotsMaxBytes:  int64(o.store.workspaceQuota),
+			ArtifactsMaxBytes:  int64(o.store.artifactQuota),
 		},
 		Logger:   log,
 		Observer: obs,

@@ -296,3 +296,39 @@ func TestRetentionFlags(t *testing.T) {
 		}
 	}
 }
+
+// The storage caps reach the streams they bound, and the quotas the
+// object stores; a size that is none is a usage error.
+func TestStorageCapFlags(t *testing.T) {
+	t.Parallel()
+	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "caps1",
+		"--results-max-bytes", "16m", "--cancels-max-keys", "500", "--workspaces-max-keys", "300",
+		"--workspace-quota", "8m", "--artifact-quota", "4m"}
+	s := startServe(t, args, &fakeexec.Executor{})
+	defer s.Stop(t)
+	_, js := natstest.Connect(t, s.url)
+	for stream, want := range map[string][2]int64{
+		"KV_" + jobs.ResultsBucket:    {16 << 20, -1},
+		"KV_" + jobs.CancelsBucket:    {64 << 20, 500},
+		"KV_" + jobs.WorkspacesBucket: {256 << 20, 300},
+		"OBJ_" + jobs.SnapshotsBucket: {8 << 20, -1},
+		"OBJ_" + jobs.ArtifactsBucket: {4 << 20, -1},
+	} {
+		err := testutil.Poll(t.Context(), 10*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
+			st, err := js.Stream(ctx, stream)
+			if err != nil {
+				return err
+			}
+			if c := st.CachedInfo().Config; c.MaxBytes != want[0] || c.MaxMsgs != want[1] {
+				return fmt.Errorf("%s: max bytes %d, msgs %d; want %d %d", stream, c.MaxBytes, c.MaxMsgs, want[0], want[1])
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := parseFlags([]string{"--workspace-quota", "lots"}); !errors.Is(err, cmdline.ErrUsage) {
+		t.Errorf("--workspace-quota lots: %v", err)
+	}
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // Names of the JetStream objects sandfleet uses. They are part of the wire
@@ -64,6 +67,33 @@ type Topology struct {
 	MaxMsgs int64
 	// MaxBytes is the most bytes queued at once. Default 1 GiB.
 	MaxBytes int64
+	// ResultsMaxBytes bounds the bucket RESULTS; past it the oldest
+	// results go first, before their ResultTTL, so that a new result is
+	// always stored. Default 1 GiB.
+	ResultsMaxBytes int64
+	// CancelsMaxKeys and CancelsMaxBytes bound the bucket CANCELS, which
+	// tenants write; past either the oldest requests go first (a request
+	// matters while its job is queued or running: the newest are those
+	// that do). Defaults 100000 and 64 MiB. A request's value is at most
+	// MaxCancelBytes.
+	CancelsMaxKeys  int64
+	CancelsMaxBytes int64
+	// WorkspacesMaxKeys and WorkspacesMaxBytes bound the bucket WORKSPACES
+	// (the heads), which tenants write too; past either a new workspace is
+	// refused (its job ends rejected, naming the cap) while those that
+	// exist go on. Defaults 100000 and 256 MiB. A head is at most
+	// MaxHeadBytes.
+	WorkspacesMaxKeys  int64
+	WorkspacesMaxBytes int64
+	// SnapshotsMaxBytes is the quota of each tenant's workspace snapshots
+	// (SNAPSHOTS_<tenant>, and SNAPSHOTS for workspaces of no tenant);
+	// past it a step's revision is not saved and its job ends as error,
+	// QuotaReason. Default 2 GiB.
+	SnapshotsMaxBytes int64
+	// ArtifactsMaxBytes is the quota of each tenant's artifacts
+	// (ARTIFACTS_<tenant>, and ARTIFACTS); past it a job's files are not
+	// stored and it ends as error, QuotaReason. Default 1 GiB.
+	ArtifactsMaxBytes int64
 	// MaxJobBytes caps the encoded size of one job, in the client and the
 	// worker. Default MaxJobBytes (4 MiB). The server's max_payload must
 	// admit it (the embedded server allows 8 MiB; a stock nats-server 1 MiB).
@@ -124,6 +154,13 @@ func (t Topology) WithDefaults() Topology {
 	defD(&t.DuplicateWindow, 10*time.Minute)
 	def(&t.MaxMsgs, 100_000)
 	def(&t.MaxBytes, 1<<30)
+	def(&t.ResultsMaxBytes, 1<<30)
+	def(&t.CancelsMaxKeys, 100_000)
+	def(&t.CancelsMaxBytes, 64<<20)
+	def(&t.WorkspacesMaxKeys, 100_000)
+	def(&t.WorkspacesMaxBytes, 256<<20)
+	def(&t.SnapshotsMaxBytes, 2<<30)
+	def(&t.ArtifactsMaxBytes, 1<<30)
 	defI(&t.MaxJobBytes, MaxJobBytes)
 	defD(&t.AckWait, 30*time.Second)
 	defI(&t.MaxDeliver, 5)
@@ -157,6 +194,20 @@ func (t Topology) Validate() error {
 		return badField("MaxMsgs", "%d is negative", t.MaxMsgs)
 	case t.MaxBytes < 0:
 		return badField("MaxBytes", "%d is negative", t.MaxBytes)
+	case t.ResultsMaxBytes < 1<<20:
+		return badField("ResultsMaxBytes", "%d is under 1 MiB", t.ResultsMaxBytes)
+	case t.CancelsMaxKeys < 1:
+		return badField("CancelsMaxKeys", "%d is under 1", t.CancelsMaxKeys)
+	case t.CancelsMaxBytes < 64<<10:
+		return badField("CancelsMaxBytes", "%d is under 64 KiB", t.CancelsMaxBytes)
+	case t.WorkspacesMaxKeys < 1:
+		return badField("WorkspacesMaxKeys", "%d is under 1", t.WorkspacesMaxKeys)
+	case t.WorkspacesMaxBytes < MaxHeadBytes:
+		return badField("WorkspacesMaxBytes", "%d is under a head's %d bytes", t.WorkspacesMaxBytes, MaxHeadBytes)
+	case t.SnapshotsMaxBytes < 1<<20:
+		return badField("SnapshotsMaxBytes", "%d is under 1 MiB", t.SnapshotsMaxBytes)
+	case t.ArtifactsMaxBytes < 1<<20:
+		return badField("ArtifactsMaxBytes", "%d is under 1 MiB", t.ArtifactsMaxBytes)
 	case t.MaxJobBytes < 0:
 		return badField("MaxJobBytes", "%d is negative", t.MaxJobBytes)
 	case t.AckWait < time.Second:
@@ -244,37 +295,39 @@ func (t Topology) ensure(ctx context.Context, js jetstream.JetStream, m maker) (
 		Replicas:   t.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", StreamName, storageErr(err, StreamName, t.MaxBytes))
 	}
-	kv := func(name, desc string, ttl time.Duration) (jetstream.KeyValue, error) {
+	kv := func(name, desc string, ttl time.Duration, lim caps) (jetstream.KeyValue, error) {
 		b, err := m.keyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      name,
 			Description: desc,
 			TTL:         ttl,
 			Storage:     jetstream.FileStorage,
 			Replicas:    t.Replicas,
-		})
+		}, lim)
 		if err != nil {
-			return nil, fmt.Errorf("bucket %s: %w", name, err)
+			return nil, fmt.Errorf("bucket %s: %w", name, storageErr(err, "KV_"+name, lim.maxBytes))
 		}
 		return b, nil
 	}
 	st := &Stores{Stream: stream, MaxResultBytes: resultRoom(js)}
-	if st.Results, err = kv(ResultsBucket, "sandfleet results by job ID", t.ResultTTL); err != nil {
+	if st.Results, err = kv(ResultsBucket, "sandfleet results by job ID", t.ResultTTL,
+		caps{maxBytes: t.ResultsMaxBytes, discardOld: true}); err != nil {
 		return nil, err
 	}
-	if st.Workers, err = kv(WorkersBucket, "sandfleet worker heartbeats", t.WorkerTTL); err != nil {
+	if st.Workers, err = kv(WorkersBucket, "sandfleet worker heartbeats", t.WorkerTTL,
+		caps{maxBytes: workersMaxBytes, maxMsgSize: maxHeartbeatBytes, discardOld: true}); err != nil {
 		return nil, err
 	}
-	if st.Cancels, err = m.noRollups(ctx, jetstream.KeyValueConfig{Bucket: CancelsBucket, Description: "sandfleet cancel requests by job ID",
-		TTL: t.ResultTTL, Storage: jetstream.FileStorage, Replicas: t.Replicas}); err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", CancelsBucket, err)
+	if st.Cancels, err = kv(CancelsBucket, "sandfleet cancel requests by job ID", t.ResultTTL,
+		caps{maxBytes: t.CancelsMaxBytes, maxMsgs: t.CancelsMaxKeys, maxMsgSize: MaxCancelBytes, discardOld: true, noRollups: true}); err != nil {
+		return nil, err
 	}
 	if _, err = m.stream(ctx, t.eventsConfig()); err != nil {
-		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", EventsStreamName, storageErr(err, EventsStreamName, t.EventsMaxBytes))
 	}
 	if _, err = m.stream(ctx, t.indexConfig()); err != nil {
-		return nil, fmt.Errorf("stream %s: %w", IndexStreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", IndexStreamName, storageErr(err, IndexStreamName, t.IndexMaxBytes))
 	}
 	if st.Workspaces, err = t.ensureWorkspaces(ctx, m); err != nil {
 		return nil, err
@@ -442,67 +495,189 @@ func (m maker) stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstrea
 	return s, err
 }
 
-func (m maker) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	if !m.keep {
-		return m.js.CreateOrUpdateKeyValue(ctx, cfg)
-	}
-	kv, err := m.js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		return m.js.KeyValue(ctx, cfg.Bucket)
-	}
-	return kv, err
+// Caps of the values sandfleet writes to the buckets tenants can write
+// too, so that a value of another size is refused by the server.
+const (
+	// MaxCancelBytes is the most a value of CANCELS may take: a
+	// CancelRequest takes under a hundred bytes.
+	MaxCancelBytes = 1 << 10
+	// MaxHeadBytes is the most a value of WORKSPACES may take: a head
+	// naming the snapshots of the most revisions a worker keeps
+	// (pkg/worker's MaxKeepRevisions) takes under a third of it.
+	MaxHeadBytes = 64 << 10
+	// A worker's heartbeat (WORKERS) takes a few hundred bytes.
+	maxHeartbeatBytes = 64 << 10
+	workersMaxBytes   = 16 << 20
+	// objectMaxMsgBytes bounds one message of an object store: nats.go
+	// puts objects in chunks of 128 KiB.
+	objectMaxMsgBytes = 1 << 20
+)
+
+// caps are the limits of a bucket's stream, set by UpdateStream: nats.go
+// offers some of them in its configurations but not all (no key count,
+// no discard policy), and sets its own again at each of its updates.
+type caps struct {
+	maxBytes   int64 // bytes of the whole stream
+	maxMsgs    int64 // messages (a KV bucket's keys, its deletes included); 0: no cap
+	maxMsgSize int32 // one value; 0: no cap
+	// discardOld makes room for a new message by removing the oldest;
+	// otherwise the new one is refused. nats.go makes a bucket refuse.
+	discardOld bool
+	// noRollups refuses a Nats-Rollup header: tenants publish into CANCELS
+	// and WORKSPACES, each on its own keys' subjects only, and a rollup
+	// of the whole subject space on such a publish would purge every
+	// tenant's keys (permissions see subjects, not headers). Keys are
+	// removed by delete, which needs none.
+	noRollups bool
 }
 
-func (m maker) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	if !m.keep {
-		return m.js.CreateOrUpdateObjectStore(ctx, cfg)
+// apply sets the caps on sc.
+func (l caps) apply(sc *jetstream.StreamConfig) {
+	sc.MaxBytes = l.maxBytes
+	sc.MaxMsgs, sc.MaxMsgSize = -1, -1
+	if l.maxMsgs > 0 {
+		sc.MaxMsgs = l.maxMsgs
 	}
-	o, err := m.js.CreateObjectStore(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		return m.js.ObjectStore(ctx, cfg.Bucket)
+	if l.maxMsgSize > 0 {
+		sc.MaxMsgSize = l.maxMsgSize
 	}
-	return o, err
-}
-
-// noRollups makes a bucket whose stream refuses rollups: tenants publish
-// into CANCELS and WORKSPACES, each on its own keys' subjects only, and a
-// Nats-Rollup: all header on such a publish would purge every tenant's
-// keys (permissions see subjects, not headers). nats.go makes a bucket
-// with rollups on, and turns them back on at each update: a bucket that
-// exists is updated here instead, with cfg's description, TTL and
-// replicas as nats.go would set them, and rollups off; with keep, only its
-// rollups are turned off. Keys are removed by delete, which needs none.
-func (m maker) noRollups(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	js := m.js
-	name := "KV_" + cfg.Bucket
-	s, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return nil, err
-		}
-		s, err = js.Stream(ctx, name)
+	sc.Discard = jetstream.DiscardNew
+	if l.discardOld {
+		sc.Discard = jetstream.DiscardOld
 	}
-	if err != nil {
-		return nil, err
-	}
-	sc := s.CachedInfo().Config
-	switch {
-	case m.keep && !sc.AllowRollup:
-		return js.KeyValue(ctx, cfg.Bucket)
-	case m.keep:
+	if l.noRollups {
 		sc.AllowRollup = false
-	default:
-		sc.Description, sc.MaxAge, sc.AllowRollup = cfg.Description, cfg.TTL, false
+	}
+}
+
+// keyValue makes a bucket: nats.go creates one that does not exist, and
+// UpdateStream then sets what sandfleet wants of it, never nats.go's own
+// update (which would turn rollups back on and drop the caps until ours):
+// cfg's description, TTL and replicas as nats.go would set them, and
+// lim. With keep, a bucket that exists is left as it is but for its
+// rollups, turned off if lim says so.
+func (m maker) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, lim caps) (jetstream.KeyValue, error) {
+	cfg.MaxBytes, cfg.MaxValueSize = lim.maxBytes, lim.maxMsgSize
+	err := m.tune(ctx, "KV_"+cfg.Bucket, lim, func() error {
+		_, err := m.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			return nil
+		}
+		return err
+	}, func(sc *jetstream.StreamConfig) {
+		sc.Description, sc.MaxAge = cfg.Description, cfg.TTL
+		if cfg.Replicas > 0 {
+			sc.Replicas = cfg.Replicas
+		}
 		sc.Duplicates = 2 * time.Minute
 		if cfg.TTL > 0 && cfg.TTL < sc.Duplicates {
 			sc.Duplicates = cfg.TTL
 		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m.js.KeyValue(ctx, cfg.Bucket)
+}
+
+// objectStore makes an object store as keyValue makes a bucket.
+func (m maker) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig, lim caps) (jetstream.ObjectStore, error) {
+	cfg.MaxBytes = lim.maxBytes
+	err := m.tune(ctx, "OBJ_"+cfg.Bucket, lim, func() error {
+		_, err := m.js.CreateObjectStore(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			return nil
+		}
+		return err
+	}, func(sc *jetstream.StreamConfig) {
+		sc.Description, sc.MaxAge = cfg.Description, cfg.TTL
 		if cfg.Replicas > 0 {
 			sc.Replicas = cfg.Replicas
 		}
-	}
-	if _, err := js.UpdateStream(ctx, sc); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	return js.KeyValue(ctx, cfg.Bucket)
+	return m.js.ObjectStore(ctx, cfg.Bucket)
 }
+
+// tune makes the stream of a bucket (create, when it does not exist) and
+// updates its configuration with set and lim when they change it. An
+// existing stream with keep gets only its rollups turned off.
+func (m maker) tune(ctx context.Context, name string, lim caps, create func() error, set func(*jetstream.StreamConfig)) error {
+	js := m.js
+	keep := m.keep
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err = create(); err != nil {
+			return err
+		}
+		keep = false // made here: set it as t says
+		s, err = js.Stream(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	old := s.CachedInfo().Config
+	sc := old
+	switch {
+	case keep && lim.noRollups:
+		sc.AllowRollup = false
+	case keep:
+	default:
+		set(&sc)
+		lim.apply(&sc)
+	}
+	if reflect.DeepEqual(sc, old) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
+
+// QuotaReason begins the error of a result whose job reached a quota or a
+// cap of the fleet's storage (QuotaError): a stable text, as CancelReason.
+const QuotaReason = "quota exceeded"
+
+// StoreFull reports whether a write failed because the stream written is
+// at one of its caps (its bytes or messages, where the stream refuses
+// new ones): the server answers so only for these and for a stream being
+// closed.
+func StoreFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStoreFailed
+}
+
+// storageErr names the cap of a stream the server refused to make or
+// update because it cannot reserve the cap's bytes: every cap is
+// reserved on the server's JetStream storage (max_file_store), and the
+// caps of all the streams, each tenant's object stores included, must fit
+// in it.
+func storageErr(err error, stream string, maxBytes int64) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrStorageResourcesExceeded || apiErr.ErrorCode == jsErrInsufficientResources) {
+		return &StorageReserveError{Stream: stream, MaxBytes: maxBytes, Err: err}
+	}
+	return err
+}
+
+// JetStream's error codes of a server that is out of storage to reserve
+// (nats.go names neither).
+const (
+	jsErrInsufficientResources    jetstream.ErrorCode = 10023
+	jsErrStorageResourcesExceeded jetstream.ErrorCode = 10047
+)
+
+// StorageReserveError: the server cannot reserve a stream's cap.
+type StorageReserveError struct {
+	Stream   string
+	MaxBytes int64
+	Err      error
+}
+
+func (e *StorageReserveError) Error() string {
+	return fmt.Sprintf("the server cannot reserve the %s of the cap of %s: the caps of the streams together are over its JetStream storage (max_file_store; by default 75%% of the free disk): lower the caps or give JetStream more storage: %v",
+		limits.Size(e.MaxBytes), e.Stream, e.Err)
+}
+
+func (e *StorageReserveError) Unwrap() error { return e.Err }

@@ -293,15 +293,15 @@ func (t Topology) ensureWorkspaces(ctx context.Context, m maker) (*WorkspaceStor
 	t = t.WithDefaults()
 	ws := &WorkspaceStores{}
 	var err error
-	ws.Heads, err = m.noRollups(ctx, jetstream.KeyValueConfig{
+	ws.Heads, err = m.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      WorkspacesBucket,
 		Description: "sandfleet workspace heads by name",
 		TTL:         t.WorkspaceTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    t.Replicas,
-	})
+	}, t.headLimits())
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, err)
+		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, storageErr(err, "KV_"+WorkspacesBucket, t.WorkspacesMaxBytes))
 	}
 	objs, err := t.ensureObjects(ctx, m, "")
 	if err != nil {
@@ -309,6 +309,13 @@ func (t Topology) ensureWorkspaces(ctx context.Context, m maker) (*WorkspaceStor
 	}
 	ws.Snapshots, ws.Artifacts = objs.Snapshots, objs.Artifacts
 	return ws, nil
+}
+
+// headLimits are the caps of WORKSPACES: a head that exists is never
+// pushed out (its workspace would be lost), a new one is refused past the
+// caps.
+func (t Topology) headLimits() caps {
+	return caps{maxBytes: t.WorkspacesMaxBytes, maxMsgs: t.WorkspacesMaxKeys, maxMsgSize: MaxHeadBytes, noRollups: true}
 }
 
 // EnsureObjects creates or updates the object stores of tenant ("": of no
@@ -323,7 +330,7 @@ func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (Ob
 		return ObjectStores{}, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, tenant)
 	}
 	t = t.WithDefaults()
-	obj := func(name, desc string, ttl time.Duration) (jetstream.ObjectStore, error) {
+	obj := func(name, desc string, ttl time.Duration, maxBytes int64) (jetstream.ObjectStore, error) {
 		o, err := m.objectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      name,
 			Description: desc,
@@ -331,9 +338,9 @@ func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (Ob
 			Storage:     jetstream.FileStorage,
 			Replicas:    t.Replicas,
 			Compression: true,
-		})
+		}, caps{maxBytes: maxBytes, maxMsgSize: objectMaxMsgBytes})
 		if err != nil {
-			return nil, fmt.Errorf("object store %s: %w", name, err)
+			return nil, fmt.Errorf("object store %s: %w", name, storageErr(err, "OBJ_"+name, maxBytes))
 		}
 		return o, nil
 	}
@@ -343,10 +350,10 @@ func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (Ob
 	if tenant != "" {
 		of = " of tenant " + tenant
 	}
-	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.WorkspaceTTL); err != nil {
+	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.WorkspaceTTL, t.SnapshotsMaxBytes); err != nil {
 		return ObjectStores{}, err
 	}
-	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<run>/<path>", t.ResultTTL); err != nil {
+	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<run>/<path>", t.ResultTTL, t.ArtifactsMaxBytes); err != nil {
 		return ObjectStores{}, err
 	}
 	return o, nil

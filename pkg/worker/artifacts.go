@@ -43,6 +43,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
 	var total int64
 	more := 0
+	full := "" // why the store takes no more: the tenant's quota
 	skip := func(name string, size int64, reason string) {
 		if len(res.ArtifactsSkipped) < maxSkippedListed {
 			res.ArtifactsSkipped = append(res.ArtifactsSkipped, jobs.SkippedArtifact{Name: name, Size: size, Reason: reason})
@@ -63,6 +64,9 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 			continue
 		}
 		switch {
+		case full != "":
+			skip(hdr.Name, hdr.Size, full)
+			continue
 		case field.FileName(hdr.Name) != nil:
 			skip(hdr.Name, hdr.Size, "not a name a file can have here")
 			continue
@@ -78,6 +82,12 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))
 		cancel()
+		if jobs.StoreFull(err) {
+			full = fmt.Sprintf("%s: the artifacts of %s (object store %s) are at their quota of %s: they expire with their results (after %s)",
+				jobs.QuotaReason, tenantName(s.job.ID), jobs.ArtifactsBucketOf(jobs.TenantOf(s.job.ID)), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
+			skip(hdr.Name, hdr.Size, full)
+			continue
+		}
 		if err != nil {
 			skip(hdr.Name, hdr.Size, "storing it failed: "+err.Error())
 			continue
@@ -87,6 +97,10 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 	}
 	if more > 0 {
 		res.ArtifactsError = fmt.Sprintf("%d more files matching the outputs were skipped (past the %d listed)", more, maxSkippedListed)
+	}
+	if full != "" {
+		res.ArtifactsError = full
+		overQuota(res, full)
 	}
 }
 

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -13,7 +15,9 @@ import (
 
 // watchCancels handles the cancel requests stored in CANCELS: a job
 // running here has its context canceled; a job of this queue still queued
-// is finished as canceled at once (cancelQueued). It also keeps the IDs
+// is finished as canceled (cancelQueued), by lookups beside the watch
+// that a flood of requests cannot put in front of the next one (see
+// queuedCancels). It also keeps the IDs
 // that have a request (w.cancels), so that a job it takes is checked
 // without a read of CANCELS: from the end of the watch's initial values,
 // which are every request stored, until the watch ends.
@@ -49,6 +53,15 @@ func (w *Worker) watchCancelsOnce(ctx context.Context) (read bool, err error) {
 	defer watch.Stop()
 	defer w.forgetCancels()
 	ids := map[string]time.Time{} // nil once given up, or handed to w.cancels
+	// A request for a job not running here costs a lookup in JOBS per
+	// lane: done beside the watch, so that the requests behind it (a
+	// running job's, which only this watch can cancel) need not wait.
+	queued := newQueuedCancels()
+	var lookups sync.WaitGroup
+	lctx, stopLookups := context.WithCancel(ctx)
+	lookups.Go(func() { w.lookUpQueued(lctx, queued) })
+	defer lookups.Wait()
+	defer stopLookups()
 	initial := true
 	prune := time.NewTicker(cancelPruneEvery)
 	defer prune.Stop()
@@ -92,7 +105,7 @@ func (w *Worker) watchCancelsOnce(ctx context.Context) (read bool, err error) {
 				continue
 			}
 			if !w.cancelRunning(e.Key(), e.Created()) {
-				w.cancelQueued(ctx, e.Key())
+				queued.add(e.Key(), w.log)
 			}
 		}
 	}
@@ -150,6 +163,100 @@ func (w *Worker) cancelRunning(id string, at time.Time) bool {
 	return found
 }
 
+// queuedCancels are the requests for jobs that do not run here, waiting
+// for cancelQueued's lookups: kept per tenant and taken in turn, so that
+// a tenant that floods CANCELS delays another's queued job by one lookup
+// per round at most, and bounded, so that the flood costs no more than
+// maxQueuedPerTenant IDs. A request left out is not lost: it is in
+// CANCELS, and the job's delivery, finding it there (or in w.cancels),
+// ends the job as canceled before it runs.
+type queuedCancels struct {
+	mu      sync.Mutex
+	pending map[string][]string // by tenant ("": none), oldest first
+	turn    []string            // the tenants with requests pending, in turn
+	full    map[string]bool     // tenants whose queue is full, logged once until it empties
+	wake    chan struct{}
+}
+
+// The bounds of queuedCancels.
+const (
+	maxQueuedPerTenant = 1024
+	maxQueuedTenants   = 1024
+)
+
+func newQueuedCancels() *queuedCancels {
+	return &queuedCancels{pending: map[string][]string{}, full: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// add queues a request for job id, unless its tenant's queue is full.
+func (q *queuedCancels) add(id string, log *slog.Logger) {
+	if !jobs.ValidID(id) {
+		return
+	}
+	t := jobs.TenantOf(id)
+	q.mu.Lock()
+	p, ok := q.pending[t]
+	switch {
+	case !ok && len(q.pending) >= maxQueuedTenants, len(p) >= maxQueuedPerTenant:
+		if !q.full[t] && len(q.full) < maxQueuedTenants {
+			q.full[t] = true
+			log.Warn("cancel requests for jobs not running here come faster than they are looked up; "+
+				"the queued jobs of those left out are canceled at their delivery", "tenant", t, "pending", len(p))
+		}
+		q.mu.Unlock()
+		return
+	case !ok:
+		q.turn = append(q.turn, t)
+	}
+	q.pending[t] = append(p, id)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the oldest request of the tenant whose turn it is.
+func (q *queuedCancels) next() (string, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.turn) == 0 {
+		return "", false
+	}
+	t := q.turn[0]
+	p := q.pending[t]
+	id := p[0]
+	q.turn = q.turn[1:]
+	if len(p) == 1 {
+		delete(q.pending, t)
+		delete(q.full, t)
+	} else {
+		q.pending[t] = p[1:]
+		q.turn = append(q.turn, t)
+	}
+	return id, true
+}
+
+// lookUpQueued runs cancelQueued for the queued requests, one at a time,
+// until ctx ends.
+func (w *Worker) lookUpQueued(ctx context.Context, q *queuedCancels) {
+	for {
+		id, ok := q.next()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.wake:
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.cancelQueued(ctx, id)
+	}
+}
+
 // cancelQueued finishes as canceled a job of one of its lanes that was never
 // delivered, so that a client need not wait for a free slot, nor be
 // allowed to write RESULTS itself. Every worker of the queue races to do it
@@ -157,9 +264,6 @@ func (w *Worker) cancelRunning(id string, at time.Time) bool {
 // its holder, who watches CANCELS too, or to its next delivery, which
 // finds the request before running it.
 func (w *Worker) cancelQueued(ctx context.Context, id string) {
-	if !jobs.ValidID(id) {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	log := w.log.With("job_id", id)

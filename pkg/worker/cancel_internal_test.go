@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -100,4 +101,41 @@ func TestCancelWatchStartsAgain(t *testing.T) {
 		_, ok := w.cancels["x"]
 		return ok
 	})
+}
+
+// The requests waiting for a lookup are taken a tenant at a time, so that
+// one tenant's backlog delays another's request by a lookup per round,
+// and a tenant's backlog is bounded: what it leaves out waits for the
+// job's delivery, which finds the request in CANCELS.
+func TestQueuedCancelsTakeTenantsInTurn(t *testing.T) {
+	q := newQueuedCancels()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range maxQueuedPerTenant + 10 {
+		q.add("team-b.f"+strconv.Itoa(i), log)
+	}
+	q.add("team-a.mine", log)
+	q.add("plain", log)
+	q.add("not an id", log)
+	var got []string
+	for range 6 {
+		id, ok := q.next()
+		if !ok {
+			t.Fatal("the queue ran dry")
+		}
+		got = append(got, id)
+	}
+	want := []string{"team-b.f0", "team-a.mine", "plain", "team-b.f1", "team-b.f2", "team-b.f3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+	n := len(got)
+	for {
+		if _, ok := q.next(); !ok {
+			break
+		}
+		n++
+	}
+	if want := maxQueuedPerTenant + 2; n != want {
+		t.Errorf("%d requests taken, want %d (team-b's bounded to %d)", n, want, maxQueuedPerTenant)
+	}
 }

@@ -1,7 +1,10 @@
 package worker_test
 
 import (
+	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -103,5 +106,83 @@ func TestCancelStoredBeforeDelivery(t *testing.T) {
 	res, err = b.client.Wait(waitCtx(t), "later")
 	if err != nil || res.Status != jobs.StatusCanceled || res.Attempt != 1 || b.exec.Runs("later") != 0 {
 		t.Fatalf("job submitted after its request: %v %+v, runs %d", err, res, b.exec.Runs("later"))
+	}
+}
+
+// One tenant's flood of cancel requests for jobs that run nowhere (a
+// hundred thousand keys, as fast as the server takes them) does not delay
+// another's cancels: a running job and a queued one whose requests are
+// stored right behind the flood are both canceled by the worker while the
+// flood's keys are still being handled, well before a generous deadline.
+// Before, the worker looked each key up in JOBS (one request per key and
+// lane) on the path every cancel waits on: the running job was canceled
+// only once the whole flood was through, 5 s for 60,000 keys on 2 lanes
+// here, and the test's 300,000 lookups take longer than its deadline.
+func TestCancelFloodDoesNotDelayOthersCancels(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, CancelWait: time.Minute})
+	lanes := []worker.Lane{{Queue: "default", Weight: 3}, {Queue: "batch", Weight: 2}, {Queue: "bulk", Weight: 1}}
+	b.startWorker(t, worker.Config{Slots: len(lanes), Queues: lanes})
+	for _, l := range lanes {
+		if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "busy-" + l.Queue, Queue: l.Queue, Image: "python", Code: "block"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "every slot busy", func() bool { return b.exec.Running() == len(lanes) })
+	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "behind", Image: "python", Code: "print no"}); err != nil {
+		t.Fatal(err)
+	}
+	watch := func(id string) *jobs.ResultWatch {
+		w, err := b.client.Watch(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Stop() })
+		return w
+	}
+	running, queued := watch("busy-default"), watch("behind")
+
+	const flood = 100_000
+	start := time.Now()
+	for i := range flood {
+		if _, err := b.js.PublishAsync("$KV.CANCELS.team-b.f"+strconv.Itoa(i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if i%2000 == 1999 || i == flood-1 {
+			select {
+			case <-b.js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				t.Fatal("the flood was not stored within a minute")
+			}
+		}
+	}
+	stored := time.Since(start)
+	for _, id := range []string{"behind", "busy-default"} {
+		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	// The queued job is finished by the lookup, or, when the running
+	// job's slot freed first, at its delivery: canceled either way,
+	// never run.
+	for _, c := range []struct {
+		id       string
+		w        *jobs.ResultWatch
+		attempts []int
+	}{{"busy-default", running, []int{1}}, {"behind", queued, []int{0, 1}}} {
+		res, err := c.w.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s was not canceled within 5s of its request, behind %d others' (stored in %s): %v", c.id, flood, stored, err)
+		}
+		if res.Status != jobs.StatusCanceled || res.Worker != "w1" || !slices.Contains(c.attempts, res.Attempt) {
+			t.Fatalf("%s: status %s, worker %s, attempt %d", c.id, res.Status, res.Worker, res.Attempt)
+		}
+		t.Logf("flood of %d stored in %s; %s canceled %s after its request", flood, stored.Round(time.Millisecond), c.id, time.Since(asked).Round(time.Millisecond))
+	}
+	if n := b.exec.Runs("behind"); n != 0 {
+		t.Errorf("the queued job ran %d times", n)
 	}
 }

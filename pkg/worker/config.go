@@ -71,8 +71,8 @@ type Config struct {
 	// written.
 	NoIndex bool
 	// KeepRevisions is how many revisions of a workspace keep their
-	// snapshots (a fork may start from any of them). Default 10; at
-	// least 2.
+	// snapshots (a fork may start from any of them). Default 10; 2 to
+	// MaxKeepRevisions.
 	KeepRevisions int
 	// MaxArtifacts and MaxArtifactBytes bound the files one job returns;
 	// past them files are skipped, and listed in the result. Defaults 100
@@ -83,6 +83,11 @@ type Config struct {
 	// unlinked files. Default os.TempDir().
 	TempDir string
 }
+
+// MaxKeepRevisions bounds Config.KeepRevisions: a head naming the
+// snapshot of each of them, with the longest names, stays well within
+// jobs.MaxHeadBytes, the cap of a value of WORKSPACES.
+const MaxKeepRevisions = 100
 
 // ErrInvalidConfig is wrapped by Config.Validate's errors.
 var ErrInvalidConfig = errors.New("invalid worker configuration")
@@ -179,6 +184,8 @@ func (c Config) Validate() error {
 		return bad("SweepInterval", "%s is under 10ms", c.SweepInterval)
 	case c.KeepRevisions < 2:
 		return bad("KeepRevisions", "%d is under 2 (a step's base must be kept)", c.KeepRevisions)
+	case c.KeepRevisions > MaxKeepRevisions:
+		return bad("KeepRevisions", "%d is over %d (the head names each kept snapshot, within jobs.MaxHeadBytes)", c.KeepRevisions, MaxKeepRevisions)
 	case c.MaxArtifacts < 0:
 		return bad("MaxArtifacts", "%d is negative", c.MaxArtifacts)
 	case c.MaxArtifactBytes < 0:

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // A job's workspace and outputs, around its run (see wshead.go for the
@@ -71,6 +72,7 @@ type wsStep struct {
 	arch            *spool // the archive the launcher makes
 	req             *jobs.ArchiveRequest
 	prune           []string // snapshots of the revisions the save let go, deleted once settled
+	quota           string   // why the save was refused by the tenant's quota, if it was
 	result          jobs.WorkspaceStep
 	waitingReported bool
 }
@@ -116,7 +118,13 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 	// The job's workspaces are its tenant's (Validate checked them against
 	// the subject's ID), and so are its snapshots and artifacts.
 	objs, err := w.tenantObjects(jobCtx, jobs.TenantOf(job.ID))
-	if err != nil {
+	var reserve *jobs.StorageReserveError
+	switch {
+	case errors.As(err, &reserve):
+		// The fleet's storage holds no room for another tenant's quota:
+		// no retry makes it, the operator does.
+		return s, quotaResult(fmt.Sprintf("the object stores of %s cannot be made: %v", tenantName(job.ID), reserve)), nil
+	case err != nil:
 		return s.giveBack(jobCtx, "open the object stores of tenant "+jobs.TenantOf(job.ID)+": "+err.Error())
 	}
 	s.objs = objs
@@ -162,6 +170,28 @@ func (s *wsStep) giveBack(ctx context.Context, reason string) (*wsStep, *jobs.Re
 func rejected(msg string) *jobs.Result {
 	now := time.Now().UTC()
 	return &jobs.Result{Status: jobs.StatusRejected, Error: msg, FinishedAt: &now}
+}
+
+// quotaResult is the result of a job that met a quota or a cap of the
+// fleet's storage before it ran.
+func quotaResult(msg string) *jobs.Result {
+	now := time.Now().UTC()
+	return &jobs.Result{Status: jobs.StatusError, Error: jobs.QuotaReason + ": " + msg, FinishedAt: &now}
+}
+
+// overQuota makes res, the result of a job that ran, an error naming the
+// quota it met (its output and exit code stand): what it was to keep was
+// not kept.
+func overQuota(res *jobs.Result, msg string) {
+	res.Status, res.Error = jobs.StatusError, msg
+}
+
+// tenantName names the owner of a job's stores in a message.
+func tenantName(jobID string) string {
+	if t := jobs.TenantOf(jobID); t != "" {
+		return "tenant " + t
+	}
+	return "the jobs of no tenant"
 }
 
 // resolveFork returns the revision a job starts from and the head it was
@@ -232,6 +262,12 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 			newRev, err := w.writeHead(jobCtx, name, h == nil, rev, next)
 			if errors.Is(err, errRaced) {
 				continue
+			}
+			if h == nil && jobs.StoreFull(err) {
+				t := w.cfg.Topology
+				return rejected(fmt.Sprintf("%s: workspace %s cannot be made: the bucket %s holds the fleet's cap of %d workspaces or %s; "+
+					"new workspaces can be made once others expire (after %s without a step) or are removed",
+					jobs.QuotaReason, name, jobs.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL)), nil
 			}
 			if err != nil {
 				_, res, d := s.giveBack(jobCtx, "take the head: "+err.Error())
@@ -368,6 +404,9 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 				s.abandon()
 				return &decision{verdict: verdictNakDelay, result: res, reason: "workspace: save: " + err.Error()}
 			}
+			if s.quota != "" {
+				overQuota(res, s.quota)
+			}
 		}
 	case modeReplay:
 		h := s.head
@@ -391,6 +430,15 @@ func (s *wsStep) save(ctx context.Context) error {
 	rev := s.head.Revision + 1
 	obj := jobs.SaveName(s.job.Workspace, rev, s.takeName)
 	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{jobs.SnapshotJobMeta: s.job.ID}}, s.arch.reader(s.req.Bytes)); err != nil {
+		if jobs.StoreFull(err) {
+			// No retry makes room: the tenant does, by removing workspaces,
+			// or the TTL.
+			s.quota = fmt.Sprintf("%s: the workspace snapshots of %s (object store %s) are at their quota of %s: revision %d of %s (%s) was not saved; "+
+				"remove workspaces (submit workspace rm) to make room", jobs.QuotaReason, tenantName(s.job.ID), jobs.SnapshotsBucketOf(jobs.TenantOf(s.job.ID)),
+				limits.Size(s.w.cfg.Topology.SnapshotsMaxBytes), rev, s.job.Workspace, limits.Size(s.req.Bytes))
+			s.result.Error = "not saved: " + s.quota
+			return nil
+		}
 		return fmt.Errorf("put %s: %w", obj, err)
 	}
 	for {

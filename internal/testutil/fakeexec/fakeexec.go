@@ -16,7 +16,7 @@
 //	infra          fail as a broken infrastructure would (an error wrapping
 //	               ErrInfra), without the fake going down: the worker holds
 //	               the job, then hands it back, and its deliveries run out
-//	write, append, cat  files of a workspace (see workspace.go)
+//	write, append, cat, fill  files of a workspace (see workspace.go)
 //
 // Images other than "python" and "shell" are rejected as unknown presets,
 // and limits are resolved against limits.Default() and Caps, as the real

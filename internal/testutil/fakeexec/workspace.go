@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
@@ -22,6 +23,7 @@ import (
 //	write FILE TEXT   FILE holds TEXT and a newline
 //	append FILE TEXT  TEXT and a newline are appended to FILE
 //	cat FILE          FILE's content goes to stdout
+//	fill FILE N       FILE holds N bytes
 type files map[string][]byte
 
 // restore reads the snapshot, checking its size and digest.
@@ -67,6 +69,12 @@ func (fs files) command(cmd, arg string, stdout *strings.Builder) bool {
 		fs[name] = append(fs[name], text+"\n"...)
 	case "cat":
 		stdout.Write(fs[name])
+	case "fill":
+		n, err := strconv.Atoi(text)
+		if err != nil || n < 0 {
+			return false
+		}
+		fs[name] = bytes.Repeat([]byte{'x'}, n)
 	default:
 		return false
 	}
