@@ -38,7 +38,8 @@
 // read deadline for the body (408), a write deadline for the answer, and
 // for streams one per line, so a client that stops reading is cut off.
 // Long polls, event streams and batches each take a slot first (429 when
-// none is free); a full queue is 429 queue_full. Both carry Retry-After.
+// none is free, on the gateway or within the token's or its tenant's
+// share); a full queue is 429 queue_full. Both carry Retry-After.
 //
 // # Authentication
 //

@@ -48,6 +48,20 @@ type Config struct {
 	// once: each holds a watch of its job's events and result for as long
 	// as the job runs; past it, 429 too_many_requests. Default 256.
 	MaxStreams int
+	// MaxWaitingPerToken, MaxStreamsPerToken and MaxBatchesPerToken bound
+	// what one token holds of MaxWaiting, MaxStreams and MaxBatches (and
+	// of the batch bodies arriving, 4 × MaxBatchesPerToken), so that one
+	// client cannot take every slot from the others. Defaults 256, 64
+	// and 4.
+	MaxWaitingPerToken int
+	MaxStreamsPerToken int
+	MaxBatchesPerToken int
+	// MaxWaitingPerTenant, MaxStreamsPerTenant and MaxBatchesPerTenant
+	// are the same bounds for all the tokens of one tenant together.
+	// Defaults 512, 128 and 8.
+	MaxWaitingPerTenant int
+	MaxStreamsPerTenant int
+	MaxBatchesPerTenant int
 	// ReadTimeout bounds the reading of a request body. Default 60s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the writing of a response (after a wait), and
@@ -96,6 +110,17 @@ func (c *Config) setDefaults() {
 	if c.MaxBatches <= 0 {
 		c.MaxBatches = 16
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{
+		{&c.MaxWaitingPerToken, 256}, {&c.MaxStreamsPerToken, 64}, {&c.MaxBatchesPerToken, 4},
+		{&c.MaxWaitingPerTenant, 512}, {&c.MaxStreamsPerTenant, 128}, {&c.MaxBatchesPerTenant, 8},
+	} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
 	}
@@ -119,10 +144,10 @@ type Gateway struct {
 	metrics *gatewayMetrics
 	// Slots of the kinds of long request (long polls, batches, event
 	// streams, batch bodies arriving), taken before the work.
-	waiting chan struct{}
-	batches chan struct{}
-	streams chan struct{}
-	uploads chan struct{}
+	waiting *slots
+	batches *slots
+	streams *slots
+	uploads *slots
 }
 
 // New returns a gateway over client; nc is the client's connection, on
@@ -141,10 +166,10 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
 		metrics: newMetrics(),
-		waiting: make(chan struct{}, cfg.MaxWaiting),
-		batches: make(chan struct{}, cfg.MaxBatches),
-		streams: make(chan struct{}, cfg.MaxStreams),
-		uploads: make(chan struct{}, 4*cfg.MaxBatches),
+		waiting: newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
+		batches: newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
+		streams: newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
+		uploads: newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
 	}
 	paths := map[string][]string{}
 	for _, rt := range g.routes() {
@@ -380,23 +405,6 @@ func (r *recorder) Write(p []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's deadlines
 // and Flush.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// take takes a slot of sem, or answers 429 at once: a gateway at its bound
-// sheds load rather than queueing requests it may not serve in time.
-func (g *Gateway) take(sem chan struct{}, what string) (release func(), err error) {
-	select {
-	case sem <- struct{}{}:
-		g.metrics.slots.With(what).Inc()
-		return func() {
-			<-sem
-			g.metrics.slots.With(what).Dec()
-		}, nil
-	default:
-		e := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "this gateway has %d %s requests already; retry later", cap(sem), what)
-		e.RetryAfter = g.cfg.RetryAfter
-		return nil, e
-	}
-}
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request, _ *Token) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
