@@ -711,3 +711,37 @@ func TestLongSlotsPerToken(t *testing.T) {
 		}
 	})
 }
+
+// A route that does not exist is 404 not_found whatever the method, the
+// body and the token; a known path asked with another method is 405, with
+// or without a body.
+func TestUnknownRoutes(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{})
+	job := `{"image":"python","code":"print 1"}`
+	for _, c := range []apiCase{
+		{method: "GET", path: "/v2/jobs", token: b.alice, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v2/jobs", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v1/job", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "PUT", path: "/nothing/here", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v2/jobs", body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "DELETE", path: "/v2/jobs", status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v1/status", token: b.alice, body: job, status: 405, code: gateway.CodeMethodNotAllow},
+		{method: "DELETE", path: "/v1/jobs/x", token: b.alice, body: job, status: 405, code: gateway.CodeMethodNotAllow},
+	} {
+		c.run(t, b, doc)
+	}
+	// A body of unknown length (chunked) too.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", b.url+"/v2/jobs", io.MultiReader(strings.NewReader(job)))
+	req.Header.Set("Authorization", "Bearer "+b.alice)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("chunked POST to no route: %s", resp.Status)
+	}
+}

@@ -181,7 +181,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	// always JSON.
 	for path, methods := range paths {
 		allow := strings.Join(methods, ", ")
-		g.mux.Handle(path, g.wrap(route{pattern: path, h: func(w http.ResponseWriter, _ *http.Request, _ *Token) error {
+		g.mux.Handle(path, g.wrap(route{pattern: path, routing: true, h: func(w http.ResponseWriter, _ *http.Request, _ *Token) error {
 			w.Header().Set("Allow", allow)
 			return apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "use %s", allow)
 		}}))
@@ -192,7 +192,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	g.mux.Handle("/", g.wrap(route{pattern: "/", h: func(http.ResponseWriter, *http.Request, *Token) error {
+	g.mux.Handle("/", g.wrap(route{pattern: "/", routing: true, h: func(http.ResponseWriter, *http.Request, *Token) error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "no such route (GET /openapi.yaml lists them)")
 	}}))
 	return g, nil
@@ -217,6 +217,10 @@ type route struct {
 	write   bool  // submits or cancels: refused to a read-only token
 	long    bool  // may wait up to MaxWait before answering
 	stream  bool  // streams its answer: the handler sets a deadline per write
+	// routing: the mux's own 404 or 405, answered from the method and
+	// path alone (both public in openapi.yaml), whatever the body or
+	// token: the body is not read, so its size is no reason to refuse.
+	routing bool
 }
 
 // routes is the API: every endpoint, as openapi.yaml describes it.
@@ -270,17 +274,6 @@ func (g *Gateway) wrap(rt route) http.Handler {
 			}
 			_ = rc.SetWriteDeadline(start.Add(wd))
 		}
-		if r.ContentLength > rt.body {
-			g.writeError(rec, r, &http.MaxBytesError{Limit: rt.body})
-			return
-		}
-		if r.ContentLength != 0 { // a body, or one of unknown length
-			// The deadline covers the body only: left in place, it would
-			// end a long poll when the server reads the idle connection.
-			_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
-			r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(rec, r.Body, rt.body), rc: rc}
-		}
-
 		if g.cfg.Tokens.Len() == 0 {
 			// An open gateway listens on loopback only, but a page in the
 			// viewer's browser can reach loopback too: a Host that is no
@@ -295,6 +288,23 @@ func (g *Gateway) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		if rt.routing {
+			if err := rt.h(rec, r, nil); err != nil {
+				g.writeError(rec, r, err)
+			}
+			return
+		}
+		if r.ContentLength > rt.body {
+			g.writeError(rec, r, &http.MaxBytesError{Limit: rt.body})
+			return
+		}
+		if r.ContentLength != 0 { // a body, or one of unknown length
+			// The deadline covers the body only: left in place, it would
+			// end a long poll when the server reads the idle connection.
+			_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
+			r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(rec, r.Body, rt.body), rc: rc}
+		}
+
 		var tok *Token
 		if !rt.open && g.cfg.Tokens.Len() > 0 {
 			secret := bearer(r.Header.Get("Authorization"))
