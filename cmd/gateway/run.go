@@ -24,6 +24,7 @@ var version string
 const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--max-wait D]
                [--max-waiting N] [--max-streams N] [--max-batches N]
                [--max-{waiting,streams,batches}-per-{token,tenant} N]
+               [--console-session-ttl D] [--max-console-sessions N]
        gateway token NAME [--queues Q1,Q2] [--role read]
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
@@ -58,6 +59,8 @@ type options struct {
 	perToken  perLimits
 	perTenant perLimits
 	grace     time.Duration
+	sessTTL   time.Duration
+	maxSess   int
 	logFormat string
 	logLevel  string
 	version   bool
@@ -80,6 +83,8 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.perTenant.waiting, "max-waiting-per-tenant", 512, "most `N` of --max-waiting the tokens of one tenant hold together")
 	fs.IntVar(&o.perTenant.streams, "max-streams-per-tenant", 128, "most `N` of --max-streams the tokens of one tenant hold together")
 	fs.IntVar(&o.perTenant.batches, "max-batches-per-tenant", 8, "most `N` of --max-batches the tokens of one tenant hold together")
+	fs.DurationVar(&o.sessTTL, "console-session-ttl", 12*time.Hour, "how long a console login lasts (`D`)")
+	fs.IntVar(&o.maxSess, "max-console-sessions", 10_000, "most `N` console logins held (in memory); past it a login ends the oldest")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "on stop, `D` for requests in progress to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
@@ -131,10 +136,14 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		{"max-waiting-per-token", o.perToken.waiting}, {"max-streams-per-token", o.perToken.streams},
 		{"max-batches-per-token", o.perToken.batches}, {"max-waiting-per-tenant", o.perTenant.waiting},
 		{"max-streams-per-tenant", o.perTenant.streams}, {"max-batches-per-tenant", o.perTenant.batches},
+		{"max-console-sessions", o.maxSess},
 	} {
 		if f.n < 1 {
 			return cmdline.Usagef("--%s %d: want 1 or more", f.name, f.n)
 		}
+	}
+	if o.sessTTL < time.Second {
+		return cmdline.Usagef("--console-session-ttl %s: want 1s or more", o.sessTTL)
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -171,6 +180,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams,
 		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,
 		MaxStreamsPerTenant: o.perTenant.streams, MaxBatchesPerTenant: o.perTenant.batches,
+		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,8 @@ func TestUsageErrors(t *testing.T) {
 		{"--max-batches", "0"},
 		{"--max-streams-per-token", "0"},
 		{"--max-waiting-per-tenant", "-1"},
+		{"--console-session-ttl", "0s"},
+		{"--max-console-sessions", "0"},
 	} {
 		if err := Run(t.Context(), args, &bytes.Buffer{}); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("Run(%q) = %v, want a usage error", args, err)
@@ -122,34 +125,7 @@ func TestMaxWaitingFlag(t *testing.T) {
 // (no worker: the job stays queued, its streams open).
 func TestMaxStreamsPerTokenFlag(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Server(t)
-	addr := testutil.FreeAddr(t)
-	var lines []string
-	secrets := map[string]string{}
-	for _, name := range []string{"alice", "bob"} {
-		secret, line, err := gateway.NewToken(name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		secrets[name] = secret
-		lines = append(lines, line)
-	}
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"--nats", srv.ClientURL(), "--listen", addr, "--tokens", tokens,
-			"--max-streams-per-token", "1", "--grace", "100ms", "--log-level", "error"}, &bytes.Buffer{})
-	}()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	addr, secrets := startWithTokens(t, "--max-streams-per-token", "1")
 	send := func(ctx context.Context, method, path, name, body string) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, strings.NewReader(body))
 		if err != nil {
@@ -190,6 +166,62 @@ func TestMaxStreamsPerTokenFlag(t *testing.T) {
 		t.Errorf("alice's second stream: %s (Retry-After %q), want 429 with Retry-After", res.Status, res.Header.Get("Retry-After"))
 	}
 	cut()
+}
+
+// --console-session-ttl reaches the console: a login's cookie lasts it.
+func TestConsoleSessionTTLFlag(t *testing.T) {
+	t.Parallel()
+	addr, secrets := startWithTokens(t, "--console-session-ttl", "90m")
+	var res *http.Response
+	testutil.Eventually(t, 10*time.Second, "a login answered", func() bool {
+		var err error
+		res, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).
+			PostForm("http://"+addr+"/login", url.Values{"token": {secrets["alice"]}})
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return true
+	})
+	if ck := res.Header.Get("Set-Cookie"); res.StatusCode != http.StatusSeeOther || !strings.Contains(ck, "Max-Age=5400") {
+		t.Errorf("login: %s, cookie %q; want Max-Age=5400", res.Status, ck)
+	}
+}
+
+// startWithTokens runs the gateway with tokens alice and bob and the
+// flags given, until the test ends; it returns its address and the
+// tokens' secrets by name.
+func startWithTokens(t *testing.T, flags ...string) (string, map[string]string) {
+	t.Helper()
+	srv := natstest.Server(t)
+	addr := testutil.FreeAddr(t)
+	var lines []string
+	secrets := map[string]string{}
+	for _, name := range []string{"alice", "bob"} {
+		secret, line, err := gateway.NewToken(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets[name] = secret
+		lines = append(lines, line)
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		args := append([]string{"--nats", srv.ClientURL(), "--listen", addr, "--tokens", tokens, "--grace", "100ms", "--log-level", "error"}, flags...)
+		done <- Run(ctx, args, &bytes.Buffer{})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return addr, secrets
 }
 
 // waitingSlots reads the gateway's sandfleet_gateway_slots_busy{kind="waiting"}

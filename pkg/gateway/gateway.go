@@ -78,6 +78,12 @@ type Config struct {
 	// NoConsole turns off the web console (pkg/console) at /. Default: it
 	// is served, with the same tokens as the API.
 	NoConsole bool
+	// ConsoleSessionTTL is how long a console login lasts. Default 12h.
+	ConsoleSessionTTL time.Duration
+	// MaxConsoleSessions bounds the console logins this gateway holds (in
+	// memory: a restart ends them all); past it, a login ends the one
+	// nearest its end. Default 10,000.
+	MaxConsoleSessions int
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -134,7 +140,8 @@ func (c *Config) setDefaults() {
 
 // Gateway is the HTTP API over a fleet. It holds no job state: every
 // answer comes from JetStream, so any number of gateways may serve the
-// same fleet behind a load balancer.
+// same fleet behind a load balancer. The console's logins are the one
+// thing it keeps (in memory): a login opens pages on its own gateway.
 type Gateway struct {
 	client  *jobs.Client
 	replies *replies
@@ -142,6 +149,7 @@ type Gateway struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *gatewayMetrics
+	console *console.Console // nil with NoConsole
 	// Slots of the kinds of long request (long polls, batches, event
 	// streams, batch bodies arriving), taken before the work.
 	waiting *slots
@@ -308,14 +316,12 @@ func (g *Gateway) wrap(rt route) http.Handler {
 		var tok *Token
 		if !rt.open && g.cfg.Tokens.Len() > 0 {
 			secret := bearer(r.Header.Get("Authorization"))
-			if secret == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			if secret == "" && g.console != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 				// The console's login cookie, for what its pages read
 				// without a header of their own (EventSource, downloads).
 				// Never for a route that writes: a cookie travels with
 				// requests the viewer did not make.
-				if ck, err := r.Cookie(console.CookieName); err == nil {
-					secret = ck.Value
-				}
+				secret = g.console.LoginSecret(r)
 			}
 			if tok = g.cfg.Tokens.Lookup(secret); tok == nil {
 				msg := "a bearer token is required (Authorization: Bearer <token>)"
@@ -348,7 +354,7 @@ func (g *Gateway) wrap(rt route) http.Handler {
 // console answers HTML, and sends a browser without a token to its
 // login form.
 func (g *Gateway) mountConsole() error {
-	ccfg := console.Config{Logger: g.log}
+	ccfg := console.Config{Logger: g.log, SessionTTL: g.cfg.ConsoleSessionTTL, MaxSessions: g.cfg.MaxConsoleSessions}
 	if g.cfg.Tokens.Len() > 0 {
 		ccfg.Auth = func(secret string) *console.Viewer {
 			tok := g.cfg.Tokens.Lookup(secret)
@@ -362,6 +368,7 @@ func (g *Gateway) mountConsole() error {
 	if err != nil {
 		return err
 	}
+	g.console = c
 	for _, rt := range c.Routes() {
 		h := rt.Handler
 		g.mux.Handle(rt.Pattern, g.wrap(route{pattern: rt.Pattern, open: true, body: 16 << 10,
