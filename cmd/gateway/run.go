@@ -23,6 +23,8 @@ var version string
 
 const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--max-wait D]
                [--max-waiting N] [--max-streams N] [--max-batches N]
+               [--max-{waiting,streams,batches}-per-{token,tenant} N]
+               [--console-session-ttl D] [--max-console-sessions N]
        gateway token NAME [--queues Q1,Q2] [--role read]
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
@@ -35,8 +37,16 @@ client keeps, and the line for the token file, which holds its hash.
 The first SIGINT/SIGTERM stops it: requests in progress get --grace,
 long polls and batch streams are then cut (their jobs go on).
 
+Long requests (long polls, event streams, batches) are bounded three
+ways: on the whole gateway (--max-waiting, --max-streams, --max-batches),
+for each token (--max-*-per-token) and for each tenant, all its tokens
+together (--max-*-per-tenant), so that one client cannot take every slot.
+
 Flags:
 `
+
+// perLimits are the bounds of one token's (or tenant's) long requests.
+type perLimits struct{ waiting, streams, batches int }
 
 type options struct {
 	natsURL   string
@@ -46,7 +56,11 @@ type options struct {
 	maxWaits  int
 	maxStream int
 	maxBatch  int
+	perToken  perLimits
+	perTenant perLimits
 	grace     time.Duration
+	sessTTL   time.Duration
+	maxSess   int
 	logFormat string
 	logLevel  string
 	version   bool
@@ -63,6 +77,14 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.maxWaits, "max-waiting", 1024, "most `N` requests waiting for a result at once (?wait=); past it 429 too_many_requests")
 	fs.IntVar(&o.maxStream, "max-streams", 256, "most `N` event streams (GET /v1/jobs/{id}/events) at once; past it 429")
 	fs.IntVar(&o.maxBatch, "max-batches", 16, "most `N` batches running at once, and 4 × N batch bodies arriving; past it 429")
+	fs.IntVar(&o.perToken.waiting, "max-waiting-per-token", 256, "most `N` of --max-waiting one token holds")
+	fs.IntVar(&o.perToken.streams, "max-streams-per-token", 64, "most `N` of --max-streams one token holds")
+	fs.IntVar(&o.perToken.batches, "max-batches-per-token", 4, "most `N` of --max-batches one token holds (and 4 × N bodies arriving)")
+	fs.IntVar(&o.perTenant.waiting, "max-waiting-per-tenant", 512, "most `N` of --max-waiting the tokens of one tenant hold together")
+	fs.IntVar(&o.perTenant.streams, "max-streams-per-tenant", 128, "most `N` of --max-streams the tokens of one tenant hold together")
+	fs.IntVar(&o.perTenant.batches, "max-batches-per-tenant", 8, "most `N` of --max-batches the tokens of one tenant hold together")
+	fs.DurationVar(&o.sessTTL, "console-session-ttl", 12*time.Hour, "how long a console login lasts (`D`)")
+	fs.IntVar(&o.maxSess, "max-console-sessions", 10_000, "most `N` console logins held (in memory); past it a login ends the oldest")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "on stop, `D` for requests in progress to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
@@ -109,10 +131,19 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, f := range []struct {
 		name string
 		n    int
-	}{{"max-waiting", o.maxWaits}, {"max-streams", o.maxStream}, {"max-batches", o.maxBatch}} {
+	}{
+		{"max-waiting", o.maxWaits}, {"max-streams", o.maxStream}, {"max-batches", o.maxBatch},
+		{"max-waiting-per-token", o.perToken.waiting}, {"max-streams-per-token", o.perToken.streams},
+		{"max-batches-per-token", o.perToken.batches}, {"max-waiting-per-tenant", o.perTenant.waiting},
+		{"max-streams-per-tenant", o.perTenant.streams}, {"max-batches-per-tenant", o.perTenant.batches},
+		{"max-console-sessions", o.maxSess},
+	} {
 		if f.n < 1 {
 			return cmdline.Usagef("--%s %d: want 1 or more", f.name, f.n)
 		}
+	}
+	if o.sessTTL < time.Second {
+		return cmdline.Usagef("--console-session-ttl %s: want 1s or more", o.sessTTL)
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -146,6 +177,10 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	gw, err := gateway.New(client, nc, gateway.Config{
 		Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log,
 		MaxWaiting: o.maxWaits, MaxStreams: o.maxStream, MaxBatches: o.maxBatch,
+		MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams,
+		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,
+		MaxStreamsPerTenant: o.perTenant.streams, MaxBatchesPerTenant: o.perTenant.batches,
+		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess,
 	})
 	if err != nil {
 		return err

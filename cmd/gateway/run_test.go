@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,13 +57,18 @@ func TestUsageErrors(t *testing.T) {
 		{"--max-streams", "0"},
 		{"--max-waiting", "-1"},
 		{"--max-batches", "0"},
+		{"--max-streams-per-token", "0"},
+		{"--max-waiting-per-tenant", "-1"},
+		{"--console-session-ttl", "0s"},
+		{"--max-console-sessions", "0"},
 	} {
 		if err := Run(t.Context(), args, &bytes.Buffer{}); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("Run(%q) = %v, want a usage error", args, err)
 		}
 	}
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, &out); err != nil || !strings.Contains(out.String(), "--tokens FILE") {
+	if err := Run(t.Context(), []string{"--help"}, &out); err != nil || !strings.Contains(out.String(), "--tokens FILE") ||
+		!strings.Contains(out.String(), "--max-streams-per-token N") {
 		t.Errorf("--help: %v\n%s", err, out.String())
 	}
 }
@@ -112,9 +120,119 @@ func TestMaxWaitingFlag(t *testing.T) {
 	<-first
 }
 
+// --max-streams-per-token reaches the gateway: a token holding its one
+// event stream gets 429 for a second, while another token still gets one
+// (no worker: the job stays queued, its streams open).
+func TestMaxStreamsPerTokenFlag(t *testing.T) {
+	t.Parallel()
+	addr, secrets := startWithTokens(t, "--max-streams-per-token", "1")
+	send := func(ctx context.Context, method, path, name, body string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+secrets[name])
+		return http.DefaultClient.Do(req)
+	}
+	testutil.Eventually(t, 10*time.Second, "the job queued", func() bool {
+		res, err := send(t.Context(), "POST", "/v1/jobs", "alice", `{"id":"parked","image":"python","code":"print(1)"}`)
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusAccepted
+	})
+	sctx, cut := context.WithCancel(t.Context())
+	defer cut()
+	for i, name := range []string{"alice", "bob"} {
+		res, err := send(sctx, "GET", "/v1/jobs/parked/events", name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s's stream: %s", name, res.Status)
+		}
+		testutil.Eventually(t, 10*time.Second, name+"'s stream holds its slot", func() bool {
+			return slotsBusy(t, addr, "streams") == float64(i+1)
+		})
+	}
+	res, err := send(t.Context(), "GET", "/v1/jobs/parked/events", "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+		t.Errorf("alice's second stream: %s (Retry-After %q), want 429 with Retry-After", res.Status, res.Header.Get("Retry-After"))
+	}
+	cut()
+}
+
+// --console-session-ttl reaches the console: a login's cookie lasts it.
+func TestConsoleSessionTTLFlag(t *testing.T) {
+	t.Parallel()
+	addr, secrets := startWithTokens(t, "--console-session-ttl", "90m")
+	var res *http.Response
+	testutil.Eventually(t, 10*time.Second, "a login answered", func() bool {
+		var err error
+		res, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).
+			PostForm("http://"+addr+"/login", url.Values{"token": {secrets["alice"]}})
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return true
+	})
+	if ck := res.Header.Get("Set-Cookie"); res.StatusCode != http.StatusSeeOther || !strings.Contains(ck, "Max-Age=5400") {
+		t.Errorf("login: %s, cookie %q; want Max-Age=5400", res.Status, ck)
+	}
+}
+
+// startWithTokens runs the gateway with tokens alice and bob and the
+// flags given, until the test ends; it returns its address and the
+// tokens' secrets by name.
+func startWithTokens(t *testing.T, flags ...string) (string, map[string]string) {
+	t.Helper()
+	srv := natstest.Server(t)
+	addr := testutil.FreeAddr(t)
+	var lines []string
+	secrets := map[string]string{}
+	for _, name := range []string{"alice", "bob"} {
+		secret, line, err := gateway.NewToken(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets[name] = secret
+		lines = append(lines, line)
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		args := append([]string{"--nats", srv.ClientURL(), "--listen", addr, "--tokens", tokens, "--grace", "100ms", "--log-level", "error"}, flags...)
+		done <- Run(ctx, args, &bytes.Buffer{})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return addr, secrets
+}
+
 // waitingSlots reads the gateway's sandfleet_gateway_slots_busy{kind="waiting"}
 // from its /metrics (0 while it is not up yet).
 func waitingSlots(t *testing.T, addr string) float64 {
+	t.Helper()
+	return slotsBusy(t, addr, "waiting")
+}
+
+// slotsBusy reads the gateway's sandfleet_gateway_slots_busy{kind=kind}.
+func slotsBusy(t *testing.T, addr, kind string) float64 {
 	t.Helper()
 	res, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -123,7 +241,7 @@ func waitingSlots(t *testing.T, addr string) float64 {
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	for line := range strings.SplitSeq(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, `sandfleet_gateway_slots_busy{kind="waiting"} `); ok {
+		if rest, ok := strings.CutPrefix(line, `sandfleet_gateway_slots_busy{kind="`+kind+`"} `); ok {
 			var v float64
 			fmt.Sscan(rest, &v)
 			return v

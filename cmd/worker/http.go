@@ -28,11 +28,17 @@ type httpOptions struct {
 	addr     string
 	tokens   string
 	explicit bool // --http given: failing to listen is an error
+	// What one token holds of the API's long requests (the gateway's
+	// own bounds, and those per tenant, are its defaults).
+	perToken struct{ waiting, streams, batches int }
 }
 
 func httpFlags(fs *pflag.FlagSet, o *httpOptions) {
 	fs.StringVar(&o.addr, "http", "", "serve the HTTP API on `ADDR` (with --embedded the default is "+defaultHTTP+"; \"\" turns it off)")
 	fs.StringVar(&o.tokens, "tokens", "", "the HTTP API's token `FILE` (default $"+gateway.EnvTokens+"; none: loopback only)")
+	fs.IntVar(&o.perToken.waiting, "http-max-waiting-per-token", 256, "the HTTP API's most `N` long polls (?wait=) of one token; past it 429")
+	fs.IntVar(&o.perToken.streams, "http-max-streams-per-token", 64, "the HTTP API's most `N` event streams of one token; past it 429")
+	fs.IntVar(&o.perToken.batches, "http-max-batches-per-token", 4, "the HTTP API's most `N` batches running of one token; past it 429")
 }
 
 // resolve applies the default and checks the flags once they are parsed.
@@ -46,6 +52,11 @@ func (o *httpOptions) resolve(fs *pflag.FlagSet, embedded bool) error {
 			return cmdline.Usagef("--tokens goes with the HTTP API (--http ADDR or --embedded)")
 		}
 		return nil
+	}
+	for name, n := range map[string]int{"waiting": o.perToken.waiting, "streams": o.perToken.streams, "batches": o.perToken.batches} {
+		if n < 1 {
+			return cmdline.Usagef("--http-max-%s-per-token %d: want 1 or more", name, n)
+		}
 	}
 	tokens, err := gateway.LoadTokens(o.tokens)
 	if err != nil {
@@ -84,7 +95,8 @@ func startHTTP(o *httpOptions, js jetstream.JetStream, natsUp func() bool, log *
 		if err != nil {
 			return // stopped before the fleet answered
 		}
-		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log})
+		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log,
+			MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams, MaxBatchesPerToken: o.perToken.batches})
 		if err != nil {
 			log.Error("HTTP API not served", "err", err)
 			return

@@ -32,6 +32,7 @@ func TestHTTPFlags(t *testing.T) {
 		{"--embedded", "--http", "0.0.0.0:8080"}, // no tokens: loopback only
 		{"--tokens", "f"},                        // no API
 		{"--http", "127.0.0.1:1", "--tokens", "/nonexistent"},
+		{"--embedded", "--http-max-streams-per-token", "0"},
 	} {
 		if _, err := parseFlags(args); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("parseFlags(%q) = %v, want a usage error", args, err)

@@ -206,7 +206,8 @@ func (f *fleet) submitHTTP(t *testing.T, job map[string]any) string {
 // page shows the worker; a job submitted through the API appears in the
 // list; a running job's page shows its lines as they arrive and cancels
 // it; a job printing <script> shows the text and runs nothing; a batch's
-// report draws its plots. With SANDFLEET_SCREENSHOTS=DIR it saves
+// report draws its plots; logging out sends the next page to the login
+// form. With SANDFLEET_SCREENSHOTS=DIR it saves
 // fleet.png, jobs.png, job-live.png, batch.png and fleet-phone.png there.
 func TestBrowser(t *testing.T) {
 	testutil.NeedBrowser(t)
@@ -341,5 +342,15 @@ func TestBrowser(t *testing.T) {
 		b.do(t, "phone size", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)),
 			chromedp.Navigate(f.url+"/jobs/live-demo"), chromedp.WaitVisible(chromedp.ID("job-status")))
 		b.screenshot(t, "job-phone")
+	})
+
+	// Last: it ends the browser's session.
+	t.Run("log out", func(t *testing.T) {
+		b.do(t, "log out", chromedp.Navigate(f.url+"/jobs"), chromedp.WaitVisible(chromedp.ID("jobs")),
+			chromedp.Click(chromedp.CSS("form.who button")), chromedp.WaitVisible(chromedp.ID("token")))
+		b.do(t, "a page after logging out", chromedp.Navigate(f.url+"/jobs"), chromedp.WaitVisible(chromedp.ID("token")))
+		if u := eval[string](t, b, "location.pathname"); u != "/login" {
+			t.Errorf("after logging out /jobs is at %q, want the login form", u)
+		}
 	})
 }

@@ -53,6 +53,12 @@ type Config struct {
 	// MaxOutput is the most of each output stream a finished job's page
 	// shows. Default 256 KiB.
 	MaxOutput int
+	// SessionTTL is how long a login lasts: its session then ends, and
+	// its cookie with it. Default 12h.
+	SessionTTL time.Duration
+	// MaxSessions bounds the logins held at once; past it, a login ends
+	// the session nearest its end. Default 10,000.
+	MaxSessions int
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -70,17 +76,23 @@ func (c *Config) setDefaults() {
 	if c.MaxOutput <= 0 {
 		c.MaxOutput = 256 << 10
 	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = 12 * time.Hour
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 10_000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
-// CookieName is the cookie that holds a logged-in viewer's bearer token
-// (HttpOnly, SameSite=Strict). The gateway takes it, like the
-// Authorization header, on its GET routes, so that the console's pages
-// can follow a job's events (EventSource sends no header) and download
-// its artifacts.
-const CookieName = "sandfleet_token"
+// CookieName is the cookie that holds a logged-in viewer's session ID
+// (HttpOnly, SameSite=Strict), never the bearer token. The gateway takes
+// it (LoginSecret), like the Authorization header, on its GET routes, so
+// that the console's pages can follow a job's events (EventSource sends
+// no header) and download its artifacts.
+const CookieName = "sandfleet_login"
 
 // sessionCookie holds an open console's random session, which its CSRF
 // tokens are derived from.
@@ -93,12 +105,14 @@ type Console struct {
 	log    *slog.Logger
 	pages  map[string]*template.Template
 	static http.Handler
+	logins *sessions
 }
 
 // New returns the console of client's fleet.
 func New(client *jobs.Client, cfg Config) (*Console, error) {
 	cfg.setDefaults()
-	c := &Console{client: client, cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
+	c := &Console{client: client, cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{},
+		logins: newSessions(cfg.SessionTTL, cfg.MaxSessions)}
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -152,11 +166,13 @@ func (c *Console) Routes() []Route {
 }
 
 // session is one request's viewer and the secret its CSRF token comes
-// from.
+// from: the login's ID for a viewer logged in through the form (so its
+// forms die with it), else the bearer secret or an open console's random.
 type session struct {
-	viewer *Viewer
-	secret string
-	csrf   string
+	viewer  *Viewer
+	secret  string
+	csrf    string
+	loginID string // the login cookie's session, "" for none
 }
 
 // errLogin: no viewer; the page sends the browser to the login form.
@@ -185,12 +201,20 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session
 		s.csrf = csrfToken(s.secret)
 		return s, nil
 	}
-	secret := bearer(r.Header.Get("Authorization"))
-	if secret == "" {
-		if ck, err := r.Cookie(CookieName); err == nil {
-			secret = ck.Value
+	if secret := bearer(r.Header.Get("Authorization")); secret != "" {
+		v := c.cfg.Auth(secret)
+		if v == nil {
+			return nil, errLogin
 		}
+		return &session{viewer: v, secret: secret, csrf: csrfToken(secret)}, nil
 	}
+	ck, err := r.Cookie(CookieName)
+	if err != nil {
+		return nil, errLogin
+	}
+	// The token is asked again on every page: one taken out of the
+	// gateway's tokens ends its sessions with it.
+	secret := c.logins.secret(ck.Value)
 	if secret == "" {
 		return nil, errLogin
 	}
@@ -198,13 +222,24 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session
 	if v == nil {
 		return nil, errLogin
 	}
-	return &session{viewer: v, secret: secret, csrf: csrfToken(secret)}, nil
+	return &session{viewer: v, secret: ck.Value, csrf: csrfToken(ck.Value), loginID: ck.Value}, nil
+}
+
+// LoginSecret returns the bearer secret that the request's login cookie
+// stands for while its session lasts, else "". The gateway asks it on its
+// GET routes, for what the console's pages read without a header of their
+// own (EventSource, downloads).
+func (c *Console) LoginSecret(r *http.Request) string {
+	ck, err := r.Cookie(CookieName)
+	if err != nil {
+		return ""
+	}
+	return c.logins.secret(ck.Value)
 }
 
 // csrfToken is what the console's forms carry: an HMAC of the session's
-// secret, so that any gateway of a fleet can check it without state,
-// and a page elsewhere (which cannot read the console's pages) cannot
-// make it.
+// secret, so that a page elsewhere (which cannot read the console's
+// pages) cannot make it.
 func csrfToken(secret string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte("sandfleet console csrf v1"))

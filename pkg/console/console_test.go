@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/console"
+	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -136,12 +137,7 @@ func TestLogin(t *testing.T) {
 	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/" {
 		t.Fatalf("login: %d %q", p.status, p.header.Get("Location"))
 	}
-	ck := p.header.Get("Set-Cookie")
-	if !strings.HasPrefix(ck, console.CookieName+"=") || !strings.Contains(ck, "HttpOnly") || !strings.Contains(ck, "SameSite=Strict") {
-		t.Fatalf("cookie %q", ck)
-	}
-	cookie := "Cookie"
-	value := console.CookieName + "=" + f.alice
+	cookie, value := "Cookie", loginCookie(t, p)
 	if p := f.get(t, "/", "", cookie, value); p.status != 200 || !strings.Contains(p.body, "alice") {
 		t.Errorf("page with the cookie: %d", p.status)
 	}
@@ -154,6 +150,93 @@ func TestLogin(t *testing.T) {
 	}
 	if p := f.do(t, "POST", "/v1/jobs/c1/cancel", "", nil, cookie, value); p.status != http.StatusUnauthorized {
 		t.Errorf("cancel with only the cookie: %d", p.status)
+	}
+}
+
+// loginCookie checks the login cookie a login answer sets, and returns it
+// as a Cookie header's value.
+func loginCookie(t *testing.T, p page) string {
+	t.Helper()
+	ck := p.header.Get("Set-Cookie")
+	if !strings.HasPrefix(ck, console.CookieName+"=") || !strings.Contains(ck, "HttpOnly") || !strings.Contains(ck, "SameSite=Strict") {
+		t.Fatalf("cookie %q", ck)
+	}
+	value, _, _ := strings.Cut(ck, ";")
+	return value
+}
+
+// The login cookie holds a session, not the token: its value is no token
+// and opens nothing once the session ends. After POST /logout it opens
+// neither the console's pages nor the API's GET routes, a token put in
+// the cookie opens nothing, and the token itself still works (logging out
+// ends a login, not a token).
+func TestLogout(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{})
+	f.run(t, &jobs.Job{ID: "l1", Image: "python", Code: "print hi"})
+	p := f.do(t, "POST", "/login", "", url.Values{"token": {f.alice}, "next": {"/jobs"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("login: %d", p.status)
+	}
+	value := loginCookie(t, p)
+	if strings.Contains(value, f.alice) || strings.Contains(f.alice, strings.TrimPrefix(value, console.CookieName+"=")) {
+		t.Fatalf("the cookie %q holds the token", value)
+	}
+	page := f.get(t, "/jobs/l1", "", "Cookie", value)
+	if page.status != 200 || !strings.Contains(page.body, "alice") {
+		t.Fatalf("a page with the cookie: %d", page.status)
+	}
+	if r := f.get(t, "/v1/jobs/l1/events", "", "Cookie", value); r.status != 200 {
+		t.Fatalf("events with the cookie: %d", r.status)
+	}
+	// Another login of the same token is a session of its own: logging
+	// out of one leaves the other.
+	other := loginCookie(t, f.do(t, "POST", "/login", "", url.Values{"token": {f.alice}}))
+	if p := f.do(t, "POST", "/logout", "", url.Values{"csrf": {csrf(t, page)}}, "Cookie", value, "Origin", f.url); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+		t.Fatalf("logout: %d %q", p.status, p.header.Get("Location"))
+	}
+	if p := f.get(t, "/jobs/l1", "", "Cookie", value); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/login") {
+		t.Errorf("a page with the cookie after logout: %d %q, want the login form", p.status, p.header.Get("Location"))
+	}
+	if r := f.get(t, "/v1/jobs/l1/events", "", "Cookie", value); r.status != http.StatusUnauthorized {
+		t.Errorf("events with the cookie after logout: %d, want 401", r.status)
+	}
+	if p := f.do(t, "POST", "/logout", "", url.Values{"csrf": {csrf(t, page)}}, "Cookie", value, "Origin", f.url); p.status != http.StatusSeeOther || !strings.HasPrefix(p.header.Get("Location"), "/login") {
+		t.Errorf("a second logout: %d %q", p.status, p.header.Get("Location"))
+	}
+	if p := f.get(t, "/jobs/l1", "", "Cookie", other); p.status != 200 {
+		t.Errorf("the other login after this one's logout: %d", p.status)
+	}
+	if p := f.get(t, "/", "", "Cookie", console.CookieName+"="+f.alice); p.status != http.StatusSeeOther {
+		t.Errorf("the token itself as the cookie: %d, want the login form", p.status)
+	}
+	if r := f.get(t, "/v1/jobs/l1/events", "", "Cookie", console.CookieName+"="+f.alice); r.status != http.StatusUnauthorized {
+		t.Errorf("the token itself as the cookie, on the API: %d, want 401", r.status)
+	}
+	if p := f.get(t, "/jobs/l1", f.alice); p.status != 200 {
+		t.Errorf("the token after logout: %d", p.status)
+	}
+}
+
+// A session ends at its TTL: its cookie then opens neither pages nor the
+// API, and the cookie's Max-Age says as much.
+func TestSessionExpires(t *testing.T) {
+	t.Parallel()
+	f := setup(t, options{cfg: gateway.Config{ConsoleSessionTTL: 3 * time.Second}})
+	p := f.do(t, "POST", "/login", "", url.Values{"token": {f.alice}})
+	if !strings.Contains(p.header.Get("Set-Cookie"), "Max-Age=3") {
+		t.Errorf("cookie %q, want Max-Age=3", p.header.Get("Set-Cookie"))
+	}
+	value := loginCookie(t, p)
+	if p := f.get(t, "/", "", "Cookie", value); p.status != 200 {
+		t.Fatalf("a page within the session: %d", p.status)
+	}
+	testutil.Eventually(t, 20*time.Second, "the expired session refused", func() bool {
+		p := f.get(t, "/", "", "Cookie", value)
+		return p.status == http.StatusSeeOther && strings.HasPrefix(p.header.Get("Location"), "/login")
+	})
+	if r := f.get(t, "/v1/status", "", "Cookie", value); r.status != http.StatusUnauthorized {
+		t.Errorf("the API with an expired session: %d, want 401", r.status)
 	}
 }
 

@@ -23,9 +23,11 @@
 // with textContent, and a Content-Security-Policy forbids inline script,
 // so a job that prints <script> shows it as text. The console takes the
 // gateway's bearer tokens, from the Authorization header or, after the
-// login form, an HttpOnly SameSite=Strict cookie; forms carry a CSRF token
-// derived from the session's secret (an HMAC: any gateway can check it)
-// and must come from the same origin. A token of role=read sees every
+// login form, a session of its own: a random ID in an HttpOnly
+// SameSite=Strict cookie, the token kept in the gateway's memory only,
+// ended by logout or its TTL (session.go). Forms carry a CSRF token
+// derived from the session's ID (or the header's token) and must come
+// from the same origin. A token of role=read sees every
 // page but cannot cancel. An open console (no tokens) answers on loopback
 // names only.
 package console

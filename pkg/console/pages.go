@@ -508,8 +508,9 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, http.StatusOK, "login", nil, loginPage{Next: safeNext(r.URL.Query().Get("next")), Open: c.cfg.Auth == nil})
 }
 
-// login: POST /login — the token goes into an HttpOnly, SameSite=Strict
-// cookie, never into a page.
+// login: POST /login — the token opens a session, whose random ID goes
+// into an HttpOnly, SameSite=Strict cookie; the token goes into neither
+// the cookie nor a page.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	headers(w)
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
@@ -528,14 +529,23 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, http.StatusUnauthorized, "login", nil, loginPage{Next: next, Error: "this token is not valid"})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: secret, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: int((12 * time.Hour).Seconds())})
+	id, err := c.logins.open(secret)
+	if err != nil {
+		c.fail(w, r, nil, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: int(c.cfg.SessionTTL.Seconds())})
 	c.log.Info("console login", "token", v.Name)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// logout: POST /logout.
+// logout: POST /logout ends the session: its cookie, sent again, opens
+// nothing.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) error {
+	if s.loginID != "" {
+		c.logins.close(s.loginID)
+	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)

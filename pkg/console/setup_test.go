@@ -33,6 +33,7 @@ type fleet struct {
 type options struct {
 	open  bool
 	slots int
+	cfg   gateway.Config // the gateway's, Logger and Tokens set by setup
 }
 
 func setup(t testing.TB, o options) *fleet {
@@ -53,7 +54,8 @@ func setup(t testing.TB, o options) *fleet {
 		t.Fatal(err)
 	}
 	f.client = client
-	cfg := gateway.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TempDir: t.TempDir()}
+	cfg := o.cfg
+	cfg.Logger, cfg.TempDir = slog.New(slog.NewTextHandler(io.Discard, nil)), t.TempDir()
 	if !o.open {
 		var lines []string
 		for _, tk := range []struct {

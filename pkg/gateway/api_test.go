@@ -653,3 +653,95 @@ func TestSubmitAtAnotherJobsID(t *testing.T) {
 	apiCase{method: "POST", path: "/v1/jobs", token: b.alice, body: `{"image":"python","code":"print x","labels":{"sandfleet.batch":"nightly"}}`,
 		status: 400, code: gateway.CodeInvalidJob}.run(t, b, doc)
 }
+
+// hold sends a request in the background and leaves it to the gateway
+// until the test ends, then cuts it and waits for it.
+func (b *bundle) hold(t *testing.T, method, path, token, body string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		req, _ := http.NewRequestWithContext(ctx, method, b.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// Long polls and batches are bounded per token as event streams are: one
+// token at its most leaves the others theirs, and its own next is 429.
+func TestLongSlotsPerToken(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	t.Run("waiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{cfg: gateway.Config{MaxWaiting: 4, MaxWaitingPerToken: 1}})
+		b.submit(t, `{"id":"parked-w","queue":"parked","image":"python","code":"print x"}`, "")
+		b.hold(t, "GET", "/v1/jobs/parked-w?wait=60s", b.alice, "")
+		testutil.Eventually(t, 10*time.Second, "alice's long poll waiting", func() bool {
+			return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="waiting"}`) == 1
+		})
+		b.hold(t, "GET", "/v1/jobs/parked-w?wait=60s", b.bob, "")
+		testutil.Eventually(t, 10*time.Second, "bob's long poll waiting beside it", func() bool {
+			return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="waiting"}`) == 2
+		})
+		r := apiCase{method: "POST", path: "/v1/jobs?wait=5s", token: b.alice, body: `{"queue":"parked","image":"python","code":"print y"}`,
+			status: 429, code: gateway.CodeTooManyRequests}.run(t, b, doc)
+		if r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), `token \"alice\"`) {
+			t.Errorf("alice's second long poll: Retry-After %q, %s", r.header.Get("Retry-After"), r.body)
+		}
+	})
+	t.Run("batch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{cfg: gateway.Config{MaxBatches: 4, MaxBatchesPerToken: 1}})
+		b.hold(t, "POST", "/v1/batches?queue=parked", b.alice, `{"image":"python","code":"print 1"}`+"\n")
+		testutil.Eventually(t, 10*time.Second, "alice's batch running", func() bool {
+			return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="batch"}`) == 1
+		})
+		r := b.do(t, "POST", "/v1/batches", b.bob, []byte(`{"image":"python","code":"print 2"}`+"\n"))
+		if r.status != 200 || !strings.Contains(string(r.body), `"succeeded"`) {
+			t.Fatalf("bob's batch beside alice's: %d %s", r.status, r.body)
+		}
+		r = b.do(t, "POST", "/v1/batches?queue=parked", b.alice, []byte(`{"image":"python","code":"print 3"}`+"\n"))
+		if r.status != 429 || r.errorCode() != gateway.CodeTooManyRequests || r.header.Get("Retry-After") == "" {
+			t.Errorf("alice's second batch: %d %s, want 429 too_many_requests with Retry-After", r.status, r.body)
+		}
+	})
+}
+
+// A route that does not exist is 404 not_found whatever the method, the
+// body and the token; a known path asked with another method is 405, with
+// or without a body.
+func TestUnknownRoutes(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{})
+	job := `{"image":"python","code":"print 1"}`
+	for _, c := range []apiCase{
+		{method: "GET", path: "/v2/jobs", token: b.alice, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v2/jobs", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v1/job", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "PUT", path: "/nothing/here", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v2/jobs", body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "DELETE", path: "/v2/jobs", status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/", token: b.alice, body: job, status: 404, code: gateway.CodeNotFound},
+		{method: "POST", path: "/v1/status", token: b.alice, body: job, status: 405, code: gateway.CodeMethodNotAllow},
+		{method: "DELETE", path: "/v1/jobs/x", token: b.alice, body: job, status: 405, code: gateway.CodeMethodNotAllow},
+	} {
+		c.run(t, b, doc)
+	}
+	// A body of unknown length (chunked) too.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", b.url+"/v2/jobs", io.MultiReader(strings.NewReader(job)))
+	req.Header.Set("Authorization", "Bearer "+b.alice)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("chunked POST to no route: %s", resp.Status)
+	}
+}

@@ -64,13 +64,13 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, tok *Token
 	// Spool the body first: pkg/batch reads its input twice (validate,
 	// then publish), and a file keeps a large batch out of memory. A
 	// client slow to send it holds an upload slot, not a batch's.
-	f, h, err := g.spoolBatch(r)
+	f, h, err := g.spoolBatch(r, tok)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	release, err := g.take(g.batches, "batch")
+	release, err := g.take(g.batches, tok)
 	if err != nil {
 		return err
 	}
@@ -193,10 +193,10 @@ func (lw *lineWriter) flush() error {
 
 // spoolBatch writes a batch's body to a temporary file, which it returns
 // open at its start, with the body's digest. It holds an upload slot while
-// the body arrives (MaxBatches × 4 at once): bodies are bounded in size and
+// the body arrives (4 × MaxBatches at once, 4 × MaxBatchesPerToken of a token): bodies are bounded in size and
 // time (MaxBatchBytes, ReadTimeout), and so is what spools at once.
-func (g *Gateway) spoolBatch(r *http.Request) (*os.File, hash.Hash, error) {
-	release, err := g.take(g.uploads, "upload")
+func (g *Gateway) spoolBatch(r *http.Request, tok *Token) (*os.File, hash.Hash, error) {
+	release, err := g.take(g.uploads, tok)
 	if err != nil {
 		return nil, nil, err
 	}

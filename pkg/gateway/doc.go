@@ -38,7 +38,8 @@
 // read deadline for the body (408), a write deadline for the answer, and
 // for streams one per line, so a client that stops reading is cut off.
 // Long polls, event streams and batches each take a slot first (429 when
-// none is free); a full queue is 429 queue_full. Both carry Retry-After.
+// none is free, on the gateway or within the token's or its tenant's
+// share); a full queue is 429 queue_full. Both carry Retry-After.
 //
 // # Authentication
 //
@@ -46,6 +47,7 @@
 // with a name that goes on the jobs it submits (label sandfleet.token)
 // and optionally the queues it may use (403 otherwise), and role=read for
 // a token that may only read (403 on the routes that write). A job ID is
-// a capability: tokens are not tenants. The console's login cookie is
-// taken like a bearer token on GET routes only.
+// a capability: tokens are not tenants. The console's login cookie (a
+// session ID, which the console turns into its token while the session
+// lasts) is taken like a bearer token on GET routes only.
 package gateway

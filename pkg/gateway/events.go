@@ -24,7 +24,7 @@ type sseEvent struct {
 // finished, the last event carrying its result. A resumed stream leaves
 // out queued and ends with finished even when the client had it. Output events are named
 // after their stream (stdout, stderr), the others after their type.
-func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, _ *Token) error {
+func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	id, err := pathJob(r)
 	if err != nil {
 		return err
@@ -37,7 +37,7 @@ func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, _ *Token) error
 		}
 		after = n
 	}
-	release, err := g.take(g.streams, "streams")
+	release, err := g.take(g.streams, tok)
 	if err != nil {
 		return err
 	}

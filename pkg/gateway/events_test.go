@@ -20,9 +20,15 @@ type sse struct{ name, id, data string }
 // stream ends, sending each as it arrives.
 func followSSE(t *testing.T, b *bundle, id, lastID string, out chan<- sse) {
 	t.Helper()
+	followSSEAs(t, b, b.alice, id, lastID, out)
+}
+
+// followSSEAs is followSSE with token.
+func followSSEAs(t *testing.T, b *bundle, token, id, lastID string, out chan<- sse) {
+	t.Helper()
 	defer close(out)
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", b.url+"/v1/jobs/"+id+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+b.alice)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
@@ -162,4 +168,61 @@ func TestEventStreamsBounded(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the slots back", func() bool {
 		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="streams"}`) == 0
 	})
+}
+
+// One token holding its most event streams leaves the others theirs: a
+// second token still gets a stream, and the first token's next one is
+// 429 too_many_requests with Retry-After, though the gateway has room.
+func TestEventStreamsPerToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{cfg: gateway.Config{MaxStreams: 4, MaxStreamsPerToken: 2}})
+	release := filepath.Join(t.TempDir(), "go")
+	b.submit(t, `{"id":"parked","image":"python","code":"waitfile `+release+`\nprint done"}`, "")
+	var streams []chan sse
+	open := func(token string) {
+		ch := make(chan sse, 64)
+		go followSSEAs(t, b, token, "parked", "", ch)
+		streams = append(streams, ch)
+	}
+	open(b.alice)
+	open(b.alice)
+	testutil.Eventually(t, 10*time.Second, "alice's two streams open", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="streams"}`) == 2
+	})
+	open(b.bob)
+	testutil.Eventually(t, 10*time.Second, "bob's stream open beside them", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="streams"}`) == 3
+	})
+	if ev := <-streams[2]; ev.name == "" {
+		t.Fatal("bob's stream ended without an event")
+	}
+	r := b.do(t, "GET", "/v1/jobs/parked/events", b.alice, nil)
+	if r.status != 429 || r.errorCode() != gateway.CodeTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("alice's third stream: %d %s (Retry-After %q), want 429 too_many_requests", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if !strings.Contains(string(r.body), `token \"alice\"`) {
+		t.Errorf("the 429 does not name the token's bound: %s", r.body)
+	}
+	if n := gaugeValue(t, b, `sandfleet_gateway_slots_refused_total{bound="token",kind="streams"}`); n != 1 {
+		t.Errorf("refused by the token's bound: %v, want 1", n)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range streams {
+		var last sse
+		for ev := range ch {
+			last = ev
+		}
+		if last.name != "finished" {
+			t.Errorf("a stream ended on %q, not finished", last.name)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the slots back", func() bool {
+		return gaugeValue(t, b, `sandfleet_gateway_slots_busy{kind="streams"}`) == 0
+	})
+	// Its streams ended, the token has its allowance back.
+	if r := b.do(t, "GET", "/v1/jobs/parked/events", b.alice, nil); r.status != 200 {
+		t.Errorf("alice's stream once hers ended: %d %s", r.status, r.body)
+	}
 }

@@ -48,6 +48,20 @@ type Config struct {
 	// once: each holds a watch of its job's events and result for as long
 	// as the job runs; past it, 429 too_many_requests. Default 256.
 	MaxStreams int
+	// MaxWaitingPerToken, MaxStreamsPerToken and MaxBatchesPerToken bound
+	// what one token holds of MaxWaiting, MaxStreams and MaxBatches (and
+	// of the batch bodies arriving, 4 × MaxBatchesPerToken), so that one
+	// client cannot take every slot from the others. Defaults 256, 64
+	// and 4.
+	MaxWaitingPerToken int
+	MaxStreamsPerToken int
+	MaxBatchesPerToken int
+	// MaxWaitingPerTenant, MaxStreamsPerTenant and MaxBatchesPerTenant
+	// are the same bounds for all the tokens of one tenant together.
+	// Defaults 512, 128 and 8.
+	MaxWaitingPerTenant int
+	MaxStreamsPerTenant int
+	MaxBatchesPerTenant int
 	// ReadTimeout bounds the reading of a request body. Default 60s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the writing of a response (after a wait), and
@@ -64,6 +78,12 @@ type Config struct {
 	// NoConsole turns off the web console (pkg/console) at /. Default: it
 	// is served, with the same tokens as the API.
 	NoConsole bool
+	// ConsoleSessionTTL is how long a console login lasts. Default 12h.
+	ConsoleSessionTTL time.Duration
+	// MaxConsoleSessions bounds the console logins this gateway holds (in
+	// memory: a restart ends them all); past it, a login ends the one
+	// nearest its end. Default 10,000.
+	MaxConsoleSessions int
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -96,6 +116,17 @@ func (c *Config) setDefaults() {
 	if c.MaxBatches <= 0 {
 		c.MaxBatches = 16
 	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{
+		{&c.MaxWaitingPerToken, 256}, {&c.MaxStreamsPerToken, 64}, {&c.MaxBatchesPerToken, 4},
+		{&c.MaxWaitingPerTenant, 512}, {&c.MaxStreamsPerTenant, 128}, {&c.MaxBatchesPerTenant, 8},
+	} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
 	}
@@ -109,7 +140,8 @@ func (c *Config) setDefaults() {
 
 // Gateway is the HTTP API over a fleet. It holds no job state: every
 // answer comes from JetStream, so any number of gateways may serve the
-// same fleet behind a load balancer.
+// same fleet behind a load balancer. The console's logins are the one
+// thing it keeps (in memory): a login opens pages on its own gateway.
 type Gateway struct {
 	client  *jobs.Client
 	replies *replies
@@ -117,12 +149,13 @@ type Gateway struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *gatewayMetrics
+	console *console.Console // nil with NoConsole
 	// Slots of the kinds of long request (long polls, batches, event
 	// streams, batch bodies arriving), taken before the work.
-	waiting chan struct{}
-	batches chan struct{}
-	streams chan struct{}
-	uploads chan struct{}
+	waiting *slots
+	batches *slots
+	streams *slots
+	uploads *slots
 }
 
 // New returns a gateway over client; nc is the client's connection, on
@@ -141,10 +174,10 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
 		metrics: newMetrics(),
-		waiting: make(chan struct{}, cfg.MaxWaiting),
-		batches: make(chan struct{}, cfg.MaxBatches),
-		streams: make(chan struct{}, cfg.MaxStreams),
-		uploads: make(chan struct{}, 4*cfg.MaxBatches),
+		waiting: newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
+		batches: newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
+		streams: newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
+		uploads: newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
 	}
 	paths := map[string][]string{}
 	for _, rt := range g.routes() {
@@ -156,7 +189,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	// always JSON.
 	for path, methods := range paths {
 		allow := strings.Join(methods, ", ")
-		g.mux.Handle(path, g.wrap(route{pattern: path, h: func(w http.ResponseWriter, _ *http.Request, _ *Token) error {
+		g.mux.Handle(path, g.wrap(route{pattern: path, routing: true, h: func(w http.ResponseWriter, _ *http.Request, _ *Token) error {
 			w.Header().Set("Allow", allow)
 			return apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "use %s", allow)
 		}}))
@@ -167,7 +200,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	g.mux.Handle("/", g.wrap(route{pattern: "/", h: func(http.ResponseWriter, *http.Request, *Token) error {
+	g.mux.Handle("/", g.wrap(route{pattern: "/", routing: true, h: func(http.ResponseWriter, *http.Request, *Token) error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "no such route (GET /openapi.yaml lists them)")
 	}}))
 	return g, nil
@@ -192,6 +225,10 @@ type route struct {
 	write   bool  // submits or cancels: refused to a read-only token
 	long    bool  // may wait up to MaxWait before answering
 	stream  bool  // streams its answer: the handler sets a deadline per write
+	// routing: the mux's own 404 or 405, answered from the method and
+	// path alone (both public in openapi.yaml), whatever the body or
+	// token: the body is not read, so its size is no reason to refuse.
+	routing bool
 }
 
 // routes is the API: every endpoint, as openapi.yaml describes it.
@@ -245,17 +282,6 @@ func (g *Gateway) wrap(rt route) http.Handler {
 			}
 			_ = rc.SetWriteDeadline(start.Add(wd))
 		}
-		if r.ContentLength > rt.body {
-			g.writeError(rec, r, &http.MaxBytesError{Limit: rt.body})
-			return
-		}
-		if r.ContentLength != 0 { // a body, or one of unknown length
-			// The deadline covers the body only: left in place, it would
-			// end a long poll when the server reads the idle connection.
-			_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
-			r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(rec, r.Body, rt.body), rc: rc}
-		}
-
 		if g.cfg.Tokens.Len() == 0 {
 			// An open gateway listens on loopback only, but a page in the
 			// viewer's browser can reach loopback too: a Host that is no
@@ -270,17 +296,32 @@ func (g *Gateway) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		if rt.routing {
+			if err := rt.h(rec, r, nil); err != nil {
+				g.writeError(rec, r, err)
+			}
+			return
+		}
+		if r.ContentLength > rt.body {
+			g.writeError(rec, r, &http.MaxBytesError{Limit: rt.body})
+			return
+		}
+		if r.ContentLength != 0 { // a body, or one of unknown length
+			// The deadline covers the body only: left in place, it would
+			// end a long poll when the server reads the idle connection.
+			_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
+			r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(rec, r.Body, rt.body), rc: rc}
+		}
+
 		var tok *Token
 		if !rt.open && g.cfg.Tokens.Len() > 0 {
 			secret := bearer(r.Header.Get("Authorization"))
-			if secret == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			if secret == "" && g.console != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 				// The console's login cookie, for what its pages read
 				// without a header of their own (EventSource, downloads).
 				// Never for a route that writes: a cookie travels with
 				// requests the viewer did not make.
-				if ck, err := r.Cookie(console.CookieName); err == nil {
-					secret = ck.Value
-				}
+				secret = g.console.LoginSecret(r)
 			}
 			if tok = g.cfg.Tokens.Lookup(secret); tok == nil {
 				msg := "a bearer token is required (Authorization: Bearer <token>)"
@@ -313,7 +354,7 @@ func (g *Gateway) wrap(rt route) http.Handler {
 // console answers HTML, and sends a browser without a token to its
 // login form.
 func (g *Gateway) mountConsole() error {
-	ccfg := console.Config{Logger: g.log}
+	ccfg := console.Config{Logger: g.log, SessionTTL: g.cfg.ConsoleSessionTTL, MaxSessions: g.cfg.MaxConsoleSessions}
 	if g.cfg.Tokens.Len() > 0 {
 		ccfg.Auth = func(secret string) *console.Viewer {
 			tok := g.cfg.Tokens.Lookup(secret)
@@ -327,6 +368,7 @@ func (g *Gateway) mountConsole() error {
 	if err != nil {
 		return err
 	}
+	g.console = c
 	for _, rt := range c.Routes() {
 		h := rt.Handler
 		g.mux.Handle(rt.Pattern, g.wrap(route{pattern: rt.Pattern, open: true, body: 16 << 10,
@@ -380,23 +422,6 @@ func (r *recorder) Write(p []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's deadlines
 // and Flush.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// take takes a slot of sem, or answers 429 at once: a gateway at its bound
-// sheds load rather than queueing requests it may not serve in time.
-func (g *Gateway) take(sem chan struct{}, what string) (release func(), err error) {
-	select {
-	case sem <- struct{}{}:
-		g.metrics.slots.With(what).Inc()
-		return func() {
-			<-sem
-			g.metrics.slots.With(what).Dec()
-		}, nil
-	default:
-		e := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "this gateway has %d %s requests already; retry later", cap(sem), what)
-		e.RetryAfter = g.cfg.RetryAfter
-		return nil, e
-	}
-}
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request, _ *Token) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

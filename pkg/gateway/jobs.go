@@ -62,7 +62,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		accepted(w, job.ID, string(jobs.PhaseQueued))
 		return nil
 	}
-	release, err := g.take(g.waiting, "waiting")
+	release, err := g.take(g.waiting, tok)
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func writeOwn(w http.ResponseWriter, claim jobs.Claim, res *jobs.Result) error {
 // get: GET /v1/jobs/{id}[?wait=D]: 200 with the result, 202 while the job
 // is queued or running (after waiting up to D for it to finish), 404 for
 // an ID the fleet does not know.
-func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ *Token) error {
+func (g *Gateway) get(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	id, err := pathJob(r)
 	if err != nil {
 		return err
@@ -139,7 +139,7 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, _ *Token) error {
 	if wait == 0 {
 		return g.lookup(w, ctx, id, nil)
 	}
-	release, err := g.take(g.waiting, "waiting")
+	release, err := g.take(g.waiting, tok)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ type gatewayMetrics struct {
 	duration *metrics.HistogramVec
 	inflight *metrics.Gauge
 	slots    *metrics.GaugeVec
+	refused  *metrics.CounterVec
 }
 
 func newMetrics() *gatewayMetrics {
@@ -31,7 +32,9 @@ func newMetrics() *gatewayMetrics {
 			[]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}, "route"),
 		inflight: reg.Gauge("sandfleet_gateway_requests_in_flight", "Requests being served."),
 		slots: reg.GaugeVec("sandfleet_gateway_slots_busy",
-			"Long requests holding a slot: waiting (long polls) and batch.", "kind"),
+			"Long requests holding a slot: waiting (long polls), streams (event streams), batch, upload (batch bodies arriving).", "kind"),
+		refused: reg.CounterVec("sandfleet_gateway_slots_refused_total",
+			"Long requests refused 429 for want of a slot, by kind and by the bound reached: gateway, token or tenant.", "kind", "bound"),
 	}
 }
 
