@@ -105,7 +105,7 @@ func TestMaxWaitingFlag(t *testing.T) {
 	}()
 	// Which request takes the one slot is decided here, not by the race:
 	// the second is sent only once the gateway's gauge says the first holds it.
-	testutil.Eventually(t, 10*time.Second, "the first long poll holds the slot", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the first long poll holds the slot", func() bool {
 		return waitingSlots(t, addr) == 1
 	})
 	res, err := post("waits-2", 5*time.Second)
@@ -234,7 +234,8 @@ func waitingSlots(t *testing.T, addr string) float64 {
 // slotsBusy reads the gateway's sandfleet_gateway_slots_busy{kind=kind}.
 func slotsBusy(t *testing.T, addr, kind string) float64 {
 	t.Helper()
-	res, err := http.Get("http://" + addr + "/metrics")
+	c := &http.Client{Timeout: 5 * time.Second}
+	res, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0
 	}

@@ -55,7 +55,6 @@ type Session struct {
 	next    uint64
 	waiting map[uint64]chan *envelope.Reply
 	asm     *envelope.Assembler
-	broken  error
 
 	ended     chan struct{} // the agent's trailer came, or the stream ended
 	endedOnce sync.Once
