@@ -134,7 +134,7 @@ func TestMaxStreamsPerTokenFlag(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+secrets[name])
 		return http.DefaultClient.Do(req)
 	}
-	testutil.Eventually(t, 10*time.Second, "the job queued", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the job queued", func() bool {
 		res, err := send(t.Context(), "POST", "/v1/jobs", "alice", `{"id":"parked","image":"python","code":"print(1)"}`)
 		if err != nil {
 			return false
@@ -153,7 +153,7 @@ func TestMaxStreamsPerTokenFlag(t *testing.T) {
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("%s's stream: %s", name, res.Status)
 		}
-		testutil.Eventually(t, 10*time.Second, name+"'s stream holds its slot", func() bool {
+		testutil.Eventually(t, 60*time.Second, name+"'s stream holds its slot", func() bool {
 			return slotsBusy(t, addr, "streams") == float64(i+1)
 		})
 	}
@@ -173,7 +173,7 @@ func TestConsoleSessionTTLFlag(t *testing.T) {
 	t.Parallel()
 	addr, secrets := startWithTokens(t, "--console-session-ttl", "90m")
 	var res *http.Response
-	testutil.Eventually(t, 10*time.Second, "a login answered", func() bool {
+	testutil.Eventually(t, 60*time.Second, "a login answered", func() bool {
 		var err error
 		res, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).
 			PostForm("http://"+addr+"/login", url.Values{"token": {secrets["alice"]}})
