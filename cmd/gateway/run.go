@@ -16,6 +16,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -174,8 +175,13 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return err
 	}
+	sess, err := sessions.NewClient(ctx, js, "")
+	if err != nil {
+		log.Warn("sessions not served", "err", err)
+		sess = nil
+	}
 	gw, err := gateway.New(client, nc, gateway.Config{
-		Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log,
+		Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log, Sessions: sess,
 		MaxWaiting: o.maxWaits, MaxStreams: o.maxStream, MaxBatches: o.maxBatch,
 		MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams,
 		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,

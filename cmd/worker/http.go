@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // The worker can serve the HTTP API (pkg/gateway) itself, so that
@@ -95,7 +96,12 @@ func startHTTP(o *httpOptions, js jetstream.JetStream, natsUp func() bool, log *
 		if err != nil {
 			return // stopped before the fleet answered
 		}
-		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log,
+		sess, err := sessions.NewClient(ctx, js, "")
+		if err != nil {
+			log.Warn("sessions not served over HTTP", "err", err)
+			sess = nil
+		}
+		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log, Sessions: sess,
 			MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams, MaxBatchesPerToken: o.perToken.batches})
 		if err != nil {
 			log.Error("HTTP API not served", "err", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -97,6 +98,8 @@ type options struct {
 	store               storeCaps
 	version             bool
 	http                httpOptions // http.go
+	sessions            int
+	sessionLifetime     time.Duration
 
 	// ready, if set, is called with the NATS URL once connected (tests).
 	ready func(url string)
@@ -135,6 +138,8 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.DurationVar(&o.eventsMaxAge, "events-max-age", 0, "keep a job's events (its live output) `D` in the stream EVENTS (default 1h; fleet-wide; the result in RESULTS stays the authority)")
 	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step (default 24h; fleet-wide)")
 	storeFlags(fs, &o.store)
+	fs.IntVar(&o.sessions, "sessions", 16, "hold at most `N` sessions (long-lived sandboxes) at once, apart from --slots; 0 serves none")
+	fs.DurationVar(&o.sessionLifetime, "session-max-lifetime", 24*time.Hour, "the longest `D` a session may ask for as max_lifetime")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	httpFlags(fs, &o.http)
 	return fs
@@ -395,7 +400,33 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	if sd, ok := exec.(storageDriverer); ok {
 		wg.Go(func() { logStorageDriver(running, log, sd) })
 	}
+	if ss, ok := exec.(sessionStarter); ok && o.sessions > 0 {
+		host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
+			Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
+			Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { _ = host.Run(stop) })
+		log.Info("serving sessions", "max", o.sessions)
+	}
 	return w.Run(stop, force)
+}
+
+// sessionStarter is an executor that starts sessions' sandboxes.
+type sessionStarter interface {
+	StartSession(ctx context.Context, spec executor.SessionSpec) (*executor.Session, error)
+	ResolveLimits(limits.Limits) (limits.Limits, error)
+	HasPreset(name string) bool
+}
+
+// startSession is how the session host starts a sandbox on ss.
+func startSession(ss sessionStarter) sessionhost.Starter {
+	return func(ctx context.Context, spec sessionhost.StartSpec) (sessionhost.Sandbox, error) {
+		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits,
+			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput})
+	}
 }
 
 // releaseStartMemory hands the heap that setting up left behind (the

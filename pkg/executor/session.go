@@ -35,6 +35,9 @@ type SessionSpec struct {
 	Lifetime time.Duration
 	// MaxProcesses bounds its background processes. Default 32.
 	MaxProcesses int
+	// OutputLimit bounds what a command's reply carries of each stream.
+	// Default (and at most) the limits' output.
+	OutputLimit int64
 	// OnEvent, if set, is told each piece of live output, from the
 	// stream's goroutine: it must not block.
 	OnEvent func(*envelope.Event)
@@ -86,10 +89,14 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	if spec.MaxProcesses <= 0 {
 		spec.MaxProcesses = 32
 	}
+	out := int64(lim.Output)
+	if spec.OutputLimit > 0 && spec.OutputLimit < out {
+		out = spec.OutputLimit
+	}
 	seal := envelope.NewSeal()
 	h := &envelope.Header{Env: jobEnv(spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
 		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
-		OutputLimit: int64(lim.Output), MaxProcesses: spec.MaxProcesses,
+		OutputLimit: out, MaxProcesses: spec.MaxProcesses,
 	}}
 	names := make([]string, 0, len(spec.Files))
 	for n := range spec.Files {
@@ -132,6 +139,18 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	go ss.ping(pctx)
 	log.Info("session started", "container", s.short, "image", spec.Image)
 	return ss, nil
+}
+
+// ResolveLimits is what limits a job or session asking for l gets: the
+// worker's defaults filled in, checked against its caps.
+func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
+	return limits.Resolve(l, e.cfg.Defaults, e.cfg.Caps)
+}
+
+// HasPreset reports whether the executor serves the preset.
+func (e *Executor) HasPreset(name string) bool {
+	_, ok := e.cfg.Presets[name]
+	return ok
 }
 
 // ErrRejected wraps what is wrong with a session's spec.

@@ -36,6 +36,9 @@ const (
 	CodeRequestTimeout  Code = "request_timeout"   // 408: the body did not arrive in time
 	CodeAlreadyFinished Code = "already_finished"  // 409: cancel of a finished job
 	CodeIDConflict      Code = "id_conflict"       // 409: the id holds another job's result
+	CodeExists          Code = "exists"            // 409: a session's path exists already
+	CodeGone            Code = "gone"              // 410: the session has ended (its record says why)
+	CodeFailed          Code = "failed"            // 422: the call failed in the session's sandbox
 	CodeBodyTooLarge    Code = "body_too_large"    // 413
 	CodeQueueFull       Code = "queue_full"        // 429: the fleet's queue is full; Retry-After
 	CodeTooManyRequests Code = "too_many_requests" // 429: the gateway's own bounds; Retry-After

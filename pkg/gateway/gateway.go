@@ -18,6 +18,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // Config of a Gateway. The zero value of each field is its documented
@@ -84,6 +85,8 @@ type Config struct {
 	// memory: a restart ends them all); past it, a login ends the one
 	// nearest its end. Default 10,000.
 	MaxConsoleSessions int
+	// Sessions serves /v1/sessions; nil answers them 501.
+	Sessions *sessions.Client
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -243,6 +246,21 @@ func (g *Gateway) routes() []route {
 		{pattern: "GET /v1/workspaces/{name}", h: g.workspace},
 		{pattern: "GET /v1/workspaces/{name}/snapshot", h: g.snapshot, stream: true},
 		{pattern: "POST /v1/batches", h: g.submitBatch, write: true, body: g.cfg.MaxBatchBytes, stream: true},
+		{pattern: "POST /v1/sessions", h: g.createSession, write: true, body: 16 << 20, long: true},
+		{pattern: "GET /v1/sessions", h: g.listSessions},
+		{pattern: "GET /v1/sessions/{id}", h: g.getSession},
+		{pattern: "DELETE /v1/sessions/{id}", h: g.deleteSession, write: true},
+		{pattern: "POST /v1/sessions/{id}/keepalive", h: g.keepaliveSession, write: true},
+		{pattern: "POST /v1/sessions/{id}/exec", h: g.execSession, write: true, body: 16 << 20, stream: true},
+		{pattern: "POST /v1/sessions/{id}/code", h: g.codeSession, write: true, body: 16 << 20, stream: true},
+		{pattern: "GET /v1/sessions/{id}/processes", h: g.listProcesses},
+		{pattern: "GET /v1/sessions/{id}/processes/{pid}", h: g.readProcess, stream: true},
+		{pattern: "POST /v1/sessions/{id}/processes/{pid}/signal", h: g.signalProcess, write: true, body: 1 << 10},
+		{pattern: "POST /v1/sessions/{id}/processes/{pid}/stdin", h: g.stdinProcess, write: true, body: sessions.MaxFileChunk},
+		{pattern: "GET /v1/sessions/{id}/files", h: g.listFiles},
+		{pattern: "GET /v1/sessions/{id}/files/{path...}", h: g.readFile, stream: true},
+		{pattern: "PUT /v1/sessions/{id}/files/{path...}", h: g.writeFile, write: true, body: 1 << 30, stream: true},
+		{pattern: "DELETE /v1/sessions/{id}/files/{path...}", h: g.removeFile, write: true},
 		{pattern: "GET /v1/status", h: g.status},
 		{pattern: "GET /healthz", h: g.healthz, open: true},
 		{pattern: "GET /readyz", h: g.readyz, open: true},

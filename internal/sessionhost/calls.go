@@ -1,0 +1,305 @@
+package sessionhost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// onCall serves one call on a session, in a goroutine of its own so that
+// a long command does not hold up the session's other calls; at most
+// Config.MaxCalls at once.
+func (h *Host) onCall(l *live, msg *nats.Msg) {
+	op := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
+	var call sessions.Call
+	if err := json.Unmarshal(msg.Data, &call); err != nil {
+		answer(msg, nil, sessions.Errorf(sessions.ErrInvalid, "not a call: %v", err))
+		return
+	}
+	if call.Owner != l.info.Owner {
+		// Another owner's: as for a session that does not exist.
+		answer(msg, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", l.info.ID))
+		return
+	}
+	select {
+	case l.calls <- struct{}{}:
+	default:
+		answer(msg, nil, sessions.Errorf(sessions.ErrLimit, "session %s serves at most %d calls at once", l.info.ID, h.cfg.MaxCalls))
+		return
+	}
+	h.wg.Go(func() {
+		defer func() { <-l.calls }()
+		if call.Key != "" {
+			if data, ok := l.answers.get(op + " " + call.Key); ok {
+				_ = msg.Respond(data)
+				return
+			}
+		}
+		l.mu.Lock()
+		l.active = time.Now().UTC()
+		l.mu.Unlock()
+		result, err := h.serve(l, op, call.Body)
+		if errors.Is(err, errEnded) || errors.Is(err, context.Canceled) {
+			err = sessions.Errorf(sessions.ErrGone, "session %s has ended", l.info.ID)
+		}
+		var a sessions.Answer
+		if err != nil {
+			e := sessions.AsError(err)
+			if e == nil {
+				e = sessions.Errorf(sessions.ErrFailed, "%v", err)
+			}
+			a.Error = e
+		} else if result != nil {
+			a.Result, _ = json.Marshal(result)
+		}
+		data, _ := json.Marshal(a)
+		if call.Key != "" {
+			l.answers.put(op+" "+call.Key, data)
+		}
+		_ = msg.Respond(data)
+	})
+}
+
+func decode(body json.RawMessage, v any) error {
+	if len(body) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return sessions.Errorf(sessions.ErrInvalid, "%v", err)
+	}
+	return nil
+}
+
+// do sends one request to the session's agent, and turns an error of its
+// reply into the API's.
+func (h *Host) do(l *live, req *envelope.Request, wait time.Duration) (*envelope.Reply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait+30*time.Second)
+	defer cancel()
+	r, err := l.sb.Do(ctx, req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, sessions.Errorf(sessions.ErrFailed, "the sandbox did not answer within %s", wait+30*time.Second)
+		}
+		return nil, errEnded
+	}
+	if r.Error != nil {
+		sentinel := map[string]*sessions.Error{
+			envelope.ErrCodeInvalid: sessions.ErrInvalid, envelope.ErrCodeNotFound: sessions.ErrNotFound,
+			envelope.ErrCodeExists: sessions.ErrExists, envelope.ErrCodeLimit: sessions.ErrLimit,
+		}[r.Error.Code]
+		if sentinel == nil {
+			sentinel = sessions.ErrFailed
+		}
+		return nil, sessions.Errorf(sentinel, "%s", r.Error.Message)
+	}
+	return r, nil
+}
+
+func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
+	switch op {
+	case sessions.OpInfo, sessions.OpKeepalive:
+		info := l.snapshot()
+		return &info, nil
+	case sessions.OpDelete:
+		h.end(l, sessions.EndDeleted)
+		info := l.snapshot()
+		return &info, nil
+	case sessions.OpExec:
+		return h.exec(l, body)
+	case sessions.OpCode:
+		return h.code(l, body)
+	case sessions.OpReset:
+		var req sessions.CodeRequest
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		_, err := h.do(l, &envelope.Request{Op: envelope.OpReset, Context: req.Context}, 0)
+		return struct{}{}, err
+	case sessions.OpProcesses:
+		r, err := h.do(l, &envelope.Request{Op: envelope.OpProcesses}, 0)
+		if err != nil {
+			return nil, err
+		}
+		ps := make([]sessions.Process, 0, len(r.Processes))
+		for _, p := range r.Processes {
+			ps = append(ps, sessions.Process{PID: p.PID, Cmd: p.Argv, Running: p.Running, ExitCode: p.Exit, Signal: p.Signal,
+				Started: p.StartedMS, OutputBytes: p.OutputBytes})
+		}
+		return ps, nil
+	case sessions.OpProcess:
+		return h.process(l, body)
+	case sessions.OpSignal:
+		var req sessions.SignalRequest
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		_, err := h.do(l, &envelope.Request{Op: envelope.OpSignal, PID: req.PID, Signal: req.Signal}, 0)
+		return struct{}{}, err
+	case sessions.OpStdin:
+		var req sessions.StdinRequest
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		_, err := h.do(l, &envelope.Request{Op: envelope.OpStdin, PID: req.PID, Data: req.Data, EOF: req.EOF}, 0)
+		return struct{}{}, err
+	case sessions.OpRead, sessions.OpWrite, sessions.OpList, sessions.OpStat, sessions.OpRemove, sessions.OpMkdir, sessions.OpRename:
+		return h.file(l, op, body)
+	}
+	return nil, sessions.Errorf(sessions.ErrInvalid, "unknown operation %q", op)
+}
+
+// timeout is a call's own timeout, the session's limit by default and
+// at most.
+func (l *live) timeout(asked time.Duration) time.Duration {
+	if asked <= 0 || asked > l.lim.Timeout.D() {
+		return l.lim.Timeout.D()
+	}
+	return asked
+}
+
+func (h *Host) exec(l *live, body json.RawMessage) (any, error) {
+	var req sessions.ExecRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	t := l.timeout(req.Timeout.D())
+	if req.Background {
+		t = 0
+	}
+	r, err := h.do(l, &envelope.Request{Op: envelope.OpExec, Argv: req.Cmd, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
+		Stdin: []byte(req.Stdin), TimeoutMS: t.Milliseconds(), Background: req.Background}, t)
+	if err != nil {
+		return nil, err
+	}
+	res := &sessions.ExecResult{PID: r.PID, ExitCode: r.Exit, Signal: r.Signal, TimedOut: r.TimedOut, DurationMS: r.DurationMS,
+		StdoutTruncated: r.StdoutBytes > int64(len(r.Stdout)), StderrTruncated: r.StderrBytes > int64(len(r.Stderr))}
+	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
+	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
+	return res, nil
+}
+
+func (h *Host) code(l *live, body json.RawMessage) (any, error) {
+	var req sessions.CodeRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	t := l.timeout(req.Timeout.D())
+	r, err := h.do(l, &envelope.Request{Op: envelope.OpCode, Code: req.Code, Context: req.Context, Language: req.Language,
+		TimeoutMS: t.Milliseconds()}, t)
+	if err != nil {
+		return nil, err
+	}
+	res := &sessions.CodeResult{Text: r.Text, Reset: r.Reset, TimedOut: r.TimedOut, DurationMS: r.DurationMS}
+	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
+	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
+	if e := r.CodeError; e != nil {
+		res.Error = &sessions.CodeError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+	}
+	return res, nil
+}
+
+func (h *Host) process(l *live, body json.RawMessage) (any, error) {
+	var req sessions.ProcessRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	op, wait := envelope.OpOutput, time.Duration(0)
+	if req.Wait > 0 {
+		op, wait = envelope.OpWait, l.timeout(req.Wait.D())
+	}
+	r, err := h.do(l, &envelope.Request{Op: op, PID: req.PID, Since: req.Since, TimeoutMS: wait.Milliseconds()}, wait)
+	if err != nil {
+		return nil, err
+	}
+	out := r.Output
+	if len(out) > sessions.MaxReplyOutput { // the rest is read from Next
+		out = out[:sessions.MaxReplyOutput]
+		r.Next = req.Since + r.Dropped + int64(len(out))
+	}
+	res := &sessions.ProcessOutput{PID: r.PID, Running: r.Running, ExitCode: r.Exit, Signal: r.Signal, Next: r.Next, Dropped: r.Dropped}
+	res.Output, res.Encoding = sessions.Text(out)
+	return res, nil
+}
+
+func (h *Host) file(l *live, op string, body json.RawMessage) (any, error) {
+	var req sessions.FileRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Data) > sessions.MaxFileChunk {
+		return nil, sessions.Errorf(sessions.ErrLimit, "data: %d bytes, over %d a call", len(req.Data), sessions.MaxFileChunk)
+	}
+	if req.Length <= 0 || req.Length > sessions.MaxFileChunk {
+		req.Length = sessions.MaxFileChunk
+	}
+	r, err := h.do(l, &envelope.Request{Op: op, Path: req.Path, To: req.To, Data: req.Data, Offset: req.Offset, Length: req.Length,
+		Append: req.Append, Mode: req.Mode, Recursive: req.Recursive}, 0)
+	if err != nil {
+		return nil, err
+	}
+	res := &sessions.FileResult{Data: r.Data, EOF: r.EOF}
+	conv := func(e envelope.Entry) sessions.Entry {
+		return sessions.Entry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, MTimeMS: e.MTimeMS, Target: e.Target}
+	}
+	if r.Entry != nil {
+		e := conv(*r.Entry)
+		res.Entry = &e
+	}
+	if r.Entries != nil {
+		res.Entries = make([]sessions.Entry, 0, len(r.Entries))
+		for _, e := range r.Entries {
+			res.Entries = append(res.Entries, conv(e))
+		}
+	}
+	return res, nil
+}
+
+// answerCache keeps the last answers by idempotency key, so that a
+// retried call gets its first answer and runs nothing again.
+type answerCache struct {
+	mu    sync.Mutex
+	max   int
+	order []string
+	m     map[string][]byte
+}
+
+func newAnswerCache(max int) *answerCache { return &answerCache{max: max, m: map[string][]byte{}} }
+
+// maxCachedAnswer bounds an answer kept for a retry: a larger one (a big
+// read) is not kept, and a retry of it runs again, which a read may.
+const maxCachedAnswer = 1 << 20
+
+func (c *answerCache) get(key string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[key]
+	return b, ok
+}
+
+func (c *answerCache) put(key string, data []byte) {
+	if len(data) > maxCachedAnswer {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[key]; ok {
+		return
+	}
+	if len(c.order) >= c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.order = append(c.order, key)
+	c.m[key] = data
+}

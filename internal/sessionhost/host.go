@@ -1,0 +1,419 @@
+// Package sessionhost is a worker's side of sessions (pkg/sessions): it
+// takes creates while it has room, starts each session's sandbox, answers
+// the session's subjects, records it in the SESSIONS bucket, and ends it
+// when it is deleted, idle past its timeout, at its maximum lifetime, or
+// when the worker stops.
+//
+// Session capacity is the host's own (Config.Max), apart from the
+// worker's job slots: sessions never take a job's slot, and jobs never
+// take a session's.
+package sessionhost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// Sandbox is a session's sandbox, as pkg/executor's Session is one.
+type Sandbox interface {
+	Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error)
+	Close(ctx context.Context)
+	Done() <-chan struct{}
+	Why() string
+	ImageID() string
+}
+
+// StartSpec is what Start is asked for.
+type StartSpec struct {
+	ID       string
+	Image    string
+	Limits   limits.Limits
+	Env      map[string]string
+	Files    map[string]string
+	Lifetime time.Duration
+	// MaxOutput bounds what a call's reply carries of each stream.
+	MaxOutput int64
+}
+
+// Starter starts a session's sandbox.
+type Starter func(ctx context.Context, spec StartSpec) (Sandbox, error)
+
+// Config of a Host. The zero value of each field is its documented
+// default.
+type Config struct {
+	// Worker is the worker's ID, recorded on its sessions.
+	Worker string
+	// Max is the most sessions the host holds at once. Default 16.
+	Max int
+	// MaxLifetime caps what a session may ask for max_lifetime (and
+	// idle_timeout). Default 24h.
+	MaxLifetime time.Duration
+	// Limits resolves a session's limits against the worker's defaults
+	// and caps, as a job's are.
+	Limits func(limits.Limits) (limits.Limits, error)
+	// Images reports whether the worker serves a preset.
+	Images func(string) bool
+	// MaxCalls bounds the calls one session serves at once. Default 16.
+	MaxCalls int
+	// Logger default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Max <= 0 {
+		c.Max = 16
+	}
+	if c.MaxLifetime <= 0 {
+		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.MaxCalls <= 0 {
+		c.MaxCalls = 16
+	}
+	if c.Limits == nil {
+		c.Limits = func(l limits.Limits) (limits.Limits, error) { return l, nil }
+	}
+	if c.Images == nil {
+		c.Images = func(string) bool { return true }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Host serves sessions on one worker.
+type Host struct {
+	cfg   Config
+	nc    *nats.Conn
+	kv    jetstream.KeyValue
+	start Starter
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	live     map[string]*live
+	starting int
+	create   *nats.Subscription // nil while the host is full
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// live is a session the host holds.
+type live struct {
+	info  sessions.Info
+	sb    Sandbox
+	sub   *nats.Subscription
+	lim   limits.Limits
+	calls chan struct{}
+
+	mu       sync.Mutex
+	active   time.Time // the last call
+	recorded time.Time // when the record's ActiveAt was last written
+	ended    bool
+	answers  *answerCache
+}
+
+// EnsureBucket creates the SESSIONS bucket, or updates its settings.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	return js.CreateOrUpdateKeyValue(ctx, sessions.BucketConfig())
+}
+
+// New returns a host; Run serves.
+func New(ctx context.Context, js jetstream.JetStream, start Starter, cfg Config) (*Host, error) {
+	cfg.setDefaults()
+	kv, err := EnsureBucket(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("sessions: bucket %s: %w", sessions.Bucket, err)
+	}
+	return &Host{cfg: cfg, nc: js.Conn(), kv: kv, start: start, log: cfg.Logger, live: map[string]*live{}}, nil
+}
+
+// Run serves until ctx ends, then ends every session the host holds.
+func (h *Host) Run(ctx context.Context) error {
+	h.mu.Lock()
+	err := h.listenLocked()
+	h.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.shutdown()
+			return nil
+		case now := <-tick.C:
+			h.expire(now)
+		}
+	}
+}
+
+// Stats are the host's counts.
+type Stats struct {
+	Live, Max int
+}
+
+// Stats returns the host's counts.
+func (h *Host) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Stats{Live: len(h.live), Max: h.cfg.Max}
+}
+
+// listenLocked takes creates while the host has room, and stops taking
+// them while it has none: a create then goes to another worker.
+func (h *Host) listenLocked() error {
+	room := !h.closed && len(h.live)+h.starting < h.cfg.Max
+	switch {
+	case room && h.create == nil:
+		sub, err := h.nc.QueueSubscribe(sessions.SubjectCreate, sessions.QueueGroup, h.onCreate)
+		if err != nil {
+			return fmt.Errorf("sessions: listen for creates: %w", err)
+		}
+		h.create = sub
+	case !room && h.create != nil:
+		_ = h.create.Unsubscribe()
+		h.create = nil
+	}
+	return nil
+}
+
+func answer(msg *nats.Msg, result any, err error) {
+	var a sessions.Answer
+	if err != nil {
+		e := sessions.AsError(err)
+		if e == nil {
+			e = sessions.Errorf(sessions.ErrFailed, "%v", err)
+		}
+		a.Error = e
+	} else if result != nil {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			a.Error = sessions.Errorf(sessions.ErrFailed, "encode the answer: %v", merr)
+		} else {
+			a.Result = b
+		}
+	}
+	data, _ := json.Marshal(a)
+	_ = msg.Respond(data)
+}
+
+func (h *Host) onCreate(msg *nats.Msg) {
+	var call sessions.Call
+	if err := json.Unmarshal(msg.Data, &call); err != nil {
+		answer(msg, nil, sessions.Errorf(sessions.ErrInvalid, "not a call: %v", err))
+		return
+	}
+	h.mu.Lock()
+	if h.closed || len(h.live)+h.starting >= h.cfg.Max {
+		h.mu.Unlock()
+		answer(msg, nil, sessions.Errorf(sessions.ErrFull, "worker %s holds its %d sessions", h.cfg.Worker, h.cfg.Max))
+		return
+	}
+	h.starting++
+	_ = h.listenLocked()
+	h.mu.Unlock()
+	h.wg.Go(func() {
+		info, err := h.createSession(call)
+		h.mu.Lock()
+		h.starting--
+		_ = h.listenLocked()
+		h.mu.Unlock()
+		answer(msg, info, err)
+	})
+}
+
+// spec checks a create's spec against the worker's presets and caps.
+func (h *Host) spec(call sessions.Call) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
+	var spec sessions.Spec
+	fail := func(format string, args ...any) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
+		return spec, limits.Limits{}, 0, 0, sessions.Errorf(sessions.ErrInvalid, format, args...)
+	}
+	if len(call.Body) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(call.Body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&spec); err != nil {
+			return fail("not a session spec: %v", err)
+		}
+	}
+	if spec.Image == "" {
+		spec.Image = "python"
+	}
+	if !h.cfg.Images(spec.Image) {
+		return fail("image: unknown preset %q", spec.Image)
+	}
+	lim, err := h.cfg.Limits(spec.Limits)
+	if err != nil {
+		return fail("%v", err)
+	}
+	idle, life := spec.IdleTimeout.D(), spec.MaxLifetime.D()
+	if idle == 0 {
+		idle = sessions.DefaultIdleTimeout
+	}
+	if life == 0 {
+		life = min(sessions.DefaultMaxLifetime, h.cfg.MaxLifetime)
+	}
+	if life > h.cfg.MaxLifetime {
+		return fail("max_lifetime: %s is over this worker's cap of %s", life, h.cfg.MaxLifetime)
+	}
+	if idle > life {
+		idle = life
+	}
+	return spec, lim, idle, life, nil
+}
+
+func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
+	spec, lim, idle, life, err := h.spec(call)
+	if err != nil {
+		return nil, err
+	}
+	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := h.start(ctx, StartSpec{ID: id, Image: spec.Image, Limits: lim, Env: spec.Env, Files: spec.Files,
+		Lifetime: life, MaxOutput: min(int64(lim.Output), sessions.MaxReplyOutput)})
+	if err != nil {
+		h.log.Warn("a session failed to start", "session_id", id, "error", err)
+		return nil, sessions.Errorf(sessions.ErrFailed, "start the session's sandbox: %v", err)
+	}
+	now := time.Now().UTC()
+	l := &live{sb: sb, lim: lim, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
+		info: sessions.Info{ID: id, Status: sessions.StatusRunning, Owner: call.Owner, Worker: h.cfg.Worker,
+			Image: spec.Image, ImageDigest: sb.ImageID(), Limits: lim, IdleTimeout: limits.Duration(idle), MaxLifetime: limits.Duration(life),
+			CreatedAt: now, ActiveAt: now, ExpiresAt: now.Add(life), Labels: spec.Labels}}
+	if err := h.record(ctx, l); err != nil {
+		sb.Close(ctx)
+		return nil, sessions.Errorf(sessions.ErrFailed, "record the session: %v", err)
+	}
+	sub, err := h.nc.Subscribe(sessions.Subject(id, "*"), func(msg *nats.Msg) { h.onCall(l, msg) })
+	if err != nil {
+		sb.Close(ctx)
+		return nil, sessions.Errorf(sessions.ErrFailed, "listen for the session's calls: %v", err)
+	}
+	l.sub = sub
+	h.mu.Lock()
+	h.live[id] = l
+	h.mu.Unlock()
+	h.wg.Go(func() {
+		<-sb.Done()
+		why := sb.Why()
+		reason := sessions.EndLost
+		if why == "lifetime" {
+			reason = sessions.EndLifetime
+		}
+		h.end(l, reason) // a no-op when the host ended it itself
+	})
+	h.log.Info("session created", "session_id", id, "owner", call.Owner, "image", spec.Image)
+	info := l.snapshot()
+	return &info, nil
+}
+
+func (l *live) snapshot() sessions.Info {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	info := l.info
+	info.ActiveAt = l.active
+	return info
+}
+
+func (h *Host) record(ctx context.Context, l *live) error {
+	info := l.snapshot()
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	_, err = h.kv.Put(ctx, info.ID, b)
+	l.mu.Lock()
+	l.recorded = info.ActiveAt
+	l.mu.Unlock()
+	return err
+}
+
+// end ends a session once: its sandbox closed, its calls no longer
+// answered, its record saying why.
+func (h *Host) end(l *live, reason string) {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.ended = true
+	now := time.Now().UTC()
+	l.info.Status, l.info.EndReason, l.info.EndedAt = sessions.StatusEnded, reason, &now
+	l.mu.Unlock()
+	if l.sub != nil {
+		_ = l.sub.Unsubscribe()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l.sb.Close(ctx)
+	if err := h.record(ctx, l); err != nil {
+		h.log.Warn("recording a session's end failed", "session_id", l.info.ID, "error", err)
+	}
+	h.mu.Lock()
+	delete(h.live, l.info.ID)
+	_ = h.listenLocked()
+	h.mu.Unlock()
+	h.log.Info("session ended", "session_id", l.info.ID, "reason", reason)
+}
+
+// expire ends the sessions idle past their timeout or at their lifetime,
+// and writes the last call's time of those whose record is behind.
+func (h *Host) expire(now time.Time) {
+	h.mu.Lock()
+	ls := make([]*live, 0, len(h.live))
+	for _, l := range h.live {
+		ls = append(ls, l)
+	}
+	h.mu.Unlock()
+	for _, l := range ls {
+		l.mu.Lock()
+		idle := now.Sub(l.active) >= l.info.IdleTimeout.D()
+		old := !now.Before(l.info.ExpiresAt)
+		stale := l.active.Sub(l.recorded) > 10*time.Second
+		l.mu.Unlock()
+		switch {
+		case old:
+			h.wg.Go(func() { h.end(l, sessions.EndLifetime) })
+		case idle:
+			h.wg.Go(func() { h.end(l, sessions.EndIdle) })
+		case stale:
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = h.record(ctx, l)
+			cancel()
+		}
+	}
+}
+
+func (h *Host) shutdown() {
+	h.mu.Lock()
+	h.closed = true
+	_ = h.listenLocked()
+	ls := make([]*live, 0, len(h.live))
+	for _, l := range h.live {
+		ls = append(ls, l)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Go(func() { h.end(l, sessions.EndShutdown) })
+	}
+	wg.Wait()
+	h.wg.Wait()
+}
+
+// errEnded: a call that reached a session as it ended.
+var errEnded = errors.New("session ended")

@@ -1,0 +1,318 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Call is what a request to a session (or a create) carries: who asks,
+// an idempotency key (a retried call with the same key gets the first
+// call's answer and runs nothing again) and the operation's body.
+type Call struct {
+	Owner string          `json:"owner,omitempty"`
+	Key   string          `json:"key,omitempty"`
+	Body  json.RawMessage `json:"body,omitempty"`
+}
+
+// Answer is a session's reply: a result or an error.
+type Answer struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// BucketConfig is the SESSIONS bucket's: a record is kept two days after
+// its session's last change (a session lives a day at most).
+func BucketConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:       Bucket,
+		Description:  "sandfleet sessions: their records, by ID",
+		TTL:          48 * time.Hour,
+		MaxBytes:     256 << 20,
+		MaxValueSize: 64 << 10,
+		History:      1,
+	}
+}
+
+// Client calls sessions for one owner.
+type Client struct {
+	nc    *nats.Conn
+	kv    jetstream.KeyValue
+	owner string
+	// CallTimeout bounds a call's wait beyond the operation's own
+	// timeout. Default 30 s.
+	CallTimeout time.Duration
+}
+
+// NewClient returns a client of the fleet's sessions, as owner.
+func NewClient(ctx context.Context, js jetstream.JetStream, owner string) (*Client, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// No worker made it yet: the client may come first.
+		kv, err = js.CreateKeyValue(ctx, BucketConfig())
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sessions: open %s: %w", Bucket, err)
+	}
+	return &Client{nc: js.Conn(), kv: kv, owner: owner, CallTimeout: 30 * time.Second}, nil
+}
+
+// As returns a client of the same fleet for another owner.
+func (c *Client) As(owner string) *Client {
+	d := *c
+	d.owner = owner
+	return &d
+}
+
+// maxCreateTries is how many workers a create asks before it reports
+// that none has room: a worker that filled up while the create was on its
+// way answers ErrFull, and the next try may reach another.
+const maxCreateTries = 3
+
+// Create starts a session on a worker with room.
+func (c *Client) Create(ctx context.Context, spec Spec) (*Info, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(Call{Owner: c.owner, Key: uuid.NewString(), Body: body})
+	if err != nil {
+		return nil, err
+	}
+	var info Info
+	for try := 1; ; try++ {
+		err = c.request(ctx, SubjectCreate, data, 2*time.Minute, &info)
+		if errors.Is(err, nats.ErrNoResponders) {
+			err = Errorf(ErrFull, "no worker has room for another session")
+		}
+		if !errors.Is(err, ErrFull) || try == maxCreateTries {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Get returns a session's record: ErrNotFound for one that does not
+// exist or is another owner's.
+func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
+	if !ValidID(id) {
+		return nil, Errorf(ErrNotFound, "no session %q", id)
+	}
+	e, err := c.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, Errorf(ErrNotFound, "no session %q", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sessions: look up %s: %w", id, err)
+	}
+	var info Info
+	if err := json.Unmarshal(e.Value(), &info); err != nil {
+		return nil, fmt.Errorf("sessions: record of %s: %w", id, err)
+	}
+	if info.Owner != c.owner {
+		return nil, Errorf(ErrNotFound, "no session %q", id)
+	}
+	return &info, nil
+}
+
+// MaxList bounds what List returns.
+const MaxList = 1000
+
+// List returns the owner's sessions, running first, newest first.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	keys, err := c.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sessions: list: %w", err)
+	}
+	defer keys.Stop()
+	var out []Info
+	for k := range keys.Keys() {
+		if info, err := c.Get(ctx, k); err == nil {
+			out = append(out, *info)
+		}
+		if len(out) >= MaxList {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int {
+		if (a.Status == StatusRunning) != (b.Status == StatusRunning) {
+			if a.Status == StatusRunning {
+				return -1
+			}
+			return 1
+		}
+		return b.CreatedAt.Compare(a.CreatedAt)
+	})
+	return out, nil
+}
+
+// Do calls op on session id with body (marshalled to JSON) and decodes
+// the result into out. key, if not empty, makes a retried call run once.
+// A call to a session whose worker does not answer is ErrGone.
+func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait time.Duration) error {
+	if !ValidID(id) {
+		return Errorf(ErrNotFound, "no session %q", id)
+	}
+	var raw json.RawMessage
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		raw = b
+	}
+	data, err := json.Marshal(Call{Owner: c.owner, Key: key, Body: raw})
+	if err != nil {
+		return err
+	}
+	err = c.request(ctx, Subject(id, op), data, wait, out)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return c.notLive(ctx, id)
+	}
+	return err
+}
+
+// notLive says why a session nobody answers for is not there: unknown
+// (or another owner's), ended, or lost with its worker, which its record
+// is then made to say.
+func (c *Client) notLive(ctx context.Context, id string) error {
+	e, err := c.kv.Get(ctx, id)
+	if err != nil {
+		return Errorf(ErrNotFound, "no session %q", id)
+	}
+	var info Info
+	if json.Unmarshal(e.Value(), &info) != nil || info.Owner != c.owner {
+		return Errorf(ErrNotFound, "no session %q", id)
+	}
+	if info.Status == StatusRunning {
+		now := time.Now().UTC()
+		info.Status, info.EndReason, info.EndedAt = StatusEnded, EndLost, &now
+		if b, err := json.Marshal(info); err == nil {
+			_, _ = c.kv.Update(ctx, id, b, e.Revision()) // another caller may have said so first
+		}
+	}
+	return Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+}
+
+func (c *Client) request(ctx context.Context, subject string, data []byte, wait time.Duration, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, wait+c.CallTimeout)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		return fmt.Errorf("sessions: %s: %w", subject, err)
+	}
+	var a Answer
+	if err := json.Unmarshal(msg.Data, &a); err != nil {
+		return fmt.Errorf("sessions: %s: not an answer: %w", subject, err)
+	}
+	if a.Error != nil {
+		return a.Error
+	}
+	if out != nil && len(a.Result) > 0 {
+		if err := json.Unmarshal(a.Result, out); err != nil {
+			return fmt.Errorf("sessions: %s: %w", subject, err)
+		}
+	}
+	return nil
+}
+
+// Delete ends a session.
+func (c *Client) Delete(ctx context.Context, id string) (*Info, error) {
+	var info Info
+	return &info, c.Do(ctx, id, OpDelete, "", nil, &info, 0)
+}
+
+// Keepalive counts as a call: the idle timeout starts again.
+func (c *Client) Keepalive(ctx context.Context, id string) (*Info, error) {
+	var info Info
+	return &info, c.Do(ctx, id, OpKeepalive, "", nil, &info, 0)
+}
+
+// Exec runs a command in the session.
+func (c *Client) Exec(ctx context.Context, id, key string, req ExecRequest) (*ExecResult, error) {
+	var r ExecResult
+	return &r, c.Do(ctx, id, OpExec, key, req, &r, req.Timeout.D())
+}
+
+// RunCode runs a cell in one of the session's contexts.
+func (c *Client) RunCode(ctx context.Context, id, key string, req CodeRequest) (*CodeResult, error) {
+	var r CodeResult
+	return &r, c.Do(ctx, id, OpCode, key, req, &r, req.Timeout.D())
+}
+
+// Processes lists the session's background processes.
+func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
+	var ps []Process
+	return ps, c.Do(ctx, id, OpProcesses, "", nil, &ps, 0)
+}
+
+// ReadFile reads a whole file of the session, chunk by chunk, into w.
+func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error) {
+	var off int64
+	for {
+		var r FileResult
+		if err := c.Do(ctx, id, OpRead, "", FileRequest{Path: path, Offset: off, Length: MaxFileChunk}, &r, 0); err != nil {
+			return off, err
+		}
+		n, err := w.Write(r.Data)
+		off += int64(n)
+		if err != nil || r.EOF || len(r.Data) == 0 {
+			return off, err
+		}
+	}
+}
+
+// WriteFile writes r to a file of the session, chunk by chunk: the first
+// replaces what was there, the rest append.
+func (c *Client) WriteFile(ctx context.Context, id, key, path string, mode uint32, r io.Reader) (*Entry, error) {
+	buf := make([]byte, MaxFileChunk)
+	var entry *Entry
+	for n := 0; ; n++ {
+		got, err := io.ReadFull(r, buf)
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, err
+		}
+		if got == 0 && n > 0 {
+			return entry, nil
+		}
+		var res FileResult
+		k := ""
+		if key != "" {
+			k = fmt.Sprintf("%s/%d", key, n)
+		}
+		if err := c.Do(ctx, id, OpWrite, k, FileRequest{Path: path, Data: buf[:got], Append: n > 0, Mode: mode}, &res, 0); err != nil {
+			return nil, err
+		}
+		entry = res.Entry
+		if got < len(buf) {
+			return entry, nil
+		}
+	}
+}
+
+// File calls op (OpList, OpStat, OpRemove, OpMkdir, OpRename) with req.
+func (c *Client) File(ctx context.Context, id, op string, req FileRequest) (*FileResult, error) {
+	var r FileResult
+	return &r, c.Do(ctx, id, op, "", req, &r, 0)
+}
+
+// String names the owner, for logs.
+func (c *Client) String() string { return "sessions of " + strings.TrimSpace(c.owner) }

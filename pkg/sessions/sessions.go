@@ -1,0 +1,314 @@
+// Package sessions is the fleet's long-lived sandboxes: a session is one
+// hardened sandbox (the same preset, limits, seccomp profile and runtime
+// as a job's) held by one worker for one owner, from its create to its
+// delete, idle timeout or maximum lifetime, and addressed across many
+// calls: commands, background processes, stateful Python contexts and
+// files.
+//
+// A create goes to any worker with room: workers that have a free session
+// slot listen on SubjectCreate in one queue group, so NATS hands the
+// request to one of them, and a create that finds none is answered at
+// once (ErrFull) rather than queued. The worker that takes it owns the
+// session: it answers the session's subjects (Subject(id, op)) for as
+// long as it lives, and records it in the SESSIONS bucket (Info), which
+// is what a list, a lookup and the reason of an ended session read. Calls
+// never poll: each is one NATS request to the owner.
+//
+// A session ends when it is deleted, idle for its idle timeout, at its
+// maximum lifetime, or when its worker is lost: the sandbox's agent ends
+// it by itself when the worker stops renewing it, so that no sandbox
+// outlives its worker by more than a few seconds (see pkg/executor
+// SessionSpec.Deadman). Its record then says why (Info.EndReason).
+package sessions
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// SubjectCreate is where creates go; workers with room listen on it in
+// QueueGroup.
+const (
+	SubjectCreate = "sandfleet.sessions.create"
+	QueueGroup    = "sandfleet-session-workers"
+	subjectPrefix = "sandfleet.session."
+	// Bucket is the KV bucket of the sessions' records (Info), by ID.
+	Bucket = "SESSIONS"
+)
+
+// Subject is the subject of operation op on session id.
+func Subject(id, op string) string { return subjectPrefix + id + "." + op }
+
+// The operations a session's owner answers (the last token of Subject).
+const (
+	OpInfo      = "info"
+	OpDelete    = "delete"
+	OpKeepalive = "keepalive"
+	OpExec      = "exec"
+	OpCode      = "code"
+	OpReset     = "reset"
+	OpProcesses = "processes"
+	OpProcess   = "process" // wait for or read a background process
+	OpSignal    = "signal"
+	OpStdin     = "stdin"
+	OpRead      = "read"
+	OpWrite     = "write"
+	OpList      = "list"
+	OpStat      = "stat"
+	OpRemove    = "remove"
+	OpMkdir     = "mkdir"
+	OpRename    = "rename"
+)
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID reports whether id can name a session.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// Statuses of a session.
+const (
+	StatusRunning = "running"
+	StatusEnded   = "ended"
+)
+
+// Reasons a session ended (Info.EndReason).
+const (
+	EndDeleted  = "deleted"
+	EndIdle     = "idle"
+	EndLifetime = "lifetime"
+	EndLost     = "lost"     // its worker was lost, or its sandbox ended by itself
+	EndShutdown = "shutdown" // its worker stopped
+)
+
+// Defaults of a session's lifetimes.
+const (
+	DefaultIdleTimeout = 5 * time.Minute
+	DefaultMaxLifetime = time.Hour
+)
+
+// Spec is what a create asks for.
+type Spec struct {
+	Image       string            `json:"image,omitempty"` // a preset; default "python"
+	Limits      limits.Limits     `json:"limits,omitzero"`
+	Env         map[string]string `json:"env,omitempty"`
+	Files       map[string]string `json:"files,omitempty"`
+	IdleTimeout limits.Duration   `json:"idle_timeout,omitempty"`
+	MaxLifetime limits.Duration   `json:"max_lifetime,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// Info is a session's record.
+type Info struct {
+	ID          string            `json:"id"`
+	Status      string            `json:"status"`
+	Owner       string            `json:"owner,omitempty"` // the token that made it
+	Worker      string            `json:"worker"`
+	Image       string            `json:"image"`
+	ImageDigest string            `json:"image_digest,omitempty"`
+	Limits      limits.Limits     `json:"limits"`
+	IdleTimeout limits.Duration   `json:"idle_timeout"`
+	MaxLifetime limits.Duration   `json:"max_lifetime"`
+	CreatedAt   time.Time         `json:"created_at"`
+	ActiveAt    time.Time         `json:"active_at"`  // the last call
+	ExpiresAt   time.Time         `json:"expires_at"` // its maximum lifetime's end
+	EndedAt     *time.Time        `json:"ended_at,omitempty"`
+	EndReason   string            `json:"end_reason,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// ExecRequest runs a command: Cmd (an argv) or Shell (run by /bin/sh -c).
+type ExecRequest struct {
+	Cmd        []string          `json:"cmd,omitempty"`
+	Shell      string            `json:"shell,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Stdin      string            `json:"stdin,omitempty"`
+	Timeout    limits.Duration   `json:"timeout,omitempty"` // default the session's limits.timeout
+	Background bool              `json:"background,omitempty"`
+}
+
+// ExecResult is a command's end, or a background command's PID.
+type ExecResult struct {
+	PID             int    `json:"pid,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          int    `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutEncoding  string `json:"stdout_encoding,omitempty"` // "base64" when not UTF-8
+	StderrEncoding  string `json:"stderr_encoding,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	DurationMS      int64  `json:"duration_ms"`
+}
+
+// CodeRequest runs a cell in a stateful context.
+type CodeRequest struct {
+	Code     string          `json:"code"`
+	Context  string          `json:"context,omitempty"`  // default "default"
+	Language string          `json:"language,omitempty"` // default "python"
+	Timeout  limits.Duration `json:"timeout,omitempty"`  // default the session's limits.timeout
+}
+
+// CodeResult is a cell's end: the value of its trailing expression as
+// text, what it printed, and what it raised.
+type CodeResult struct {
+	Text           string     `json:"text,omitempty"`
+	Stdout         string     `json:"stdout"`
+	Stderr         string     `json:"stderr"`
+	StdoutEncoding string     `json:"stdout_encoding,omitempty"`
+	StderrEncoding string     `json:"stderr_encoding,omitempty"`
+	Error          *CodeError `json:"error,omitempty"`
+	// Reset is true when the context was started afresh for this cell:
+	// its first, or after its interpreter died or was reset.
+	Reset      bool  `json:"reset,omitempty"`
+	TimedOut   bool  `json:"timed_out,omitempty"`
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// CodeError is what a cell raised.
+type CodeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// Process is a background process of a session.
+type Process struct {
+	PID      int      `json:"pid"`
+	Cmd      []string `json:"cmd"`
+	Running  bool     `json:"running"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+	Signal   int      `json:"signal,omitempty"`
+	Started  int64    `json:"started_ms"`
+	// OutputBytes is the offset its output has reached.
+	OutputBytes int64 `json:"output_bytes"`
+}
+
+// ProcessRequest reads a background process: its output since Since,
+// after waiting up to Wait for it to end.
+type ProcessRequest struct {
+	PID   int             `json:"pid"`
+	Since int64           `json:"since,omitempty"`
+	Wait  limits.Duration `json:"wait,omitempty"`
+}
+
+// ProcessOutput is what ProcessRequest returns. An ended process read
+// with a wait is collected: it is no longer listed.
+type ProcessOutput struct {
+	PID      int    `json:"pid"`
+	Running  bool   `json:"running"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
+	Output   string `json:"output"`
+	Encoding string `json:"output_encoding,omitempty"`
+	Next     int64  `json:"next"`
+	Dropped  int64  `json:"dropped,omitempty"` // bytes before Since no longer kept
+}
+
+// SignalRequest signals a background process's group.
+type SignalRequest struct {
+	PID    int `json:"pid"`
+	Signal int `json:"signal,omitempty"` // default SIGTERM
+}
+
+// StdinRequest writes to a background process's stdin.
+type StdinRequest struct {
+	PID  int    `json:"pid"`
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// FileRequest names a file, for read, write, list, stat, remove, mkdir
+// and rename.
+type FileRequest struct {
+	Path      string `json:"path"`
+	To        string `json:"to,omitempty"`
+	Data      []byte `json:"data,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
+	Length    int64  `json:"length,omitempty"`
+	Append    bool   `json:"append,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// FileResult is a file call's answer.
+type FileResult struct {
+	Data    []byte  `json:"data,omitempty"`
+	EOF     bool    `json:"eof,omitempty"`
+	Entry   *Entry  `json:"entry,omitempty"`
+	Entries []Entry `json:"entries,omitempty"`
+}
+
+// Entry is a file of a session.
+type Entry struct {
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	Type    string `json:"type"` // file, dir, symlink, other
+	Size    int64  `json:"size"`
+	Mode    uint32 `json:"mode"`
+	MTimeMS int64  `json:"mtime_ms"`
+	Target  string `json:"target,omitempty"`
+}
+
+// MaxFileChunk is the most bytes one read or write call carries: a larger
+// file takes several (the Client's ReadFile and WriteFile do).
+const MaxFileChunk = 512 << 10
+
+// MaxReplyOutput is the most bytes of each stream a call's reply carries.
+const MaxReplyOutput = 256 << 10
+
+// Error is a failed call: a stable code and a message.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("session: %s: %s", e.Code, e.Message) }
+
+// Is makes errors.Is(err, ErrNotFound) and the like true for an Error of
+// that code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Code == e.Code
+}
+
+// The codes of Error, as sentinels for errors.Is.
+var (
+	ErrNotFound = &Error{Code: "not_found"} // no such session (or not the caller's), file or process
+	ErrGone     = &Error{Code: "gone"}      // the session has ended; its Info says why
+	ErrFull     = &Error{Code: "full"}      // no worker has room for another session
+	ErrInvalid  = &Error{Code: "invalid"}   // a bad request
+	ErrLimit    = &Error{Code: "limit"}     // over a bound of the session
+	ErrExists   = &Error{Code: "exists"}    // the path exists already
+	ErrFailed   = &Error{Code: "failed"}    // the call failed in the sandbox
+)
+
+// Errorf returns an Error of sentinel's code.
+func Errorf(sentinel *Error, format string, args ...any) *Error {
+	return &Error{Code: sentinel.Code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError returns err's *Error, or nil.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
+}
+
+// Text returns b as JSON carries it: itself when UTF-8, else base64 and
+// the encoding's name.
+func Text(b []byte) (text, encoding string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return base64.StdEncoding.EncodeToString(b), "base64"
+}
