@@ -8,14 +8,18 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -26,7 +30,8 @@ const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--ma
                [--max-waiting N] [--max-streams N] [--max-batches N]
                [--max-{waiting,streams,batches}-per-{token,tenant} N]
                [--console-session-ttl D] [--max-console-sessions N]
-       gateway token NAME [--queues Q1,Q2] [--role read]
+               [--tenant-creds T=FILE]...
+       gateway token NAME [--queues Q1,Q2] [--role read] [--tenant T]
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
 fleet's NATS JetStream. Without tokens (--tokens FILE or $SANDFLEET_TOKENS)
@@ -34,6 +39,11 @@ it serves anyone, and so listens on loopback only.
 
 "gateway token NAME" makes a token: it prints the secret, which only the
 client keeps, and the line for the token file, which holds its hash.
+A token of --tenant T is tenant T's: it reaches T's jobs, workspaces and
+batches alone, over a connection made with T's own NATS credentials
+(--tenant-creds T=FILE, a NATS .creds file or one line USER:PASSWORD).
+When every token is a tenant's, the gateway makes no connection of its
+own: --nats then needs no user or password.
 
 The first SIGINT/SIGTERM stops it: requests in progress get --grace,
 long polls and batch streams are then cut (their jobs go on).
@@ -67,6 +77,8 @@ type options struct {
 	version   bool
 	queues    []string // gateway token
 	role      string   // gateway token
+	tenant    string   // gateway token
+	creds     []string // T=FILE: each tenant's NATS credentials
 }
 
 func flagSet(o *options) *pflag.FlagSet {
@@ -92,6 +104,8 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.StringSliceVar(&o.queues, "queues", nil, "with token: the only `QUEUES` the token may submit to (default all)")
 	fs.StringVar(&o.role, "role", "", "with token: `read` for a read-only token (the console without cancel; the API's GET routes)")
+	fs.StringVar(&o.tenant, "tenant", "", "with token: the `TENANT` the token is (tenant=T in the file): it reaches that tenant's jobs and workspaces alone")
+	fs.StringArrayVar(&o.creds, "tenant-creds", nil, "`T=FILE`: tenant T's NATS credentials (a .creds file, or one line USER:PASSWORD), with which its tokens are served; repeat for each tenant of the token file")
 	return fs
 }
 
@@ -116,7 +130,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		if fs.NArg() != 2 {
 			return cmdline.Usagef("token NAME: want one name")
 		}
-		secret, line, err := gateway.NewTokenRole(fs.Arg(1), o.queues, o.role)
+		secret, line, err := gateway.NewTokenWith(fs.Arg(1), gateway.TokenOptions{Queues: o.queues, Role: o.role, Tenant: o.tenant})
 		if err != nil {
 			return cmdline.Usagef("%w", err)
 		}
@@ -126,8 +140,12 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return cmdline.Usagef("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if fs.Changed("queues") || fs.Changed("role") {
-		return cmdline.Usagef("--queues and --role go with the token command")
+	if fs.Changed("queues") || fs.Changed("role") || fs.Changed("tenant") {
+		return cmdline.Usagef("--queues, --role and --tenant go with the token command")
+	}
+	creds, err := parseCreds(o.creds)
+	if err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -157,31 +175,71 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := gateway.CheckOpen(o.listen, tokens); err != nil {
 		return cmdline.Usagef("--listen %w", err)
 	}
+	for _, t := range tokens.Tenants() {
+		if creds[t] == "" {
+			return cmdline.Usagef("a token is tenant %s's: give its NATS credentials, --tenant-creds %s=FILE", t, t)
+		}
+	}
+	for t := range creds {
+		if !slices.Contains(tokens.Tenants(), t) {
+			return cmdline.Usagef("--tenant-creds %s: no token is tenant %s's", t, t)
+		}
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	defer ln.Close()
 
-	nc, js, err := natsconn.JetStream(natsconn.Config{URL: o.natsURL, Name: "sandfleet-gateway", Persistent: true, Log: log})
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	client, err := gateway.Open(ctx, js, log)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	var conns []*nats.Conn // every connection, for /readyz
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
 		}
-		return err
+	}()
+	tenants := map[string]gateway.Conn{}
+	for t, file := range creds {
+		c, err := gateway.DialTenant(natsconn.Config{URL: o.natsURL, Name: "sandfleet-gateway-" + t, Persistent: true, Log: log.With("tenant", t)},
+			t, file, jobs.Topology{})
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c.NC)
+		tenants[t] = c
 	}
-	sess, err := sessions.NewClient(ctx, js, "")
-	if err != nil {
-		log.Warn("sessions not served", "err", err)
-		sess = nil
+	// The operator's connection only for what needs it: a gateway whose
+	// tokens are all tenants' holds no credentials but theirs.
+	var client *jobs.Client
+	var sess *sessions.Client
+	var nc *nats.Conn
+	if tokens.Len() == 0 || tokens.Operators() {
+		var js jetstream.JetStream
+		nc, js, err = natsconn.JetStream(natsconn.Config{URL: o.natsURL, Name: "sandfleet-gateway", Persistent: true, Log: log})
+		if err != nil {
+			return err
+		}
+		conns = append(conns, nc)
+		if client, err = gateway.Open(ctx, js, log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if sess, err = sessions.NewClient(ctx, js, ""); err != nil {
+			log.Warn("sessions not served", "err", err)
+			sess = nil
+		}
+	}
+	ready := func() bool {
+		for _, nc := range conns {
+			if !nc.IsConnected() {
+				return false
+			}
+		}
+		return true
 	}
 	gw, err := gateway.New(client, nc, gateway.Config{
-		Tokens: tokens, MaxWait: o.maxWait, Ready: nc.IsConnected, Logger: log, Sessions: sess,
+		Tokens: tokens, Tenants: tenants, MaxWait: o.maxWait, Ready: ready, Logger: log, Sessions: sess,
 		MaxWaiting: o.maxWaits, MaxStreams: o.maxStream, MaxBatches: o.maxBatch,
 		MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams,
 		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,
@@ -196,8 +254,26 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	if tokens.Len() > 0 {
 		auth = fmt.Sprintf("%d bearer tokens", tokens.Len())
 	}
-	log.Info("serving the HTTP API", "addr", ln.Addr().String(), "auth", auth)
+	log.Info("serving the HTTP API", "addr", ln.Addr().String(), "auth", auth, "tenants", strings.Join(tokens.Tenants(), ","), "operator_connection", client != nil)
 	return gw.Serve(ctx, ln, o.grace)
+}
+
+// parseCreds reads --tenant-creds T=FILE flags.
+func parseCreds(flags []string) (map[string]string, error) {
+	creds := map[string]string{}
+	for _, f := range flags {
+		t, file, ok := strings.Cut(f, "=")
+		switch {
+		case !ok || file == "":
+			return nil, cmdline.Usagef("--tenant-creds %q: want T=FILE", f)
+		case !jobs.ValidTenant(t):
+			return nil, cmdline.Usagef("--tenant-creds %q: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", f, t)
+		case creds[t] != "":
+			return nil, cmdline.Usagef("--tenant-creds: tenant %s given twice", t)
+		}
+		creds[t] = file
+	}
+	return creds, nil
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {

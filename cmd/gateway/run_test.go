@@ -42,6 +42,24 @@ func TestToken(t *testing.T) {
 	if tok := ts.Lookup(secret); tok == nil || tok.Name != "ci" || tok.Allows("default") {
 		t.Errorf("%s: token %+v", out.String(), tok)
 	}
+	out.Reset()
+	if err := Run(t.Context(), []string{"token", "team-a-ci", "--tenant", "team-a"}, &out); err != nil || !strings.Contains(out.String(), " tenant=team-a\n") {
+		t.Errorf("token --tenant: %v\n%s", err, out.String())
+	}
+}
+
+// tenantTokens writes a token file with one token of tenant team-a.
+func tenantTokens(t *testing.T) string {
+	t.Helper()
+	_, line, err := gateway.NewTokenWith("a-ci", gateway.TokenOptions{Tenant: "team-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -61,6 +79,13 @@ func TestUsageErrors(t *testing.T) {
 		{"--max-waiting-per-tenant", "-1"},
 		{"--console-session-ttl", "0s"},
 		{"--max-console-sessions", "0"},
+		{"token", "ci", "--tenant", "Team_A"},
+		{"--tenant", "team-a"},          // not with the token command
+		{"--tenant-creds", "team-a"},    // no FILE
+		{"--tenant-creds", "Team_A=/x"}, // no tenant
+		{"--tenant-creds", "a=/x", "--tenant-creds", "a=/y"},
+		{"--tenant-creds", "team-a=/x"},                          // no token of team-a's
+		{"--tokens", tenantTokens(t), "--listen", "127.0.0.1:0"}, // a tenant's token without its credentials
 	} {
 		if err := Run(t.Context(), args, &bytes.Buffer{}); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("Run(%q) = %v, want a usage error", args, err)

@@ -132,3 +132,23 @@ type redacted struct {
 
 func (e *redacted) Error() string { return e.msg }
 func (e *redacted) Unwrap() error { return e.err }
+
+// WithoutUser returns the list of server URLs without their user
+// information: a connection that brings credentials of its own (a
+// tenant's) must not take another's from the URL, which nats.go prefers
+// to its options.
+func WithoutUser(servers string) string {
+	parts := strings.Split(servers, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if at := strings.LastIndex(p, "@"); at >= 0 {
+			start := 0
+			if j := strings.Index(p, "://"); j >= 0 && j < at {
+				start = j + 3
+			}
+			p = p[:start] + p[at+1:]
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}

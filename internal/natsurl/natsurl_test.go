@@ -57,3 +57,16 @@ func TestError(t *testing.T) {
 		t.Error("Error(nil) != nil")
 	}
 }
+
+func TestWithoutUser(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"nats://submitter:s3cret@n1:4222, nats://n2:4222,tok@n3:4222": "nats://n1:4222,nats://n2:4222,n3:4222",
+		"tls://u:p@ss@n1:4222": "tls://n1:4222",
+		"n1:4222":              "n1:4222",
+	} {
+		if got := WithoutUser(in); got != want {
+			t.Errorf("WithoutUser(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -63,9 +63,12 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 	if !jobs.ValidQueue(name) {
 		return notFound("no batch %q (batch names match [A-Za-z0-9_-]{1,64})", name)
 	}
-	idx, err := c.client.Index(ctx)
-	if errors.Is(err, jobs.ErrNoIndex) {
+	idx, err := s.client().Index(ctx)
+	switch {
+	case errors.Is(err, jobs.ErrNoIndex):
 		return notFound("this fleet keeps no job index: its workers predate it")
+	case errors.Is(err, jobs.ErrNotTenants):
+		return notFound("a tenant's credentials read no job index (it holds every tenant's jobs): no batch report here")
 	}
 	if err != nil {
 		return err
@@ -77,7 +80,10 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 	keys := map[string]bool{}
 	var durations []int64
 	var ends []time.Time
-	n, cut, err := idx.Scan(ctx, name, c.cfg.MaxBatchJobs, func(j *jobs.JobSummary) bool {
+	_, cut, err := idx.Scan(ctx, name, c.cfg.MaxBatchJobs, func(j *jobs.JobSummary) bool {
+		if !s.viewer.Scope.Shows(j.ID) {
+			return true // a tenant's, among the operator's
+		}
 		p.Jobs++
 		for k := range j.Labels {
 			if k != jobs.BatchLabel && len(keys) < 50 {
@@ -123,7 +129,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	if p.Jobs == 0 {
 		return notFound("no job of batch %q in the index (none taken yet, or its records expired)", name)
 	}
 	p.Cut = cut

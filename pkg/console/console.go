@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -27,20 +28,24 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Viewer is who looks at the console: a token's name, and whether it may
-// cancel jobs (a read-only token may not).
+// Viewer is who looks at the console: a token's name, whether it may
+// cancel jobs (a read-only token may not), and its scope: the client its
+// pages read through and what they may show (a tenant's token sees its
+// tenant alone).
 type Viewer struct {
 	Name      string
 	CanCancel bool
+	Scope     scope.Scope
 }
 
 // Config of a Console. The zero value of each field is its documented
 // default.
 type Config struct {
-	// Auth returns the viewer a bearer secret admits, or nil. Nil Auth is
-	// an open console (a gateway without tokens, on loopback): everyone
-	// is an operator, and requests must name a loopback host, so that a
-	// web page elsewhere cannot reach it through DNS rebinding.
+	// Auth returns the viewer a bearer secret admits, with its Scope, or
+	// nil. Nil Auth is an open console (a gateway without tokens, on
+	// loopback): everyone is an operator, with New's client, and requests
+	// must name a loopback host, so that a web page elsewhere cannot
+	// reach it through DNS rebinding.
 	Auth func(secret string) *Viewer
 	// PageSize is the number of jobs a list shows. Default 50.
 	PageSize int
@@ -108,9 +113,13 @@ type Console struct {
 	logins *sessions
 }
 
-// New returns the console of client's fleet.
+// New returns the console of client's fleet: the client of an open
+// console (nil when Auth is set: each viewer brings its own).
 func New(client *jobs.Client, cfg Config) (*Console, error) {
 	cfg.setDefaults()
+	if cfg.Auth == nil && client == nil {
+		return nil, errors.New("console: an open console (no Auth) needs a client")
+	}
 	c := &Console{client: client, cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{},
 		logins: newSessions(cfg.SessionTTL, cfg.MaxSessions)}
 	names, err := fs.Glob(templateFS, "templates/*.html")
@@ -175,6 +184,10 @@ type session struct {
 	loginID string // the login cookie's session, "" for none
 }
 
+// client is what every read and cancel of the session's pages goes
+// through: its viewer's scope's.
+func (s *session) client() *jobs.Client { return s.viewer.Scope.Client() }
+
 // errLogin: no viewer; the page sends the browser to the login form.
 var errLogin = errors.New("login required")
 
@@ -188,7 +201,7 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session
 		if !LoopbackHost(r.Host) {
 			return nil, errHost
 		}
-		s := &session{viewer: &Viewer{CanCancel: true}}
+		s := &session{viewer: &Viewer{CanCancel: true, Scope: scope.Of(c.client)}}
 		if ck, err := r.Cookie(sessionCookie); err == nil && len(ck.Value) == 32 {
 			s.secret = ck.Value
 		} else {
@@ -203,7 +216,7 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session
 	}
 	if secret := bearer(r.Header.Get("Authorization")); secret != "" {
 		v := c.cfg.Auth(secret)
-		if v == nil {
+		if v == nil || v.Scope.Client() == nil {
 			return nil, errLogin
 		}
 		return &session{viewer: v, secret: secret, csrf: csrfToken(secret)}, nil
@@ -219,7 +232,7 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session
 		return nil, errLogin
 	}
 	v := c.cfg.Auth(secret)
-	if v == nil {
+	if v == nil || v.Scope.Client() == nil {
 		return nil, errLogin
 	}
 	return &session{viewer: v, secret: ck.Value, csrf: csrfToken(ck.Value), loginID: ck.Value}, nil

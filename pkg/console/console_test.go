@@ -307,9 +307,9 @@ func TestOpenConsoleLoopbackOnly(t *testing.T) {
 	}
 }
 
-// A token is no tenant: the console neither opens nor cancels a tenant's
-// job (made over NATS), whose output and files are the tenant's, and
-// neither lists nor opens its workspace.
+// A token of no tenant sees no tenant's: the console neither lists, opens
+// nor cancels a tenant's job (made over NATS), whose output and files are
+// the tenant's, and neither lists nor opens its workspace.
 func TestTenantJobNotOpened(t *testing.T) {
 	t.Parallel()
 	f := setup(t, options{})
@@ -324,6 +324,12 @@ func TestTenantJobNotOpened(t *testing.T) {
 		t.Errorf("the workspace list shows a tenant's: %d\n%.2000s", p.status, p.body)
 	}
 	op := f.get(t, "/jobs", f.alice)
+	if op.status != http.StatusOK || strings.Contains(op.body, "acme.j1") {
+		t.Errorf("the job list shows a tenant's job to a token of none: %d\n%.2000s", op.status, op.body)
+	}
+	if p := f.get(t, "/batches", f.alice); p.status != http.StatusOK || strings.Contains(p.body, "acme") {
+		t.Errorf("the batch list: %d\n%.2000s", p.status, p.body)
+	}
 	if p := f.do(t, "POST", "/jobs/acme.j1/cancel", f.alice, url.Values{"csrf": {csrf(t, op)}}, "Origin", f.url); p.status != http.StatusNotFound {
 		t.Errorf("cancel of a tenant's job: %d", p.status)
 	}

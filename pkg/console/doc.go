@@ -28,6 +28,8 @@
 // ended by logout or its TTL (session.go). Forms carry a CSRF token
 // derived from the session's ID (or the header's token) and must come
 // from the same origin. A token of role=read sees every
-// page but cannot cancel. An open console (no tokens) answers on loopback
+// page but cannot cancel. Each viewer reads through its own scope's client
+// and sees that scope alone: a tenant's token its tenant's jobs, batches
+// and workspaces, a token of no tenant no tenant's. An open console (no tokens) answers on loopback
 // names only.
 package console

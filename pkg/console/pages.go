@@ -15,6 +15,8 @@ import (
 
 // fleet: GET / — every worker, every queue, the dead letters.
 type fleetPage struct {
+	// Tenant is a tenant viewer's: the fleet's status is not its to read.
+	Tenant      string
 	Status      *jobs.FleetStatus
 	Now         time.Time
 	Dead        []*jobs.JobSummary
@@ -28,12 +30,16 @@ func (fleetPage) frame() (string, string, int) { return "Fleet", "fleet", 3 }
 func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
 	defer cancel()
-	st, err := c.client.Status(ctx)
+	st, err := s.client().Status(ctx)
+	if errors.Is(err, jobs.ErrNotTenants) {
+		c.render(w, http.StatusOK, "fleet", s, fleetPage{Tenant: s.viewer.Scope.Tenant(), Now: time.Now()})
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	p := fleetPage{Status: st, Now: time.Now()}
-	idx, err := c.client.Index(ctx)
+	idx, err := s.client().Index(ctx)
 	switch {
 	case errors.Is(err, jobs.ErrNoIndex):
 		p.NoIndex = true
@@ -43,6 +49,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) erro
 		if p.Dead, p.DeadTotal, err = idx.DeadLetters(ctx, 20); err != nil {
 			return err
 		}
+		p.Dead = slices.DeleteFunc(p.Dead, func(j *jobs.JobSummary) bool { return !s.viewer.Scope.Shows(j.ID) })
 	}
 	c.render(w, http.StatusOK, "fleet", s, p)
 	return nil
@@ -56,6 +63,7 @@ type jobListPage struct {
 	Page                    *jobs.IndexPage
 	Older, Newest           string
 	NoIndex                 bool
+	Tenant                  string // a tenant viewer's, whose credentials read no index
 }
 
 func (jobListPage) frame() (string, string, int) { return "Jobs", "jobs", 0 }
@@ -95,13 +103,15 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 		before = n
 	}
 	// An exact ID is the job's page.
-	if p.Q != "" && before == 0 && jobs.ValidID(p.Q) && c.known(r, p.Q) {
-		http.Redirect(w, r, jobURL(p.Q), http.StatusSeeOther)
-		return nil
+	if p.Q != "" && before == 0 && jobs.ValidID(p.Q) {
+		if id, err := s.viewer.Scope.Job(p.Q); err == nil && c.known(r, s, id) {
+			http.Redirect(w, r, jobURL(id), http.StatusSeeOther)
+			return nil
+		}
 	}
-	idx, err := c.client.Index(ctx)
-	if errors.Is(err, jobs.ErrNoIndex) {
-		p.NoIndex = true
+	idx, err := s.client().Index(ctx)
+	if errors.Is(err, jobs.ErrNoIndex) || errors.Is(err, jobs.ErrNotTenants) {
+		p.NoIndex, p.Tenant = true, s.viewer.Scope.Tenant()
 		c.render(w, http.StatusOK, "jobs", s, p)
 		return nil
 	}
@@ -110,6 +120,8 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 	}
 	match := func(j *jobs.JobSummary) bool {
 		switch {
+		case !s.viewer.Scope.Shows(j.ID):
+			return false
 		case p.Status == "running" && j.State != jobs.JobRunning:
 			return false
 		case p.Status != "" && p.Status != "running" && string(j.Status) != p.Status:
@@ -150,7 +162,7 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 			row.Shown = "running"
 			// The index may be behind (a record dropped, a cancel stored
 			// by a client): RESULTS is the authority, one get per row.
-			if res, err := c.client.Get(ctx, j.ID); err == nil {
+			if res, err := s.client().Get(ctx, j.ID); err == nil {
 				row.Shown = string(res.Status)
 			}
 		}
@@ -171,17 +183,18 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 	return nil
 }
 
-// known reports whether the fleet knows a job of this ID.
-func (c *Console) known(r *http.Request, id string) bool {
+// known reports whether the fleet may know a job of this ID: a tenant's
+// viewer, who cannot read the queue, may have one queued.
+func (c *Console) known(r *http.Request, s *session, id string) bool {
 	ctx, cancel := pageCtx(r)
 	defer cancel()
-	if _, err := c.client.Get(ctx, id); err == nil {
+	if _, err := s.client().Get(ctx, id); err == nil {
 		return true
 	}
-	if _, err := c.client.Phase(ctx, id); err == nil {
+	if _, err := s.client().Phase(ctx, id); err == nil || errors.Is(err, jobs.ErrNotTenants) {
 		return true
 	}
-	if idx, err := c.client.Index(ctx); err == nil {
+	if idx, err := s.client().Index(ctx); err == nil {
 		if _, err := idx.Summary(ctx, id); err == nil {
 			return true
 		}
@@ -227,19 +240,21 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	if !jobs.ValidID(id) {
 		return notFound("no job with this ID (IDs match [A-Za-z0-9_-]{1,128})")
 	}
-	if jobs.TenantOf(id) != "" {
-		return notFound("a tenant's job: tenants' jobs are not reachable over HTTP")
+	id, err := s.viewer.Scope.Job(id)
+	if err != nil {
+		return notFound("no such job (never submitted, or its result expired)")
 	}
+	client := s.client()
 	p := jobPage{ID: id, Note: noteText(r.URL.Query().Get("note"))}
-	res, err := c.client.Get(ctx, id)
+	res, err := client.Get(ctx, id)
 	switch {
 	case err == nil:
 		p.Result, p.Status, p.Final, p.Labels = res, string(res.Status), true, res.Labels
 	case !errors.Is(err, jobs.ErrNotFound):
 		return err
 	}
-	idx, ierr := c.client.Index(ctx)
-	if ierr != nil && !errors.Is(ierr, jobs.ErrNoIndex) {
+	idx, ierr := client.Index(ctx)
+	if ierr != nil && !errors.Is(ierr, jobs.ErrNoIndex) && !errors.Is(ierr, jobs.ErrNotTenants) {
 		return ierr
 	}
 	if idx != nil {
@@ -254,8 +269,12 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 		}
 	}
 	if !p.Final {
-		job, phase, err := c.client.PendingJob(ctx, id)
+		job, phase, err := client.PendingJob(ctx, id)
 		switch {
+		case errors.Is(err, jobs.ErrNotTenants):
+			// A tenant cannot read the queue: its job is followed until
+			// its result, whether queued, running or not there at all.
+			p.Status = "queued or running"
 		case err == nil:
 			p.Status, p.Queue = string(phase), job.Queue
 			if p.Spec == nil {
@@ -266,7 +285,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 			}
 		case errors.Is(err, jobs.ErrNotFound):
 			// Finished between the two looks, or unknown.
-			if got, gerr := c.client.Get(ctx, id); gerr == nil {
+			if got, gerr := client.Get(ctx, id); gerr == nil {
 				res = got // the output below is this result's
 				p.Result, p.Status, p.Final, p.Labels = res, string(res.Status), true, res.Labels
 			} else if p.Summary == nil {
@@ -320,8 +339,8 @@ func noteText(k string) string { return notes[k] }
 
 // cancel: POST /jobs/{id}/cancel.
 func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s *session) error {
-	id := r.PathValue("id")
-	if !jobs.ValidID(id) || jobs.TenantOf(id) != "" {
+	id, err := s.viewer.Scope.Job(r.PathValue("id"))
+	if !jobs.ValidID(r.PathValue("id")) || err != nil {
 		return notFound("no job with this ID")
 	}
 	if !s.viewer.CanCancel {
@@ -330,7 +349,7 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s *session) err
 	ctx, cancel := pageCtx(r)
 	defer cancel()
 	note := "canceled"
-	_, err := c.client.Cancel(ctx, id)
+	_, err = s.client().Cancel(ctx, id)
 	switch {
 	case err == nil:
 	case errors.Is(err, jobs.ErrCancelPending):
@@ -350,6 +369,7 @@ type batchListPage struct {
 	Batches []batchRow
 	Scanned uint64
 	NoIndex bool
+	Tenant  string // a tenant viewer's, whose credentials read no index
 }
 
 type batchRow struct {
@@ -366,9 +386,9 @@ func (batchListPage) frame() (string, string, int) { return "Batches", "batches"
 func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
 	defer cancel()
-	idx, err := c.client.Index(ctx)
-	if errors.Is(err, jobs.ErrNoIndex) {
-		c.render(w, http.StatusOK, "batches", s, batchListPage{NoIndex: true})
+	idx, err := s.client().Index(ctx)
+	if errors.Is(err, jobs.ErrNoIndex) || errors.Is(err, jobs.ErrNotTenants) {
+		c.render(w, http.StatusOK, "batches", s, batchListPage{NoIndex: true, Tenant: s.viewer.Scope.Tenant()})
 		return nil
 	}
 	if err != nil {
@@ -377,7 +397,7 @@ func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) 
 	rows := map[string]*batchRow{}
 	page, err := idx.List(ctx, jobs.IndexQuery{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *jobs.JobSummary) bool {
 		b := j.Batch()
-		if b == "" {
+		if b == "" || !s.viewer.Scope.Shows(j.ID) {
 			return false
 		}
 		row := rows[b]
@@ -428,7 +448,7 @@ const maxWorkspaces = 500
 func (c *Console) workspaceList(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
 	defer cancel()
-	heads, err := c.client.Workspaces(ctx)
+	heads, err := s.client().Workspaces(ctx)
 	if errors.Is(err, jobs.ErrNoWorkspaces) {
 		c.render(w, http.StatusOK, "workspaces", s, workspaceListPage{None: true})
 		return nil
@@ -436,8 +456,7 @@ func (c *Console) workspaceList(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		return err
 	}
-	// A tenant's workspaces are its own: a token is no tenant.
-	heads = slices.DeleteFunc(heads, func(h *jobs.WorkspaceHead) bool { return jobs.TenantOf(h.Name) != "" })
+	heads = slices.DeleteFunc(heads, func(h *jobs.WorkspaceHead) bool { return !s.viewer.Scope.Shows(h.Name) })
 	slices.SortFunc(heads, func(a, b *jobs.WorkspaceHead) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	p := workspaceListPage{Heads: heads}
 	if len(heads) > maxWorkspaces {
@@ -463,11 +482,12 @@ func (p workspacePage) frame() (string, string, int) {
 func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
 	defer cancel()
-	name := r.PathValue("name")
-	if jobs.TenantOf(name) != "" {
-		return notFound("a tenant's workspace: tenants' workspaces are not reachable over HTTP")
+	name, err := s.viewer.Scope.Workspace(r.PathValue("name"))
+	if err != nil {
+		return notFound("no workspace %q (never made, removed, or expired)", r.PathValue("name"))
 	}
-	h, err := c.client.Workspace(ctx, name)
+	client := s.client()
+	h, err := client.Workspace(ctx, name)
 	switch {
 	case errors.Is(err, jobs.ErrInvalidJob), errors.Is(err, jobs.ErrNoWorkspace), errors.Is(err, jobs.ErrNoWorkspaces):
 		return notFound("no workspace %q (never made, removed, or expired)", name)
@@ -475,10 +495,10 @@ func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) 
 		return err
 	}
 	p := workspacePage{Head: h}
-	if p.Revisions, err = c.client.Revisions(ctx, h); err != nil {
+	if p.Revisions, err = client.Revisions(ctx, h); err != nil {
 		return err
 	}
-	if idx, err := c.client.Index(ctx); err == nil {
+	if idx, err := client.Index(ctx); err == nil {
 		ws, _ := json.Marshal(name)
 		page, err := idx.List(ctx, jobs.IndexQuery{Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
 			Contains: [][]byte{append([]byte(`"workspace":`), ws...)},
@@ -487,7 +507,7 @@ func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) 
 			return err
 		}
 		p.Jobs, p.Scanned, p.Cut = page.Jobs, page.Scanned, page.Next != 0
-	} else if !errors.Is(err, jobs.ErrNoIndex) {
+	} else if !errors.Is(err, jobs.ErrNoIndex) && !errors.Is(err, jobs.ErrNotTenants) {
 		return err
 	}
 	c.render(w, http.StatusOK, "workspace", s, p)

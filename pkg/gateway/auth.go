@@ -39,6 +39,11 @@ type Token struct {
 	// the API's GET routes, never submit or cancel. "" is the default,
 	// which may do everything.
 	Role string
+	// Tenant, if set, makes the token its tenant's: its jobs, workspaces,
+	// artifacts, events, batches and console pages are the tenant's, read
+	// and written over the tenant's own NATS connection (Config.Tenants),
+	// and it reaches nothing of another tenant's or of no tenant's.
+	Tenant string
 }
 
 // RoleRead is the role of a read-only token (role=read in the file).
@@ -56,6 +61,33 @@ func (t *Token) Allows(queue string) bool {
 // Tokens is a set of tokens, looked up by the hash of the secret.
 type Tokens struct {
 	byHash map[[sha256.Size]byte]*Token
+}
+
+// Tenants returns the tenants of the tokens, each once.
+func (ts *Tokens) Tenants() []string {
+	var list []string
+	if ts != nil {
+		for _, t := range ts.byHash {
+			if t.Tenant != "" && !slices.Contains(list, t.Tenant) {
+				list = append(list, t.Tenant)
+			}
+		}
+	}
+	slices.Sort(list)
+	return list
+}
+
+// Operators reports whether any token is of no tenant (the operator's).
+func (ts *Tokens) Operators() bool {
+	if ts == nil {
+		return false
+	}
+	for _, t := range ts.byHash {
+		if t.Tenant == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Len returns the number of tokens.
@@ -80,12 +112,12 @@ var validTokenName = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
 
 // ParseTokens reads a token file: one token a line,
 //
-//	NAME sha256:HEX [queues=Q1,Q2] [role=read]
+//	NAME sha256:HEX [queues=Q1,Q2] [role=read] [tenant=T]
 //
 // where HEX is the SHA-256 of the token's secret (what `gateway token`
-// prints), queues, if given, are the only queues it may submit to, and
+// prints), queues, if given, are the only queues it may submit to,
 // role=read makes it read-only (the console without its cancel button,
-// the API's GET routes).
+// the API's GET routes), and tenant=T makes it tenant T's (Token.Tenant).
 // Blank lines and lines starting with # are skipped; ";" also ends an
 // entry, so that a whole file fits in one environment variable.
 func ParseTokens(r io.Reader) (*Tokens, error) {
@@ -120,8 +152,8 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 
 func parseToken(entry string) (*Token, error) {
 	f := strings.Fields(entry)
-	if len(f) < 2 || len(f) > 4 {
-		return nil, errors.New("want NAME sha256:HEX [queues=Q1,Q2] [role=read]")
+	if len(f) < 2 || len(f) > 5 {
+		return nil, errors.New("want NAME sha256:HEX [queues=Q1,Q2] [role=read] [tenant=T]")
 	}
 	t := &Token{Name: f[0]}
 	if !validTokenName.MatchString(t.Name) {
@@ -157,8 +189,13 @@ func parseToken(entry string) (*Token, error) {
 				return nil, fmt.Errorf("token %q: role %q: the only role is read (leave it out for a token that may do everything)", t.Name, val)
 			}
 			t.Role = val
+		case "tenant":
+			if !jobs.ValidTenant(val) {
+				return nil, fmt.Errorf("token %q: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", t.Name, val)
+			}
+			t.Tenant = val
 		default:
-			return nil, fmt.Errorf("token %q: unknown field %q (want queues=Q1,Q2 or role=read)", t.Name, kv)
+			return nil, fmt.Errorf("token %q: unknown field %q (want queues=Q1,Q2, role=read or tenant=T)", t.Name, kv)
 		}
 	}
 	return t, nil
@@ -167,18 +204,34 @@ func parseToken(entry string) (*Token, error) {
 // NewToken returns a fresh secret and the token file line that admits it
 // under name (queues optional).
 func NewToken(name string, queues []string) (secret, line string, err error) {
-	return NewTokenRole(name, queues, "")
+	return NewTokenWith(name, TokenOptions{Queues: queues})
 }
 
 // NewTokenRole is NewToken for a token of a role ("" or RoleRead).
 func NewTokenRole(name string, queues []string, role string) (secret, line string, err error) {
-	if role != "" && role != RoleRead {
-		return "", "", fmt.Errorf("role %q: the only role is read", role)
+	return NewTokenWith(name, TokenOptions{Queues: queues, Role: role})
+}
+
+// TokenOptions are what a token line may say besides its name and hash.
+type TokenOptions struct {
+	Queues []string // queues=: the only queues it may submit to; none: every queue
+	Role   string   // role=: "" or RoleRead
+	Tenant string   // tenant=: the tenant it is; "": the operator's
+}
+
+// NewTokenWith returns a fresh secret and the token file line that admits
+// it under name, with o.
+func NewTokenWith(name string, o TokenOptions) (secret, line string, err error) {
+	if o.Role != "" && o.Role != RoleRead {
+		return "", "", fmt.Errorf("role %q: the only role is read", o.Role)
+	}
+	if o.Tenant != "" && !jobs.ValidTenant(o.Tenant) {
+		return "", "", fmt.Errorf("tenant %q must match [a-z0-9][a-z0-9-]{0,31}", o.Tenant)
 	}
 	if !validTokenName.MatchString(name) {
 		return "", "", fmt.Errorf("name %q must match %s", name, validTokenName)
 	}
-	for _, q := range queues {
+	for _, q := range o.Queues {
 		if !jobs.ValidQueue(q) {
 			return "", "", fmt.Errorf("queue %q must match [A-Za-z0-9_-]{1,64}", q)
 		}
@@ -190,11 +243,14 @@ func NewTokenRole(name string, queues []string, role string) (secret, line strin
 	secret = TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	h := sha256.Sum256([]byte(secret))
 	line = name + " sha256:" + hex.EncodeToString(h[:])
-	if len(queues) > 0 {
-		line += " queues=" + strings.Join(queues, ",")
+	if len(o.Queues) > 0 {
+		line += " queues=" + strings.Join(o.Queues, ",")
 	}
-	if role != "" {
-		line += " role=" + role
+	if o.Role != "" {
+		line += " role=" + o.Role
+	}
+	if o.Tenant != "" {
+		line += " tenant=" + o.Tenant
 	}
 	return secret, line, nil
 }

@@ -58,7 +58,29 @@ func TestTokens(t *testing.T) {
 		t.Error("a token without a role, or an open gateway's caller, may not write")
 	}
 
+	// tenant=T: the tenant's token, with any of the others.
+	ten, tline, err := gateway.NewTokenWith("team-a-ci", gateway.TokenOptions{Queues: []string{"evals"}, Role: gateway.RoleRead, Tenant: "team-a"})
+	if err != nil || !strings.HasSuffix(tline, " queues=evals role=read tenant=team-a") {
+		t.Fatalf("tenant token line %q: %v", tline, err)
+	}
+	tts, err := gateway.ParseTokens(strings.NewReader(tline + "\n" + line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := tts.Lookup(ten); tok == nil || tok.Tenant != "team-a" || tok.CanWrite() || !tok.Allows("evals") {
+		t.Errorf("%q: %+v", tline, tok)
+	}
+	if got := tts.Tenants(); len(got) != 1 || got[0] != "team-a" || !tts.Operators() {
+		t.Errorf("Tenants %v, Operators %v", got, tts.Operators())
+	}
+	if _, _, err := gateway.NewTokenWith("x", gateway.TokenOptions{Tenant: "Team_A"}); err == nil {
+		t.Error("NewTokenWith took tenant Team_A")
+	}
+
 	for _, bad := range []string{
+		"viewer " + h + " tenant=Team-A",
+		"viewer " + h + " tenant=",
+		"viewer " + h + " tenant=a tenant=b",
 		"viewer " + h + " role=admin",
 		"viewer " + h + " role=read role=read",
 		"viewer " + h + " queues=a queues=b",

@@ -92,7 +92,8 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, tok *Token
 		e := g.classify(b.Err)
 		return BadLine{Line: b.Line, Error: ErrorBody{Code: e.Code, Message: e.Message}}
 	}
-	cfg.Amend = func(j *jobs.Job) error { return g.admit(j, tok) }
+	v := g.views.of(tok)
+	cfg.Amend = func(j *jobs.Job) error { return g.admit(j, tok, v) }
 	cfg.OnBadLine = func(b batch.BadLine) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -122,7 +123,7 @@ func (g *Gateway) submitBatch(w http.ResponseWriter, r *http.Request, tok *Token
 	cfg.OnResult = func(o batch.Outcome) error {
 		return out.write(BatchEvent{Line: o.Line, Result: o.Result, Reused: o.Reused})
 	}
-	runner, err := batch.New(g.client, cfg)
+	runner, err := batch.New(v.Client(), cfg)
 	if err != nil {
 		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}

@@ -47,7 +47,11 @@
 // with a name that goes on the jobs it submits (label sandfleet.token)
 // and optionally the queues it may use (403 otherwise), and role=read for
 // a token that may only read (403 on the routes that write). A job ID is
-// a capability: tokens are not tenants. The console's login cookie (a
-// session ID, which the console turns into its token while the session
-// lasts) is taken like a bearer token on GET routes only.
+// a capability among the tokens of one scope. A token of tenant=T is T's:
+// New decides once which client serves each token (tenants.go), T's
+// tokens going through a client of T over T's own NATS connection, and
+// every route asks the token's scope (internal/scope) to name a job or
+// workspace, so another's is 404 as an unknown one. The console's login
+// cookie (a session ID, which the console turns into its token while the
+// session lasts) is taken like a bearer token on GET routes only.
 package gateway

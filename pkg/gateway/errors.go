@@ -103,6 +103,9 @@ func (g *Gateway) classify(err error) *Error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "%s", err)
 	case errors.Is(err, jobs.ErrConflict):
 		return apiErr(http.StatusConflict, CodeIDConflict, "%s", err)
+	case errors.Is(err, jobs.ErrNotTenants):
+		// What reads the fleet as a whole (its status) is the operator's.
+		return apiErr(http.StatusForbidden, CodeForbidden, "a tenant's token reads only its tenant's jobs and workspaces, not the fleet's status")
 	case errors.Is(err, jobs.ErrFinished):
 		return apiErr(http.StatusConflict, CodeAlreadyFinished, "the job has already finished")
 	case errors.Is(err, batch.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), isNATSDown(err):

@@ -25,7 +25,7 @@ type sseEvent struct {
 // out queued and ends with finished even when the client had it. Output events are named
 // after their stream (stdout, stderr), the others after their type.
 func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	id, err := pathJob(r)
+	id, err := g.pathJob(r, tok)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (g *Gateway) follow(w http.ResponseWriter, r *http.Request, tok *Token) err
 	defer release()
 	out := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: g.cfg.WriteTimeout}
 	started := false
-	for ev, err := range g.client.Follow(r.Context(), id) {
+	for ev, err := range g.views.of(tok).Client().Follow(r.Context(), id) {
 		if err != nil {
 			if !started {
 				return err // before the answer: a JSON error (404 for an unknown job)

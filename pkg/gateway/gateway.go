@@ -28,6 +28,13 @@ type Config struct {
 	// means no authentication at all: only for a gateway on a loopback
 	// address (cmd/gateway and worker --embedded refuse anything else).
 	Tokens *Tokens
+	// Tenants are the connections of the tenants whose tokens
+	// (tenant=T) the gateway serves, by tenant: each made with that
+	// tenant's own credentials (DialTenant), its client
+	// jobs.NewTenantClient's. A tenant's token is served over its
+	// tenant's connection alone; New refuses a token of a tenant missing
+	// here.
+	Tenants map[string]Conn
 	// MaxWait bounds ?wait= on submit and get: a longer wait is shortened
 	// to it (the answer is then 202, and the client asks again).
 	// Default 60s.
@@ -146,8 +153,7 @@ func (c *Config) setDefaults() {
 // same fleet behind a load balancer. The console's logins are the one
 // thing it keeps (in memory): a login opens pages on its own gateway.
 type Gateway struct {
-	client  *jobs.Client
-	replies *replies
+	views   *views // the client of each token
 	cfg     Config
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -161,18 +167,20 @@ type Gateway struct {
 	uploads *slots
 }
 
-// New returns a gateway over client; nc is the client's connection, on
-// which the gateway takes the results of the jobs it waits for. Close
-// releases it.
+// New returns a gateway over client, the operator's, which serves the
+// tokens of no tenant (and an open gateway's callers); nc is the client's
+// connection, on which the gateway takes the results of the jobs it waits
+// for. client and nc may be nil when every token is a tenant's
+// (cfg.Tenants serves those): such a gateway holds no operator
+// credentials at all. Close releases them.
 func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
-	rep, err := newReplies(nc)
+	vs, err := newViews(Conn{Client: client, NC: nc}, cfg.Tenants, cfg.Tokens)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		client:  client,
-		replies: rep,
+		views:   vs,
 		cfg:     cfg,
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
@@ -199,7 +207,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	}
 	if !cfg.NoConsole {
 		if err := g.mountConsole(); err != nil {
-			rep.close()
+			vs.close()
 			return nil, err
 		}
 	}
@@ -210,7 +218,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 }
 
 // Close stops taking results. Serve first.
-func (g *Gateway) Close() { g.replies.close() }
+func (g *Gateway) Close() { g.views.close() }
 
 // ServeHTTP serves the API.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
@@ -379,10 +387,14 @@ func (g *Gateway) mountConsole() error {
 			if tok == nil {
 				return nil
 			}
-			return &console.Viewer{Name: tok.Name, CanCancel: tok.CanWrite()}
+			return &console.Viewer{Name: tok.Name, CanCancel: tok.CanWrite(), Scope: g.views.of(tok).Scope}
 		}
 	}
-	c, err := console.New(g.client, ccfg)
+	var open *jobs.Client // an open console's: the operator's
+	if g.views.operator != nil {
+		open = g.views.operator.Client()
+	}
+	c, err := console.New(open, ccfg)
 	if err != nil {
 		return err
 	}
@@ -454,8 +466,8 @@ func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request, _ *Token) error
 	return nil
 }
 
-func (g *Gateway) status(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	st, err := g.client.Status(r.Context())
+func (g *Gateway) status(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	st, err := g.views.of(tok).Client().Status(r.Context())
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -48,14 +49,16 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 	if err := ownLabels(job); err != nil {
 		return err
 	}
-	if err := g.admit(job, tok); err != nil {
+	v := g.views.of(tok)
+	fresh := job.ID == "" // a UUIDv7 of ours: it cannot have run before
+	if err := g.admit(job, tok, v); err != nil {
 		return err
 	}
-	fresh := job.ID == "" // a UUIDv7 of ours: it cannot have run before
-	job.Normalize()       // the ID is needed before the publish, for the reply
+	job.Normalize() // the ID is needed before the publish, for the reply
 	ctx := r.Context()
+	client := v.Client()
 	if wait == 0 {
-		if _, err := g.client.Submit(ctx, job); err != nil {
+		if _, err := client.Submit(ctx, job); err != nil {
 			return err
 		}
 		g.log.Info("job queued", "job_id", job.ID, "queue", job.Queue, "token", tokenName(tok))
@@ -72,7 +75,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 	// trip through the queue.
 	claim := jobs.ClaimOf(job)
 	if !fresh {
-		switch res, err := g.client.Get(ctx, job.ID); {
+		switch res, err := client.Get(ctx, job.ID); {
 		case err == nil:
 			return writeOwn(w, claim, res)
 		case !errors.Is(err, jobs.ErrNotFound):
@@ -80,10 +83,10 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		}
 	}
 	// Expect the reply before the publish, so a fast result is not missed.
-	replies, done := g.replies.expect(job.ID)
+	replies, done := v.replies.expect(job.ID)
 	defer done()
-	job.ReplyTo = g.replies.subject(job.ID)
-	_, queued, err := g.client.Enqueue(ctx, job)
+	job.ReplyTo = v.replies.subject(job.ID)
+	_, queued, err := client.Enqueue(ctx, job)
 	if err != nil {
 		return err
 	}
@@ -92,12 +95,12 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		// Queued or running already (a retry while it runs): its reply
 		// goes to its first publisher. Its result is watched for instead
 		// (a result stored in between is the watch's first value).
-		rw, err := g.client.Watch(ctx, job.ID)
+		rw, err := client.Watch(ctx, job.ID)
 		if err != nil {
 			return err
 		}
 		defer rw.Stop()
-		return g.await(w, ctx, rw, job.ID, &claim, wait)
+		return g.await(w, ctx, client, rw, job.ID, &claim, wait)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -108,7 +111,7 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request, tok *Token) err
 		if ctx.Err() != nil {
 			return ctx.Err() // the client left
 		}
-		return g.lookup(w, ctx, job.ID, &claim)
+		return g.lookup(w, ctx, client, job.ID, &claim)
 	}
 }
 
@@ -127,7 +130,8 @@ func writeOwn(w http.ResponseWriter, claim jobs.Claim, res *jobs.Result) error {
 // is queued or running (after waiting up to D for it to finish), 404 for
 // an ID the fleet does not know.
 func (g *Gateway) get(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	id, err := pathJob(r)
+	client := g.views.of(tok).Client()
+	id, err := g.pathJob(r, tok)
 	if err != nil {
 		return err
 	}
@@ -137,30 +141,32 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, tok *Token) error 
 	}
 	ctx := r.Context()
 	if wait == 0 {
-		return g.lookup(w, ctx, id, nil)
+		return g.lookup(w, ctx, client, id, nil)
 	}
 	release, err := g.take(g.waiting, tok)
 	if err != nil {
 		return err
 	}
 	defer release()
-	rw, err := g.client.Watch(ctx, id)
+	rw, err := client.Watch(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer rw.Stop()
-	// Wait only for a job that exists: an unknown ID is 404 at once.
-	if _, err := g.client.Phase(ctx, id); errors.Is(err, jobs.ErrNotFound) {
-		return g.lookup(w, ctx, id, nil)
-	} else if err != nil {
+	// Wait only for a job that exists: an unknown ID is 404 at once. A
+	// tenant cannot read the queue, and waits for what may be unknown.
+	switch _, err := client.Phase(ctx, id); {
+	case errors.Is(err, jobs.ErrNotFound):
+		return g.lookup(w, ctx, client, id, nil)
+	case err != nil && !errors.Is(err, jobs.ErrNotTenants):
 		return err
 	}
-	return g.await(w, ctx, rw, id, nil, wait)
+	return g.await(w, ctx, client, rw, id, nil, wait)
 }
 
 // await answers with the result rw delivers within wait, or as lookup
 // does when none comes.
-func (g *Gateway) await(w http.ResponseWriter, ctx context.Context, rw *jobs.ResultWatch, id string, claim *jobs.Claim, wait time.Duration) error {
+func (g *Gateway) await(w http.ResponseWriter, ctx context.Context, client *jobs.Client, rw *jobs.ResultWatch, id string, claim *jobs.Claim, wait time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	res, err := rw.Next(wctx)
@@ -170,7 +176,7 @@ func (g *Gateway) await(w http.ResponseWriter, ctx context.Context, rw *jobs.Res
 	case ctx.Err() != nil:
 		return ctx.Err() // the client left
 	case errors.Is(err, context.DeadlineExceeded):
-		return g.lookup(w, ctx, id, claim)
+		return g.lookup(w, ctx, client, id, claim)
 	}
 	return err
 }
@@ -186,19 +192,24 @@ func writeResult(w http.ResponseWriter, claim *jobs.Claim, res *jobs.Result) err
 }
 
 // lookup answers with the job's result, or 202 with its phase. claim is
-// the submitted job's on a submit's path, nil on a read's.
-func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string, claim *jobs.Claim) error {
-	res, err := g.client.Get(ctx, id)
+// the submitted job's on a submit's path, nil on a read's. A tenant's
+// client cannot read the queue, so tells a queued job neither from a
+// running nor from an unknown one: 202 queued for all three.
+func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, client *jobs.Client, id string, claim *jobs.Claim) error {
+	res, err := client.Get(ctx, id)
 	if err == nil {
 		return writeResult(w, claim, res)
 	}
 	if !errors.Is(err, jobs.ErrNotFound) {
 		return err
 	}
-	phase, err := g.client.Phase(ctx, id)
+	phase, err := client.Phase(ctx, id)
+	if errors.Is(err, jobs.ErrNotTenants) {
+		phase, err = jobs.PhaseQueued, nil
+	}
 	if errors.Is(err, jobs.ErrNotFound) {
 		// It may have finished between the two looks.
-		if res, err := g.client.Get(ctx, id); err == nil {
+		if res, err := client.Get(ctx, id); err == nil {
 			return writeResult(w, claim, res)
 		}
 	}
@@ -213,11 +224,11 @@ func (g *Gateway) lookup(w http.ResponseWriter, ctx context.Context, id string, 
 // when the cancel is recorded but no worker has carried it out yet, 409
 // when the job had already finished, 404 for an unknown ID.
 func (g *Gateway) cancel(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	id, err := pathJob(r)
+	id, err := g.pathJob(r, tok)
 	if err != nil {
 		return err
 	}
-	res, err := g.client.Cancel(r.Context(), id)
+	res, err := g.views.of(tok).Client().Cancel(r.Context(), id)
 	switch {
 	case err == nil:
 		g.log.Info("job canceled", "job_id", id, "token", tokenName(tok))
@@ -282,27 +293,34 @@ func decodeJob(data []byte) (*jobs.Job, error) {
 	return jobs.Decode(data, len(data))
 }
 
-// admit applies the gateway's rules to a job a token submits: the token
-// may use the queue, its name goes on the job, and reply_to is refused.
-func (g *Gateway) admit(job *jobs.Job, tok *Token) error {
+// admit applies the gateway's rules to a job a token submits: its ID and
+// workspaces are named in the token's scope (qualified for a tenant's,
+// refused when another's), the token may use the queue, its name goes on
+// the job, and reply_to is refused.
+func (g *Gateway) admit(job *jobs.Job, tok *Token, v *view) error {
 	if job.ReplyTo != "" {
 		// A reply subject makes the worker publish into NATS with its own
 		// permissions: not something to hand to every HTTP caller.
 		return apiErr(http.StatusBadRequest, CodeInvalidJob, "reply_to: not accepted over HTTP (GET /v1/jobs/{id} returns the result)")
 	}
-	// A tenant's jobs and workspaces are <tenant>.<name>, and the worker
-	// runs a job so named as the tenant's: over HTTP, where tokens are no
-	// tenants, a token would act in any tenant's namespace (write its
-	// workspaces, fork them). Tenants submit over NATS, with their own
-	// credentials.
-	names := map[string]string{"id": job.ID, "workspace": job.Workspace}
-	if job.WorkspaceFrom != nil {
-		names["workspace_from"] = job.WorkspaceFrom.Name
+	// A job whose ID or workspace is <tenant>.<name> is run by the worker
+	// as that tenant's, in its workspaces: a token names only its own
+	// scope's.
+	var err error
+	if job.ID, err = scoped(v, "id", job.ID, v.Job); err != nil {
+		return err
 	}
-	for _, field := range []string{"id", "workspace", "workspace_from"} {
-		if t := jobs.TenantOf(names[field]); t != "" {
-			return apiErr(http.StatusBadRequest, CodeInvalidJob, "%s: %q names tenant %q's; tenants' jobs and workspaces are not reachable over HTTP", field, shorten.Text(names[field], 140), shorten.Text(t, 40))
+	if job.Workspace != "" {
+		if job.Workspace, err = scoped(v, "workspace", job.Workspace, v.Workspace); err != nil {
+			return err
 		}
+	}
+	if f := job.WorkspaceFrom; f != nil {
+		from := *f
+		if from.Name, err = scoped(v, "workspace_from", f.Name, v.Workspace); err != nil {
+			return err
+		}
+		job.WorkspaceFrom = &from
 	}
 	queue := job.Queue
 	if queue == "" {
@@ -346,17 +364,30 @@ func tokenName(tok *Token) string {
 	return tok.Name
 }
 
-// pathJob is the job ID the path names: 404 for one that is no ID, or
-// that is a tenant's (<tenant>.<id>): a token is no tenant, and tenants'
-// jobs and workspaces are not reachable over HTTP (as admit refuses them
-// on submit).
-func pathJob(r *http.Request) (string, error) {
-	id := r.PathValue("id")
-	switch {
-	case !jobs.ValidID(id):
-		return "", apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
-	case jobs.TenantOf(id) != "":
-		return "", apiErr(http.StatusNotFound, CodeNotFound, "no job %q here: tenants' jobs are not reachable over HTTP", shorten.Text(id, 140))
+// scoped names a job's field as the token's scope does, or refuses it.
+func scoped(v *view, field, name string, in func(string) (string, error)) (string, error) {
+	q, err := in(name)
+	if err == nil {
+		return q, nil
 	}
-	return id, nil
+	whose := "a tenant's: the jobs and workspaces of tenant T are reached with a token of T (tenant=T)"
+	if v.Tenant() != "" {
+		whose = fmt.Sprintf("not tenant %s's: this token's are %s.<name>", v.Tenant(), v.Tenant())
+	}
+	return "", apiErr(http.StatusBadRequest, CodeInvalidJob, "%s: %q is %s", field, shorten.Text(name, 140), whose)
+}
+
+// pathJob is the job ID the path names, as the token's scope names it: 404
+// for one that is no ID, or that is outside the scope (another tenant's;
+// a tenant's for a token of none), whether it exists or not.
+func (g *Gateway) pathJob(r *http.Request, tok *Token) (string, error) {
+	id := r.PathValue("id")
+	if !jobs.ValidID(id) {
+		return "", apiErr(http.StatusNotFound, CodeNotFound, "no job with this id (ids match [A-Za-z0-9_-]{1,128})")
+	}
+	q, err := g.views.of(tok).Job(id)
+	if err != nil {
+		return "", apiErr(http.StatusNotFound, CodeNotFound, "no job with this id")
+	}
+	return q, nil
 }

@@ -29,10 +29,8 @@ func newSlots(kind, noun string, total, perToken, perTenant int) *slots {
 }
 
 // limitTenant is the tenant whose allowance a token's long requests count
-// against besides the token's own, "" for none. Tokens are no tenants yet,
-// so it is always ""; a token that names its tenant returns it here, and
-// the per-tenant bounds then hold with no other change.
-func (t *Token) limitTenant() string { return "" }
+// against besides the token's own, "" for none: its Tenant.
+func (t *Token) limitTenant() string { return t.Tenant }
 
 // take takes a slot of s for tok (nil: an open gateway's caller, bound by
 // the gateway-wide limit only), or answers 429 at once: a gateway at its

@@ -28,7 +28,8 @@ type replies struct {
 
 func newReplies(nc *nats.Conn) (*replies, error) {
 	r := &replies{prefix: nc.NewRespInbox() + ".", waiting: map[string][]chan *jobs.Result{}}
-	sub, err := nc.Subscribe(r.prefix+"*", r.deliver)
+	// ">": a tenant's job ID is two tokens, <tenant>.<id>.
+	sub, err := nc.Subscribe(r.prefix+">", r.deliver)
 	if err != nil {
 		return nil, err
 	}

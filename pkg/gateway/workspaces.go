@@ -24,22 +24,23 @@ type ArtifactList struct {
 
 // finished returns the job's result; a job without one yet is answered
 // 202 (done is then true), an unknown one 404.
-func (g *Gateway) finished(w http.ResponseWriter, r *http.Request) (res *jobs.Result, done bool, err error) {
-	id, err := pathJob(r)
+func (g *Gateway) finished(w http.ResponseWriter, r *http.Request, tok *Token) (res *jobs.Result, done bool, err error) {
+	id, err := g.pathJob(r, tok)
 	if err != nil {
 		return nil, false, err
 	}
-	res, err = g.client.Get(r.Context(), id)
+	client := g.views.of(tok).Client()
+	res, err = client.Get(r.Context(), id)
 	if errors.Is(err, jobs.ErrNotFound) {
 		// Queued or running: the artifacts come with the result.
-		return nil, true, g.lookup(w, r.Context(), id, nil)
+		return nil, true, g.lookup(w, r.Context(), client, id, nil)
 	}
 	return res, false, err
 }
 
 // artifacts: GET /v1/jobs/{id}/artifacts.
-func (g *Gateway) artifacts(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	res, done, err := g.finished(w, r)
+func (g *Gateway) artifacts(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	res, done, err := g.finished(w, r, tok)
 	if done || err != nil {
 		return err
 	}
@@ -56,8 +57,8 @@ func (g *Gateway) artifacts(w http.ResponseWriter, r *http.Request, _ *Token) er
 
 // artifact: GET /v1/jobs/{id}/artifacts/{name...}: the file's bytes,
 // checked against the digest its result lists.
-func (g *Gateway) artifact(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	res, done, err := g.finished(w, r)
+func (g *Gateway) artifact(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	res, done, err := g.finished(w, r, tok)
 	if done || err != nil {
 		return err
 	}
@@ -68,14 +69,14 @@ func (g *Gateway) artifact(w http.ResponseWriter, r *http.Request, _ *Token) err
 		}
 		dw := g.download(w, "application/octet-stream", path.Base(a.Name), a.Size)
 		dw.h.Set("X-Sandfleet-Sha256", a.SHA256)
-		return dw.finish(g.client.WriteArtifact(r.Context(), a, dw))
+		return dw.finish(g.views.of(tok).Client().WriteArtifact(r.Context(), a, dw))
 	}
 	return apiErr(http.StatusNotFound, CodeNotFound, "job %s has no artifact %q", res.ID, name)
 }
 
 // workspace: GET /v1/workspaces/{name}: its head.
-func (g *Gateway) workspace(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	h, err := g.head(r)
+func (g *Gateway) workspace(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	h, err := g.head(r, tok)
 	if err != nil {
 		return err
 	}
@@ -85,8 +86,8 @@ func (g *Gateway) workspace(w http.ResponseWriter, r *http.Request, _ *Token) er
 
 // snapshot: GET /v1/workspaces/{name}/snapshot[?revision=N]: a revision's
 // tar, as the sandbox's launcher wrote it.
-func (g *Gateway) snapshot(w http.ResponseWriter, r *http.Request, _ *Token) error {
-	h, err := g.head(r)
+func (g *Gateway) snapshot(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	h, err := g.head(r, tok)
 	if err != nil {
 		return err
 	}
@@ -107,18 +108,20 @@ func (g *Gateway) snapshot(w http.ResponseWriter, r *http.Request, _ *Token) err
 	}
 	dw := g.download(w, "application/x-tar", fmt.Sprintf("%s-%d.tar", h.Name, ref.Revision), size)
 	dw.h.Set("X-Sandfleet-Revision", strconv.FormatInt(ref.Revision, 10))
-	_, err = g.client.WriteSnapshot(r.Context(), ref, dw)
+	_, err = g.views.of(tok).Client().WriteSnapshot(r.Context(), ref, dw)
 	return dw.finish(err)
 }
 
-// head reads the workspace the path names; an unknown one, or a fleet
-// that keeps none, is 404.
-func (g *Gateway) head(r *http.Request) (*jobs.WorkspaceHead, error) {
-	name := r.PathValue("name")
-	if t := jobs.TenantOf(name); t != "" {
-		return nil, apiErr(http.StatusNotFound, CodeNotFound, "no workspace %q here: tenants' workspaces are not reachable over HTTP", shorten.Text(name, 140))
+// head reads the workspace the path names, as the token's scope names
+// it; an unknown one, one outside the scope, or a fleet that keeps none,
+// is 404.
+func (g *Gateway) head(r *http.Request, tok *Token) (*jobs.WorkspaceHead, error) {
+	v := g.views.of(tok)
+	name, err := v.Workspace(r.PathValue("name"))
+	if err != nil {
+		return nil, apiErr(http.StatusNotFound, CodeNotFound, "no workspace %q (never made, removed, or expired)", shorten.Text(r.PathValue("name"), 140))
 	}
-	h, err := g.client.Workspace(r.Context(), name)
+	h, err := v.Client().Workspace(r.Context(), name)
 	switch {
 	case errors.Is(err, jobs.ErrInvalidJob):
 		return nil, apiErr(http.StatusNotFound, CodeNotFound, "no workspace %q (names match [A-Za-z0-9_-]{1,128})", name)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,6 +22,12 @@ var ErrWatchClosed = errors.New("result watch closed")
 // the IDs it was opened for. Stop it when done.
 type ResultsWatch struct {
 	w jetstream.KeyWatcher
+	// A tenant's (tenantWatchResults), instead of w: an ordered consumer
+	// of its own keys, the IDs it keeps (none: every one), and the
+	// consumer's removal.
+	it           jetstream.MessagesContext
+	ids          map[string]bool
+	stopConsumer func()
 }
 
 // StoredResult is a result as a ResultsWatch delivers it: still encoded,
@@ -37,15 +45,18 @@ func (s StoredResult) Decode() (*Result, error) { return DecodeStoredResult(s.ID
 // not delivered: open the watch first, then look up (Get) or publish, and
 // each result is either found or delivered. One watch of a whole batch
 // costs the server one consumer instead of one per job. A tenant's client
-// cannot watch RESULTS this way (ErrNotTenants); Watch watches one job.
+// watches its own results only (ids of another tenant are invalid).
 func (c *Client) WatchResults(ctx context.Context, ids ...string) (*ResultsWatch, error) {
-	if c.tenant != "" {
-		return nil, fmt.Errorf("watch results: %w", ErrNotTenants)
-	}
 	for _, id := range ids {
 		if !ValidID(id) {
 			return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", shorten.Text(id, 140))
 		}
+		if c.tenant != "" && TenantOf(id) != c.tenant {
+			return nil, invalid("id %q is not tenant %s's", shorten.Text(id, 140), c.tenant)
+		}
+	}
+	if c.tenant != "" {
+		return c.tenantWatchResults(ctx, ids)
 	}
 	// WatchFiltered writes the bucket's prefix into the slice it is given.
 	w, err := c.stores.Results.WatchFiltered(ctx, slices.Clone(ids), jetstream.UpdatesOnly())
@@ -59,6 +70,9 @@ func (c *Client) WatchResults(ctx context.Context, ids ...string) (*ResultsWatch
 // ctx's error when ctx is done first, and ErrWatchClosed when the watch
 // ended.
 func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
+	if rw.it != nil {
+		return rw.nextTenant(ctx)
+	}
 	e, err := nextPut(ctx, rw.w)
 	if err != nil {
 		return StoredResult{}, err
@@ -67,7 +81,70 @@ func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
 }
 
 // Stop closes the watch.
-func (rw *ResultsWatch) Stop() error { return rw.w.Stop() }
+func (rw *ResultsWatch) Stop() error {
+	if rw.it != nil {
+		rw.it.Stop()
+		rw.stopConsumer()
+		return nil
+	}
+	return rw.w.Stop()
+}
+
+// tenantWatchResults is WatchResults for a tenant: an ordered consumer
+// filtered to the tenant's keys, the filter in the API subject where the
+// tenant's permissions see it (one consumer per filter: several IDs are
+// kept by Next, not by several filters, which the server takes only in
+// the request's body). Stop deletes the consumer, as tenantWatch's.
+func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
+	oc, err := c.js.OrderedConsumer(ctx, "KV_"+ResultsBucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{kvSubject(ResultsBucket, c.tenant+".*")},
+		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		InactiveThreshold: time.Minute, // removed by the server if the delete in Stop is lost
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch results: %w", err)
+	}
+	it, err := oc.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("watch results: %w", err)
+	}
+	rw := &ResultsWatch{it: it, stopConsumer: func() {
+		info := oc.CachedInfo()
+		if info == nil {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = c.js.DeleteConsumer(dctx, "KV_"+ResultsBucket, info.Name)
+	}}
+	if len(ids) > 0 {
+		rw.ids = map[string]bool{}
+		for _, id := range ids {
+			rw.ids[id] = true
+		}
+	}
+	return rw, nil
+}
+
+func (rw *ResultsWatch) nextTenant(ctx context.Context) (StoredResult, error) {
+	for {
+		m, err := rw.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return StoredResult{}, ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return StoredResult{}, ErrWatchClosed
+			}
+			return StoredResult{}, fmt.Errorf("watch results: %w", err)
+		}
+		id := strings.TrimPrefix(m.Subject(), kvSubject(ResultsBucket, ""))
+		if isKVDelete(m.Headers()) || (rw.ids != nil && !rw.ids[id]) {
+			continue
+		}
+		return StoredResult{ID: id, Data: m.Data()}, nil
+	}
+}
 
 // nextPut returns the next value stored under a key w watches, skipping
 // the end of the initial values.

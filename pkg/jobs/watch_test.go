@@ -75,8 +75,47 @@ func TestWatchResultsRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tc.WatchResults(t.Context()); !errors.Is(err, jobs.ErrNotTenants) {
-		t.Errorf("a tenant's client: %v, want ErrNotTenants", err)
+	if _, err := tc.WatchResults(t.Context(), "other.x"); !errors.Is(err, jobs.ErrInvalidJob) {
+		t.Errorf("a tenant's client watching another tenant's ID: %v, want ErrInvalidJob", err)
+	}
+}
+
+// A tenant's watch of its results (a batch's) delivers its own, of the
+// IDs it was opened for, and never another tenant's or the operator's.
+func TestTenantWatchResults(t *testing.T) {
+	t.Parallel()
+	c, js := setup(t, jobs.Topology{})
+	tc, err := jobs.NewTenantClient(js, "acme", jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := tc.WatchResults(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Stop()
+	one, err := tc.WatchResults(t.Context(), "acme.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Stop()
+	for _, id := range []string{"other.a", "plain", "acme.a", "acme.b"} {
+		if _, _, err := jobs.StoreResult(t.Context(), c.Stores().Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		w    *jobs.ResultsWatch
+		want []string
+	}{{all, []string{"acme.a", "acme.b"}}, {one, []string{"acme.b"}}} {
+		for _, want := range tc.want {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			got, err := tc.w.Next(ctx)
+			cancel()
+			if err != nil || got.ID != want {
+				t.Fatalf("Next = %q, %v; want %s", got.ID, err, want)
+			}
+		}
 	}
 }
 
