@@ -43,6 +43,8 @@ Commands:
   status [--json]                    show the workers and each queue's backlog
   workspace ls|show|rm|get [NAME]    list, show, remove or download workspaces
   artifacts ID [-O DIR]              list (and download) the files a job returned
+  session create|ls|get|exec|run|cp|rm
+                                     long-lived sandboxes: commands, Python, files
   help [COMMAND]                     this text, or a command's
 
 Global flags (before or after the command):
@@ -111,6 +113,8 @@ func (m *Main) command(name string) command {
 		return &workspaceCommand{m: m}
 	case "artifacts":
 		return &artifactsCommand{m: m}
+	case "session":
+		return &sessionCommand{m: m}
 	}
 	return nil
 }

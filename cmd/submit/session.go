@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/pflag"
+
+	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// sessionCommand is "submit session": long-lived sandboxes.
+type sessionCommand struct {
+	m   *Main
+	out output
+
+	image         string
+	idle, life    time.Duration
+	env           kvFlag
+	memory, tmpfs limits.Size
+	cpus          float64
+	cwd           string
+	timeout       time.Duration
+	background    bool
+	code          string
+	context       string
+}
+
+func (c *sessionCommand) synopsis() string {
+	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | rm ID"
+}
+
+func (c *sessionCommand) about() string {
+	return `A session is a sandbox that lives across calls: the same hardened
+container as a job's, held by one worker until it is removed, idle for its
+idle timeout (default 5m) or at its maximum lifetime (default 1h).
+
+  create             start one (--image, --idle-timeout, --max-lifetime, --env,
+                     --memory, --cpus, --tmpfs); prints its ID
+  ls                 the sessions, running first
+  get ID             one session's record: where it runs, or why it ended
+  exec ID -- CMD...  run a command in it; prints its output and exits as it
+                     does (--cwd, --env, --timeout; --background prints its pid)
+  run ID [-c CODE | FILE | -]
+                     run Python in its stateful context (--context NAME):
+                     globals stay for the next run; prints the output, then
+                     the value of a trailing expression; an exception exits 1
+  cp SRC DST         copy a file in or out: one side is ID:PATH
+  rm ID              end it
+
+Exits 1 for an unknown or ended session, 125 when no worker has room.
+`
+}
+
+func (c *sessionCommand) define(fs *pflag.FlagSet) {
+	c.out = output{m: c.m}
+	c.out.define(fs, "print the answers as JSON", true)
+	fs.StringVar(&c.image, "image", "python", "create: the preset `NAME`")
+	fs.DurationVar(&c.idle, "idle-timeout", 0, "create: end it after `D` without a call (default 5m)")
+	fs.DurationVar(&c.life, "max-lifetime", 0, "create: end it `D` after its start (default 1h)")
+	c.env.what = "NAME=VALUE"
+	fs.Var(&c.env, "env", "create, exec: set `NAME=VALUE` (repeatable)")
+	fs.Var(cmdline.Value(&c.memory, "size"), "memory", "create: `SIZE` of RAM")
+	fs.Var(cmdline.Value(&c.tmpfs, "size"), "tmpfs", "create: `SIZE` of /workspace and /tmp")
+	fs.Float64Var(&c.cpus, "cpus", 0, "create: `N` CPUs")
+	fs.StringVar(&c.cwd, "cwd", "", "exec: run in `DIR`")
+	fs.DurationVar(&c.timeout, "timeout", 0, "exec, run: stop it after `D` (default the session's timeout)")
+	fs.BoolVar(&c.background, "background", false, "exec: start it in the background and print its pid")
+	fs.StringVarP(&c.code, "code", "c", "", "run: the `CODE` to run")
+	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\")")
+}
+
+func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
+	args := fs.Args()
+	if len(args) == 0 {
+		return usageError("session", "session takes create, ls, get, exec, run, cp or rm")
+	}
+	verb, args := args[0], args[1:]
+	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2}}
+	n, ok := want[verb]
+	switch {
+	case !ok:
+		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, rm)", verb)
+	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
+		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
+	}
+	client, closeConn, err := c.m.connectSessions(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	switch verb {
+	case "create":
+		return c.create(ctx, client)
+	case "ls":
+		return c.ls(ctx, client)
+	case "get":
+		info, err := client.Get(ctx, args[0])
+		if err != nil {
+			return sessionFailed(err)
+		}
+		c.out.printJSON(info)
+		return nil
+	case "rm":
+		if _, err := client.Delete(ctx, args[0]); err != nil {
+			return sessionFailed(err)
+		}
+		return nil
+	case "exec":
+		return c.exec(ctx, client, args[0], args[1:])
+	case "run":
+		return c.runCode(ctx, client, args[0], args[1:])
+	}
+	return c.cp(ctx, client, args[0], args[1])
+}
+
+// connectSessions connects as connect does and returns a sessions client.
+func (m *Main) connectSessions(ctx context.Context) (*sessions.Client, func(), error) {
+	nc, js, err := natsconn.JetStream(natsconn.Config{URL: natsconn.ServerURL(m.natsURL), Name: "sandfleet-submit"})
+	if err != nil {
+		return nil, nil, fail(exitUnavailable, "%w (start a worker with --embedded, or set --nats / NATS_URL)", err)
+	}
+	client, err := sessions.NewClient(ctx, js, "")
+	if err != nil {
+		nc.Close()
+		return nil, nil, fail(exitUnavailable, "%w", err)
+	}
+	return client, nc.Close, nil
+}
+
+func sessionFailed(err error) error {
+	switch {
+	case errors.Is(err, sessions.ErrNotFound), errors.Is(err, sessions.ErrGone):
+		return fail(exitNotFound, "%s", sessions.AsError(err).Message)
+	case errors.Is(err, sessions.ErrInvalid):
+		return fail(exitUsage, "%s", sessions.AsError(err).Message)
+	case errors.Is(err, sessions.ErrFull):
+		return fail(exitUnavailable, "%s; try again later", sessions.AsError(err).Message)
+	}
+	if e := sessions.AsError(err); e != nil {
+		return fail(exitUnavailable, "%s", e.Message)
+	}
+	return fail(exitUnavailable, "%w", err)
+}
+
+func (c *sessionCommand) create(ctx context.Context, client *sessions.Client) error {
+	spec := sessions.Spec{Image: c.image, Env: c.env.m, IdleTimeout: limits.Duration(c.idle), MaxLifetime: limits.Duration(c.life),
+		Limits: limits.Limits{Memory: c.memory, Tmpfs: c.tmpfs, CPUs: c.cpus}}
+	info, err := client.Create(ctx, spec)
+	if err != nil {
+		return sessionFailed(err)
+	}
+	if c.out.json {
+		c.out.printJSON(info)
+		return nil
+	}
+	fmt.Fprintln(c.m.Stdout, info.ID)
+	return nil
+}
+
+func (c *sessionCommand) ls(ctx context.Context, client *sessions.Client) error {
+	list, err := client.List(ctx)
+	if err != nil {
+		return sessionFailed(err)
+	}
+	if c.out.json {
+		if list == nil {
+			list = []sessions.Info{}
+		}
+		c.out.printJSON(list)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.m.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tWORKER\tAGE\tIDLE")
+	now := time.Now()
+	for _, s := range list {
+		status := s.Status
+		if s.EndReason != "" {
+			status += " (" + s.EndReason + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, status, s.Image, s.Worker, ago(now, s.CreatedAt), ago(now, s.ActiveAt))
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(tw, "(no sessions)")
+	}
+	return tw.Flush()
+}
+
+func decoded(text, encoding string) string {
+	if encoding == "base64" {
+		b, _ := base64.StdEncoding.DecodeString(text)
+		return string(b)
+	}
+	return text
+}
+
+func (c *sessionCommand) exec(ctx context.Context, client *sessions.Client, id string, argv []string) error {
+	req := sessions.ExecRequest{Cmd: argv, Cwd: c.cwd, Env: c.env.m, Timeout: limits.Duration(c.timeout), Background: c.background}
+	res, err := client.Exec(ctx, id, uuid.NewString(), req)
+	if err != nil {
+		return sessionFailed(err)
+	}
+	if c.out.json {
+		c.out.printJSON(res)
+		return nil
+	}
+	if c.background {
+		fmt.Fprintln(c.m.Stdout, res.PID)
+		return nil
+	}
+	c.out.text(c.m.Stdout, decoded(res.Stdout, res.StdoutEncoding))
+	c.out.text(c.m.Stderr, decoded(res.Stderr, res.StderrEncoding))
+	if res.TimedOut {
+		return fail(124, "the command timed out")
+	}
+	if res.ExitCode != nil {
+		return exitWith(*res.ExitCode)
+	}
+	return nil
+}
+
+func (c *sessionCommand) runCode(ctx context.Context, client *sessions.Client, id string, args []string) error {
+	code := c.code
+	switch {
+	case code != "" && len(args) > 0:
+		return usageError("session", "session run: give -c CODE or FILE, not both")
+	case len(args) == 1 && args[0] == "-":
+		b, err := io.ReadAll(c.m.Stdin)
+		if err != nil {
+			return fail(exitUsage, "read stdin: %w", err)
+		}
+		code = string(b)
+	case len(args) == 1:
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			return usageError("session", "%v", err)
+		}
+		code = string(b)
+	case code == "":
+		return usageError("session", "session run needs -c CODE, FILE or -")
+	}
+	res, err := client.RunCode(ctx, id, uuid.NewString(), sessions.CodeRequest{Code: code, Context: c.context, Timeout: limits.Duration(c.timeout)})
+	if err != nil {
+		return sessionFailed(err)
+	}
+	if c.out.json {
+		c.out.printJSON(res)
+		return nil
+	}
+	c.out.text(c.m.Stdout, decoded(res.Stdout, res.StdoutEncoding))
+	c.out.text(c.m.Stderr, decoded(res.Stderr, res.StderrEncoding))
+	if res.Text != "" {
+		c.out.text(c.m.Stdout, res.Text+"\n")
+	}
+	if res.Error != nil {
+		c.out.text(c.m.Stderr, res.Error.Traceback)
+		return exitWith(1)
+	}
+	return nil
+}
+
+// cp copies a file into (DST is ID:PATH) or out of (SRC is) a session.
+func (c *sessionCommand) cp(ctx context.Context, client *sessions.Client, src, dst string) error {
+	sid, spath, sIn := strings.Cut(src, ":")
+	did, dpath, dIn := strings.Cut(dst, ":")
+	switch {
+	case sIn == dIn:
+		return usageError("session", "session cp: one of SRC and DST is ID:PATH, the other a local file")
+	case dIn:
+		f, err := os.Open(src)
+		if err != nil {
+			return usageError("session", "%v", err)
+		}
+		defer f.Close()
+		mode := uint32(0o644)
+		if st, err := f.Stat(); err == nil {
+			mode = uint32(st.Mode().Perm())
+		}
+		if _, err := client.WriteFile(ctx, did, uuid.NewString(), dpath, mode, f); err != nil {
+			return sessionFailed(err)
+		}
+		return nil
+	}
+	// Out: beside the target, renamed over it once whole.
+	tmp, err := os.CreateTemp(dirOf(dst), ".sandfleet-cp-*")
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := client.ReadFile(ctx, sid, spath, tmp); err != nil {
+		tmp.Close()
+		return sessionFailed(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail(exitUnavailable, "%v", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fail(exitUnavailable, "%v", err)
+	}
+	return nil
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		return path[:i+1]
+	}
+	return "."
+}

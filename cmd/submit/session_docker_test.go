@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/sessionhost"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/pkg/executor"
+)
+
+// A session through the CLI on real Docker: create, run Python twice in
+// its context, exec a command that reads a file copied in, copy a file
+// out, rm; then the session is gone (exit 1).
+func TestSessionCLIDocker(t *testing.T) {
+	t.Parallel()
+	exec := workertest.Sandbox(t, executor.Config{WorkerID: fmt.Sprintf("sess-cli-%d", os.Getpid())})
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	host, err := sessionhost.New(t.Context(), js, func(ctx context.Context, s sessionhost.StartSpec) (sessionhost.Sandbox, error) {
+		return exec.StartSession(ctx, executor.SessionSpec{ID: s.ID, Image: s.Image, Limits: s.Limits, Lifetime: s.Lifetime})
+	}, sessionhost.Config{Worker: "cli", Limits: exec.ResolveLimits, Images: exec.HasPreset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- host.Run(ctx) }()
+	defer func() { stop(); <-done }()
+
+	cli := func(stdin string, args ...string) out {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		var o, e bytes.Buffer
+		code := runCLI(ctx, append([]string{"--nats", srv.ClientURL()}, args...), strings.NewReader(stdin), &o, &e)
+		return out{code, o.String(), e.String()}
+	}
+	r := cli("", "session", "create", "--idle-timeout", "2m")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("create: %+v", r)
+	}
+	if r := cli("", "session", "run", id, "-c", "n = 20"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	if r := cli("print('side')\nn * 2 + 2\n", "session", "run", id, "-"); r.code != 0 || r.stdout != "side\n42\n" {
+		t.Fatalf("run from stdin: %+v, want side and 42", r)
+	}
+	if r := cli("", "session", "run", id, "-c", "1/0"); r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError") {
+		t.Fatalf("a raising cell: %+v, want exit 1 and the traceback", r)
+	}
+	local := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(local, []byte("from the host\n"), 0o644)
+	if r := cli("", "session", "cp", local, id+":data/in.txt"); r.code != 0 {
+		t.Fatalf("cp in: %+v", r)
+	}
+	if r := cli("", "session", "exec", id, "--", "sh", "-c", "cat data/in.txt; echo out > o.txt; exit 7"); r.code != 7 || r.stdout != "from the host\n" {
+		t.Fatalf("exec: %+v, want exit 7 and the file", r)
+	}
+	back := filepath.Join(t.TempDir(), "o.txt")
+	if r := cli("", "session", "cp", id+":o.txt", back); r.code != 0 {
+		t.Fatalf("cp out: %+v", r)
+	}
+	if b, _ := os.ReadFile(back); string(b) != "out\n" {
+		t.Errorf("copied out: %q", b)
+	}
+	if r := cli("", "session", "ls"); r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "running") {
+		t.Errorf("ls: %+v", r)
+	}
+	if r := cli("", "session", "rm", id); r.code != 0 {
+		t.Fatalf("rm: %+v", r)
+	}
+	if r := cli("", "session", "exec", id, "--", "true"); r.code != 1 || !strings.Contains(r.stderr, "ended") {
+		t.Errorf("exec after rm: %+v, want exit 1, ended", r)
+	}
+	if r := cli("", "session", "get", "nope"); r.code != 1 {
+		t.Errorf("get of an unknown session: %+v", r)
+	}
+}
