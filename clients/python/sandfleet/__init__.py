@@ -42,13 +42,19 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 __all__ = [
     "BatchItem",
+    "CodeError",
+    "CodeResult",
     "DockerSandbox",
+    "ExecResult",
+    "Files",
+    "Processes",
     "Output",
     "Result",
     "Sandbox",
     "SandboxConfig",
     "SandfleetError",
     "SandfleetTimeout",
+    "Session",
 ]
 
 __version__ = "0.1.0"
@@ -374,6 +380,49 @@ class Sandbox:
 
     # -- HTTP --------------------------------------------------------------
 
+    # -- sessions ----------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        image: Optional[str] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        files: Optional[Mapping[str, str]] = None,
+        idle_timeout: Optional[float] = None,
+        max_lifetime: Optional[float] = None,
+        labels: Optional[Mapping[str, str]] = None,
+    ) -> "Session":
+        """Start a session: a sandbox kept across calls (POST /v1/sessions).
+
+        Use it as a context manager (`with sb.create_session() as s:`) to end
+        it on the way out; idle_timeout and max_lifetime are in seconds.
+        """
+        spec: Dict[str, Any] = {"image": image or self.image}
+        for key, value in (
+            ("limits", dict(limits) if limits else None),
+            ("env", dict(env) if env else None),
+            ("files", dict(files) if files else None),
+            ("idle_timeout", _secs(idle_timeout) if idle_timeout else None),
+            ("max_lifetime", _secs(max_lifetime) if max_lifetime else None),
+            ("labels", dict(labels) if labels else None),
+        ):
+            if value is not None:
+                spec[key] = value
+        _, info = self._request("POST", "/v1/sessions", body=spec, headers={"Idempotency-Key": _new_id()})
+        return Session(self, info)
+
+    def session(self, session_id: str) -> "Session":
+        """A session made earlier, by its ID."""
+        _, info = self._request("GET", "/v1/sessions/" + _quote(session_id))
+        return Session(self, info)
+
+    def sessions(self) -> "list[Dict[str, Any]]":
+        """This token's sessions' records, running first."""
+        return self._request("GET", "/v1/sessions")[1]["sessions"]
+
+    # -- HTTP --------------------------------------------------------------
+
     def _request(
         self,
         method: str,
@@ -382,13 +431,14 @@ class Sandbox:
         query: Optional[Mapping[str, Optional[str]]] = None,
         body: Any = None,
         wait: float = 0.0,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> "tuple[int, Any]":
         data = None if body is None else json.dumps(body).encode()
-        with self._open(method, path, query=query, data=data, content_type="application/json", wait=wait) as resp:
+        with self._open(method, path, query=query, data=data, content_type="application/json", wait=wait, extra=headers) as resp:
             raw = resp.read()
             return resp.status, json.loads(raw) if raw else None
 
-    def _open(self, method, path, *, query, data, content_type, wait, read_timeout=None):
+    def _open(self, method, path, *, query, data, content_type, wait, read_timeout=None, extra=None):
         url = self.url + path
         q = {k: v for k, v in (query or {}).items() if v is not None}
         if q:
@@ -398,6 +448,7 @@ class Sandbox:
             headers["Content-Type"] = content_type
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
+        headers.update(extra or {})
         timeout = None if wait is None else self.timeout + wait
         if read_timeout is not None:
             timeout = read_timeout  # the socket's, for the connection and each read
@@ -419,6 +470,172 @@ class Sandbox:
             delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             time.sleep(max(delay, err.retry_after or 0.0))
             attempt += 1
+
+
+class ExecResult:
+    """A command's end in a session (or, started in the background, its pid)."""
+
+    def __init__(self, d: Mapping[str, Any]):
+        self.raw = dict(d)
+        self.exit_code: Optional[int] = d.get("exit_code")
+        self.signal: int = d.get("signal", 0)
+        self.timed_out: bool = d.get("timed_out", False)
+        self.stdout: str = _text(d.get("stdout", ""), d.get("stdout_encoding"))
+        self.stderr: str = _text(d.get("stderr", ""), d.get("stderr_encoding"))
+        self.truncated: bool = d.get("stdout_truncated", False) or d.get("stderr_truncated", False)
+        self.duration_ms: int = d.get("duration_ms", 0)
+        self.pid: Optional[int] = d.get("pid")
+
+    def __repr__(self) -> str:
+        return f"ExecResult(exit_code={self.exit_code!r}, stdout={self.stdout[:60]!r})"
+
+
+class CodeError(Exception):
+    """What a cell raised: name, value and traceback, as Python says them."""
+
+    def __init__(self, d: Mapping[str, Any]):
+        super().__init__(f"{d.get('name')}: {d.get('value')}")
+        self.name: str = d.get("name", "")
+        self.value: str = d.get("value", "")
+        self.traceback: str = d.get("traceback", "")
+
+
+class CodeResult:
+    """A cell's end: the trailing expression's value as text, its output,
+    and what it raised (error, a CodeError, or None)."""
+
+    def __init__(self, d: Mapping[str, Any]):
+        self.raw = dict(d)
+        self.text: Optional[str] = d.get("text")
+        self.stdout: str = _text(d.get("stdout", ""), d.get("stdout_encoding"))
+        self.stderr: str = _text(d.get("stderr", ""), d.get("stderr_encoding"))
+        self.error: Optional[CodeError] = CodeError(d["error"]) if d.get("error") else None
+        self.reset: bool = d.get("reset", False)
+        self.timed_out: bool = d.get("timed_out", False)
+
+    def __repr__(self) -> str:
+        return f"CodeResult(text={self.text!r}, error={self.error!r})"
+
+
+class Session:
+    """A sandbox kept across calls. Made by Sandbox.create_session."""
+
+    def __init__(self, sandbox: "Sandbox", info: Mapping[str, Any]):
+        self._sb = sandbox
+        self.id: str = info["id"]
+        self.info: Dict[str, Any] = dict(info)
+        self._path = "/v1/sessions/" + _quote(self.id)
+        self.files = Files(self)
+        self.processes = Processes(self)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _call(self, method: str, rel: str, body: Any = None, *, wait: float = 0.0, query=None) -> Any:
+        headers = {"Idempotency-Key": _new_id()} if method != "GET" else None
+        return self._sb._request(method, self._path + rel, body=body, wait=wait, query=query, headers=headers)[1]
+
+    def exec(
+        self,
+        cmd: "str | Sequence[str]",
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[str] = None,
+        timeout: Optional[float] = None,
+        background: bool = False,
+    ) -> ExecResult:
+        """Run a command: a string goes to /bin/sh -c, a list is an argv."""
+        body: Dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"cmd": list(cmd)}
+        for key, value in (("cwd", cwd), ("env", dict(env) if env else None), ("stdin", stdin),
+                           ("timeout", _secs(timeout) if timeout else None), ("background", background or None)):
+            if value is not None:
+                body[key] = value
+        return ExecResult(self._call("POST", "/exec", body, wait=timeout or 600.0))
+
+    def run_code(self, code: str, *, context: Optional[str] = None, timeout: Optional[float] = None) -> CodeResult:
+        """Run a cell in a stateful Python context (default "default")."""
+        body: Dict[str, Any] = {"code": code}
+        if context:
+            body["context"] = context
+        if timeout:
+            body["timeout"] = _secs(timeout)
+        return CodeResult(self._call("POST", "/code", body, wait=timeout or 600.0))
+
+    def keepalive(self) -> Dict[str, Any]:
+        """Count as a call: the idle timeout starts again."""
+        self.info = self._call("POST", "/keepalive")
+        return self.info
+
+    def refresh(self) -> Dict[str, Any]:
+        """The session's record as it is now."""
+        self.info = self._call("GET", "")
+        return self.info
+
+    def close(self) -> None:
+        """End the session. Ending one that has ended already is no error."""
+        try:
+            self.info = self._call("DELETE", "")
+        except SandfleetError as e:
+            if e.code not in ("gone", "not_found"):
+                raise
+
+
+class Files:
+    """A session's files: paths are relative to /workspace, or under /tmp."""
+
+    def __init__(self, session: Session):
+        self._s = session
+
+    def read(self, path: str) -> bytes:
+        with self._s._sb._open("GET", self._s._path + "/files/" + urllib.parse.quote(path), query=None, data=None,
+                               content_type="", wait=0.0) as resp:
+            return resp.read()
+
+    def write(self, path: str, data: "bytes | str", *, mode: Optional[int] = None) -> Dict[str, Any]:
+        raw = data.encode() if isinstance(data, str) else data
+        query = {"mode": format(mode, "o")} if mode is not None else None
+        with self._s._sb._open("PUT", self._s._path + "/files/" + urllib.parse.quote(path), query=query, data=raw,
+                               content_type="application/octet-stream", wait=0.0,
+                               extra={"Idempotency-Key": _new_id()}) as resp:
+            return json.loads(resp.read())
+
+    def list(self, path: str = ".") -> "list[Dict[str, Any]]":
+        return self._s._call("GET", "/files", query={"dir": path})["entries"]
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self._s._call("DELETE", "/files/" + urllib.parse.quote(path), query={"recursive": "true"} if recursive else None)
+
+
+class Processes:
+    """A session's background processes (started with exec(..., background=True))."""
+
+    def __init__(self, session: Session):
+        self._s = session
+
+    def list(self) -> "list[Dict[str, Any]]":
+        return self._s._call("GET", "/processes")["processes"]
+
+    def output(self, pid: int, *, since: int = 0, wait: Optional[float] = None) -> Dict[str, Any]:
+        """Its output from offset since; with wait, after waiting up to wait
+        seconds for it to end. The answer's "next" is the offset to ask next."""
+        query = {"since": str(since), "wait": _secs(wait) if wait else None}
+        d = self._s._call("GET", f"/processes/{pid}", query=query, wait=wait or 0.0)
+        d["output"] = _text(d.get("output", ""), d.get("output_encoding"))
+        return d
+
+    def signal(self, pid: int, signal: int = 15) -> None:
+        self._s._call("POST", f"/processes/{pid}/signal", {"signal": signal})
+
+    def stdin(self, pid: int, data: "bytes | str", *, eof: bool = False) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        with self._s._sb._open("POST", self._s._path + f"/processes/{pid}/stdin", query={"eof": "true"} if eof else None,
+                               data=raw, content_type="application/octet-stream", wait=0.0,
+                               extra={"Idempotency-Key": _new_id()}) as resp:
+            resp.read()
 
 
 class Stream:
