@@ -70,6 +70,7 @@ type options struct {
 	consoleJobs  int
 	consoleViews int
 	consoleOnly  bool
+	sessionsOnly bool
 
 	// (h), workspace.go
 	image          string
@@ -111,6 +112,7 @@ func run(args []string) error {
 	fs.IntVar(&o.consoleJobs, "console-jobs", 100_000, "finished jobs the console's pages are timed over in (o)")
 	fs.IntVar(&o.consoleViews, "console-views", 20, "views of each page in (o)")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run (o), the console's pages, alone")
+	fs.BoolVar(&o.sessionsOnly, "sessions-only", false, "run (s), sessions' time to interactive and round trips, alone")
 	definePerf2Flags(fs, &o.perf2Options)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,6 +132,15 @@ func run(args []string) error {
 		p2 := runPerf2(ctx, o)
 		p2.print(os.Stdout)
 		return p2.err()
+	}
+	if o.sessionsOnly {
+		step("(s) sessions: %d creates and %d calls, and the same by hand with docker", o.n, 5*o.n)
+		f, err := sessionsPhase(ctx, o)
+		if err != nil {
+			return fmt.Errorf("(s): %w", err)
+		}
+		f.print(os.Stdout)
+		return nil
 	}
 	if o.consoleOnly {
 		load0, start := loadAvg(), time.Now()
@@ -160,6 +171,7 @@ func run(args []string) error {
 
 	var p2 *perf2
 	var events *streaming
+	var sess *sessionFigures
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -199,6 +211,10 @@ func run(args []string) error {
 				return fmt.Errorf("(h): %w", err)
 			}
 		}
+		step("(s) sessions: %d creates and %d calls, and the same by hand with docker", o.n, 5*o.n)
+		if sess, err = sessionsPhase(ctx, o); err != nil {
+			return fmt.Errorf("(s): %w", err)
+		}
 		if o.perf2 {
 			p2 = runPerf2(ctx, o)
 		}
@@ -220,6 +236,7 @@ func run(args []string) error {
 	r.took = time.Since(start)
 	r.print(os.Stdout)
 	events.print(os.Stdout, o.quietCode)
+	sess.print(os.Stdout)
 	cons.print(os.Stdout)
 	if p2 != nil {
 		p2.reportR = r
