@@ -235,7 +235,10 @@ func TestEmbeddedRefusesReadableCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = serve(t.Context(), t.Context(), o, slog.New(slog.NewTextHandler(io.Discard, nil)), &fakeexec.Executor{})
+	// A worker that starts anyway stops after a while, and fails the test.
+	stop, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = serve(stop, stop, o, slog.New(slog.NewTextHandler(io.Discard, nil)), &fakeexec.Executor{})
 	if !errors.Is(err, natsembed.ErrCredentialsMode) || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("serve: %v, want a refusal naming chmod 600", err)
 	}
