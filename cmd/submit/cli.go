@@ -128,7 +128,7 @@ func (m *Main) command(name string) command {
 func (m *Main) globalFlags() *pflag.FlagSet {
 	fs := cmdline.NewFlagSet("submit")
 	fs.StringVar(&m.natsURL, "nats", "", natsconn.URLHelp)
-	fs.StringVar(&m.creds, "credentials", os.Getenv(envCredentials), "USER:PASSWORD `FILE` to connect with (default $"+envCredentials+"; with the default URL, ./"+defaultCredentials+" when it is there: what worker --embedded writes in its --data-dir)")
+	fs.StringVar(&m.creds, "credentials", os.Getenv(envCredentials), "`FILE` of USER:PASSWORD, or a NATS credentials file, to connect with (default $"+envCredentials+"; with the default URL, ./"+defaultCredentials+" when it is there: what worker --embedded writes in its --data-dir)")
 	fs.StringVar(&m.tenant, "tenant", os.Getenv("SANDFLEET_TENANT"), "act as tenant `NAME` of the fleet (its credentials in the URL): job IDs and workspaces become NAME.<id>, NAME.<workspace>; default $SANDFLEET_TENANT")
 	return fs
 }
@@ -294,11 +294,11 @@ func (m *Main) credentials(url string) ([]nats.Option, error) {
 	} else if strings.Contains(url, "@") {
 		return nil, usageError("", "--credentials and a user in --nats or $%s exclude each other", natsconn.EnvURL)
 	}
-	user, password, err := natscreds.Read(path)
+	opt, err := natscreds.Option(path)
 	if err != nil {
 		return nil, usageError("", "--credentials: %v", err)
 	}
-	return []nats.Option{nats.UserInfo(user, password)}, nil
+	return []nats.Option{opt}, nil
 }
 
 // connect opens the job client on --nats; close closes its connection.
