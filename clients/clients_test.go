@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
@@ -168,7 +169,14 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 	})
 
 	natsAddr, httpAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	start(t, "worker", "--embedded", "--listen", natsAddr, "--data-dir", t.TempDir(), "--http", "",
+	// The embedded server's credentials, made before the worker starts
+	// (it uses them as they are) so that the gateway has them at once.
+	dataDir := t.TempDir()
+	_, user, password, err := natsembed.Credentials(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, "worker", "--embedded", "--listen", natsAddr, "--data-dir", dataDir, "--http", "",
 		"--slots", "2", "--pool", "1", "--id", "clients-e2e")
 	secret, line, err := gateway.NewToken("seed-example", nil)
 	if err != nil {
@@ -178,7 +186,7 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(line+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gwLog := start(t, "gateway", "--nats", "nats://"+natsAddr, "--listen", httpAddr, "--tokens", tokens)
+	gwLog := start(t, "gateway", "--nats", "nats://"+user+":"+password+"@"+natsAddr, "--listen", httpAddr, "--tokens", tokens)
 	url := "http://" + httpAddr
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -29,7 +32,7 @@ const (
 	exitInterrupted = 130 // interrupted while waiting; the job goes on
 )
 
-const usageText = `usage: submit [--nats URL] <command> [flags] [args]
+const usageText = `usage: submit [--nats URL] [--credentials FILE] <command> [flags] [args]
 
 Sends jobs to a sandfleet fleet and reads their results.
 
@@ -77,6 +80,7 @@ type Main struct {
 	IsTerminal func(w io.Writer) bool
 
 	natsURL string   // --nats, a global flag
+	creds   string   // --credentials, a global flag
 	tenant  string   // --tenant, a global flag
 	args    []string // the command line, for batch's resume command
 }
@@ -124,6 +128,7 @@ func (m *Main) command(name string) command {
 func (m *Main) globalFlags() *pflag.FlagSet {
 	fs := cmdline.NewFlagSet("submit")
 	fs.StringVar(&m.natsURL, "nats", "", natsconn.URLHelp)
+	fs.StringVar(&m.creds, "credentials", os.Getenv(envCredentials), "`FILE` of USER:PASSWORD, or a NATS credentials file, to connect with (default $"+envCredentials+"; with the default URL, ./"+defaultCredentials+" when it is there: what worker --embedded writes in its --data-dir)")
 	fs.StringVar(&m.tenant, "tenant", os.Getenv("SANDFLEET_TENANT"), "act as tenant `NAME` of the fleet (its credentials in the URL): job IDs and workspaces become NAME.<id>, NAME.<workspace>; default $SANDFLEET_TENANT")
 	return fs
 }
@@ -266,17 +271,53 @@ func (m *Main) warnf(format string, args ...any) {
 	fmt.Fprintf(m.Stderr, "submit: "+format+"\n", args...)
 }
 
+// envCredentials names the environment variable of --credentials.
+const envCredentials = "SANDFLEET_NATS_CREDENTIALS"
+
+// defaultCredentials is where the credentials of `worker --embedded`, run
+// with its default --data-dir in this directory (make run), are.
+var defaultCredentials = filepath.Join("data", natscreds.File)
+
+// credentials returns the options that connect to url with --credentials,
+// or, when url is the default one, which worker --embedded serves, with
+// its credentials in ./data if they are there.
+func (m *Main) credentials(url string) ([]nats.Option, error) {
+	path := m.creds
+	if path == "" {
+		if url != nats.DefaultURL {
+			return nil, nil
+		}
+		if _, err := os.Stat(defaultCredentials); err != nil {
+			return nil, nil
+		}
+		path = defaultCredentials
+	} else if strings.Contains(url, "@") {
+		return nil, usageError("", "--credentials and a user in --nats or $%s exclude each other", natsconn.EnvURL)
+	}
+	opt, err := natscreds.Option(path)
+	if err != nil {
+		return nil, usageError("", "--credentials: %v", err)
+	}
+	return []nats.Option{opt}, nil
+}
+
 // connect opens the job client on --nats; close closes its connection.
 func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), err error) {
 	url := natsconn.ServerURL(m.natsURL)
 	cfg := natsconn.Config{URL: url, Name: "sandfleet-submit"}
+	if cfg.Extra, err = m.credentials(url); err != nil {
+		return nil, nil, err
+	}
 	if m.tenant != "" {
 		if !jobs.ValidTenant(m.tenant) {
 			return nil, nil, usageError("", "--tenant %q must match [a-z0-9][a-z0-9-]{0,31}", m.tenant)
 		}
-		cfg.Extra = jobs.TenantOptions(m.tenant)
+		cfg.Extra = append(cfg.Extra, jobs.TenantOptions(m.tenant)...)
 	}
 	nc, js, err := natsconn.JetStream(cfg)
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, nil, fail(exitUnavailable, "%w (the server wants credentials: --credentials FILE, or a user in --nats / NATS_URL; worker --embedded writes them to DATA-DIR/%s)", err, natscreds.File)
+	}
 	if err != nil {
 		return nil, nil, fail(exitUnavailable, "%w (start a worker with --embedded, or set --nats / NATS_URL)", err)
 	}

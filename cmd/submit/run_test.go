@@ -151,7 +151,7 @@ func TestHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"usage: submit [--nats URL] <command>", "Commands:", "batch FILE.jsonl", "--nats URL", "$NATS_URL", "Exit codes"}},
+		{[]string{"--help"}, []string{"usage: submit [--nats URL] [--credentials FILE] <command>", "Commands:", "batch FILE.jsonl", "--nats URL", "$NATS_URL", "Exit codes"}},
 		{[]string{"help"}, []string{"Commands:"}},
 		{[]string{"-h"}, []string{"Commands:"}},
 		{[]string{"run", "--help"}, []string{"Runs one job", "-c, --code CODE", "--memory SIZE", "--detach", "--raw", "--json", "Global flags:", "--nats URL"}},

@@ -102,7 +102,15 @@ func startProc(t *testing.T, name string, args []string, env ...string) *proc {
 // startBinary is startProc for the worker binary at bin.
 func startBinary(t *testing.T, bin, name string, args []string, env ...string) *proc {
 	t.Helper()
+	return startBinaryIn(t, "", bin, name, args, env...)
+}
+
+// startBinaryIn is startBinary in the working directory dir ("" for the
+// test's).
+func startBinaryIn(t *testing.T, dir, bin, name string, args []string, env ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, logs: &testutil.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs

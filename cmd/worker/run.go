@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -33,7 +34,7 @@ import (
 // it is not, cmdline.Version reads what the Go toolchain recorded.
 var version string
 
-const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR]]
+const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-dir DIR] [--no-credentials]]
               [--queue NAME[:WEIGHT]]... [--slots N] [--pool N] [--pool-max N] [--id NAME] [--config FILE]
               [--metrics ADDR] [--grace D] [--http ADDR [--tokens FILE]]
               [cap flags] [fleet-wide flags]
@@ -71,6 +72,7 @@ type fileConfig struct {
 type options struct {
 	natsURL, listen, dataDir string
 	embedded                 bool
+	noCredentials            bool          // --no-credentials: the embedded server takes anyone
 	queue                    []string      // --queue as given
 	lanes                    []worker.Lane // --queue parsed
 	configFile               string
@@ -111,7 +113,8 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.natsURL, "nats", "", natsconn.URLHelp)
 	fs.BoolVar(&o.embedded, "embedded", false, "run an in-process NATS JetStream server instead of connecting to --nats")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:4222", "with --embedded: `ADDR` the server listens on")
-	fs.StringVar(&o.dataDir, "data-dir", "./data", "with --embedded: `DIR` of the JetStream file store (queued jobs and results survive restarts)")
+	fs.StringVar(&o.dataDir, "data-dir", "./data", "with --embedded: `DIR` of the JetStream file store (queued jobs and results survive restarts) and of "+natscreds.File+", the server's USER:PASSWORD (made at the first start, mode 0600)")
+	fs.BoolVar(&o.noCredentials, "no-credentials", false, "with --embedded: the NATS server takes connections without credentials, so any local process may read, forge and delete jobs and results (loopback --listen only)")
 	fs.StringArrayVar(&o.queue, "queue", []string{jobs.DefaultQueue}, "queue `NAME[:WEIGHT]` to serve (subjects jobs.NAME.<id>); repeat it for priority lanes, the heaviest served first, e.g. --queue interactive:10 --queue batch:1 (weight default 1)")
 	fs.IntVar(&o.slots, "slots", runtime.NumCPU(), "run `N` jobs at once (default the number of CPUs)")
 	fs.IntVar(&o.pool, "pool", 0, "keep `N` warm sandboxes per preset image, each used once (default --slots; 0 turns the pool off)")
@@ -186,8 +189,11 @@ func parseFlags(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, cmdline.Usagef("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if !o.embedded && (fs.Changed("listen") || fs.Changed("data-dir")) {
-		return nil, cmdline.Usagef("--listen and --data-dir go with --embedded")
+	if !o.embedded && (fs.Changed("listen") || fs.Changed("data-dir") || fs.Changed("no-credentials")) {
+		return nil, cmdline.Usagef("--listen, --data-dir and --no-credentials go with --embedded")
+	}
+	if o.embedded && o.noCredentials && !natsembed.Loopback(o.listen) {
+		return nil, cmdline.Usagef("--listen %s is not a loopback address: there the NATS server needs its credentials (drop --no-credentials)", o.listen)
 	}
 	if o.embedded && fs.Changed("nats") {
 		return nil, cmdline.Usagef("--nats and --embedded exclude each other")
@@ -310,7 +316,19 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
-		srv, err := natsembed.Start(natsembed.Options{Listen: o.listen, StoreDir: o.dataDir})
+		so := natsembed.Options{Listen: o.listen, StoreDir: o.dataDir}
+		credentials := "none"
+		if !o.noCredentials {
+			path, user, password, err := natsembed.Credentials(o.dataDir)
+			if errors.Is(err, natsembed.ErrCredentialsMode) || errors.Is(err, natscreds.ErrBad) {
+				return cmdline.Usagef("--data-dir: %w", err)
+			}
+			if err != nil {
+				return fmt.Errorf("--data-dir: %w", err)
+			}
+			so.User, so.Password, credentials = user, password, path
+		}
+		srv, err := natsembed.Start(so)
 		if err != nil {
 			return err
 		}
@@ -318,8 +336,13 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			srv.Shutdown()
 			srv.WaitForShutdown()
 		}()
-		url = srv.ClientURL()
-		log.Info("embedded NATS JetStream server started", "url", url, "data_dir", o.dataDir)
+		url = natsembed.ClientURL(srv, so)
+		log.Info("embedded NATS JetStream server started", "url", srv.ClientURL(), "data_dir", o.dataDir, "credentials", credentials)
+		if o.noCredentials {
+			log.Warn("the embedded NATS server takes connections without credentials (--no-credentials): any local process may read, forge and delete jobs and results")
+		} else if !natsembed.Loopback(o.listen) {
+			log.Warn("the embedded NATS server listens beyond this machine without TLS: its password and the jobs cross the network in clear", "listen", o.listen)
+		}
 	}
 	nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
 	if err != nil {

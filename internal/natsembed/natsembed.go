@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -25,6 +26,10 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	// Default 10s.
 	ReadyTimeout time.Duration
+	// User and Password, when Password is set, are the only credentials
+	// the server takes (see Credentials); without them it takes any
+	// connection, as the tests' servers do.
+	User, Password string
 }
 
 // Start starts the server and waits until it accepts connections. The
@@ -35,6 +40,9 @@ func Start(o Options) (*server.Server, error) {
 	}
 	if o.StoreDir == "" {
 		return nil, errors.New("natsembed: StoreDir is required")
+	}
+	if o.Password != "" && o.User == "" {
+		return nil, errors.New("natsembed: a Password needs a User")
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 10 * time.Second
@@ -54,6 +62,8 @@ func Start(o Options) (*server.Server, error) {
 		StoreDir:   o.StoreDir,
 		MaxPayload: MaxPayload,
 		NoSigs:     true,
+		Username:   o.User,
+		Password:   o.Password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: %w", err)
@@ -64,4 +74,15 @@ func Start(o Options) (*server.Server, error) {
 		return nil, fmt.Errorf("natsembed: server on %s not ready after %s", o.Listen, o.ReadyTimeout)
 	}
 	return s, nil
+}
+
+// ClientURL is the URL of s with the user and password of o in it: what a
+// client of the same process connects with.
+func ClientURL(s *server.Server, o Options) string {
+	u, err := url.Parse(s.ClientURL())
+	if err != nil || o.Password == "" {
+		return s.ClientURL()
+	}
+	u.User = url.UserPassword(o.User, o.Password)
+	return u.String()
 }

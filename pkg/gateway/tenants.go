@@ -3,12 +3,11 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -109,7 +108,7 @@ func DialTenant(cfg natsconn.Config, t, credsFile string, topo jobs.Topology) (C
 	if !jobs.ValidTenant(t) {
 		return Conn{}, fmt.Errorf("tenant %q must match [a-z0-9][a-z0-9-]{0,31}", t)
 	}
-	auth, err := tenantAuth(credsFile)
+	auth, err := natscreds.Option(credsFile)
 	if err != nil {
 		return Conn{}, fmt.Errorf("tenant %s: %w", t, err)
 	}
@@ -125,24 +124,4 @@ func DialTenant(cfg natsconn.Config, t, credsFile string, topo jobs.Topology) (C
 		return Conn{}, err
 	}
 	return Conn{Client: client, NC: nc}, nil
-}
-
-// credsHeader starts a NATS credentials file.
-const credsHeader = "-----BEGIN NATS USER JWT-----"
-
-// tenantAuth reads a tenant's credentials file (see DialTenant).
-func tenantAuth(path string) (nats.Option, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if strings.Contains(string(data), credsHeader) {
-		return nats.UserCredentials(path), nil
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	user, password, ok := strings.Cut(strings.TrimSpace(line), ":")
-	if !ok || user == "" || password == "" {
-		return nil, fmt.Errorf("%s: want a NATS credentials file or one line USER:PASSWORD", path)
-	}
-	return nats.UserInfo(user, password), nil
 }

@@ -17,6 +17,10 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
+// handBackDelay is the delay of a hand-back's nak (verdictNak): the least
+// there is, so that the server stores the hand-back (see settle).
+const handBackDelay = time.Nanosecond
+
 // verdict is what happens to a message once its job is handled.
 type verdict int
 
@@ -94,7 +98,14 @@ func (w *Worker) settle(msg jetstream.Msg, d decision, log *slog.Logger) {
 	case verdictTerm:
 		err = msg.TermWithReason(d.reason)
 	case verdictNak:
-		err = msg.Nak()
+		// A plain nak only queues the job for redelivery in the server's
+		// memory: a server stopped right after it (worker --embedded,
+		// whose server stops with the worker; a cluster's consumer leader
+		// moving) forgets it, and the job then waits out its lease. A nak
+		// with a delay is stored with the consumer's state instead, as a
+		// lease that has run out, so the job goes out again at once and
+		// still does after the server restarts.
+		err = msg.NakWithDelay(handBackDelay)
 	case verdictNakDelay:
 		err = msg.NakWithDelay(w.cfg.NakDelay)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -49,6 +50,12 @@ func startWorker(ctx context.Context, o options, name string, args ...string) (_
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	// The server's credentials, made here for the worker to use as they are.
+	_, user, password, err := natsembed.Credentials(filepath.Join(dir, "data"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	w.cmd = exec.Command(o.workerBin, append([]string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
 		"--id", w.id, "--log-level", "warn"}, args...)...)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
@@ -73,7 +80,7 @@ func startWorker(ctx context.Context, o options, name string, args ...string) (_
 		logf.Close()
 		os.RemoveAll(dir)
 	}
-	if w.nc, w.cli, err = connect(ctx, "nats://"+addr, exited); err != nil {
+	if w.nc, w.cli, err = connect(ctx, "nats://"+user+":"+password+"@"+addr, exited); err != nil {
 		err = w.fail(err)
 		w.stop()
 		return nil, err

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -83,6 +84,10 @@ func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
 		return nil, err
 	}
 	defer logf.Close()
+	_, user, password, err := natsembed.Credentials(filepath.Join(dir, "data"))
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(o.workerBin, append([]string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
 		"--id", "bench-ws-" + strconv.Itoa(os.Getpid()), "--slots", "2", "--pool", "2", "--log-level", "warn"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -107,7 +112,7 @@ func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
 		}
 		return fmt.Errorf("%w\nworker log (tail):\n%s", err, log)
 	}
-	nc, cli, err := connect(ctx, "nats://"+addr, exited)
+	nc, cli, err := connect(ctx, "nats://"+user+":"+password+"@"+addr, exited)
 	if err != nil {
 		return nil, fail(err)
 	}
