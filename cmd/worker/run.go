@@ -230,8 +230,11 @@ func parseFlags(args []string) (*options, error) {
 	}
 	// Each running and warm sandbox holds a uid: a range smaller than the
 	// worker's own sandboxes leaves its slots without one.
-	if n := uint64(o.uids.Last-o.uids.First) + 1; n < uint64(o.slots+o.poolMax) {
-		return nil, cmdline.Usagef("--sandbox-uids %s: %d uids, want at least --slots + --pool-max (%d), and room for the other workers' on the engine", o.uids, n, o.slots+o.poolMax)
+	if o.sessions < 0 {
+		return nil, cmdline.Usagef("--sessions %d: want 0 (none) or more", o.sessions)
+	}
+	if n, want := uint64(o.uids.Last-o.uids.First)+1, uint64(o.slots+o.poolMax+o.sessions); n < want {
+		return nil, cmdline.Usagef("--sandbox-uids %s: %d uids, want at least --slots + --pool-max + --sessions (%d), and room for the other workers' on the engine", o.uids, n, want)
 	}
 	if err := o.http.resolve(fs, o.embedded); err != nil {
 		return nil, err

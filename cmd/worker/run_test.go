@@ -38,6 +38,8 @@ func TestParseFlags(t *testing.T) {
 		{"--sandbox-uids", "0-100"},
 		{"--sandbox-uids", "100000"},
 		{"--sandbox-uids", "100000-100003", "--slots", "2", "--pool", "2"}, // 4 uids, 2 + 8 sandboxes
+		{"--sandbox-uids", "100000-100011", "--slots", "2", "--pool", "2", "--pool-max", "2", "--sessions", "9"}, // 12 uids, 2 + 2 + 9
+		{"--sessions", "-1"},
 	}
 	for _, args := range bad {
 		if _, err := parseFlags(args); !errors.Is(err, cmdline.ErrUsage) {
