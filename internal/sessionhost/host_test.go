@@ -1,0 +1,188 @@
+package sessionhost_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/sessionhost"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// fakeSandbox answers exec with the number of runs so far; it stands in
+// for pkg/executor's Session at the host's one boundary.
+type fakeSandbox struct {
+	runs   *atomic.Int64
+	done   chan struct{}
+	once   sync.Once
+	closed atomic.Bool
+}
+
+var _ sessionhost.Sandbox = (*fakeSandbox)(nil)
+
+func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Reply, error) {
+	select {
+	case <-f.done:
+		return nil, errors.New("ended")
+	default:
+	}
+	if req.Op != envelope.OpExec {
+		return &envelope.Reply{ID: req.ID}, nil
+	}
+	n := int(f.runs.Add(1))
+	return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Join(req.Argv, " "))}, nil
+}
+func (f *fakeSandbox) Close(context.Context) { f.closed.Store(true); f.end() }
+func (f *fakeSandbox) end()                  { f.once.Do(func() { close(f.done) }) }
+func (f *fakeSandbox) Done() <-chan struct{} { return f.done }
+func (f *fakeSandbox) Why() string           { return "" }
+func (f *fakeSandbox) ImageID() string       { return "sha256:fake" }
+
+type bundle struct {
+	client *sessions.Client
+	boxes  chan *fakeSandbox
+	runs   *atomic.Int64
+}
+
+func setup(t *testing.T, cfg sessionhost.Config) *bundle {
+	t.Helper()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	b := &bundle{boxes: make(chan *fakeSandbox, 16), runs: &atomic.Int64{}}
+	start := func(context.Context, sessionhost.StartSpec) (sessionhost.Sandbox, error) {
+		f := &fakeSandbox{runs: b.runs, done: make(chan struct{})}
+		b.boxes <- f
+		return f, nil
+	}
+	if cfg.Limits == nil {
+		cfg.Limits = func(l limits.Limits) (limits.Limits, error) { return limits.Resolve(l, limits.Default(), limits.DefaultCaps()) }
+	}
+	h, err := sessionhost.New(t.Context(), js, start, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	_, cjs := natstest.Connect(t, srv.ClientURL())
+	if b.client, err = sessions.NewClient(t.Context(), cjs, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	// Run subscribes in its goroutine: wait until a create is answered.
+	testutil.Eventually(t, 10*time.Second, "the host listening", func() bool {
+		s, err := b.client.Create(t.Context(), sessions.Spec{})
+		if err == nil {
+			b.client.Delete(t.Context(), s.ID)
+		}
+		return err == nil
+	})
+	return b
+}
+
+// A session is its owner's: another owner's calls and reads are as for a
+// session that does not exist.
+func TestOwnerOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory := b.client.As("mallory")
+	if _, err := mallory.Get(ctx, s.ID); !errors.Is(err, sessions.ErrNotFound) {
+		t.Errorf("another owner's Get: %v", err)
+	}
+	if _, err := mallory.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"id"}}); !errors.Is(err, sessions.ErrNotFound) {
+		t.Errorf("another owner's Exec: %v", err)
+	}
+	if list, err := mallory.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("another owner's List: %v %v", list, err)
+	}
+	if _, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"id"}}); err != nil {
+		t.Errorf("the owner's Exec: %v", err)
+	}
+}
+
+// A retried call with the same key gets the first answer and runs
+// nothing again; another key runs again.
+func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	s, _ := b.client.Create(ctx, sessions.Spec{})
+	before := b.runs.Load()
+	r1, _ := b.client.Exec(ctx, s.ID, "k1", sessions.ExecRequest{Cmd: []string{"append"}})
+	r2, _ := b.client.Exec(ctx, s.ID, "k1", sessions.ExecRequest{Cmd: []string{"append"}})
+	r3, _ := b.client.Exec(ctx, s.ID, "k2", sessions.ExecRequest{Cmd: []string{"append"}})
+	if got := b.runs.Load() - before; got != 2 || *r1.ExitCode != *r2.ExitCode || *r3.ExitCode == *r1.ExitCode {
+		t.Errorf("%d runs, answers %d %d %d: want 2 runs, the retry answered as the first", got, *r1.ExitCode, *r2.ExitCode, *r3.ExitCode)
+	}
+}
+
+// A full host stops taking creates: the next is ErrFull at once; room
+// again once one ends.
+func TestCapacity(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w", Max: 1})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := b.client.Create(ctx, sessions.Spec{}); !errors.Is(err, sessions.ErrFull) {
+		t.Fatalf("a create past Max: %v, want ErrFull", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refused after %s: want at once", d)
+	}
+	if _, err := b.client.Delete(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "room again", func() bool {
+		_, err := b.client.Create(ctx, sessions.Spec{})
+		return err == nil
+	})
+}
+
+// Idle past its timeout, a session ends and its record says so; a call
+// then is ErrGone. A sandbox that ends by itself is lost.
+func TestIdleAndLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	idle, _ := b.client.Create(ctx, sessions.Spec{IdleTimeout: limits.Duration(time.Second)})
+	testutil.Eventually(t, 20*time.Second, "the idle session ended", func() bool {
+		info, err := b.client.Get(ctx, idle.ID)
+		return err == nil && info.Status == sessions.StatusEnded && info.EndReason == sessions.EndIdle
+	})
+	if _, err := b.client.Exec(ctx, idle.ID, "", sessions.ExecRequest{Cmd: []string{"x"}}); !errors.Is(err, sessions.ErrGone) {
+		t.Errorf("a call to the idle-ended session: %v, want ErrGone", err)
+	}
+	for len(b.boxes) > 0 {
+		<-b.boxes
+	}
+	lost, _ := b.client.Create(ctx, sessions.Spec{})
+	(<-b.boxes).end() // its sandbox ends by itself
+	testutil.Eventually(t, 20*time.Second, "the session lost", func() bool {
+		info, err := b.client.Get(ctx, lost.ID)
+		return err == nil && info.EndReason == sessions.EndLost
+	})
+	if _, err := b.client.Create(ctx, sessions.Spec{MaxLifetime: limits.Duration(48 * time.Hour)}); !errors.Is(err, sessions.ErrInvalid) {
+		t.Errorf("max_lifetime over the cap: %v, want ErrInvalid", err)
+	}
+	if _, err := b.client.Create(ctx, sessions.Spec{Limits: limits.Limits{Memory: 64 * limits.GiB}}); !errors.Is(err, sessions.ErrInvalid) ||
+		!strings.Contains(err.Error(), "memory") {
+		t.Errorf("limits over the caps: %v, want ErrInvalid naming memory", err)
+	}
+}
