@@ -142,6 +142,7 @@ func New(ctx context.Context, js jetstream.JetStream, start Starter, cfg Config)
 
 // Run serves until ctx ends, then ends every session the host holds.
 func (h *Host) Run(ctx context.Context) error {
+	h.markLost(ctx)
 	h.mu.Lock()
 	err := h.listenLocked()
 	h.mu.Unlock()
@@ -157,6 +158,33 @@ func (h *Host) Run(ctx context.Context) error {
 			return nil
 		case now := <-tick.C:
 			h.expire(now)
+		}
+	}
+}
+
+// markLost records the sessions an earlier run of this worker held as
+// lost: their sandboxes ended with it (the reaper removes what is left).
+func (h *Host) markLost(ctx context.Context) {
+	keys, err := h.kv.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	defer keys.Stop()
+	for k := range keys.Keys() {
+		e, err := h.kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var info sessions.Info
+		if json.Unmarshal(e.Value(), &info) != nil || info.Worker != h.cfg.Worker || info.Status != sessions.StatusRunning {
+			continue
+		}
+		now := time.Now().UTC()
+		info.Status, info.EndReason, info.EndedAt = sessions.StatusEnded, sessions.EndLost, &now
+		if b, err := json.Marshal(info); err == nil {
+			if _, err := h.kv.Update(ctx, k, b, e.Revision()); err == nil {
+				h.log.Info("a session of this worker's earlier run is lost", "session_id", k)
+			}
 		}
 	}
 }

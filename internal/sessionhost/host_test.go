@@ -2,6 +2,7 @@ package sessionhost_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -184,5 +185,41 @@ func TestIdleAndLost(t *testing.T) {
 	if _, err := b.client.Create(ctx, sessions.Spec{Limits: limits.Limits{Memory: 64 * limits.GiB}}); !errors.Is(err, sessions.ErrInvalid) ||
 		!strings.Contains(err.Error(), "memory") {
 		t.Errorf("limits over the caps: %v, want ErrInvalid naming memory", err)
+	}
+}
+
+// A worker that starts again records the sessions of its earlier run as
+// lost: their sandboxes ended with it.
+func TestRestartMarksLost(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	kv, err := sessionhost.EnsureBucket(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(id, worker, status string) {
+		b, _ := json.Marshal(sessions.Info{ID: id, Worker: worker, Status: status, Owner: "alice"})
+		if _, err := kv.Put(t.Context(), id, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("mine", "w", sessions.StatusRunning)
+	put("theirs", "other", sessions.StatusRunning)
+	h, err := sessionhost.New(t.Context(), js, nil, sessionhost.Config{Worker: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() { stop(); <-done }()
+	c, _ := sessions.NewClient(t.Context(), js, "alice")
+	testutil.Eventually(t, 10*time.Second, "mine recorded lost", func() bool {
+		info, err := c.Get(t.Context(), "mine")
+		return err == nil && info.EndReason == sessions.EndLost
+	})
+	if info, _ := c.Get(t.Context(), "theirs"); info.Status != sessions.StatusRunning {
+		t.Errorf("another worker's session: %+v, want it left running", info)
 	}
 }
