@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -179,15 +181,52 @@ type WorkspaceStep struct {
 	Revision  int64 `json:"revision"`
 	SizeBytes int64 `json:"size_bytes,omitempty"` // the snapshot's size (a tar)
 	Files     int   `json:"files,omitempty"`      // entries: files, directories, links
-	// Skipped counts what the snapshot could not keep: fifos, sockets,
-	// links leading out of the workspace, unreadable files.
-	Skipped int `json:"skipped,omitempty"`
+	// Skipped lists what the snapshot could not keep, with the reason:
+	// fifos, sockets, devices, links leading out of the workspace, names
+	// the restore would refuse (a path over 255 bytes), unreadable files.
+	// A directory left out for its name is listed once, with the count of
+	// what it held. The first ones only: SkippedMore counts the others.
+	Skipped     []SkippedEntry `json:"skipped,omitempty"`
+	SkippedMore int            `json:"skipped_more,omitempty"`
 	// Replayed is set on a redelivered job whose first attempt had already
 	// saved its revision: it ran again against the same state, and the
 	// revision stands as the first attempt saved it.
 	Replayed bool `json:"replayed,omitempty"`
 	// Error says why the job's changes were not saved.
 	Error string `json:"error,omitempty"`
+}
+
+// SkippedEntry is an entry of the working directory a snapshot or the
+// outputs left out, and why.
+type SkippedEntry struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// UnmarshalJSON also reads a step stored by a worker that counted what it
+// skipped without naming it ("skipped": 3): the count goes to SkippedMore.
+func (s *WorkspaceStep) UnmarshalJSON(data []byte) error {
+	type plain WorkspaceStep
+	var v struct {
+		plain
+		Skipped json.RawMessage `json:"skipped,omitempty"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*s = WorkspaceStep(v.plain)
+	switch raw := bytes.TrimSpace(v.Skipped); {
+	case len(raw) == 0 || string(raw) == "null":
+	case raw[0] == '[':
+		return json.Unmarshal(raw, &s.Skipped)
+	default:
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return fmt.Errorf("workspace.skipped: %w", err)
+		}
+		s.SkippedMore += n
+	}
+	return nil
 }
 
 // Artifact is a file a job returned: in ARTIFACTS under Key.

@@ -477,7 +477,8 @@ func (s *wsStep) committed(next *jobs.WorkspaceHead, rev uint64) {
 		s.w.snaps.put(snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, next.Revision, s.req.SHA256}, data)
 	}
 	s.head, s.headRev, s.saved = next, rev, true
-	s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Skipped = next.Revision, s.req.Bytes, s.req.Files, s.req.Skipped
+	s.result.Revision, s.result.SizeBytes, s.result.Files = next.Revision, s.req.Bytes, s.req.Files
+	s.result.Skipped, s.result.SkippedMore = s.req.Skips, max(s.req.Skipped-len(s.req.Skips), 0)
 	s.log.Info("workspace saved", "revision", next.Revision, "size_bytes", s.req.Bytes, "files", s.req.Files)
 }
 
