@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -59,4 +60,56 @@ func TestWorkspaceCommands(t *testing.T) {
 	want(submit(t, url, "", "run", "--workspace-from", "base@x", "-c", "x"), 2, "", "revision")
 	want(submit(t, url, "", "run", "-O", dir, "-c", "x"), 2, "", "give --outputs")
 	want(submit(t, url, "", "artifacts", "no-such-job"), 1, "", "no job")
+}
+
+// An artifact whose bytes fail their digest leaves the file of its name in
+// -O DIR as it was (it is written beside it, and renamed over it only once
+// it checks), and leaves nothing else; one that checks replaces it.
+func TestArtifactDownloadKeepsTheOldFile(t *testing.T) {
+	t.Parallel()
+	url := setup(t, false)
+	if got := submit(t, url, "", "run", "--id", "art", "-c", "write plot.png PNG", "--outputs", "*.png"); got.code != 0 {
+		t.Fatalf("run: %+v", got)
+	}
+	var res jobs.Result
+	if got := submit(t, url, "", "get", "art", "--json"); json.Unmarshal([]byte(got.stdout), &res) != nil || len(res.Artifacts) != 1 {
+		t.Fatalf("get: %+v", got)
+	}
+	_, js := natstest.Connect(t, url)
+	store, err := js.ObjectStore(t.Context(), jobs.ArtifactsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := res.Artifacts[0].Key
+	if _, err := store.PutBytes(t.Context(), key, []byte("not the PNG\n")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plot := filepath.Join(dir, "plot.png")
+	if err := os.WriteFile(plot, []byte("the user's own\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := submit(t, url, "", "artifacts", "art", "-O", dir)
+	if got.code == 0 || !strings.Contains(got.stderr, "digest mismatch") {
+		t.Fatalf("a tampered artifact: %+v; want a digest mismatch", got)
+	}
+	if b, err := os.ReadFile(plot); err != nil || string(b) != "the user's own\n" {
+		t.Fatalf("after a failed download, plot.png holds %q (%v); want the user's file untouched", b, err)
+	}
+	if des, _ := os.ReadDir(dir); len(des) != 1 {
+		t.Fatalf("DIR holds %v; want plot.png alone", des)
+	}
+
+	if _, err := store.PutBytes(t.Context(), key, []byte("PNG\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := submit(t, url, "", "artifacts", "art", "-O", dir); got.code != 0 {
+		t.Fatalf("download: %+v", got)
+	}
+	if b, err := os.ReadFile(plot); err != nil || string(b) != "PNG\n" {
+		t.Fatalf("plot.png holds %q (%v); want the artifact", b, err)
+	}
+	if des, _ := os.ReadDir(dir); len(des) != 1 {
+		t.Fatalf("DIR holds %v; want plot.png alone", des)
+	}
 }

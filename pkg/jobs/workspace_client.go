@@ -316,8 +316,11 @@ func (c *Client) WriteArtifact(ctx context.Context, a Artifact, w io.Writer) err
 }
 
 // DownloadArtifacts writes artifacts into dir under their names, making
-// directories as needed and replacing files of the same names. A name that
-// would leave dir is refused (a worker never lists one).
+// directories as needed and replacing files of the same names. Each is
+// written to a temporary file beside its name and renamed over it only
+// once its digest checks: an artifact that fails leaves the file of its
+// name as it was. A name that would leave dir is refused (a worker never
+// lists one).
 func (c *Client) DownloadArtifacts(ctx context.Context, arts []Artifact, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -336,19 +339,32 @@ func (c *Client) DownloadArtifacts(ctx context.Context, arts []Artifact, dir str
 				return err
 			}
 		}
-		f, err := root.OpenFile(a.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
-		if err != nil {
-			return err
-		}
-		err = c.WriteArtifact(ctx, a, f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := c.downloadArtifact(ctx, root, a); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// downloadArtifact writes one artifact beside its name, then renames it
+// into place.
+func (c *Client) downloadArtifact(ctx context.Context, root *os.Root, a Artifact) error {
+	tmp := path.Join(path.Dir(a.Name), ".sandfleet-"+NewID()+".tmp") // short: the name may be NAME_MAX already
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	err = c.WriteArtifact(ctx, a, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, a.Name)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+	}
+	return err
 }
 
 // getObject copies an object to w; with want set, its SHA-256 must be
