@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -262,8 +264,12 @@ func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Write
 // ExtractWorkspace writes the files of ref's snapshot into dir, which must
 // be empty or not exist, with the launcher's rules (internal/archive):
 // nothing lands outside dir, and a snapshot holding what a launcher never
-// writes is refused. It returns the revision and the entries written.
+// writes is refused. It returns the revision and the entries written. On
+// an error dir is left as it was: what was written is removed (and dir
+// itself, when this call made it).
 func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir string) (rev int64, files int, err error) {
+	_, statErr := os.Lstat(dir)
+	made := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, 0, err
 	}
@@ -272,6 +278,13 @@ func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir str
 	} else if len(des) > 0 {
 		return 0, 0, fmt.Errorf("%s is not empty", dir)
 	}
+	defer func() {
+		if err != nil {
+			if rerr := removeExtracted(dir, made); rerr != nil {
+				err = fmt.Errorf("%w (and removing what was written: %v)", err, rerr)
+			}
+		}
+	}()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return 0, 0, err
@@ -295,6 +308,31 @@ func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir str
 		return 0, st.Files, g.err
 	}
 	return g.rev, st.Files, xerr
+}
+
+// removeExtracted removes what an extraction wrote into dir, which was
+// empty before it (and dir itself when made): directories first made
+// writable, as a snapshot's may not be. Links are removed, never followed.
+func removeExtracted(dir string, made bool) error {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	if made {
+		return os.RemoveAll(dir)
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, d := range des {
+		if err := os.RemoveAll(filepath.Join(dir, d.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteArtifact writes an artifact's bytes to w, checking its digest. It
