@@ -451,6 +451,9 @@ func (c *Client) Revisions(ctx context.Context, h *WorkspaceHead) ([]Revision, e
 			return nil, fmt.Errorf("revision %d of %s: %w", rev, h.Name, err)
 		}
 		r := Revision{Revision: rev, Job: info.Metadata[SnapshotJobMeta], Size: info.Size, Saved: info.ModTime.UTC()}
+		if t, err := time.Parse(time.RFC3339Nano, info.Metadata[SnapshotSavedMeta]); err == nil {
+			r.Saved = t.UTC() // put again since: its first save
+		}
 		if r.Job == "" && rev == h.Revision {
 			r.Job = h.Job
 		}
