@@ -188,7 +188,7 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 		return st, err
 	}
 	for _, d := range slices.Backward(dirs) {
-		if err := root.Chmod(d.name, d.mode); err != nil {
+		if err := chmodDir(root, d.name, d.mode); err != nil {
 			return st, fmt.Errorf("%s: %w", field.Quote(d.name), err)
 		}
 		if !d.mtime.IsZero() {
@@ -196,6 +196,23 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 		}
 	}
 	return st, nil
+}
+
+// chmodDir sets a directory's mode through a descriptor of it (fchmod):
+// os.Root.Chmod takes fchmodat2, or /proc/self/fd where the kernel has
+// none, and gVisor refuses both (EPERM), which failed the restore of every
+// workspace with a directory under runsc. The directory is still 0700 (or
+// its children's modes are all that was set so far), so it opens.
+func chmodDir(root *os.Root, name string, mode fs.FileMode) error {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Chmod(mode)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func mkParent(root *os.Root, name string) error {
