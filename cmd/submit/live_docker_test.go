@@ -26,7 +26,14 @@ import (
 // the shared tag holds another branch's launcher.
 func dockerFleet(t *testing.T, id string) string {
 	t.Helper()
-	cfg := executor.Config{WorkerID: id}
+	return dockerFleetOn(t, id, "")
+}
+
+// dockerFleetOn is dockerFleet with the sandboxes on OCI runtime rt ("":
+// the engine's default, runc).
+func dockerFleetOn(t *testing.T, id, rt string) string {
+	t.Helper()
+	cfg := executor.Config{WorkerID: id, Runtime: rt}
 	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
 		cfg.Presets = executor.DefaultPresets()
 		for n, p := range cfg.Presets {
