@@ -61,9 +61,10 @@ Exit codes of run, get, wait and logs, from the job's status:
 Other exit codes:
   1   get/wait/cancel/logs/artifacts: no job with this ID; cancel: the job
       already finished; workspace: no such workspace or revision, or a refused
-      snapshot
+      snapshot (by the rules or its digest)
   2   usage error, or a job submit refuses as invalid
   75  get, artifacts, logs without -f: the job is queued or running, no result yet
+      (as a tenant, which cannot read the queue, also for an unknown ID)
   125 NATS unreachable, or the queue is full
   130 interrupted while waiting (the job goes on: submit logs -f ID); batch:
       interrupted, the command to resume is printed

@@ -21,10 +21,29 @@ import (
 
 // dockerFleet starts an in-process JetStream server and a worker on real
 // sandboxes, and returns the server's URL; without Docker and the sandbox
-// image the test is skipped (workertest.Sandbox).
+// image the test is skipped (workertest.Sandbox). SANDFLEET_TEST_IMAGE,
+// when set, names the image of the default presets: a branch's own, while
+// the shared tag holds another branch's launcher.
 func dockerFleet(t *testing.T, id string) string {
 	t.Helper()
-	exec := workertest.Sandbox(t, executor.Config{WorkerID: id})
+	return dockerFleetOn(t, id, "")
+}
+
+// dockerFleetOn is dockerFleet with the sandboxes on OCI runtime rt ("":
+// the engine's default, runc).
+func dockerFleetOn(t *testing.T, id, rt string) string {
+	t.Helper()
+	cfg := executor.Config{WorkerID: id, Runtime: rt}
+	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
+		cfg.Presets = executor.DefaultPresets()
+		for n, p := range cfg.Presets {
+			if p.Image == executor.DefaultImage {
+				p.Image = img
+				cfg.Presets[n] = p
+			}
+		}
+	}
+	exec := workertest.Sandbox(t, cfg)
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	workertest.Start(t, js, exec, worker.Config{ID: id, Slots: 2, FetchWait: 200 * time.Millisecond})

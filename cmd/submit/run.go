@@ -322,7 +322,8 @@ func (c *idCommand) about() string {
 	case "get":
 		return `Prints the stored result of job ID as "submit run" does, and exits as the
 job. Exits 75 while the job is queued or running, 1 for an unknown ID
-(results are kept 24h).
+(results are kept 24h); as a tenant, which cannot read the queue, 75 for
+both.
 `
 	case "wait":
 		return `Waits for the result of job ID (a job submitted with "submit run --detach"),
@@ -376,6 +377,8 @@ func (c *idCommand) get(ctx context.Context, client *jobs.Client, id string) err
 	}
 	queued, err := client.Queued(ctx, id)
 	switch {
+	case errors.Is(err, jobs.ErrNotTenants):
+		return fail(exitPending, "job %s has no result yet: queued or running, or no such job (a tenant cannot read the queue; results are kept 24h)", id)
 	case err != nil:
 		return fail(exitUnavailable, "%w", err)
 	case queued:

@@ -100,6 +100,10 @@ func TestTenantSubmit(t *testing.T) {
 	want("logs", asA("logs", "team-a.w1"), 0, "saved\n", "")
 	want("logs -f", asA("logs", "-f", "team-a.w1", "--json"), 0, `"type":"finished"`, "")
 	want("logs of a job with no result", asA("logs", "team-a.none"), 75, "", "a tenant cannot read the queue")
+	want("detach a slow one", asA("run", "--detach", "--id", "slow", "-c", "sleep 10s"), 0, "team-a.slow", "")
+	want("get of a job queued or running", asA("get", "team-a.slow"), 75, "", "no result yet")
+	want("get of a job with no result", asA("get", "team-a.none"), 75, "", "a tenant cannot read the queue")
+	asA("cancel", "team-a.slow")
 
 	want("b's ls", asB("workspace", "ls"), 0, "(no workspaces)", "")
 	want("b's show of a's", asB("workspace", "show", "team-a.agent"), 2, "", "tenant team-a's")

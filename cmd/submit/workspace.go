@@ -169,9 +169,10 @@ kept by the fleet in JetStream and removed after a day without a step.
   get NAME[@REV] -o DIR
                    write the files of its head (or of revision REV) into DIR,
                    which must be empty; a snapshot holding what a sandbox never
-                   writes (links leading out, devices, setuid bits) is refused
+                   writes (links leading out, devices, setuid bits), or whose
+                   bytes fail their digest, is refused, and DIR left as it was
 
-Exits 1 for an unknown workspace or revision.
+Exits 1 for an unknown workspace or revision, or a refused snapshot.
 `
 }
 
@@ -224,7 +225,7 @@ func (c *workspaceCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 func notFound(err error) error {
 	switch {
 	case errors.Is(err, jobs.ErrNoWorkspace), errors.Is(err, jobs.ErrNoRevision), errors.Is(err, jobs.ErrNoWorkspaces),
-		errors.Is(err, archive.ErrRefused):
+		errors.Is(err, archive.ErrRefused), errors.Is(err, jobs.ErrDigest):
 		return fail(exitNotFound, "%w", err)
 	case errors.Is(err, jobs.ErrInvalidJob):
 		return fail(exitUsage, "%w", err)

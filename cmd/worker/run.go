@@ -139,7 +139,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.replicas, "replicas", 0, "`N` replicas of the stream and buckets (default 1; 3 on a cluster; fleet-wide)")
 	fs.BoolVar(&o.events, "events", true, "publish each job's output and lifecycle to the stream EVENTS while it runs (submit run's live output, submit logs); --events=false turns them off")
 	fs.DurationVar(&o.eventsMaxAge, "events-max-age", 0, "keep a job's events (its live output) `D` in the stream EVENTS (default 1h; fleet-wide; the result in RESULTS stays the authority)")
-	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step (default 24h; fleet-wide)")
+	fs.DurationVar(&o.workspaceTTL, "workspace-ttl", 0, "a workspace expires `D` after its last step, its snapshots D+D/4 after they were put (default 24h; fleet-wide)")
 	storeFlags(fs, &o.store)
 	fs.IntVar(&o.sessions, "sessions", 16, "hold at most `N` sessions (long-lived sandboxes) at once, apart from --slots; 0 serves none")
 	fs.DurationVar(&o.sessionLifetime, "session-max-lifetime", 24*time.Hour, "the longest `D` a session may ask for as max_lifetime")

@@ -2,11 +2,13 @@
 // snapshot the launcher restores into the working directory before a job
 // and writes after it, and the files a job returns as artifacts.
 //
-// Both sides hold the same rules, so that what Write produces Extract
-// accepts, and nothing else: directories, regular files and symbolic links
-// whose target stays inside the tree, with permission bits only (no
-// setuid, setgid or sticky bit), names that are relative and free of "."
-// and ".." parts, at most Limits.MaxFiles entries and Limits.MaxBytes bytes.
+// Both sides hold the same rules (rules.go, one list), so that what Write
+// produces Extract accepts, and nothing else: directories, regular files
+// and symbolic links whose target stays inside the tree, with permission
+// bits only (no setuid, setgid or sticky bit), names of 1 to 255 bytes
+// that are relative and free of "." and ".." parts, at most
+// Limits.MaxFiles entries and Limits.MaxBytes bytes. Write leaves out what
+// breaks a rule and lists it, with the rule's reason, in Stats.Skips.
 // Extract refuses anything else outright (hard links, devices, fifos,
 // sparse files, a symlink that leads out, a name given twice) and checks
 // the limits while it reads, before it writes a byte past them; every write
@@ -56,9 +58,29 @@ type Limits struct {
 
 // Stats describe an archive that was read or written.
 type Stats struct {
-	Files   int   // entries: directories, regular files and links
-	Bytes   int64 // the sum of the regular files' sizes
-	Skipped int   // Write: entries left out (fifos, sockets, devices, links leading out, unreadable)
+	Files int   // entries: directories, regular files and links
+	Bytes int64 // the sum of the regular files' sizes
+	// Write: entries left out (fifos, sockets, devices, links leading out,
+	// names the restore refuses, what cannot be read), and the first
+	// MaxSkipsListed of them with the reason.
+	Skipped int
+	Skips   []Skip
+}
+
+// Skip is an entry Write left out, and why.
+type Skip struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// MaxSkipsListed bounds Stats.Skips; Stats.Skipped counts them all.
+const MaxSkipsListed = 100
+
+func (st *Stats) skip(name, reason string) {
+	st.Skipped++
+	if len(st.Skips) < MaxSkipsListed {
+		st.Skips = append(st.Skips, Skip{Name: name, Reason: reason})
+	}
 }
 
 var (
@@ -89,13 +111,13 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 		checked = true
 		var first error
 		for _, l := range links {
-			out, err := leadsOut(root, l)
+			out, err := leadsOut(rootLinks{root}, l)
 			if err == nil && !out {
 				continue
 			}
 			_ = root.Remove(l)
 			if err == nil {
-				err = refuse(l, "the link leads out of the workspace")
+				err = refuse(l, "%s", whyLinkOut)
 			}
 			first = cmp.Or(first, err)
 		}
@@ -128,21 +150,13 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 		if hdr.Typeflag == tar.TypeDir {
 			name = strings.TrimSuffix(name, "/")
 		}
-		if err := field.FileName(name); err != nil {
-			return st, refuse(hdr.Name, "a name must be relative, without empty, '.' or '..' parts")
+		if r, why := check(name, hdr); r != "" {
+			return st, refuse(name, "%s", why)
 		}
 		if seen[name] {
 			return st, refuse(name, "given twice")
 		}
 		seen[name] = true
-		if hdr.Mode&0o7000 != 0 {
-			return st, refuse(name, "mode %o has a setuid, setgid or sticky bit", hdr.Mode)
-		}
-		for k := range hdr.PAXRecords {
-			if strings.HasPrefix(k, "GNU.sparse.") {
-				return st, refuse(name, "a sparse file")
-			}
-		}
 		perm := fs.FileMode(hdr.Mode) & fs.ModePerm
 		switch hdr.Typeflag {
 		case tar.TypeReg: // the reader turns the old TypeRegA into TypeReg
@@ -161,9 +175,6 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 			// still take its files.
 			dirs = append(dirs, dirMode{name, perm, hdr.ModTime})
 		case tar.TypeSymlink:
-			if err := linkInside(name, hdr.Linkname); err != nil {
-				return st, err
-			}
 			if err := mkParent(root, name); err != nil {
 				return st, err
 			}
@@ -171,15 +182,13 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 				return st, fmt.Errorf("%s: %w", field.Quote(name), err)
 			}
 			links = append(links, name)
-		default:
-			return st, refuse(name, "entries of type %q (a hard link, device, fifo or sparse file) are not kept in a workspace", hdr.Typeflag)
 		}
 	}
 	if err := checkLinks(); err != nil {
 		return st, err
 	}
 	for _, d := range slices.Backward(dirs) {
-		if err := root.Chmod(d.name, d.mode); err != nil {
+		if err := chmodDir(root, d.name, d.mode); err != nil {
 			return st, fmt.Errorf("%s: %w", field.Quote(d.name), err)
 		}
 		if !d.mtime.IsZero() {
@@ -187,6 +196,23 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 		}
 	}
 	return st, nil
+}
+
+// chmodDir sets a directory's mode through a descriptor of it (fchmod):
+// os.Root.Chmod takes fchmodat2, or /proc/self/fd where the kernel has
+// none, and gVisor refuses both (EPERM), which failed the restore of every
+// workspace with a directory under runsc. The directory is still 0700 (or
+// its children's modes are all that was set so far), so it opens.
+func chmodDir(root *os.Root, name string, mode fs.FileMode) error {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Chmod(mode)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func mkParent(root *os.Root, name string) error {
@@ -220,62 +246,4 @@ func writeFile(root *os.Root, name string, perm fs.FileMode, mtime time.Time, r 
 		_ = root.Chtimes(name, mtime, mtime)
 	}
 	return nil
-}
-
-// linkInside checks a link's target as written: relative, and inside the
-// tree when read as a path from the link's directory.
-func linkInside(name, target string) error {
-	switch {
-	case target == "" || strings.IndexByte(target, 0) >= 0:
-		return refuse(name, "a link needs a target without NUL")
-	case path.IsAbs(target):
-		return refuse(name, "the link's target %s is absolute", field.Quote(target))
-	}
-	if p := path.Join(path.Dir(name), target); p == ".." || strings.HasPrefix(p, "../") {
-		return refuse(name, "the link's target %s leads out of the workspace", field.Quote(target))
-	}
-	return nil
-}
-
-// leadsOut resolves the link at name as the kernel would, following every
-// link on the way, and reports whether the resolution leaves the tree: a
-// target that looks inside can still lead out through another link
-// ("d/l" -> "..", "m" -> "d/l/.."). A part that does not exist is taken as
-// a directory, as the job could create it later.
-func leadsOut(root *os.Root, name string) (bool, error) {
-	var at []string                  // the resolved directories, from the root down
-	todo := strings.Split(name, "/") // what is left to resolve
-	hops := 0
-	for len(todo) > 0 {
-		part := todo[0]
-		todo = todo[1:]
-		switch part {
-		case "", ".":
-			continue
-		case "..":
-			if len(at) == 0 {
-				return true, nil
-			}
-			at = at[:len(at)-1]
-			continue
-		}
-		p := path.Join(append(slices.Clone(at), part)...)
-		fi, err := root.Lstat(p)
-		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			at = append(at, part)
-			continue
-		}
-		if hops++; hops > maxLinkHops {
-			return false, refuse(name, "more than %d links to follow", maxLinkHops)
-		}
-		target, err := root.Readlink(p)
-		if err != nil {
-			return false, fmt.Errorf("%s: %w", field.Quote(p), err)
-		}
-		if path.IsAbs(target) {
-			return true, nil
-		}
-		todo = append(strings.Split(target, "/"), todo...)
-	}
-	return false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -128,6 +129,35 @@ func TestValidate(t *testing.T) {
 		if _, err := Marshal(h); err == nil {
 			t.Errorf("case %d: Marshal accepted an invalid header", i)
 		}
+	}
+}
+
+// The skips an archive lists fit the trailer: a long name shortened, as
+// many as fit listed, their count whole.
+func TestTrailerSkips(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("D", 1100)
+	var skips []ArchiveSkip
+	for i := range 100 {
+		skips = append(skips, ArchiveSkip{Name: fmt.Sprintf("%s/%d", long[:900], i), Reason: "the path is 904 bytes"})
+	}
+	skips[0].Name = strings.Repeat("x", 5000)
+	tr := seal.Sign(Trailer{ArchiveSkipped: 1000, ArchiveSkips: skips})
+	got, ok := seal.Open(tr)
+	if !ok || len(tr) > MaxTrailerBytes {
+		t.Fatalf("a trailer of %d bytes does not open", len(tr))
+	}
+	if n := len(got.ArchiveSkips); n < 10 || n == 100 || got.ArchiveSkipped != 1000 {
+		t.Fatalf("%d skips listed of %d counted; want some, not all", n, got.ArchiveSkipped)
+	}
+	if s := got.ArchiveSkips[0].Name; len(s) > maxSkipNameBytes+3 || !strings.HasPrefix(s, "xxx") {
+		t.Fatalf("a 5000-byte name came as %d bytes", len(s))
+	}
+	if got.ArchiveSkips[1] != skips[1] {
+		t.Fatalf("skip %+v, want %+v", got.ArchiveSkips[1], skips[1])
+	}
+	if skips[0].Name != strings.Repeat("x", 5000) {
+		t.Fatal("Sign changed its caller's skips")
 	}
 }
 

@@ -6,6 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
+
+	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
 // Trailer is what the launcher reports after the job's process ended. A
@@ -42,13 +45,15 @@ type Trailer struct {
 	// The archive the launcher framed after the job, when the header asked
 	// for one (see Archive): its size and digest, which the executor checks
 	// against what it received, how many entries it holds and how many
-	// were left out, and why it is incomplete, if it is. All are absent
-	// for a job that asked for none.
-	ArchiveBytes   int64  `json:"archive_bytes,omitempty"`
-	ArchiveSHA256  string `json:"archive_sha256,omitempty"`
-	ArchiveFiles   int    `json:"archive_files,omitempty"`
-	ArchiveSkipped int    `json:"archive_skipped,omitempty"`
-	ArchiveError   string `json:"archive_error,omitempty"`
+	// were left out (the first of them, with the reason, in ArchiveSkips,
+	// as many as fit: see Sign), and why it is incomplete, if it is. All
+	// are absent for a job that asked for none.
+	ArchiveBytes   int64         `json:"archive_bytes,omitempty"`
+	ArchiveSHA256  string        `json:"archive_sha256,omitempty"`
+	ArchiveFiles   int           `json:"archive_files,omitempty"`
+	ArchiveSkipped int           `json:"archive_skipped,omitempty"`
+	ArchiveSkips   []ArchiveSkip `json:"archive_skips,omitempty"`
+	ArchiveError   string        `json:"archive_error,omitempty"`
 
 	// The compile step's, when the header had one: its exit status (or
 	// 128+N for signal N), how long it took, and the bytes of its output
@@ -65,13 +70,24 @@ type Trailer struct {
 	CasesSHA256 string `json:"cases_sha256,omitempty"`
 }
 
+// ArchiveSkip is an entry the archive left out, and why.
+type ArchiveSkip struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
 // MaxTrailerBytes bounds an encoded trailer, MAC included. A trailer
 // without the archive's fields stays under 1024 bytes, the bound of
-// executors that know none.
-const MaxTrailerBytes = 2048
+// executors that know none; one without ArchiveSkips, under 2048, the
+// bound of executors that know no skips.
+const MaxTrailerBytes = 16 << 10
 
 // maxErrorBytes bounds Trailer.Error, so that the trailer fits in MaxTrailerBytes.
 const maxErrorBytes = 512
+
+// maxSkipNameBytes bounds the name of an ArchiveSkip (a path may be as
+// long as the file system lets it be); a longer one is shortened.
+const maxSkipNameBytes = 1024
 
 // Seal authenticates the trailer of one job. The executor makes a fresh
 // one per job and sends its key in the Header; the launcher keeps it in
@@ -114,7 +130,17 @@ func (s Seal) Sign(t Trailer) []byte {
 	if len(t.ArchiveError) > maxErrorBytes {
 		t.ArchiveError = t.ArchiveError[:maxErrorBytes]
 	}
+	t.ArchiveSkips = slices.Clone(t.ArchiveSkips)
+	for i, s := range t.ArchiveSkips {
+		t.ArchiveSkips[i].Name = shorten.Text(s.Name, maxSkipNameBytes)
+		t.ArchiveSkips[i].Reason = shorten.Text(s.Reason, maxErrorBytes)
+	}
 	body, _ := json.Marshal(t) // cannot fail: plain fields only
+	// The skips listed are as many as fit; ArchiveSkipped counts them all.
+	for len(body)+1+macLen > MaxTrailerBytes && len(t.ArchiveSkips) > 0 {
+		t.ArchiveSkips = t.ArchiveSkips[:len(t.ArchiveSkips)-1]
+		body, _ = json.Marshal(t)
+	}
 	out := append(body, ' ')
 	return append(out, s.mac(body)...)
 }

@@ -102,6 +102,14 @@ echo done`), jobs.RunOptions{Archive: req})
 	if !req.Complete || req.Bytes != int64(snap.Len()) || req.Skipped != 3 {
 		t.Fatalf("archive %+v (%d bytes came); want complete, 3 skipped (abs, d/out, pipe)", req, snap.Len())
 	}
+	var skipped []string
+	for _, s := range req.Skips {
+		skipped = append(skipped, s.Name+": "+s.Reason)
+	}
+	if want := []string{`abs: the link's target "/etc/passwd" is absolute`, `d/out: the link's target "../../etc" leads out of the workspace`,
+		"pipe: a fifo is not kept in a workspace"}; !slices.Equal(skipped, want) {
+		t.Errorf("skips %q, want %q", skipped, want)
+	}
 	got := names(t, snap.Bytes())
 	for _, n := range []string{"notes.txt", "d/", "d/deep/f", "inside", "suid", "grow.txt", "main.sh"} {
 		if !slices.Contains(got, n) {

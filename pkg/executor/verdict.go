@@ -33,7 +33,8 @@ type outcome struct {
 type archiveVerdict struct {
 	signed         bool // a signed trailer covers exactly the archive that came
 	files, skipped int
-	err            string // the launcher's reason it is incomplete
+	skips          []jobs.SkippedEntry // the first skipped, with the reason
+	err            string              // the launcher's reason it is incomplete
 }
 
 // errNoVerdict is the message of a job whose launcher gave no trailer that
@@ -69,6 +70,9 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	}
 	if signed && o.killed == "" {
 		out.archive = archiveVerdict{signed: true, files: t.ArchiveFiles, skipped: t.ArchiveSkipped, err: t.ArchiveError}
+		for _, s := range t.ArchiveSkips {
+			out.archive.skips = append(out.archive.skips, jobs.SkippedEntry{Name: s.Name, Reason: s.Reason})
+		}
 	}
 	code := int(o.exitCode)
 	if signed {

@@ -92,7 +92,7 @@ func reportArchive(req *jobs.ArchiveRequest, sink *archiveSink, out *outcome) {
 		return
 	}
 	req.Bytes, req.SHA256 = sink.n, sink.digest()
-	req.Files, req.Skipped = out.archive.files, out.archive.skipped
+	req.Files, req.Skipped, req.Skips = out.archive.files, out.archive.skipped, out.archive.skips
 	switch {
 	case !out.archive.signed:
 		req.Err = "the sandbox gave no archive the executor could check (the job was killed, or its launcher gave no verdict)"

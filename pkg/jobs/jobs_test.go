@@ -405,7 +405,7 @@ func TestOpenLeavesTheWorkersSettings(t *testing.T) {
 		"KV_" + jobs.ResultsBucket:    3 * time.Hour,
 		"KV_" + jobs.CancelsBucket:    3 * time.Hour,
 		"KV_" + jobs.WorkspacesBucket: 2 * time.Hour,
-		"OBJ_" + jobs.SnapshotsBucket: 2 * time.Hour,
+		"OBJ_" + jobs.SnapshotsBucket: 2*time.Hour + 30*time.Minute, // SnapshotTTL
 		"OBJ_" + jobs.ArtifactsBucket: 3 * time.Hour,
 		jobs.StreamName:               0, // made by the client
 	} {

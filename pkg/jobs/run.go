@@ -66,6 +66,9 @@ type ArchiveRequest struct {
 	SHA256  string // of what W was given, hex
 	Files   int    // entries, as the launcher counted them
 	Skipped int    // entries the launcher left out (fifos, links leading out, ...)
+	// Skips lists the first of them with the reason, as many as the
+	// launcher's report holds.
+	Skips []SkippedEntry
 	// Complete reports that the launcher's signed trailer covers exactly
 	// what W was given and the archive is whole: only then may it be used.
 	Complete bool

@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -179,15 +181,52 @@ type WorkspaceStep struct {
 	Revision  int64 `json:"revision"`
 	SizeBytes int64 `json:"size_bytes,omitempty"` // the snapshot's size (a tar)
 	Files     int   `json:"files,omitempty"`      // entries: files, directories, links
-	// Skipped counts what the snapshot could not keep: fifos, sockets,
-	// links leading out of the workspace, unreadable files.
-	Skipped int `json:"skipped,omitempty"`
+	// Skipped lists what the snapshot could not keep, with the reason:
+	// fifos, sockets, devices, links leading out of the workspace, names
+	// the restore would refuse (a path over 255 bytes), unreadable files.
+	// A directory left out for its name is listed once, with the count of
+	// what it held. The first ones only: SkippedMore counts the others.
+	Skipped     []SkippedEntry `json:"skipped,omitempty"`
+	SkippedMore int            `json:"skipped_more,omitempty"`
 	// Replayed is set on a redelivered job whose first attempt had already
 	// saved its revision: it ran again against the same state, and the
 	// revision stands as the first attempt saved it.
 	Replayed bool `json:"replayed,omitempty"`
 	// Error says why the job's changes were not saved.
 	Error string `json:"error,omitempty"`
+}
+
+// SkippedEntry is an entry of the working directory a snapshot or the
+// outputs left out, and why.
+type SkippedEntry struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// UnmarshalJSON also reads a step stored by a worker that counted what it
+// skipped without naming it ("skipped": 3): the count goes to SkippedMore.
+func (s *WorkspaceStep) UnmarshalJSON(data []byte) error {
+	type plain WorkspaceStep
+	var v struct {
+		plain
+		Skipped json.RawMessage `json:"skipped,omitempty"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*s = WorkspaceStep(v.plain)
+	switch raw := bytes.TrimSpace(v.Skipped); {
+	case len(raw) == 0 || string(raw) == "null":
+	case raw[0] == '[':
+		return json.Unmarshal(raw, &s.Skipped)
+	default:
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return fmt.Errorf("workspace.skipped: %w", err)
+		}
+		s.SkippedMore += n
+	}
+	return nil
 }
 
 // Artifact is a file a job returned: in ARTIFACTS under Key.
@@ -260,6 +299,31 @@ func (h *WorkspaceHead) Snapshot(rev int64) string {
 	return SnapshotName(h.Name, rev)
 }
 
+// SnapshotTTL is how long SNAPSHOTS keeps a snapshot after it was put:
+// WorkspaceTTL and a quarter more. A head lives WorkspaceTTL after its
+// last write, which a step that saves nothing (killed, or its archive
+// refused) makes without a new snapshot; such a step puts the latest
+// snapshot again when it is older than SnapshotRefreshAge, at its take and
+// before its release, so that the snapshot outlives the head: then a
+// workspace used every day keeps its files however many of its steps
+// save nothing.
+func (t Topology) SnapshotTTL() time.Duration {
+	t = t.WithDefaults()
+	return t.WorkspaceTTL + t.WorkspaceTTL/4
+}
+
+// SnapshotRefreshAge is the age past which a step that may save nothing
+// puts its workspace's latest snapshot again (see SnapshotTTL): an eighth
+// of WorkspaceTTL, so that a workspace's snapshot is put again at most
+// that often.
+func (t Topology) SnapshotRefreshAge() time.Duration {
+	return t.WithDefaults().WorkspaceTTL / 8
+}
+
+// SnapshotSavedMeta is the metadata key of a snapshot put again (see
+// SnapshotTTL) holding when it was first saved, RFC 3339.
+const SnapshotSavedMeta = "saved"
+
 // WorkspaceStores are the JetStream objects of workspaces and artifacts.
 type WorkspaceStores struct {
 	Heads     jetstream.KeyValue    // WORKSPACES
@@ -279,8 +343,8 @@ type ObjectStores struct {
 }
 
 // EnsureWorkspaces creates or updates the workspace buckets: WORKSPACES
-// and SNAPSHOTS expire after WorkspaceTTL without a step, ARTIFACTS with
-// the results (ResultTTL). Workers call it; clients use OpenWorkspaces.
+// expires after WorkspaceTTL without a step, SNAPSHOTS after SnapshotTTL,
+// ARTIFACTS with the results (ResultTTL). Workers call it; clients use OpenWorkspaces.
 // A tenant's object stores are made on first use (EnsureObjects).
 func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
 	return t.ensureWorkspaces(ctx, maker{js: js})
@@ -319,7 +383,7 @@ func (t Topology) headLimits() caps {
 }
 
 // EnsureObjects creates or updates the object stores of tenant ("": of no
-// tenant): snapshots expire after WorkspaceTTL, artifacts with the results
+// tenant): snapshots expire after SnapshotTTL, artifacts with the results
 // (ResultTTL). Workers call it when a tenant's job first needs them.
 func (t Topology) EnsureObjects(ctx context.Context, js jetstream.JetStream, tenant string) (ObjectStores, error) {
 	return t.ensureObjects(ctx, maker{js: js}, tenant)
@@ -350,7 +414,7 @@ func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (Ob
 	if tenant != "" {
 		of = " of tenant " + tenant
 	}
-	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.WorkspaceTTL, t.SnapshotsMaxBytes); err != nil {
+	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.SnapshotTTL(), t.SnapshotsMaxBytes); err != nil {
 		return ObjectStores{}, err
 	}
 	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<run>/<path>", t.ResultTTL, t.ArtifactsMaxBytes); err != nil {

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -262,8 +264,12 @@ func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Write
 // ExtractWorkspace writes the files of ref's snapshot into dir, which must
 // be empty or not exist, with the launcher's rules (internal/archive):
 // nothing lands outside dir, and a snapshot holding what a launcher never
-// writes is refused. It returns the revision and the entries written.
+// writes is refused. It returns the revision and the entries written. On
+// an error dir is left as it was: what was written is removed (and dir
+// itself, when this call made it).
 func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir string) (rev int64, files int, err error) {
+	_, statErr := os.Lstat(dir)
+	made := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, 0, err
 	}
@@ -272,6 +278,13 @@ func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir str
 	} else if len(des) > 0 {
 		return 0, 0, fmt.Errorf("%s is not empty", dir)
 	}
+	defer func() {
+		if err != nil {
+			if rerr := removeExtracted(dir, made); rerr != nil {
+				err = fmt.Errorf("%w (and removing what was written: %v)", err, rerr)
+			}
+		}
+	}()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return 0, 0, err
@@ -297,6 +310,31 @@ func (c *Client) ExtractWorkspace(ctx context.Context, ref WorkspaceRef, dir str
 	return g.rev, st.Files, xerr
 }
 
+// removeExtracted removes what an extraction wrote into dir, which was
+// empty before it (and dir itself when made): directories first made
+// writable, as a snapshot's may not be. Links are removed, never followed.
+func removeExtracted(dir string, made bool) error {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	if made {
+		return os.RemoveAll(dir)
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, d := range des {
+		if err := os.RemoveAll(filepath.Join(dir, d.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WriteArtifact writes an artifact's bytes to w, checking its digest. It
 // reads the object store of the tenant of the job its key names; a
 // tenant's client refuses another tenant's.
@@ -316,8 +354,11 @@ func (c *Client) WriteArtifact(ctx context.Context, a Artifact, w io.Writer) err
 }
 
 // DownloadArtifacts writes artifacts into dir under their names, making
-// directories as needed and replacing files of the same names. A name that
-// would leave dir is refused (a worker never lists one).
+// directories as needed and replacing files of the same names. Each is
+// written to a temporary file beside its name and renamed over it only
+// once its digest checks: an artifact that fails leaves the file of its
+// name as it was. A name that would leave dir is refused (a worker never
+// lists one).
 func (c *Client) DownloadArtifacts(ctx context.Context, arts []Artifact, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -336,19 +377,32 @@ func (c *Client) DownloadArtifacts(ctx context.Context, arts []Artifact, dir str
 				return err
 			}
 		}
-		f, err := root.OpenFile(a.Name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
-		if err != nil {
-			return err
-		}
-		err = c.WriteArtifact(ctx, a, f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := c.downloadArtifact(ctx, root, a); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// downloadArtifact writes one artifact beside its name, then renames it
+// into place.
+func (c *Client) downloadArtifact(ctx context.Context, root *os.Root, a Artifact) error {
+	tmp := path.Join(path.Dir(a.Name), ".sandfleet-"+NewID()+".tmp") // short: the name may be NAME_MAX already
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	err = c.WriteArtifact(ctx, a, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, a.Name)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+	}
+	return err
 }
 
 // getObject copies an object to w; with want set, its SHA-256 must be
@@ -397,6 +451,9 @@ func (c *Client) Revisions(ctx context.Context, h *WorkspaceHead) ([]Revision, e
 			return nil, fmt.Errorf("revision %d of %s: %w", rev, h.Name, err)
 		}
 		r := Revision{Revision: rev, Job: info.Metadata[SnapshotJobMeta], Size: info.Size, Saved: info.ModTime.UTC()}
+		if t, err := time.Parse(time.RFC3339Nano, info.Metadata[SnapshotSavedMeta]); err == nil {
+			r.Saved = t.UTC() // put again since: its first save
+		}
 		if r.Job == "" && rev == h.Revision {
 			r.Job = h.Job
 		}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,33 @@ func TestWorkspaceJSON(t *testing.T) {
 	plain, _ := json.Marshal(Result{ID: "y"})
 	if strings.Contains(string(plain), "workspace") || strings.Contains(string(plain), "artifacts") {
 		t.Errorf("a result without workspace names one: %s", plain)
+	}
+}
+
+// A step's skipped entries come with their reasons; a result stored by a
+// worker that only counted them still decodes, the count kept.
+func TestWorkspaceStepSkipped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want WorkspaceStep
+	}{
+		{`{"revision":2,"skipped":[{"name":"p","reason":"a fifo is not kept in a workspace"}],"skipped_more":4}`,
+			WorkspaceStep{Revision: 2, Skipped: []SkippedEntry{{Name: "p", Reason: "a fifo is not kept in a workspace"}}, SkippedMore: 4}},
+		{`{"revision":2,"skipped":3}`, WorkspaceStep{Revision: 2, SkippedMore: 3}},
+		{`{"revision":2,"from":{"name":"w","revision":1}}`, WorkspaceStep{Revision: 2, From: WorkspaceRef{Name: "w", Revision: 1}}},
+	} {
+		var got WorkspaceStep
+		if err := json.Unmarshal([]byte(tc.in), &got); err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+		back, _ := json.Marshal(got)
+		var again WorkspaceStep
+		if err := json.Unmarshal(back, &again); err != nil || !reflect.DeepEqual(again, got) {
+			t.Errorf("%s: again %+v, %v", back, again, err)
+		}
+	}
+	if err := json.Unmarshal([]byte(`{"skipped":"x"}`), new(WorkspaceStep)); err == nil {
+		t.Error(`"skipped":"x" decoded`)
 	}
 }

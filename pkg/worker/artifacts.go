@@ -51,6 +51,13 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 			more++
 		}
 	}
+	// What the launcher left out of the archive (a path the restore would
+	// refuse, a fifo) is no artifact either, and is listed as one skipped.
+	for _, e := range s.req.Skips {
+		if archive.MatchAny(s.job.Outputs, e.Name) {
+			skip(e.Name, 0, e.Reason)
+		}
+	}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -150,10 +151,47 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 			return s, res, d
 		}
 	}
+	s.refreshSnapshot(jobCtx)
 	if s.mode == modeFresh || len(job.Outputs) > 0 {
 		s.arch = &spool{dir: w.cfg.TempDir}
 	}
 	return s, nil, nil
+}
+
+// refreshSnapshot puts the snapshot of the workspace's latest revision
+// again, from the step's spool, when it is older than
+// Topology.SnapshotRefreshAge: the step has just written the head (its
+// take) or is about to (its release) and may save nothing, and the head
+// must not outlive its snapshot (see Topology.SnapshotTTL). A failure
+// only leaves the snapshot to its age.
+func (s *wsStep) refreshSnapshot(ctx context.Context) {
+	if s.mode != modeFresh || s.snap == nil || s.head == nil || s.base.Name != s.job.Workspace ||
+		s.base.Revision == 0 || s.base.Revision != s.head.Revision {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	obj := s.head.Snapshot(s.base.Revision)
+	info, err := s.objs.Snapshots.GetInfo(ctx, obj)
+	if err != nil {
+		s.log.Warn("look up the snapshot to refresh", "snapshot", obj, "err", err)
+		return
+	}
+	if time.Since(info.ModTime) < s.w.cfg.Topology.SnapshotRefreshAge() {
+		return
+	}
+	meta := maps.Clone(info.Metadata)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	if meta[jobs.SnapshotSavedMeta] == "" {
+		meta[jobs.SnapshotSavedMeta] = info.ModTime.UTC().Format(time.RFC3339Nano)
+	}
+	if _, err := s.objs.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: meta}, s.snap.reader(s.snapSize)); err != nil {
+		s.log.Warn("refresh the snapshot", "snapshot", obj, "err", err)
+		return
+	}
+	s.log.Info("snapshot put again, its age renewed with the head's", "snapshot", obj, "was_put", info.ModTime)
 }
 
 // giveBack hands the message back for a later delivery, after a failure
@@ -397,8 +435,10 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 		switch {
 		case !ran:
 			s.result.Error = fmt.Sprintf("not saved: the job ended as %s (a job saves when it ends on its own, succeeded or failed)", res.Status)
+			s.refreshSnapshot(force)
 		case !s.req.Complete:
 			s.result.Error = "not saved: " + s.req.Err
+			s.refreshSnapshot(force)
 		default:
 			if err := s.retry(force, s.save); err != nil {
 				s.abandon()
@@ -477,7 +517,8 @@ func (s *wsStep) committed(next *jobs.WorkspaceHead, rev uint64) {
 		s.w.snaps.put(snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, next.Revision, s.req.SHA256}, data)
 	}
 	s.head, s.headRev, s.saved = next, rev, true
-	s.result.Revision, s.result.SizeBytes, s.result.Files, s.result.Skipped = next.Revision, s.req.Bytes, s.req.Files, s.req.Skipped
+	s.result.Revision, s.result.SizeBytes, s.result.Files = next.Revision, s.req.Bytes, s.req.Files
+	s.result.Skipped, s.result.SkippedMore = s.req.Skips, max(s.req.Skipped-len(s.req.Skips), 0)
 	s.log.Info("workspace saved", "revision", next.Revision, "size_bytes", s.req.Bytes, "files", s.req.Files)
 }
 

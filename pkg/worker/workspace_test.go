@@ -499,6 +499,40 @@ func TestWorkspaceExpires(t *testing.T) {
 	}
 }
 
+// A workspace whose steps keep coming but save nothing (each ends as a
+// timeout) lives on past its snapshot's first TTL: each step puts the
+// latest snapshot again once it is old, so that the next step finds it,
+// not an error saying it is gone, also on a worker without it in memory;
+// its revisions still say when it was first saved.
+func TestWorkspaceStepsWithoutSavingKeepTheSnapshot(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: ttl})
+	b.startWorker(t, worker.Config{ID: "wa", Queues: []worker.Lane{{Queue: "a", Weight: 1}}})
+	b.startWorker(t, worker.Config{ID: "wb", Queues: []worker.Lane{{Queue: "b", Weight: 1}}})
+	on := func(q, id, code string) *jobs.Job {
+		return &jobs.Job{ID: id, Queue: q, Workspace: "busy-agent", Code: code}
+	}
+	wantStep(t, b.step(t, on("a", "keep-1", "write f kept")), 0, 1)
+	saved := time.Now()
+	snapTTL := b.topo.SnapshotTTL()
+	for i := 0; time.Since(saved) < 2*snapTTL; i++ {
+		res := b.step(t, on("a", fmt.Sprintf("unsaved-%d", i), "sleep 300ms\ntimeout"))
+		if res.Status != jobs.StatusTimeout || res.Workspace == nil || res.Workspace.Revision != 1 || res.Workspace.Error == "" {
+			t.Fatalf("step %d: %s, workspace %+v (error %q); want a timeout that saved nothing", i, res.Status, res.Workspace, res.Error)
+		}
+	}
+	revs, err := b.client.Revisions(t.Context(), b.released(t, "busy-agent"))
+	if err != nil || len(revs) != 1 || revs[0].Revision != 1 || revs[0].Job != "keep-1" || revs[0].Saved.After(saved) {
+		t.Fatalf("revisions %+v, %v; want revision 1, saved by keep-1 before %s", revs, err, saved.UTC())
+	}
+	res := b.step(t, on("b", "keep-last", "cat f"))
+	if res.Status != jobs.StatusSucceeded || res.Stdout != "kept\n" {
+		t.Fatalf("after %s of steps saving nothing (snapshots kept %s): %s %q (error %q); want the saved file",
+			time.Since(saved).Round(time.Millisecond), snapTTL, res.Status, res.Stdout, res.Error)
+	}
+}
+
 // The worker that saved a revision restores the next step from memory, not
 // from the object store; a workspace removed and made again, whose
 // revision numbers start over, never gets the old one's bytes, even when

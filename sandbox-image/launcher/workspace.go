@@ -104,6 +104,9 @@ func saveArchive(fr *framer, dir string, a *envelope.Archive, t *envelope.Traile
 	}()
 	t.ArchiveBytes, t.ArchiveSHA256 = aw.n, hex.EncodeToString(aw.sum.Sum(nil))
 	t.ArchiveFiles, t.ArchiveSkipped = st.Files, st.Skipped
+	for _, s := range st.Skips {
+		t.ArchiveSkips = append(t.ArchiveSkips, envelope.ArchiveSkip{Name: s.Name, Reason: s.Reason})
+	}
 	if err != nil {
 		t.ArchiveError = err.Error()
 	}
