@@ -37,7 +37,7 @@ func TestParseFlags(t *testing.T) {
 		{"-slots", "2"}, // GNU style: long flags take two dashes
 		{"--sandbox-uids", "0-100"},
 		{"--sandbox-uids", "100000"},
-		{"--sandbox-uids", "100000-100003", "--slots", "2", "--pool", "2"}, // 4 uids, 2 + 8 sandboxes
+		{"--sandbox-uids", "100000-100003", "--slots", "2", "--pool", "2"},                                       // 4 uids, 2 + 8 sandboxes
 		{"--sandbox-uids", "100000-100011", "--slots", "2", "--pool", "2", "--pool-max", "2", "--sessions", "9"}, // 12 uids, 2 + 2 + 9
 		{"--sessions", "-1"},
 	}
@@ -316,7 +316,7 @@ func TestStorageCapFlags(t *testing.T) {
 		"OBJ_" + jobs.SnapshotsBucket: {8 << 20, -1},
 		"OBJ_" + jobs.ArtifactsBucket: {4 << 20, -1},
 	} {
-		err := testutil.Poll(t.Context(), 10*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
+		err := testutil.Poll(t.Context(), 60*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
 			st, err := js.Stream(ctx, stream)
 			if err != nil {
 				return err

@@ -64,7 +64,9 @@ func setup(t *testing.T, cfg sessionhost.Config) *bundle {
 		return f, nil
 	}
 	if cfg.Limits == nil {
-		cfg.Limits = func(l limits.Limits) (limits.Limits, error) { return limits.Resolve(l, limits.Default(), limits.DefaultCaps()) }
+		cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+			return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
+		}
 	}
 	h, err := sessionhost.New(t.Context(), js, start, cfg)
 	if err != nil {

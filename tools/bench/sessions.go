@@ -76,7 +76,9 @@ func sessionsPhase(ctx context.Context, o options) (*sessionFigures, error) {
 		if err := call("POST", "/v1/sessions", map[string]any{"image": "python"}, &info); err != nil {
 			return nil, w.fail(err)
 		}
-		var r struct{ ExitCode *int `json:"exit_code"` }
+		var r struct {
+			ExitCode *int `json:"exit_code"`
+		}
 		if err := call("POST", "/v1/sessions/"+info.ID+"/exec", map[string]any{"cmd": []string{"true"}}, &r); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
 			return nil, w.fail(fmt.Errorf("first exec: %v %+v", err, r))
 		}
