@@ -67,7 +67,7 @@ func TestIntegrationOutputFlood(t *testing.T) {
 func TestIntegrationNoNetwork(t *testing.T) {
 	t.Parallel()
 	code := `import os, socket
-print("ifaces", sorted(os.listdir("/sys/class/net")))
+print("ifaces", sorted(name for _, name in socket.if_nameindex()))  # /sys/class is masked
 try:
     socket.create_connection(("1.1.1.1", 53), timeout=3)
     print("connect ok")
