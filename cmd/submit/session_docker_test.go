@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -43,7 +44,12 @@ func TestSessionCLIDocker(t *testing.T) {
 		code := runCLI(ctx, append([]string{"--nats", srv.ClientURL()}, args...), strings.NewReader(stdin), &o, &e)
 		return out{code, o.String(), e.String()}
 	}
-	r := cli("", "session", "create", "--idle-timeout", "2m")
+	// The host takes creates once Run has started listening.
+	var r out
+	testutil.Eventually(t, 30*time.Second, "a create taken", func() bool {
+		r = cli("", "session", "create", "--idle-timeout", "2m")
+		return r.code != exitUnavailable
+	})
 	id := strings.TrimSpace(r.stdout)
 	if r.code != 0 || id == "" {
 		t.Fatalf("create: %+v", r)

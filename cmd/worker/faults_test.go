@@ -197,12 +197,14 @@ func TestDeadDockerDaemon(t *testing.T) {
 	}
 	// Several probe rounds (back-off from 250ms) pass without a delivery.
 	until := time.Now().Add(3 * time.Second)
+	// What counts is that nothing is delivered; the count of pending jobs
+	// may read 0 for a moment while the worker (re)creates its consumer.
 	testutil.Eventually(t, 10*time.Second, "3s without a delivery", func() bool {
 		info, err := cons.Info(ctx)
-		if err != nil || info.Delivered.Consumer != 0 || info.NumPending != 1 {
+		if err != nil || info.Delivered.Consumer != 0 || info.NumAckPending != 0 {
 			t.Fatalf("consumer while Docker is dead: %+v %v", info, err)
 		}
-		return time.Now().After(until)
+		return time.Now().After(until) && info.NumPending == 1
 	})
 }
 

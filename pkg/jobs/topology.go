@@ -558,12 +558,12 @@ func (l caps) apply(sc *jetstream.StreamConfig) {
 // rollups, turned off if lim says so.
 func (m maker) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, lim caps) (jetstream.KeyValue, error) {
 	cfg.MaxBytes, cfg.MaxValueSize = lim.maxBytes, lim.maxMsgSize
-	err := m.tune(ctx, "KV_"+cfg.Bucket, lim, func() error {
+	err := m.tune(ctx, "KV_"+cfg.Bucket, lim, func() (bool, error) {
 		_, err := m.js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			return nil
+			return false, nil
 		}
-		return err
+		return err == nil, err
 	}, func(sc *jetstream.StreamConfig) {
 		sc.Description, sc.MaxAge = cfg.Description, cfg.TTL
 		if cfg.Replicas > 0 {
@@ -583,12 +583,12 @@ func (m maker) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, lim c
 // objectStore makes an object store as keyValue makes a bucket.
 func (m maker) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig, lim caps) (jetstream.ObjectStore, error) {
 	cfg.MaxBytes = lim.maxBytes
-	err := m.tune(ctx, "OBJ_"+cfg.Bucket, lim, func() error {
+	err := m.tune(ctx, "OBJ_"+cfg.Bucket, lim, func() (bool, error) {
 		_, err := m.js.CreateObjectStore(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			return nil
+			return false, nil
 		}
-		return err
+		return err == nil, err
 	}, func(sc *jetstream.StreamConfig) {
 		sc.Description, sc.MaxAge = cfg.Description, cfg.TTL
 		if cfg.Replicas > 0 {
@@ -604,15 +604,20 @@ func (m maker) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig,
 // tune makes the stream of a bucket (create, when it does not exist) and
 // updates its configuration with set and lim when they change it. An
 // existing stream with keep gets only its rollups turned off.
-func (m maker) tune(ctx context.Context, name string, lim caps, create func() error, set func(*jetstream.StreamConfig)) error {
+func (m maker) tune(ctx context.Context, name string, lim caps, create func() (made bool, err error), set func(*jetstream.StreamConfig)) error {
 	js := m.js
 	keep := m.keep
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if err = create(); err != nil {
+		var made bool
+		if made, err = create(); err != nil {
 			return err
 		}
-		keep = false // made here: set it as t says
+		// Made here: set it as t says. One another client made in the
+		// meantime (a worker with caps of its own) is kept as it is.
+		if made {
+			keep = false
+		}
 		s, err = js.Stream(ctx, name)
 	}
 	if err != nil {
