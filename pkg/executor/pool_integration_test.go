@@ -104,7 +104,7 @@ func TestIntegrationPoolVerdicts(t *testing.T) {
 	})
 	t.Run("no network", func(t *testing.T) {
 		res := runPooled(t, e, job(`import os, socket
-print(sorted(os.listdir("/sys/class/net")))
+print(sorted(name for _, name in socket.if_nameindex()))
 try:
     socket.create_connection(("1.1.1.1", 53), timeout=3)
     print("connect ok")
