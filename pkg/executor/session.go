@@ -64,6 +64,8 @@ type Session struct {
 	why       string // the trailer's reason, once ended
 	stopPing  context.CancelFunc
 	closeOnce sync.Once
+	brokeOnce sync.Once
+	lie       bool // a frame failed its check; the session ends as "broken"
 }
 
 // ErrSessionEnded is returned by Do once the session's sandbox is gone.
@@ -166,7 +168,8 @@ func (ss *Session) ImageID() string { return ss.s.imageID }
 func (ss *Session) Done() <-chan struct{} { return ss.ended }
 
 // Why says why the session ended ("closed", "idle", "lifetime",
-// "stopped"), once Done is closed; "" when its agent said nothing.
+// "stopped", "broken": a frame on its stream was not its agent's), once
+// Done is closed; "" when its agent said nothing.
 func (ss *Session) Why() string {
 	<-ss.ended
 	return ss.why
@@ -178,6 +181,9 @@ func (ss *Session) end() {
 		ss.mu.Lock()
 		if t, ok := ss.seal.Open(trailer); ok {
 			ss.why = t.Error
+		}
+		if ss.lie {
+			ss.why = "broken"
 		}
 		for id, ch := range ss.waiting {
 			close(ch)
@@ -192,29 +198,52 @@ func (ss *Session) end() {
 func (ss *Session) frame(kind byte, p []byte) {
 	switch kind {
 	case envelope.FrameEvent:
-		if ss.spec.OnEvent == nil {
+		ev, err := ss.seal.OpenEvent(p)
+		if err != nil {
+			ss.broken(err)
 			return
 		}
-		if ev, err := ss.seal.OpenEvent(p); err == nil {
+		if ss.spec.OnEvent != nil {
 			ss.spec.OnEvent(ev)
 		}
 	case envelope.FrameReplyPart, envelope.FrameReply:
 		ss.mu.Lock()
-		defer ss.mu.Unlock()
 		id, msg, done, err := ss.asm.Add(p, kind == envelope.FrameReply)
 		if err != nil || !done {
+			ss.mu.Unlock()
 			return
 		}
 		r, err := ss.seal.OpenReply(msg)
-		if err != nil || r.ID != id {
-			ss.log.Warn("a session reply failed its check; dropped", "error", err)
+		if err == nil && r.ID != id {
+			err = fmt.Errorf("reply %d framed as %d", r.ID, id)
+		}
+		if err != nil {
+			ss.mu.Unlock()
+			ss.broken(err)
 			return
 		}
+		defer ss.mu.Unlock()
 		if ch, ok := ss.waiting[id]; ok {
 			delete(ss.waiting, id)
 			ch <- r
 		}
 	}
+}
+
+// broken ends the session on the first frame its agent did not sign:
+// something else in the sandbox writes to the container's stdout (gVisor
+// lets a process of the agent's uid open it through /proc/1/fd), so the
+// stream is no longer the agent's alone. Nothing unsigned passes, but
+// its replies may be cut by what is written between them, and a
+// sandbox must not fill its worker's log with a warning a frame.
+func (ss *Session) broken(err error) {
+	ss.brokeOnce.Do(func() {
+		ss.log.Warn("a session frame failed its check: ending the session", "error", err)
+		ss.mu.Lock()
+		ss.lie = true
+		ss.mu.Unlock()
+		go ss.end()
+	})
 }
 
 // Do sends req to the session's agent and waits for its reply. req.ID is

@@ -24,7 +24,9 @@ import (
 // therefore say what it likes on fd 4: a cell's value and error are the
 // interpreter's word, as its output is. The agent matches each answer to
 // its cell by a nonce and skips any other line, so that such a cell
-// cannot confuse the answers of the next. What the agent measures itself
+// cannot confuse the answers of the next; each answer starts on a line of
+// its own, so that a cell that left half a line there does not swallow
+// it. What the agent measures itself
 // (an exec's exit status) nothing in the sandbox can forge.
 
 // pyDriver is the Python side of a context.
@@ -70,7 +72,7 @@ while True:
                 s.flush()
             except BaseException:
                 pass
-        _rp.write(json.dumps(out) + '\n')
+        _rp.write('\n' + json.dumps(out) + '\n')
         _rp.flush()
     except KeyboardInterrupt:
         continue

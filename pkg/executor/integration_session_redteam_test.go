@@ -1,0 +1,500 @@
+package executor
+
+// Attack tests on sessions: hostile code inside a session that has read
+// the source tries, for real, to make the agent report to its owner what
+// did not happen, to starve the agent, or to reach what is not its own,
+// under every runtime the engine offers (forEachRuntime). The agent runs
+// as the session's own uid, as the launcher does for jobs: what that
+// allows (lowering PID 1's limits, signalling it) must buy at most an
+// honest failure or the session's end, never a forged reply.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/testutil"
+)
+
+// forgeFrames is Python that builds frames a forger would write: signed
+// with a made-up MAC, and for the agent's stdin, requests for the ids the
+// executor is about to use (they count up from 1).
+const forgeFrames = `import os, struct, json
+def frame(kind, payload):
+    return kind + struct.pack(">I", len(payload)) + payload
+def reply(i, code):
+    body = json.dumps({"id": i, "exit_code": code, "stdout": "Zm9yZ2Vk"}).encode()
+    return frame(b"s", struct.pack(">Q", i) + body + b" " + b"0" * 64)
+def request(i, shell):
+    body = json.dumps({"id": i, "op": "exec", "shell": shell}).encode()
+    return frame(b"Q", struct.pack(">Q", i) + body)
+forged = b"".join(reply(i, 0) for i in range(1, 400))
+injected = b"".join(request(i, "exit 0") for i in range(1, 400))
+`
+
+// A session's code tries every way a process of its uid has to the
+// container's streams: PID 1's fds through /proc, its own fds, ptrace,
+// and writes of frames (replies with a made-up MAC, requests for the ids
+// to come) wherever it could open them. The reply the owner then gets is
+// the command's own, and the next command's status is its own too.
+func TestIntegrationSessionRedTeamForge(t *testing.T) {
+	t.Parallel()
+	attack := forgeFrames + `import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for name, req in [("seize", 0x4206), ("attach", 16)]:
+    print("ptrace", name, libc.ptrace(req, 1, 0, 0), ctypes.get_errno())
+for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+    try:
+        print("own fd", fd, os.readlink("/proc/self/fd/%d" % fd))
+    except OSError as err:
+        print("own fd", fd, "gone", err.errno)
+for path, data in [("/proc/1/fd/1", forged), ("/proc/1/fd/2", forged), ("/proc/1/fd/0", injected)]:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as err:
+        print("denied", path, err.errno)
+        continue
+    try:
+        print("wrote", path, os.write(fd, data))
+    except OSError as err:
+        print("write refused", path, err.errno)
+    os.close(fd)
+for fd in range(3, 64):
+    try:
+        os.write(fd, forged)
+        print("wrote own fd", fd)
+    except OSError:
+        pass
+sys.stdout.buffer.write(forged)
+sys.stdout.flush()
+os._exit(7)
+`
+	probe := `import os
+for n in (0, 1, 2):
+    for mode, name in ((os.O_RDONLY, "read"), (os.O_WRONLY, "write")):
+        try:
+            os.close(os.open("/proc/1/fd/%d" % n, mode | os.O_NONBLOCK))
+            print("opened", n, name, os.readlink("/proc/1/fd/%d" % n))
+        except OSError as err:
+            print("denied", n, name, err.errno)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		var warns countingHandler
+		e.cfg.Logger = slog.New(&warns)
+		s := startSession(t, e, SessionSpec{})
+		r := do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", probe}})
+		t.Logf("PID 1's streams: %s", r.Stdout)
+		// Frames that fail their check are said once, not once each: a
+		// sandbox must not be able to fill its worker's log.
+		defer func() {
+			if n := warns.n.Load(); n > 1 {
+				t.Errorf("%d warnings logged for the forged frames, want at most one", n)
+			}
+		}()
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", attack}})
+		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
+			// gVisor lets the attack write to the agent's stream: the
+			// first frame that fails its check ends the session.
+			if s.Why() != "broken" {
+				t.Errorf("the session ended as %q, want broken", s.Why())
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := string(r.Stdout)
+		t.Logf("the attack said:\n%s", strings.ReplaceAll(out, string(r.Stdout[strings.LastIndex(out, "\n")+1:]), "<forged frames>"))
+		if r.Error != nil || r.Exit == nil || *r.Exit != 7 {
+			t.Fatalf("the attack's reply: exit %v error %v, want its own 7", r.Exit, r.Error)
+		}
+		for _, s := range []string{"ptrace seize -1 1", "ptrace attach -1 1"} {
+			if !strings.Contains(out, s) {
+				t.Errorf("stdout lacks %q", s)
+			}
+		}
+		if e.cfg.Runtime == "runc" {
+			for _, s := range []string{"denied /proc/1/fd/1 13", "denied /proc/1/fd/2 13", "denied /proc/1/fd/0 13"} {
+				if !strings.Contains(out, s) {
+					t.Errorf("stdout lacks %q: PID 1's streams are reachable", s)
+				}
+			}
+		}
+		if strings.Contains(out, "wrote own fd") {
+			t.Errorf("a command holds an fd past its three streams:\n%s", out)
+		}
+		// Whatever reached the streams, the owner's next calls get their
+		// own answers, or the session ended; never a forged one.
+		for i, sh := range []string{"sleep 0.5; echo mine; exit 5", "echo again; exit 6"} {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Shell: sh})
+			cancel()
+			if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
+				if s.Why() != "broken" {
+					t.Errorf("the session ended as %q, want broken", s.Why())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("call %d after the attack: %v", i, err)
+			}
+			want := 5 + i
+			if r.Exit == nil || *r.Exit != want || !strings.HasSuffix(string(r.Stdout), "\n") || strings.Contains(string(r.Stdout), "forged") {
+				t.Fatalf("call %d after the attack: exit %v stdout %q, want %d and its own output", i, r.Exit, r.Stdout, want)
+			}
+		}
+	})
+}
+
+// PID 1 of a pid namespace gets only the signals it handles from inside
+// it: the agent takes every catchable one, so a session's code that sends
+// each to PID 1 leaves it serving (or, under runsc, which delivers them,
+// ended honestly), and a later command's status is its own.
+func TestIntegrationSessionRedTeamSignals(t *testing.T) {
+	t.Parallel()
+	attack := `import os, signal, time
+for sig in range(1, 65):
+    if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        continue  # the polite stops: they end the session, as docker stop does
+    try:
+        os.kill(1, sig)
+    except OSError as err:
+        print("kill", sig, err.errno)
+time.sleep(0.3)
+print("agent alive", os.path.exists("/proc/1/status"), flush=True)
+os._exit(4)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", attack}})
+		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
+			t.Logf("under runsc the signals ended the session: %q", s.Why())
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Exit == nil || *r.Exit != 4 {
+			t.Fatalf("the attack's reply: exit %v error %v stdout %q", r.Exit, r.Error, r.Stdout)
+		}
+		r, err = s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Shell: "exit 9"})
+		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
+			t.Logf("under runsc the signals ended the session: %q", s.Why())
+			return
+		}
+		if err != nil || r.Exit == nil || *r.Exit != 9 {
+			t.Fatalf("a call after the signals: %+v %v, want exit 9", r, err)
+		}
+	})
+}
+
+// countingHandler counts the warnings logged.
+type countingHandler struct{ n atomic.Int64 }
+
+func (h *countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *countingHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// mustBeOwn asserts what a session answers after an attack on its agent:
+// a command that prints proof and exits with exit gets exactly that, an
+// honest error, the session's end, or (when the attack starved it) a
+// failure without its proof; never a success.
+func mustBeOwn(t *testing.T, s *Session, exit int) (ended bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Shell: fmt.Sprintf("echo proof; exit %d", exit), TimeoutMS: 30000})
+	switch {
+	case err == ErrSessionEnded:
+		t.Logf("the session ended (%q)", s.Why())
+		return true
+	case err != nil:
+		t.Fatalf("exit %d: %v", exit, err)
+	case r.Error != nil:
+		t.Logf("exit %d: an honest error: %v", exit, r.Error)
+	case r.Exit == nil:
+		t.Fatalf("exit %d: a reply with no status: %+v", exit, r)
+	case *r.Exit == exit && string(r.Stdout) == "proof\n":
+	case *r.Exit != 0 && *r.Exit != exit && !strings.Contains(string(r.Stdout), "proof"):
+		t.Logf("exit %d: the command could not run: exit %d signal %d stderr %q", exit, *r.Exit, r.Signal, r.Stderr)
+	default:
+		t.Fatalf("exit %d: got exit %d stdout %q", exit, *r.Exit, r.Stdout)
+	}
+	return false
+}
+
+// The agent runs as the session's uid, so the kernel lets the session's
+// code lower PID 1's resource limits (prlimit checks only the uids) and
+// renice it. That starves the agent; it cannot make it lie.
+func TestIntegrationSessionRedTeamLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, lim string }{
+		{"nofile", "(resource.RLIMIT_NOFILE, (3, 3))"},
+		{"nproc", "(resource.RLIMIT_NPROC, (0, 0))"},
+		{"as", "(resource.RLIMIT_AS, (1 << 20, 1 << 20))"},
+		{"cpu", "(resource.RLIMIT_CPU, (1, 1))"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			attack := `import os, resource
+lim, val = ` + tc.lim + `
+try:
+    resource.prlimit(1, lim, val)
+    print("lowered", flush=True)
+except OSError as err:
+    print("refused", err.errno, flush=True)
+os.setpriority(os.PRIO_PROCESS, 1, 19)
+os._exit(3)
+`
+			forEachRuntime(t, func(t *testing.T, e *Executor) {
+				s := startSession(t, e, SessionSpec{})
+				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				defer cancel()
+				r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", attack}})
+				if err == ErrSessionEnded {
+					t.Logf("the attack ended the session (%q)", s.Why())
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Error == nil && (r.Exit == nil || *r.Exit != 3) {
+					t.Fatalf("the attack's own reply: %+v, want exit 3", r)
+				}
+				t.Logf("the attack: stdout %q error %v", r.Stdout, r.Error)
+				for i := range 3 {
+					if mustBeOwn(t, s, 10+i) {
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// A session's code that takes every pid of its sandbox leaves the agent
+// unable to start a command or a thread: it answers each call anyway (an
+// honest error), and once the pids are free again it serves as before.
+func TestIntegrationSessionRedTeamPids(t *testing.T) {
+	t.Parallel()
+	bomb := `import os, time
+n = 0
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(3600)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("forked", n, flush=True)
+time.sleep(3600)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		bg := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", bomb}, Background: true}))
+		var ended bool
+		testutil.Eventually(t, 60*time.Second, "the bomb to take every pid", func() bool {
+			r, err := s.Do(t.Context(), &envelope.Request{Op: envelope.OpOutput, PID: bg.PID})
+			ended = err == ErrSessionEnded
+			return ended || err == nil && strings.Contains(string(r.Output), "forked")
+		})
+		if ended && e.cfg.Runtime == "runsc" {
+			// As for a job: gVisor may end the whole sandbox at its pids
+			// limit.
+			t.Logf("under runsc the bomb ended the session (%q)", s.Why())
+			return
+		}
+		// Calls of every kind at once, while no pid is free: each gets an
+		// answer, and none is a command's success.
+		ops := []envelope.Request{
+			{Op: envelope.OpExec, Shell: "exit 0"},
+			{Op: envelope.OpExec, Argv: []string{"true"}, Background: true},
+			{Op: envelope.OpCode, Code: "1+1", Context: "fresh"},
+			{Op: envelope.OpWrite, Path: "a.txt", Data: []byte(strings.Repeat("x", 1<<20))},
+			{Op: envelope.OpRead, Path: "a.txt"},
+			{Op: envelope.OpList, Path: "."},
+			{Op: envelope.OpProcesses},
+			{Op: envelope.OpPing},
+		}
+		errs := make(chan error, 4*len(ops))
+		for range 4 {
+			for _, op := range ops {
+				go func() {
+					ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+					defer cancel()
+					r, err := s.Do(ctx, &op)
+					if err == nil && op.Op == envelope.OpExec && !op.Background && r.Error == nil {
+						err = fmt.Errorf("exec with no pid free: exit %v, want an error", r.Exit)
+					}
+					errs <- err
+				}()
+			}
+		}
+		for range 4 * len(ops) {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpSignal, PID: bg.PID, Signal: 9}))
+		testutil.Eventually(t, 60*time.Second, "a command to run again", func() bool {
+			r := do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "exit 3"})
+			return r.Error == nil && r.Exit != nil && *r.Exit == 3
+		})
+		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: "6*7"})); r.Text != "42" {
+			t.Fatalf("a cell after the bomb: %+v", r)
+		}
+	})
+}
+
+// A session's code that fills every writable tree leaves the agent's
+// replies as they were: they go down its pipe, not through a file.
+func TestIntegrationSessionRedTeamFull(t *testing.T) {
+	t.Parallel()
+	fill := `import os
+for d in ("/tmp", "/workspace"):
+    with open(d + "/fill", "wb") as f:
+        try:
+            while True:
+                f.write(b"x" * (1 << 20))
+        except OSError as err:
+            print(d, "full", err.errno, flush=True)
+os._exit(4)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", fill}})
+		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
+			// gVisor keeps a tmpfs in the sandbox's memory: filling it
+			// may end the sandbox at its memory limit.
+			t.Logf("under runsc the fill ended the session (%q)", s.Why())
+			return
+		}
+		if err != nil || r.Error != nil || r.Exit == nil || *r.Exit != 4 {
+			t.Fatalf("fill: %+v %v", r, err)
+		}
+		t.Logf("filled: %s", r.Stdout)
+		if r := do(t, s, envelope.Request{Op: envelope.OpWrite, Path: "more.txt", Data: []byte("x")}); r.Error == nil {
+			t.Logf("a write to a full tree worked (a page was free): %+v", r.Entry)
+		} else if r.Error.Code != envelope.ErrCodeFailed || !strings.Contains(r.Error.Message, "no space") {
+			t.Errorf("a write to a full tree: %v, want failed: no space", r.Error)
+		}
+		r = okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "echo still; exit 5"}))
+		if r.Exit == nil || *r.Exit != 5 || string(r.Stdout) != "still\n" {
+			t.Fatalf("a command with the trees full: exit %v stdout %q", r.Exit, r.Stdout)
+		}
+		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: "'%d' % (6*7)"})); r.Text != "'42'" {
+			t.Fatalf("a cell with the trees full: %+v", r)
+		}
+	})
+}
+
+// Background processes that write as fast as they can do not starve the
+// replies of the session's other calls: each still comes within seconds.
+func TestIntegrationSessionRedTeamFlood(t *testing.T) {
+	t.Parallel()
+	flood := `import os, threading
+b = b"x" * (1 << 16)
+def out(fd):
+    while True:
+        os.write(fd, b)
+threading.Thread(target=out, args=(2,), daemon=True).start()
+out(1)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		var events atomic.Int64
+		s := startSession(t, e, SessionSpec{OnEvent: func(ev *envelope.Event) { events.Add(int64(len(ev.Data))) }})
+		for range 3 {
+			okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", flood}, Background: true}))
+		}
+		testutil.Eventually(t, 30*time.Second, "the flood", func() bool {
+			select {
+			case <-s.Done():
+				return true
+			default:
+				return events.Load() > 8<<20
+			}
+		})
+		if runscEnded(t, e, s) {
+			return
+		}
+		var worst time.Duration
+		for i := range 10 {
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Shell: fmt.Sprintf("echo %d", i)})
+			cancel()
+			if err == ErrSessionEnded && runscEnded(t, e, s) {
+				return
+			}
+			if err != nil {
+				t.Fatalf("call %d during the flood: %v", i, err)
+			}
+			if r.Exit == nil || *r.Exit != 0 || string(r.Stdout) != fmt.Sprintf("%d\n", i) {
+				t.Fatalf("call %d during the flood: %+v", i, r)
+			}
+			worst = max(worst, time.Since(start))
+		}
+		t.Logf("during a flood of %d MiB of events, the slowest of 10 round trips: %s", events.Load()>>20, worst)
+		if worst > 5*time.Second {
+			t.Errorf("a round trip took %s during the flood, want under 5s", worst)
+		}
+	})
+}
+
+// A cell can write what it likes on its context's answer pipe (fd 4):
+// lines that are not JSON, answers with made-up nonces, a line with no
+// end. The agent takes its cell's answer by its nonce, and the next
+// cell's answer is that cell's.
+func TestIntegrationSessionRedTeamContextPipe(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		garbage := `import os, json
+os.write(4, b"not json\n")
+for n in ("", "0" * 24, "x"):
+    os.write(4, (json.dumps({"nonce": n, "text": "'forged'"}) + "\n").encode())
+os.write(4, b'{"nonce": "half a line')
+40 + 1`
+		r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: garbage, TimeoutMS: 10000}))
+		if r.Text != "41" || r.TimedOut || r.CodeError != nil {
+			t.Fatalf("the garbage cell: text %q timed out %v error %+v, want 41", r.Text, r.TimedOut, r.CodeError)
+		}
+		r = okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: "'next'", TimeoutMS: 10000}))
+		if r.Text != "'next'" || r.Reset || r.CodeError != nil {
+			t.Fatalf("the next cell: %+v %+v, want 'next' in the same context", r, r.CodeError)
+		}
+	})
+}
+
+// runscEnded reports whether the session ended under runsc, where the
+// sandbox's pids limit counts gVisor's own threads as well as the
+// session's processes: heavy I/O makes its Sentry start threads past it
+// and the whole sandbox ends (exit 2), honestly, as a job's does.
+func runscEnded(t *testing.T, e *Executor, s *Session) bool {
+	select {
+	case <-s.Done():
+	default:
+		return false
+	}
+	if e.cfg.Runtime != "runsc" {
+		t.Fatalf("the session ended (%q)", s.Why())
+	}
+	t.Logf("under runsc the sandbox ended (%q)", s.Why())
+	return true
+}
