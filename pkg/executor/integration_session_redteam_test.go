@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -497,4 +498,62 @@ func runscEnded(t *testing.T, e *Executor, s *Session) bool {
 	}
 	t.Logf("under runsc the sandbox ended (%q)", s.Why())
 	return true
+}
+
+// One session's code sees nothing of another's: not its processes, not
+// its files, and no network to reach its worker's NATS or anything else
+// on the host (the session's control channel is its container's stdin,
+// which only its worker holds).
+func TestIntegrationSessionRedTeamIsolation(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		victim := startSession(t, e, SessionSpec{})
+		okReply(t, do(t, victim, envelope.Request{Op: envelope.OpWrite, Path: "/tmp/secret-of-victim", Data: []byte("s3cret")}))
+		okReply(t, do(t, victim, envelope.Request{Op: envelope.OpExec, Argv: []string{"sleep", "3600"}, Background: true, Env: map[string]string{"MARK": "secret-of-victim"}}))
+		spy := startSession(t, e, SessionSpec{})
+		look := fmt.Sprintf(`import os, socket
+seen = []
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            seen.append(open("/proc/" + p + "/cmdline", "rb").read().replace(b"\0", b" ").decode())
+        except OSError:
+            pass
+print("procs", len(seen), "victim's", ("sle" + "ep 36" + "00") in " ".join(seen))
+found = [os.path.join(d, f) for top in ("/tmp", "/workspace", "/dev/shm") for d, _, fs in os.walk(top) for f in fs if "victim" in f]
+print("files", found)
+for host in ("172.17.0.1", "127.0.0.1", "10.0.2.2", "host.docker.internal"):
+    try:
+        socket.create_connection((host, %d), timeout=2).close()
+        print("reached", host)
+    except OSError as err:
+        print("unreachable", host)
+print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
+`, port)
+		r := okReply(t, do(t, spy, envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", look}}))
+		out := string(r.Stdout)
+		t.Logf("the spy saw:\n%s%s", out, r.Stderr)
+		if r.Exit == nil || *r.Exit != 0 {
+			t.Fatalf("the spy: exit %v stderr %q", r.Exit, r.Stderr)
+		}
+		if !strings.Contains(out, "victim's False\n") || !strings.Contains(out, "files []\n") || strings.Contains(out, "reached") ||
+			!strings.Contains(out, "ifaces ['lo']\n") {
+			t.Errorf("the spy reached the victim or the host:\n%s", out)
+		}
+	})
 }
