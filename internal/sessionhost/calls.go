@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,10 +39,21 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 	}
 	h.wg.Go(func() {
 		defer func() { <-l.calls }()
+		var claim *cachedAnswer
 		if call.Key != "" {
-			if data, ok := l.answers.get(op + " " + call.Key); ok {
-				_ = msg.Respond(data)
-				return
+			// A retry that comes while the first call still runs waits
+			// for its answer: a client retries when its request timed
+			// out, which a long command's does.
+			c, first := l.answers.claim(op + " " + call.Key)
+			if !first {
+				<-c.done
+				if c.data != nil {
+					_ = msg.Respond(c.data)
+					return
+				}
+				// Too large to keep (a big read): it runs again.
+			} else {
+				claim = c
 			}
 		}
 		l.mu.Lock()
@@ -62,8 +74,8 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 			a.Result, _ = json.Marshal(result)
 		}
 		data, _ := json.Marshal(a)
-		if call.Key != "" {
-			l.answers.put(op+" "+call.Key, data)
+		if claim != nil {
+			l.answers.finish(op+" "+call.Key, claim, data)
 		}
 		_ = msg.Respond(data)
 	})
@@ -266,40 +278,58 @@ func (h *Host) file(l *live, op string, body json.RawMessage) (any, error) {
 }
 
 // answerCache keeps the last answers by idempotency key, so that a
-// retried call gets its first answer and runs nothing again.
+// retried call gets its first answer and runs nothing again; a key is
+// claimed when its first call starts, so that a retry that comes before
+// the answer waits for it.
 type answerCache struct {
 	mu    sync.Mutex
 	max   int
 	order []string
-	m     map[string][]byte
+	m     map[string]*cachedAnswer
 }
 
-func newAnswerCache(max int) *answerCache { return &answerCache{max: max, m: map[string][]byte{}} }
+// cachedAnswer is a key's answer: data once done is closed, nil when it
+// was too large to keep.
+type cachedAnswer struct {
+	done chan struct{}
+	data []byte
+}
+
+func newAnswerCache(max int) *answerCache {
+	return &answerCache{max: max, m: map[string]*cachedAnswer{}}
+}
 
 // maxCachedAnswer bounds an answer kept for a retry: a larger one (a big
 // read) is not kept, and a retry of it runs again, which a read may.
 const maxCachedAnswer = 1 << 20
 
-func (c *answerCache) get(key string) ([]byte, bool) {
+// claim returns key's answer, and whether this call is its first, which
+// must then finish it.
+func (c *answerCache) claim(key string) (a *cachedAnswer, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.m[key]
-	return b, ok
-}
-
-func (c *answerCache) put(key string, data []byte) {
-	if len(data) > maxCachedAnswer {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[key]; ok {
-		return
+	if a, ok := c.m[key]; ok {
+		return a, false
 	}
 	if len(c.order) >= c.max {
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
+	a = &cachedAnswer{done: make(chan struct{})}
 	c.order = append(c.order, key)
-	c.m[key] = data
+	c.m[key] = a
+	return a, true
+}
+
+// finish records the answer of a claimed key and wakes its retries.
+func (c *answerCache) finish(key string, a *cachedAnswer, data []byte) {
+	c.mu.Lock()
+	if len(data) <= maxCachedAnswer {
+		a.data = data
+	} else if c.m[key] == a {
+		delete(c.m, key) // the next retry runs again
+		c.order = slices.DeleteFunc(c.order, func(k string) bool { return k == key })
+	}
+	c.mu.Unlock()
+	close(a.done)
 }
