@@ -259,10 +259,8 @@ func DecodeStoredResult(id string, data []byte) (*Result, error) {
 // ResultWatch waits for one job's result. Open it before publishing the job
 // so that no result can be missed; Stop it when done.
 type ResultWatch struct {
-	w            jetstream.KeyWatcher
-	it           jetstream.MessagesContext // instead of w, for a tenant (tenantWatch)
-	stopConsumer func()                    // with it: deletes its consumer
-	id           string
+	w  jetstream.KeyWatcher
+	tw *tenantResultWatch // instead of w, for a tenant (tenantWatch)
 }
 
 // Watch opens a watch on the result of id. The current value, if any, is
@@ -283,8 +281,8 @@ func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
 
 // Next blocks until the result is stored or ctx is done.
 func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
-	if rw.it != nil {
-		return rw.nextMsg(ctx)
+	if rw.tw != nil {
+		return rw.tw.next(ctx)
 	}
 	e, err := nextPut(ctx, rw.w)
 	if err != nil {
@@ -295,10 +293,8 @@ func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
 
 // Stop closes the watch.
 func (rw *ResultWatch) Stop() error {
-	if rw.it != nil {
-		rw.it.Stop()
-		rw.stopConsumer()
-		return nil
+	if rw.tw != nil {
+		return rw.tw.stop()
 	}
 	return rw.w.Stop()
 }

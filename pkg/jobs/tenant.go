@@ -337,51 +337,107 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	return heads, nil
 }
 
-// tenantWatch watches RESULTS[id] with an ordered consumer filtered to
-// its subject: the one form of watch a tenant's permissions allow. Stop
-// deletes the consumer: a stream holds 1,000 consumers at most (the
-// server's default), shared by every tenant, and one left for the
-// server to remove would count for its InactiveThreshold.
+// tenantWatch watches RESULTS[id] without a consumer: a subscription to
+// the key's subject, on which the worker's put is published, wakes it, and
+// a direct get reads the value. A consumer would go through the JetStream
+// API, whose one queue any tenant can flood, and count against the
+// stream's consumers, which any tenant could use up; a subscription and a
+// direct get are neither (see the header). What the subscription delivers
+// is only a signal: the value is the stream's, so a message pushed onto
+// the subject by anyone else (a push consumer's delivery) forges nothing.
 func (c *Client) tenantWatch(ctx context.Context, id string) (*ResultWatch, error) {
-	oc, err := c.js.OrderedConsumer(ctx, "KV_"+ResultsBucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{kvSubject(ResultsBucket, id)},
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		InactiveThreshold: time.Minute, // removed by the server if the delete in Stop is lost
+	nc := c.js.Conn()
+	wake := make(chan *nats.Msg, 1)
+	sub, err := nc.Subscribe(kvSubject(ResultsBucket, id), func(m *nats.Msg) {
+		select {
+		case wake <- m:
+		default: // one wake-up pending is as good as many
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", id, err)
 	}
-	it, err := oc.Messages()
-	if err != nil {
+	// A subscription the server refuses is only reported asynchronously;
+	// the flush's round trip makes it take effect before the get below,
+	// so that a result stored after that get wakes it.
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("watch %s: %w", id, err)
 	}
-	return &ResultWatch{it: it, id: id, stopConsumer: func() {
-		info := oc.CachedInfo()
-		if info == nil {
-			return
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = c.js.DeleteConsumer(dctx, "KV_"+ResultsBucket, info.Name)
-	}}, nil
+	tw := &tenantResultWatch{c: c, sub: sub, wake: wake, id: id, reconnects: nc.Stats().Reconnects}
+	switch r, err := c.tenantGet(ctx, id); {
+	case err == nil:
+		tw.first = r
+	case !errors.Is(err, ErrNotFound):
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return &ResultWatch{tw: tw}, nil
 }
 
-// nextMsg is ResultWatch.Next over an ordered consumer.
-func (rw *ResultWatch) nextMsg(ctx context.Context) (*Result, error) {
+// tenantRecheck is how often a tenant's result watch checks that it missed
+// nothing: a subscription delivers at most once, and not while the
+// connection is down, so after a reconnect or a dropped message the stored
+// value is read again, and every tenantRereads checks in any case (a
+// server whose permissions predate the subscription refuses it, and says
+// so only in an asynchronous error).
+const (
+	tenantRecheck = time.Second
+	tenantRereads = 15
+)
+
+// tenantResultWatch is a tenant's ResultWatch (tenantWatch).
+type tenantResultWatch struct {
+	c          *Client
+	sub        *nats.Subscription
+	wake       chan *nats.Msg
+	id         string
+	first      *Result // the value stored when the watch opened
+	reconnects uint64  // the connection's, when last checked
+	dropped    int     // the subscription's, when last checked
+	checks     int     // since the stored value was last read
+}
+
+func (tw *tenantResultWatch) next(ctx context.Context) (*Result, error) {
+	if r := tw.first; r != nil {
+		tw.first = nil
+		return r, nil
+	}
+	tick := time.NewTicker(tenantRecheck)
+	defer tick.Stop()
 	for {
-		m, err := rw.it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tw.wake:
+		case <-tick.C:
+			if !tw.sub.IsValid() {
+				return nil, fmt.Errorf("watch %s: %w", tw.id, ErrWatchClosed)
 			}
-			return nil, fmt.Errorf("watch %s: %w", rw.id, err)
+			dropped, _ := tw.sub.Dropped()
+			n := tw.c.js.Conn().Stats().Reconnects
+			if tw.checks++; n == tw.reconnects && dropped == tw.dropped && tw.checks < tenantRereads {
+				continue
+			}
+			tw.reconnects, tw.dropped = n, dropped
 		}
-		if isKVDelete(m.Headers()) {
-			continue
+		tw.checks = 0
+		r, err := tw.c.tenantGet(ctx, tw.id)
+		switch {
+		case err == nil:
+			return r, nil
+		case errors.Is(err, ErrNotFound):
+			continue // a delete, or a wake-up that was no put
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
 		}
-		return DecodeStoredResult(rw.id, m.Data())
+		return nil, err
 	}
 }
+
+func (tw *tenantResultWatch) stop() error { return tw.sub.Unsubscribe() }
 
 // tenantCancel is Cancel for a tenant: it records the request under the
 // job's key in CANCELS and waits CancelWait for the canceled result.
