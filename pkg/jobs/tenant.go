@@ -407,11 +407,23 @@ func (tw *tenantResultWatch) next(ctx context.Context) (*Result, error) {
 	}
 	tick := time.NewTicker(tenantRecheck)
 	defer tick.Stop()
+	// A put reaches the subscription as the stream gets it, which may be
+	// before the stream has stored it: a wake-up that finds nothing reads
+	// again, after retry (doubling up to a second), and then waits anew.
+	var retry time.Duration
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
 	for {
+		if retry > 0 {
+			again.Reset(retry)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-tw.wake:
+			retry = 0
+		case <-again.C:
 		case <-tick.C:
 			if !tw.sub.IsValid() {
 				return nil, fmt.Errorf("watch %s: %w", tw.id, ErrWatchClosed)
@@ -429,7 +441,16 @@ func (tw *tenantResultWatch) next(ctx context.Context) (*Result, error) {
 		case err == nil:
 			return r, nil
 		case errors.Is(err, ErrNotFound):
-			continue // a delete, or a wake-up that was no put
+			// Not stored yet, or a delete, or a wake-up that was no put.
+			switch {
+			case retry == 0:
+				retry = 5 * time.Millisecond
+			case retry < time.Second:
+				retry *= 2
+			default:
+				retry = 0
+			}
+			continue
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
