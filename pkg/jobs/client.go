@@ -259,8 +259,7 @@ func DecodeStoredResult(id string, data []byte) (*Result, error) {
 // ResultWatch waits for one job's result. Open it before publishing the job
 // so that no result can be missed; Stop it when done.
 type ResultWatch struct {
-	w  jetstream.KeyWatcher
-	tw *tenantResultWatch // instead of w, for a tenant (tenantWatch)
+	kw *keyResultWatch
 }
 
 // Watch opens a watch on the result of id. The current value, if any, is
@@ -269,34 +268,17 @@ func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
 	if !ValidID(id) {
 		return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", shorten.Text(id, 140))
 	}
-	if c.tenant != "" {
-		return c.tenantWatch(ctx, id)
-	}
-	w, err := c.stores.Results.Watch(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", id, err)
-	}
-	return &ResultWatch{w: w}, nil
+	return c.keyWatch(ctx, id)
 }
 
 // Next blocks until the result is stored or ctx is done.
 func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
-	if rw.tw != nil {
-		return rw.tw.next(ctx)
-	}
-	e, err := nextPut(ctx, rw.w)
-	if err != nil {
-		return nil, err
-	}
-	return DecodeStoredResult(e.Key(), e.Value())
+	return rw.kw.next(ctx)
 }
 
 // Stop closes the watch.
 func (rw *ResultWatch) Stop() error {
-	if rw.tw != nil {
-		return rw.tw.stop()
-	}
-	return rw.w.Stop()
+	return rw.kw.stop()
 }
 
 // Wait blocks until the job's result is stored, or ctx is done. It does not

@@ -108,7 +108,7 @@ func (f *follower) watchResult(ctx context.Context) (initial *Result, later <-ch
 	stop = func() { cancel(); <-done }
 	if f.c.tenant != "" {
 		// The watch first, so that a result stored from now on reaches it.
-		rw, err := f.c.tenantWatch(ctx, f.id)
+		rw, err := f.c.Watch(ctx, f.id)
 		if err != nil {
 			cancel()
 			return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)

@@ -59,9 +59,9 @@ import (
 // stream's consumers are one pool (1,000 by default) for all who create
 // them, so a tenant creates none on a stream anyone else reads: it waits
 // for a result by a subscription to the key's subject and direct gets
-// (tenantWatch), and follows its jobs on EVENTS_t, whose consumers are
-// capped (Topology.TenantMaxConsumers) and expire when idle, durable or
-// not. The server's JetStream API has one request queue, dropped whole
+// (keyWatch, as the operator's client does too), and follows its jobs on
+// EVENTS_t, whose consumers are capped (Topology.TenantMaxConsumers) and
+// expire when idle, durable or not. The server's JetStream API has one request queue, dropped whole
 // when full, and no per-user rate: a tenant can flood it, which delays
 // every API call, but a result wait makes none (a direct get is answered
 // by the stream), so a flood costs another tenant's waits CPU, not the
@@ -351,129 +351,6 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	return heads, nil
 }
 
-// tenantWatch watches RESULTS[id] without a consumer: a subscription to
-// the key's subject, on which the worker's put is published, wakes it, and
-// a direct get reads the value. A consumer would go through the JetStream
-// API, whose one queue any tenant can flood, and count against the
-// stream's consumers, which any tenant could use up; a subscription and a
-// direct get are neither (see the header). What the subscription delivers
-// is only a signal: the value is the stream's, so a message pushed onto
-// the subject by anyone else (a push consumer's delivery) forges nothing.
-func (c *Client) tenantWatch(ctx context.Context, id string) (*ResultWatch, error) {
-	nc := c.js.Conn()
-	wake := make(chan *nats.Msg, 1)
-	sub, err := nc.Subscribe(kvSubject(ResultsBucket, id), func(m *nats.Msg) {
-		select {
-		case wake <- m:
-		default: // one wake-up pending is as good as many
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", id, err)
-	}
-	// A subscription the server refuses is only reported asynchronously;
-	// the flush's round trip makes it take effect before the get below,
-	// so that a result stored after that get wakes it.
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := nc.FlushWithContext(fctx); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("watch %s: %w", id, err)
-	}
-	tw := &tenantResultWatch{c: c, sub: sub, wake: wake, id: id, reconnects: nc.Stats().Reconnects}
-	switch r, err := c.tenantGet(ctx, id); {
-	case err == nil:
-		tw.first = r
-	case !errors.Is(err, ErrNotFound):
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	return &ResultWatch{tw: tw}, nil
-}
-
-// tenantRecheck is how often a tenant's result watch checks that it missed
-// nothing: a subscription delivers at most once, and not while the
-// connection is down, so after a reconnect or a dropped message the stored
-// value is read again, and every tenantRereads checks in any case (a
-// server whose permissions predate the subscription refuses it, and says
-// so only in an asynchronous error).
-const (
-	tenantRecheck = time.Second
-	tenantRereads = 15
-)
-
-// tenantResultWatch is a tenant's ResultWatch (tenantWatch).
-type tenantResultWatch struct {
-	c          *Client
-	sub        *nats.Subscription
-	wake       chan *nats.Msg
-	id         string
-	first      *Result // the value stored when the watch opened
-	reconnects uint64  // the connection's, when last checked
-	dropped    int     // the subscription's, when last checked
-	checks     int     // since the stored value was last read
-}
-
-func (tw *tenantResultWatch) next(ctx context.Context) (*Result, error) {
-	if r := tw.first; r != nil {
-		tw.first = nil
-		return r, nil
-	}
-	tick := time.NewTicker(tenantRecheck)
-	defer tick.Stop()
-	// A put reaches the subscription as the stream gets it, which may be
-	// before the stream has stored it: a wake-up that finds nothing reads
-	// again, after retry (doubling up to a second), and then waits anew.
-	var retry time.Duration
-	again := time.NewTimer(time.Hour)
-	again.Stop()
-	defer again.Stop()
-	for {
-		if retry > 0 {
-			again.Reset(retry)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tw.wake:
-			retry = 0
-		case <-again.C:
-		case <-tick.C:
-			if !tw.sub.IsValid() {
-				return nil, fmt.Errorf("watch %s: %w", tw.id, ErrWatchClosed)
-			}
-			dropped, _ := tw.sub.Dropped()
-			n := tw.c.js.Conn().Stats().Reconnects
-			if tw.checks++; n == tw.reconnects && dropped == tw.dropped && tw.checks < tenantRereads {
-				continue
-			}
-			tw.reconnects, tw.dropped = n, dropped
-		}
-		tw.checks = 0
-		r, err := tw.c.tenantGet(ctx, tw.id)
-		switch {
-		case err == nil:
-			return r, nil
-		case errors.Is(err, ErrNotFound):
-			// Not stored yet, or a delete, or a wake-up that was no put.
-			switch {
-			case retry == 0:
-				retry = 5 * time.Millisecond
-			case retry < time.Second:
-				retry *= 2
-			default:
-				retry = 0
-			}
-			continue
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		}
-		return nil, err
-	}
-}
-
-func (tw *tenantResultWatch) stop() error { return tw.sub.Unsubscribe() }
-
 // tenantCancel is Cancel for a tenant: it records the request under the
 // job's key in CANCELS and waits CancelWait for the canceled result.
 func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
@@ -482,7 +359,7 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	rw, err := c.tenantWatch(ctx, id)
+	rw, err := c.Watch(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/shorten"
@@ -177,3 +178,126 @@ func nextEntry(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueE
 		}
 	}
 }
+
+// keyWatch watches RESULTS[id] without a consumer: a subscription to the
+// key's subject, on which the worker's put is published, wakes it, and a
+// get (a direct get) reads the value. A consumer would be made through the
+// JetStream API, whose one queue any tenant can flood, and count against
+// the stream's consumers; a subscription and a direct get are neither (see
+// tenant.go). What the subscription delivers is only a signal: the value
+// is the stream's, so a message pushed onto the subject by anyone else (a
+// push consumer's delivery) forges nothing.
+func (c *Client) keyWatch(ctx context.Context, id string) (*ResultWatch, error) {
+	nc := c.js.Conn()
+	wake := make(chan *nats.Msg, 1)
+	sub, err := nc.Subscribe(kvSubject(ResultsBucket, id), func(m *nats.Msg) {
+		select {
+		case wake <- m:
+		default: // one wake-up pending is as good as many
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", id, err)
+	}
+	// A subscription the server refuses is only reported asynchronously;
+	// the flush's round trip makes it take effect before the get below,
+	// so that a result stored after that get wakes it.
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("watch %s: %w", id, err)
+	}
+	tw := &keyResultWatch{c: c, sub: sub, wake: wake, id: id, reconnects: nc.Stats().Reconnects}
+	switch r, err := c.Get(ctx, id); {
+	case err == nil:
+		tw.first = r
+	case !errors.Is(err, ErrNotFound):
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return &ResultWatch{kw: tw}, nil
+}
+
+// keyRecheck is how often a result watch checks that it missed
+// nothing: a subscription delivers at most once, and not while the
+// connection is down, so after a reconnect or a dropped message the stored
+// value is read again, and every keyRereads checks in any case (a
+// server whose permissions predate the subscription refuses it, and says
+// so only in an asynchronous error).
+const (
+	keyRecheck = time.Second
+	keyRereads = 15
+)
+
+// keyResultWatch is a ResultWatch (keyWatch).
+type keyResultWatch struct {
+	c          *Client
+	sub        *nats.Subscription
+	wake       chan *nats.Msg
+	id         string
+	first      *Result // the value stored when the watch opened
+	reconnects uint64  // the connection's, when last checked
+	dropped    int     // the subscription's, when last checked
+	checks     int     // since the stored value was last read
+}
+
+func (tw *keyResultWatch) next(ctx context.Context) (*Result, error) {
+	if r := tw.first; r != nil {
+		tw.first = nil
+		return r, nil
+	}
+	tick := time.NewTicker(keyRecheck)
+	defer tick.Stop()
+	// A put reaches the subscription as the stream gets it, which may be
+	// before the stream has stored it: a wake-up that finds nothing reads
+	// again, after retry (doubling up to a second), and then waits anew.
+	var retry time.Duration
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
+	for {
+		if retry > 0 {
+			again.Reset(retry)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tw.wake:
+			retry = 0
+		case <-again.C:
+		case <-tick.C:
+			if !tw.sub.IsValid() {
+				return nil, fmt.Errorf("watch %s: %w", tw.id, ErrWatchClosed)
+			}
+			dropped, _ := tw.sub.Dropped()
+			n := tw.c.js.Conn().Stats().Reconnects
+			if tw.checks++; n == tw.reconnects && dropped == tw.dropped && tw.checks < keyRereads {
+				continue
+			}
+			tw.reconnects, tw.dropped = n, dropped
+		}
+		tw.checks = 0
+		r, err := tw.c.Get(ctx, tw.id)
+		switch {
+		case err == nil:
+			return r, nil
+		case errors.Is(err, ErrNotFound):
+			// Not stored yet, or a delete, or a wake-up that was no put.
+			switch {
+			case retry == 0:
+				retry = 5 * time.Millisecond
+			case retry < time.Second:
+				retry *= 2
+			default:
+				retry = 0
+			}
+			continue
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+}
+
+func (tw *keyResultWatch) stop() error { return tw.sub.Unsubscribe() }
