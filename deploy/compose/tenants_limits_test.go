@@ -44,8 +44,9 @@ func startTenantFleet(t *testing.T, ctx context.Context) *tenantFleet {
 	return f
 }
 
-// runAndFollow runs a job with client, waiting for its result, and follows
-// another to its end, each within a deadline a stopped fleet would miss.
+// runAndFollow runs a job with client, waiting for its result, another
+// with a batch's watch of results, and follows a third to its end, each
+// within a deadline a stopped fleet would miss.
 func runAndFollow(t *testing.T, ctx context.Context, who string, client *jobs.Client, id string) {
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -53,6 +54,22 @@ func runAndFollow(t *testing.T, ctx context.Context, who string, client *jobs.Cl
 	res, err := client.SubmitAndWait(wctx, &jobs.Job{ID: id + "-wait", Image: "python", Code: "print " + who})
 	if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != who+"\n" {
 		t.Fatalf("%s: SubmitAndWait: %v %+v", who, err, res)
+	}
+	// A batch's watch of many results.
+	bid, err := client.QualifyID(id + "-batch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := client.WatchResults(wctx, bid)
+	if err != nil {
+		t.Fatalf("%s: WatchResults: %v", who, err)
+	}
+	defer rw.Stop()
+	if _, err := client.Submit(wctx, &jobs.Job{ID: bid, Image: "python", Code: "print " + who}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rw.Next(wctx); err != nil || got.ID != bid {
+		t.Fatalf("%s: WatchResults: %q, %v", who, got.ID, err)
 	}
 	qid, err := client.Submit(wctx, &jobs.Job{ID: id + "-follow", Image: "python", Code: "print " + who})
 	if err != nil {

@@ -23,12 +23,13 @@ var ErrWatchClosed = errors.New("result watch closed")
 // the IDs it was opened for. Stop it when done.
 type ResultsWatch struct {
 	w jetstream.KeyWatcher
-	// A tenant's (tenantWatchResults), instead of w: an ordered consumer
-	// of its own keys, the IDs it keeps (none: every one), and the
-	// consumer's removal.
-	it           jetstream.MessagesContext
-	ids          map[string]bool
-	stopConsumer func()
+	// A tenant's (tenantWatchResults), instead of w: a subscription to
+	// its own keys, the IDs it keeps (none: every one), and what it
+	// checks to know it missed nothing.
+	c          *Client
+	sub        *nats.Subscription
+	ids        map[string]bool
+	reconnects uint64
 }
 
 // StoredResult is a result as a ResultsWatch delivers it: still encoded,
@@ -71,7 +72,7 @@ func (c *Client) WatchResults(ctx context.Context, ids ...string) (*ResultsWatch
 // ctx's error when ctx is done first, and ErrWatchClosed when the watch
 // ended.
 func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
-	if rw.it != nil {
+	if rw.sub != nil {
 		return rw.nextTenant(ctx)
 	}
 	e, err := nextPut(ctx, rw.w)
@@ -83,41 +84,34 @@ func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
 
 // Stop closes the watch.
 func (rw *ResultsWatch) Stop() error {
-	if rw.it != nil {
-		rw.it.Stop()
-		rw.stopConsumer()
-		return nil
+	if rw.sub != nil {
+		return rw.sub.Unsubscribe()
 	}
 	return rw.w.Stop()
 }
 
-// tenantWatchResults is WatchResults for a tenant: an ordered consumer
-// filtered to the tenant's keys, the filter in the API subject where the
-// tenant's permissions see it (one consumer per filter: several IDs are
-// kept by Next, not by several filters, which the server takes only in
-// the request's body). Stop deletes the consumer, as tenantWatch's.
+// tenantWatchResults is WatchResults for a tenant: a subscription to the
+// tenant's keys' subjects, which the workers' puts are published on, and
+// no consumer, for the reasons of keyWatch. A delivery names the key, and
+// the value is read from RESULTS by a direct get: a put the stream refused
+// (a second result of a job) reaches the subscription too, and the first
+// stored is the one that counts. A subscription delivers at most once, so
+// a reconnect or a message dropped for a slow reader ends the watch with
+// ErrWatchClosed: a result may have been missed, and the caller looks up
+// what it still waits for.
 func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
-	oc, err := c.js.OrderedConsumer(ctx, "KV_"+ResultsBucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{kvSubject(ResultsBucket, c.tenant+".*")},
-		DeliverPolicy:     jetstream.DeliverNewPolicy,
-		InactiveThreshold: time.Minute, // removed by the server if the delete in Stop is lost
-	})
+	nc := c.js.Conn()
+	sub, err := nc.SubscribeSync(kvSubject(ResultsBucket, c.tenant+".*"))
 	if err != nil {
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
-	it, err := oc.Messages()
-	if err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
-	rw := &ResultsWatch{it: it, stopConsumer: func() {
-		info := oc.CachedInfo()
-		if info == nil {
-			return
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = c.js.DeleteConsumer(dctx, "KV_"+ResultsBucket, info.Name)
-	}}
+	rw := &ResultsWatch{c: c, sub: sub, reconnects: nc.Stats().Reconnects}
 	if len(ids) > 0 {
 		rw.ids = map[string]bool{}
 		for _, id := range ids {
@@ -128,22 +122,57 @@ func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*Results
 }
 
 func (rw *ResultsWatch) nextTenant(ctx context.Context) (StoredResult, error) {
+	prefix := kvSubject(ResultsBucket, "")
 	for {
-		m, err := rw.it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return StoredResult{}, ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return StoredResult{}, ErrWatchClosed
-			}
-			return StoredResult{}, fmt.Errorf("watch results: %w", err)
+		m, err := rw.sub.NextMsgWithContext(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return StoredResult{}, ctx.Err()
+		case err != nil:
+			return StoredResult{}, fmt.Errorf("watch results: %w: %w", ErrWatchClosed, err)
 		}
-		id := strings.TrimPrefix(m.Subject(), kvSubject(ResultsBucket, ""))
-		if isKVDelete(m.Headers()) || (rw.ids != nil && !rw.ids[id]) {
+		if dropped, _ := rw.sub.Dropped(); dropped > 0 || rw.c.js.Conn().Stats().Reconnects != rw.reconnects {
+			return StoredResult{}, fmt.Errorf("watch results: %w: a result may have been missed (reconnected, or a slow reader)", ErrWatchClosed)
+		}
+		id := strings.TrimPrefix(m.Subject, prefix)
+		// A push consumer's delivery keeps its stream's subject and
+		// carries an ack subject: not a put on a key.
+		if !strings.HasPrefix(m.Subject, prefix) || strings.HasPrefix(m.Reply, "$JS.ACK.") || isKVDelete(m.Header) ||
+			TenantOf(id) != rw.c.tenant || (rw.ids != nil && !rw.ids[id]) {
 			continue
 		}
-		return StoredResult{ID: id, Data: m.Data()}, nil
+		data, err := rw.stored(ctx, m.Subject)
+		if err != nil {
+			return StoredResult{}, err
+		}
+		if data == nil {
+			continue // refused by the stream, and nothing stored
+		}
+		return StoredResult{ID: id, Data: data}, nil
+	}
+}
+
+// stored reads what RESULTS holds on subject, just published: the
+// subscription may have its message before the stream has stored it, so a
+// miss is read again, for a second at most; nil when nothing is stored.
+func (rw *ResultsWatch) stored(ctx context.Context, subject string) ([]byte, error) {
+	for wait := 5 * time.Millisecond; ; wait *= 2 {
+		m, err := rw.c.directGet(ctx, "KV_"+ResultsBucket, subject)
+		switch {
+		case err == nil:
+			return m.Data, nil
+		case !errors.Is(err, errNoMessage):
+			return nil, fmt.Errorf("watch results: %w", err)
+		case wait > time.Second:
+			return nil, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
 	}
 }
 
