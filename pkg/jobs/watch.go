@@ -251,12 +251,14 @@ func (c *Client) keyWatch(ctx context.Context, id string) (*ResultWatch, error) 
 // keyRecheck is how often a result watch checks that it missed
 // nothing: a subscription delivers at most once, and not while the
 // connection is down, so after a reconnect or a dropped message the stored
-// value is read again, and every keyRereads checks in any case (a
-// server whose permissions predate the subscription refuses it, and says
-// so only in an asynchronous error).
+// value is read again, and every keyRereads checks in any case: a server
+// whose permissions predate the subscription refuses it, and says so only
+// in an asynchronous error, and in a cluster the subscription's interest
+// reaches the other servers a moment after the flush, so a put on one of
+// them in between is not forwarded.
 const (
 	keyRecheck = time.Second
-	keyRereads = 15
+	keyRereads = 5
 )
 
 // keyResultWatch is a ResultWatch (keyWatch).
