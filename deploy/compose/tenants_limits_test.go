@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
@@ -21,6 +22,7 @@ import (
 // tenantFleet starts a server from the nats.conf tenants.sh writes, a
 // worker serving every tenant, the operator's client and both tenants'.
 type tenantFleet struct {
+	s                *server.Server
 	a, b             *conn
 	clientA, clientB *jobs.Client
 	op               *jobs.Client
@@ -30,7 +32,7 @@ type tenantFleet struct {
 func startTenantFleet(t *testing.T, ctx context.Context) *tenantFleet {
 	t.Helper()
 	s := startTenantServer(t)
-	f := &tenantFleet{wrk: connect(t, s, "worker", testWorkerPassword)}
+	f := &tenantFleet{s: s, wrk: connect(t, s, "worker", testWorkerPassword)}
 	w := workertest.Start(t, f.wrk.js, &fakeexec.Executor{}, worker.Config{ID: "shared", Slots: 4,
 		Topology: jobs.Topology{AckWait: 5 * time.Second}, FetchWait: 200 * time.Millisecond})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
@@ -233,15 +235,37 @@ func TestTenantAPIFlood(t *testing.T) {
 				return fmt.Appendf(nil, `{"stream_name":"KV_WORKSPACES","config":{"name":"flood-%d","filter_subject":"$KV.WORKSPACES.team-b.*","ack_policy":"none","mem_storage":true,"inactive_threshold":2000000000}}`, i)
 			})
 	}()
-	// The flood is on before a waits: the server's API queue overflows.
-	testutil.Eventually(t, 30*time.Second, "the flood to be under way", func() bool { return f.b.nc.Stats().OutMsgs > 40_000 })
+	// The flood is on before a waits: requests wait in the server's API
+	// queue (which it drops whole at 10,000), and the most that waited at
+	// once while a waited is reported.
+	queued := func() uint64 {
+		info, err := f.s.Jsz(nil)
+		if err != nil {
+			return 0
+		}
+		return info.API.Inflight
+	}
+	testutil.Eventually(t, 2*time.Minute, "b's flood to back the API queue up", func() bool { return queued() >= 2000 })
+	var peak uint64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for fctx.Err() == nil {
+			peak = max(peak, queued())
+			select {
+			case <-fctx.Done():
+			case <-time.After(5 * time.Millisecond): // sampling, not synchronisation
+			}
+		}
+	}()
 	flooded := waits(t, ctx, f.clientA, "flooded", n, limit)
 	floodedOp := waits(t, ctx, f.op, "flooded", n, limit)
 	stop()
 	wg.Wait()
+	<-sampled
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "result wait over %d sequential SubmitAndWait each (fake executor); b sent %d requests:\n", n, sent)
+	fmt.Fprintf(&b, "result wait over %d sequential SubmitAndWait each (fake executor); b sent %d requests, up to %d in the API queue at once:\n", n, sent, peak)
 	row := func(what string, ds []time.Duration) {
 		r := func(q float64) time.Duration { return quantile(ds, q).Round(10 * time.Microsecond) }
 		fmt.Fprintf(&b, "  %-24s p50 %8v  p99 %8v  max %8v\n", what, r(.5), r(.99), r(1))
