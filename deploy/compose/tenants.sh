@@ -43,20 +43,21 @@ tenant_permissions() {
 	# cancels the keys $t.<id>, their events events.$t.<id>, its workspaces
 	# the keys $t.<name>, its snapshots and artifacts object stores of its
 	# own; it reads nothing else (no info of a shared stream or consumer: a
-	# subjects filter would list other tenants' keys).
+	# subjects filter would list other tenants' keys). It creates no
+	# consumer on a stream another tenant or the operator reads (each
+	# stream holds a capped number): a result is waited for by a
+	# subscription and read by a direct get, events are followed on
+	# EVENTS_$t, which holds $t's alone (jobs.TenantEventsStream).
 	TENANT_$v = {
 		publish = {
 			allow = [
 				"jobs.*.$t.*"                                           # submit, to any lane
-				"\$JS.API.DIRECT.GET.KV_RESULTS.\$KV.RESULTS.$t.*"        # get a result
-				"\$JS.API.CONSUMER.CREATE.KV_RESULTS.*.\$KV.RESULTS.$t.*" # watch one (an ordered consumer on that key)
-				"\$JS.API.CONSUMER.MSG.NEXT.KV_RESULTS.*"                # ... its pulls (its name is random, not listable)
-				"\$JS.API.CONSUMER.DELETE.KV_RESULTS.*"                  # ... and its removal
+				"\$JS.API.DIRECT.GET.KV_RESULTS.\$KV.RESULTS.$t.*"        # get a result (no consumer: see subscribe)
 				"\$KV.CANCELS.$t.*"                                      # request a cancel
-				"\$JS.API.CONSUMER.CREATE.EVENTS.*.events.$t.*"         # follow a job: a consumer filtered to its events
-				"\$JS.API.CONSUMER.MSG.NEXT.EVENTS.*"                   # ... its pulls (a random name, not listable)
-				"\$JS.API.CONSUMER.DELETE.EVENTS.*"
-				"\$JS.API.DIRECT.GET.EVENTS.events.$t.*"                # ... and a job's last event
+				"\$JS.API.CONSUMER.CREATE.EVENTS_$t.*.events.$t.*"      # follow a job: a consumer filtered to its events,
+				"\$JS.API.CONSUMER.MSG.NEXT.EVENTS_$t.*"                # ... on its own stream (capped consumers),
+				"\$JS.API.CONSUMER.DELETE.EVENTS_$t.*"                  # ... its pulls and removal
+				"\$JS.API.DIRECT.GET.EVENTS_$t.events.$t.*"             # ... and a job's last event
 				"\$JS.API.DIRECT.GET.KV_WORKSPACES.\$KV.WORKSPACES.$t.*"  # workspace show: a head
 				"\$JS.API.CONSUMER.CREATE.KV_WORKSPACES.*.\$KV.WORKSPACES.$t.*" # ls, watch: a consumer filtered to its keys
 				"\$JS.API.CONSUMER.MSG.NEXT.KV_WORKSPACES.*"
@@ -79,6 +80,7 @@ done)
 			allow = [
 				"_INBOX.$t.>"                                           # its inboxes (nats.CustomInboxPrefix("_INBOX.$t"))
 				"results.$t.>"                                          # its named reply_to subjects
+				"\$KV.RESULTS.$t.*"                                     # wait for a result: the put wakes it, a direct get reads it
 			]
 		}
 	}

@@ -99,15 +99,29 @@ func TestTenantEvents(t *testing.T) {
 			}
 			b.expectViolation(t, "$JS.API.CONSUMER.CREATE.EVENTS.peek."+filter)
 		}
+		// Nor on the stream of a's own, which holds a's events.
+		for _, filter := range []string{jobs.EventSubject(id), "events.team-a.*", "events.>"} {
+			cctx, done := short()
+			_, err := b.js.CreateConsumer(cctx, jobs.EventsStreamOf("team-a"), jetstream.ConsumerConfig{Name: "peek", FilterSubject: filter})
+			done()
+			if err == nil {
+				t.Errorf("b made a consumer on %s of %s", filter, jobs.EventsStreamOf("team-a"))
+			}
+			b.expectViolation(t, "$JS.API.CONSUMER.CREATE.EVENTS_team-a.peek."+filter)
+		}
+		request("$JS.API.CONSUMER.CREATE.EVENTS_team-a", []byte(`{"stream_name":"EVENTS_team-a","config":{"ack_policy":"none"}}`))
 		request("$JS.API.CONSUMER.CREATE.EVENTS", []byte(`{"stream_name":"EVENTS","config":{"ack_policy":"none"}}`))
 		request("$JS.API.CONSUMER.CREATE.EVENTS.peek", []byte(`{"stream_name":"EVENTS","config":{"name":"peek","ack_policy":"none"}}`))
 		request("$JS.API.CONSUMER.DURABLE.CREATE.EVENTS.peek", []byte(`{"stream_name":"EVENTS","config":{"durable_name":"peek","ack_policy":"none"}}`))
-		// A subject naming b's jobs and a body naming a's: the server
-		// refuses the mismatch.
+		// A subject naming b's jobs and a body naming a's, on b's own
+		// stream (made for b's first job): the server refuses the mismatch.
+		if res, err := clientB.SubmitAndWait(ctx, &jobs.Job{ID: "first", Image: "python", Code: "print b"}); err != nil || res.Status != jobs.StatusSucceeded {
+			t.Fatalf("b's first job: %v %+v", err, res)
+		}
 		cctx, done := short()
 		defer done()
-		m, err := b.nc.RequestWithContext(cctx, "$JS.API.CONSUMER.CREATE.EVENTS.peek.events.team-b.*",
-			[]byte(`{"stream_name":"EVENTS","config":{"name":"peek","filter_subjects":["events.team-a.*"],"ack_policy":"none"}}`))
+		m, err := b.nc.RequestWithContext(cctx, "$JS.API.CONSUMER.CREATE.EVENTS_team-b.peek.events.team-b.*",
+			[]byte(`{"stream_name":"EVENTS_team-b","config":{"name":"peek","filter_subjects":["events.team-a.*"],"ack_policy":"none"}}`))
 		if err != nil || !strings.Contains(string(m.Data), `"error"`) {
 			t.Errorf("a consumer filtered to b's jobs by its subject and to a's by its body: %v %s", err, m.Data)
 		}
@@ -115,6 +129,8 @@ func TestTenantEvents(t *testing.T) {
 
 	t.Run("b cannot read a's events", func(t *testing.T) {
 		request("$JS.API.DIRECT.GET.EVENTS.events."+id, nil)
+		request("$JS.API.DIRECT.GET.EVENTS_team-a.events."+id, nil)
+		request("$JS.API.STREAM.INFO.EVENTS_team-a", nil)
 		request("$JS.API.DIRECT.GET.EVENTS", []byte(`{"last_by_subj":"events.`+id+`"}`))
 		request("$JS.API.STREAM.MSG.GET.EVENTS", []byte(`{"last_by_subj":"events.`+id+`"}`))
 		request("$JS.API.STREAM.INFO.EVENTS", []byte(`{"subjects_filter":"events.>"}`))

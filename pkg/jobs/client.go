@@ -259,10 +259,7 @@ func DecodeStoredResult(id string, data []byte) (*Result, error) {
 // ResultWatch waits for one job's result. Open it before publishing the job
 // so that no result can be missed; Stop it when done.
 type ResultWatch struct {
-	w            jetstream.KeyWatcher
-	it           jetstream.MessagesContext // instead of w, for a tenant (tenantWatch)
-	stopConsumer func()                    // with it: deletes its consumer
-	id           string
+	kw *keyResultWatch
 }
 
 // Watch opens a watch on the result of id. The current value, if any, is
@@ -271,36 +268,17 @@ func (c *Client) Watch(ctx context.Context, id string) (*ResultWatch, error) {
 	if !ValidID(id) {
 		return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", shorten.Text(id, 140))
 	}
-	if c.tenant != "" {
-		return c.tenantWatch(ctx, id)
-	}
-	w, err := c.stores.Results.Watch(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", id, err)
-	}
-	return &ResultWatch{w: w}, nil
+	return c.keyWatch(ctx, id)
 }
 
 // Next blocks until the result is stored or ctx is done.
 func (rw *ResultWatch) Next(ctx context.Context) (*Result, error) {
-	if rw.it != nil {
-		return rw.nextMsg(ctx)
-	}
-	e, err := nextPut(ctx, rw.w)
-	if err != nil {
-		return nil, err
-	}
-	return DecodeStoredResult(e.Key(), e.Value())
+	return rw.kw.next(ctx)
 }
 
 // Stop closes the watch.
 func (rw *ResultWatch) Stop() error {
-	if rw.it != nil {
-		rw.it.Stop()
-		rw.stopConsumer()
-		return nil
-	}
-	return rw.w.Stop()
+	return rw.kw.stop()
 }
 
 // Wait blocks until the job's result is stored, or ctx is done. It does not

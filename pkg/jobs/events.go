@@ -19,6 +19,13 @@ const (
 // EventSubject returns the subject of a job's events: events.<id>.
 func EventSubject(id string) string { return EventSubjectPrefix + id }
 
+// EventsStreamOf is the stream of the events of tenant t's jobs:
+// EventsStreamName for jobs of no tenant (events.<id>), EVENTS_<t> for
+// t's (events.<t>.<id>), so that the consumers t creates to follow its
+// jobs are on a stream of its own, whose cap they cannot take from anyone
+// else (Topology.TenantMaxConsumers).
+func EventsStreamOf(t string) string { return tenantBucket(EventsStreamName, t) }
+
 // EventType says what an Event reports.
 type EventType string
 

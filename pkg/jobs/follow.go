@@ -108,7 +108,7 @@ func (f *follower) watchResult(ctx context.Context) (initial *Result, later <-ch
 	stop = func() { cancel(); <-done }
 	if f.c.tenant != "" {
 		// The watch first, so that a result stored from now on reaches it.
-		rw, err := f.c.tenantWatch(ctx, f.id)
+		rw, err := f.c.Watch(ctx, f.id)
 		if err != nil {
 			cancel()
 			return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
@@ -356,15 +356,53 @@ func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, 
 	return ev, final, nil
 }
 
-// openEvents binds the stream EVENTS; a fleet whose workers never created
+// stream is the stream of the job's events: its tenant's (EventsStreamOf),
+// made by the first worker that runs a job of the tenant's; until then
+// there are no events to follow.
+func (f *follower) stream() string { return EventsStreamOf(TenantOf(f.id)) }
+
+// streamPoll is how often Follow looks for the events stream of a tenant
+// whose first job no worker has taken yet.
+const streamPoll = 100 * time.Millisecond
+
+// untilStream calls open until it finds the stream of the job's events.
+// A tenant's is made by the worker that takes the tenant's first job, so
+// while the job has no result, its stream is waited for; once it has one
+// (it ran without events), open's last error stands. A job of no tenant's
+// has EVENTS or nothing, and a replay replays what is there: open's first
+// error stands.
+func (f *follower) untilStream(ctx context.Context, open func() error) error {
+	for {
+		err := open()
+		if !errors.Is(err, jetstream.ErrStreamNotFound) || TenantOf(f.id) == "" || f.o.replayOnly {
+			return err
+		}
+		if _, err := f.c.Get(ctx, f.id); err == nil {
+			return open()
+		}
+		t := time.NewTimer(streamPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// openEvents binds the stream of the job's events; a fleet whose workers never created
 // it has no events, and Follow yields queued and the result.
 func (f *follower) openEvents(ctx context.Context) error {
 	if f.c.tenant != "" {
 		return nil // nothing to bind: lastSeq and consume say when there are no events
 	}
-	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
-	defer cancel()
-	st, err := f.c.js.Stream(ctx, EventsStreamName)
+	var st jetstream.Stream
+	err := f.untilStream(ctx, func() (err error) {
+		sctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+		defer cancel()
+		st, err = f.c.js.Stream(sctx, f.stream())
+		return err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil
@@ -406,17 +444,21 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 	if (f.c.tenant == "" && f.events == nil) || f.noEvents {
 		return nil, nil, func() {}, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, eventsTimeout)
-	defer cancel()
-	// A consumer of one subject: its filter is in the API subject, where
-	// a tenant's permissions see it.
-	cons, err := f.c.js.CreateConsumer(cctx, EventsStreamName, jetstream.ConsumerConfig{
-		FilterSubject:     EventSubject(f.id),
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		AckPolicy:         jetstream.AckNonePolicy,
-		InactiveThreshold: time.Minute, // removed by the server if stop never comes
-		MemoryStorage:     true,
-		Replicas:          1,
+	var cons jetstream.Consumer
+	err = f.untilStream(ctx, func() (err error) {
+		cctx, cancel := context.WithTimeout(ctx, eventsTimeout)
+		defer cancel()
+		// A consumer of one subject: its filter is in the API subject,
+		// where a tenant's permissions see it.
+		cons, err = f.c.js.CreateConsumer(cctx, f.stream(), jetstream.ConsumerConfig{
+			FilterSubject:     EventSubject(f.id),
+			DeliverPolicy:     jetstream.DeliverAllPolicy,
+			AckPolicy:         jetstream.AckNonePolicy,
+			InactiveThreshold: time.Minute, // removed by the server if stop never comes
+			MemoryStorage:     true,
+			Replicas:          1,
+		})
+		return err
 	})
 	if f.c.tenant != "" && errors.Is(err, jetstream.ErrStreamNotFound) {
 		f.noEvents = true
@@ -444,7 +486,7 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 		<-cc.Closed()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = f.c.js.DeleteConsumer(dctx, EventsStreamName, cons.CachedInfo().Name)
+		_ = f.c.js.DeleteConsumer(dctx, f.stream(), cons.CachedInfo().Name)
 	}
 	return ch, cc.Closed(), stop, nil
 }
@@ -456,7 +498,7 @@ func (f *follower) tenantLastSeq(ctx context.Context) (uint64, error) {
 	if f.noEvents {
 		return 0, nil
 	}
-	m, err := f.c.directGet(ctx, EventsStreamName, EventSubject(f.id))
+	m, err := f.c.directGet(ctx, f.stream(), EventSubject(f.id))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return 0, nil

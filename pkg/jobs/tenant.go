@@ -24,14 +24,14 @@ import (
 //
 //	job ID         t.<id>                     (ValidID)
 //	job subject    jobs.<queue>.t.<id>        t may publish jobs.*.t.*
-//	result         RESULTS key t.<id>         t may direct-get $KV.RESULTS.t.*, watch only that filter
+//	result         RESULTS key t.<id>         t may direct-get and subscribe to $KV.RESULTS.t.*
 //	cancel         CANCELS key t.<id>         t may put $KV.CANCELS.t.*
 //	inbox          _INBOX.t.<...>             t alone may subscribe _INBOX.t.> and results.t.>
 //	reply_to       _INBOX.t.> or results.t.>  checked by Validate: a tenant's job replies only to it
 //	workspace      WORKSPACES key t.<name>    t may direct-get, list and watch $KV.WORKSPACES.t.*, purge its own
 //	snapshots      object store SNAPSHOTS_t   a stream of t's own: t reads it, deletes in it
 //	artifacts      object store ARTIFACTS_t   the same
-//	events         events.t.<id>              t may create a consumer filtered to events.t.*, direct-get its last
+//	events         events.t.<id> in EVENTS_t  t may create a consumer there filtered to events.t.*, direct-get its last
 //
 // A workspace is its tenant's: a job names only its own tenant's
 // workspaces, qualified as its ID is (t.<name> for t's job, a name without
@@ -53,7 +53,21 @@ import (
 // job's events, and Cancel and Follow cannot tell a queued job from an
 // unknown ID (ErrCancelPending for both, until a worker answers; queued).
 // Workers serve every tenant and know none in advance: a tenant's object
-// stores are made by the first worker that needs them.
+// stores and events stream are made by the first worker that needs them.
+//
+// Limits. No tenant may exhaust what another or the operator needs. A
+// stream's consumers are one pool (1,000 by default) for all who create
+// them, so a tenant creates none on a stream anyone else reads: it waits
+// for a result by a subscription to the key's subject and direct gets
+// (keyWatch, as the operator's client does too), and follows its jobs on
+// EVENTS_t, whose consumers are capped (Topology.TenantMaxConsumers) and
+// expire when idle, durable or not. The server's JetStream API has one request queue, dropped whole
+// when full, and no per-user rate: a tenant can flood it, which delays
+// every API call, but a result wait makes none (a direct get is answered
+// by the stream), so a flood costs another tenant's waits CPU, not the
+// wait. Accounts would give per-tenant connection, subscription and
+// JetStream limits, but not a queue of their own, and would split the one
+// topology the workers serve; the README (Tenants) measures the residue.
 
 // ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31},
 // lower-case, so that it can also name users and environment variables.
@@ -337,52 +351,6 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	return heads, nil
 }
 
-// tenantWatch watches RESULTS[id] with an ordered consumer filtered to
-// its subject: the one form of watch a tenant's permissions allow. Stop
-// deletes the consumer: a stream holds 1,000 consumers at most (the
-// server's default), shared by every tenant, and one left for the
-// server to remove would count for its InactiveThreshold.
-func (c *Client) tenantWatch(ctx context.Context, id string) (*ResultWatch, error) {
-	oc, err := c.js.OrderedConsumer(ctx, "KV_"+ResultsBucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{kvSubject(ResultsBucket, id)},
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		InactiveThreshold: time.Minute, // removed by the server if the delete in Stop is lost
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", id, err)
-	}
-	it, err := oc.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", id, err)
-	}
-	return &ResultWatch{it: it, id: id, stopConsumer: func() {
-		info := oc.CachedInfo()
-		if info == nil {
-			return
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = c.js.DeleteConsumer(dctx, "KV_"+ResultsBucket, info.Name)
-	}}, nil
-}
-
-// nextMsg is ResultWatch.Next over an ordered consumer.
-func (rw *ResultWatch) nextMsg(ctx context.Context) (*Result, error) {
-	for {
-		m, err := rw.it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("watch %s: %w", rw.id, err)
-		}
-		if isKVDelete(m.Headers()) {
-			continue
-		}
-		return DecodeStoredResult(rw.id, m.Data())
-	}
-}
-
 // tenantCancel is Cancel for a tenant: it records the request under the
 // job's key in CANCELS and waits CancelWait for the canceled result.
 func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
@@ -391,7 +359,7 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	rw, err := c.tenantWatch(ctx, id)
+	rw, err := c.Watch(ctx, id)
 	if err != nil {
 		return nil, err
 	}

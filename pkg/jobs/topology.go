@@ -131,7 +131,18 @@ type Topology struct {
 	// the console lists; past it the oldest records go first. Default
 	// 512 MiB. Records are kept as long as results (ResultTTL).
 	IndexMaxBytes int64
+	// TenantMaxConsumers caps the consumers on a stream of one tenant's
+	// own (EVENTS_<t>): the follows the tenant may have open at once.
+	// Default 256. Its consumers, durable or not, are removed once idle
+	// for tenantConsumerIdle.
+	TenantMaxConsumers int
 }
+
+// tenantConsumerIdle is the longest a consumer on a tenant's stream is
+// kept without a pull: the server removes it then, durable or not, so
+// none a tenant forgets (or leaves on purpose) holds its place for good.
+// A follow pulls far more often.
+const tenantConsumerIdle = 5 * time.Minute
 
 // WithDefaults returns t with every zero field set to its default.
 func (t Topology) WithDefaults() Topology {
@@ -172,6 +183,7 @@ func (t Topology) WithDefaults() Topology {
 	def(&t.EventsMaxBytes, 1<<30)
 	defD(&t.WorkspaceTTL, 24*time.Hour)
 	def(&t.IndexMaxBytes, 512<<20)
+	defI(&t.TenantMaxConsumers, 256)
 	return t
 }
 
@@ -230,6 +242,8 @@ func (t Topology) Validate() error {
 		return badField("WorkspaceTTL", "%s is under 1s", t.WorkspaceTTL)
 	case t.IndexMaxBytes < 0:
 		return badField("IndexMaxBytes", "%d is negative", t.IndexMaxBytes)
+	case t.TenantMaxConsumers < 1:
+		return badField("TenantMaxConsumers", "%d is under 1", t.TenantMaxConsumers)
 	}
 	return nil
 }
@@ -339,11 +353,13 @@ func (t Topology) ensure(ctx context.Context, js jetstream.JetStream, m maker) (
 // that watchers replay it from the start; kept for EventsMaxAge; the
 // oldest events give way when it is full, so that the jobs running now
 // can be watched.
+// EVENTS holds the events of jobs of no tenant (events.<id>: one token);
+// a tenant's are in a stream of its own (eventsConfigOf).
 func (t Topology) eventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventsStreamName,
 		Description: "sandfleet job events (live output, lifecycle): events.<id>",
-		Subjects:    []string{EventSubjectPrefix + ">"},
+		Subjects:    []string{EventSubjectPrefix + "*"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
@@ -357,6 +373,34 @@ func (t Topology) eventsConfig() jetstream.StreamConfig {
 		// tenant's permissions can name (events.<tenant>.*).
 		AllowDirect: true,
 	}
+}
+
+// eventsConfigOf is the stream of tenant t's jobs' events: EVENTS' settings
+// on events.<t>.*, and a cap on its consumers (which only t and the
+// operator create), each removed once idle.
+func (t Topology) eventsConfigOf(tenant string) jetstream.StreamConfig {
+	cfg := t.eventsConfig()
+	cfg.Name = EventsStreamOf(tenant)
+	cfg.Description = "sandfleet job events of tenant " + tenant + ": events." + tenant + ".<id>"
+	cfg.Subjects = []string{EventSubjectPrefix + tenant + ".*"}
+	cfg.MaxConsumers = t.TenantMaxConsumers
+	cfg.ConsumerLimits = jetstream.StreamConsumerLimits{InactiveThreshold: tenantConsumerIdle}
+	return cfg
+}
+
+// EnsureTenantEvents creates or updates the stream of tenant t's jobs'
+// events (EventsStreamOf): a worker does, before it publishes the first
+// event of t's it has seen, as workers know no tenants before their jobs
+// name them.
+func (t Topology) EnsureTenantEvents(ctx context.Context, js jetstream.JetStream, tenant string) error {
+	if !ValidTenant(tenant) {
+		return fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, tenant)
+	}
+	cfg := t.WithDefaults().eventsConfigOf(tenant)
+	if _, err := (maker{js: js}).stream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s: %w", cfg.Name, err)
+	}
+	return nil
 }
 
 // indexConfig is the stream of the job index (index.go): one record per

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/shorten"
@@ -22,12 +23,13 @@ var ErrWatchClosed = errors.New("result watch closed")
 // the IDs it was opened for. Stop it when done.
 type ResultsWatch struct {
 	w jetstream.KeyWatcher
-	// A tenant's (tenantWatchResults), instead of w: an ordered consumer
-	// of its own keys, the IDs it keeps (none: every one), and the
-	// consumer's removal.
-	it           jetstream.MessagesContext
-	ids          map[string]bool
-	stopConsumer func()
+	// A tenant's (tenantWatchResults), instead of w: a subscription to
+	// its own keys, the IDs it keeps (none: every one), and what it
+	// checks to know it missed nothing.
+	c          *Client
+	sub        *nats.Subscription
+	ids        map[string]bool
+	reconnects uint64
 }
 
 // StoredResult is a result as a ResultsWatch delivers it: still encoded,
@@ -70,7 +72,7 @@ func (c *Client) WatchResults(ctx context.Context, ids ...string) (*ResultsWatch
 // ctx's error when ctx is done first, and ErrWatchClosed when the watch
 // ended.
 func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
-	if rw.it != nil {
+	if rw.sub != nil {
 		return rw.nextTenant(ctx)
 	}
 	e, err := nextPut(ctx, rw.w)
@@ -82,41 +84,34 @@ func (rw *ResultsWatch) Next(ctx context.Context) (StoredResult, error) {
 
 // Stop closes the watch.
 func (rw *ResultsWatch) Stop() error {
-	if rw.it != nil {
-		rw.it.Stop()
-		rw.stopConsumer()
-		return nil
+	if rw.sub != nil {
+		return rw.sub.Unsubscribe()
 	}
 	return rw.w.Stop()
 }
 
-// tenantWatchResults is WatchResults for a tenant: an ordered consumer
-// filtered to the tenant's keys, the filter in the API subject where the
-// tenant's permissions see it (one consumer per filter: several IDs are
-// kept by Next, not by several filters, which the server takes only in
-// the request's body). Stop deletes the consumer, as tenantWatch's.
+// tenantWatchResults is WatchResults for a tenant: a subscription to the
+// tenant's keys' subjects, which the workers' puts are published on, and
+// no consumer, for the reasons of keyWatch. A delivery names the key, and
+// the value is read from RESULTS by a direct get: a put the stream refused
+// (a second result of a job) reaches the subscription too, and the first
+// stored is the one that counts. A subscription delivers at most once, so
+// a reconnect or a message dropped for a slow reader ends the watch with
+// ErrWatchClosed: a result may have been missed, and the caller looks up
+// what it still waits for.
 func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
-	oc, err := c.js.OrderedConsumer(ctx, "KV_"+ResultsBucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{kvSubject(ResultsBucket, c.tenant+".*")},
-		DeliverPolicy:     jetstream.DeliverNewPolicy,
-		InactiveThreshold: time.Minute, // removed by the server if the delete in Stop is lost
-	})
+	nc := c.js.Conn()
+	sub, err := nc.SubscribeSync(kvSubject(ResultsBucket, c.tenant+".*"))
 	if err != nil {
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
-	it, err := oc.Messages()
-	if err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
-	rw := &ResultsWatch{it: it, stopConsumer: func() {
-		info := oc.CachedInfo()
-		if info == nil {
-			return
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = c.js.DeleteConsumer(dctx, "KV_"+ResultsBucket, info.Name)
-	}}
+	rw := &ResultsWatch{c: c, sub: sub, reconnects: nc.Stats().Reconnects}
 	if len(ids) > 0 {
 		rw.ids = map[string]bool{}
 		for _, id := range ids {
@@ -127,22 +122,57 @@ func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*Results
 }
 
 func (rw *ResultsWatch) nextTenant(ctx context.Context) (StoredResult, error) {
+	prefix := kvSubject(ResultsBucket, "")
 	for {
-		m, err := rw.it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return StoredResult{}, ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return StoredResult{}, ErrWatchClosed
-			}
-			return StoredResult{}, fmt.Errorf("watch results: %w", err)
+		m, err := rw.sub.NextMsgWithContext(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return StoredResult{}, ctx.Err()
+		case err != nil:
+			return StoredResult{}, fmt.Errorf("watch results: %w: %w", ErrWatchClosed, err)
 		}
-		id := strings.TrimPrefix(m.Subject(), kvSubject(ResultsBucket, ""))
-		if isKVDelete(m.Headers()) || (rw.ids != nil && !rw.ids[id]) {
+		if dropped, _ := rw.sub.Dropped(); dropped > 0 || rw.c.js.Conn().Stats().Reconnects != rw.reconnects {
+			return StoredResult{}, fmt.Errorf("watch results: %w: a result may have been missed (reconnected, or a slow reader)", ErrWatchClosed)
+		}
+		id := strings.TrimPrefix(m.Subject, prefix)
+		// A push consumer's delivery keeps its stream's subject and
+		// carries an ack subject: not a put on a key.
+		if !strings.HasPrefix(m.Subject, prefix) || strings.HasPrefix(m.Reply, "$JS.ACK.") || isKVDelete(m.Header) ||
+			TenantOf(id) != rw.c.tenant || (rw.ids != nil && !rw.ids[id]) {
 			continue
 		}
-		return StoredResult{ID: id, Data: m.Data()}, nil
+		data, err := rw.stored(ctx, m.Subject)
+		if err != nil {
+			return StoredResult{}, err
+		}
+		if data == nil {
+			continue // refused by the stream, and nothing stored
+		}
+		return StoredResult{ID: id, Data: data}, nil
+	}
+}
+
+// stored reads what RESULTS holds on subject, just published: the
+// subscription may have its message before the stream has stored it, so a
+// miss is read again, for a second at most; nil when nothing is stored.
+func (rw *ResultsWatch) stored(ctx context.Context, subject string) ([]byte, error) {
+	for wait := 5 * time.Millisecond; ; wait *= 2 {
+		m, err := rw.c.directGet(ctx, "KV_"+ResultsBucket, subject)
+		switch {
+		case err == nil:
+			return m.Data, nil
+		case !errors.Is(err, errNoMessage):
+			return nil, fmt.Errorf("watch results: %w", err)
+		case wait > time.Second:
+			return nil, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
 	}
 }
 
@@ -177,3 +207,128 @@ func nextEntry(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueE
 		}
 	}
 }
+
+// keyWatch watches RESULTS[id] without a consumer: a subscription to the
+// key's subject, on which the worker's put is published, wakes it, and a
+// get (a direct get) reads the value. A consumer would be made through the
+// JetStream API, whose one queue any tenant can flood, and count against
+// the stream's consumers; a subscription and a direct get are neither (see
+// tenant.go). What the subscription delivers is only a signal: the value
+// is the stream's, so a message pushed onto the subject by anyone else (a
+// push consumer's delivery) forges nothing.
+func (c *Client) keyWatch(ctx context.Context, id string) (*ResultWatch, error) {
+	nc := c.js.Conn()
+	wake := make(chan *nats.Msg, 1)
+	sub, err := nc.Subscribe(kvSubject(ResultsBucket, id), func(m *nats.Msg) {
+		select {
+		case wake <- m:
+		default: // one wake-up pending is as good as many
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", id, err)
+	}
+	// A subscription the server refuses is only reported asynchronously;
+	// the flush's round trip makes it take effect before the get below,
+	// so that a result stored after that get wakes it.
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("watch %s: %w", id, err)
+	}
+	tw := &keyResultWatch{c: c, sub: sub, wake: wake, id: id, reconnects: nc.Stats().Reconnects}
+	switch r, err := c.Get(ctx, id); {
+	case err == nil:
+		tw.first = r
+	case !errors.Is(err, ErrNotFound):
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return &ResultWatch{kw: tw}, nil
+}
+
+// keyRecheck is how often a result watch checks that it missed
+// nothing: a subscription delivers at most once, and not while the
+// connection is down, so after a reconnect or a dropped message the stored
+// value is read again, and every keyRereads checks in any case: a server
+// whose permissions predate the subscription refuses it, and says so only
+// in an asynchronous error, and in a cluster the subscription's interest
+// reaches the other servers a moment after the flush, so a put on one of
+// them in between is not forwarded.
+const (
+	keyRecheck = time.Second
+	keyRereads = 5
+)
+
+// keyResultWatch is a ResultWatch (keyWatch).
+type keyResultWatch struct {
+	c          *Client
+	sub        *nats.Subscription
+	wake       chan *nats.Msg
+	id         string
+	first      *Result // the value stored when the watch opened
+	reconnects uint64  // the connection's, when last checked
+	dropped    int     // the subscription's, when last checked
+	checks     int     // since the stored value was last read
+}
+
+func (tw *keyResultWatch) next(ctx context.Context) (*Result, error) {
+	if r := tw.first; r != nil {
+		tw.first = nil
+		return r, nil
+	}
+	tick := time.NewTicker(keyRecheck)
+	defer tick.Stop()
+	// A put reaches the subscription as the stream gets it, which may be
+	// before the stream has stored it: a wake-up that finds nothing reads
+	// again, after retry (doubling up to a second), and then waits anew.
+	var retry time.Duration
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
+	for {
+		if retry > 0 {
+			again.Reset(retry)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tw.wake:
+			retry = 0
+		case <-again.C:
+		case <-tick.C:
+			if !tw.sub.IsValid() {
+				return nil, fmt.Errorf("watch %s: %w", tw.id, ErrWatchClosed)
+			}
+			dropped, _ := tw.sub.Dropped()
+			n := tw.c.js.Conn().Stats().Reconnects
+			if tw.checks++; n == tw.reconnects && dropped == tw.dropped && tw.checks < keyRereads {
+				continue
+			}
+			tw.reconnects, tw.dropped = n, dropped
+		}
+		tw.checks = 0
+		r, err := tw.c.Get(ctx, tw.id)
+		switch {
+		case err == nil:
+			return r, nil
+		case errors.Is(err, ErrNotFound):
+			// Not stored yet, or a delete, or a wake-up that was no put.
+			switch {
+			case retry == 0:
+				retry = 5 * time.Millisecond
+			case retry < time.Second:
+				retry *= 2
+			default:
+				retry = 0
+			}
+			continue
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+}
+
+func (tw *keyResultWatch) stop() error { return tw.sub.Unsubscribe() }

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -133,5 +137,45 @@ func TestWatchResultsClosed(t *testing.T) {
 	defer cancel()
 	if _, err := rw.Next(ctx); !errors.Is(err, jobs.ErrWatchClosed) {
 		t.Fatalf("Next after Stop: %v, want ErrWatchClosed", err)
+	}
+}
+
+// A result watch's subscription is only a wake-up: a server that refuses
+// it (permissions written before it) still lets the wait end, by the
+// reread of the stored value every few seconds.
+func TestWatchWithoutItsSubscription(t *testing.T) {
+	t.Parallel()
+	s := natstest.ServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{
+			{Username: "admin", Password: "a"},
+			{Username: "waiter", Password: "w", Permissions: &server.Permissions{
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+		},
+	})
+	_, adminJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
+	_, waiterJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("waiter", "w"),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusal is expected
+	admin, err := jobs.NewClient(t.Context(), adminJS, jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := jobs.NewClient(t.Context(), waiterJS, jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := waiter.Watch(t.Context(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Stop()
+	if _, _, err := jobs.StoreResult(t.Context(), admin.Stores().Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if res, err := rw.Next(ctx); err != nil || res.ID != "late" {
+		t.Fatalf("Next = %+v, %v; want the stored result", res, err)
 	}
 }

@@ -136,11 +136,38 @@ func (w *Worker) openEvents(id string, attempt int, job *jobs.Job, log *slog.Log
 	if w.cfg.NoEvents || !jobs.ValidID(id) {
 		return nil
 	}
+	if t := jobs.TenantOf(id); t != "" && !w.tenantEvents(t, log) {
+		return nil
+	}
 	lim := limits.Default()
 	if job != nil {
 		lim = job.Limits.Fill(lim)
 	}
 	return newJobEvents(jsSink{w.js}, id, attempt, w.cfg.ID, int64(lim.Output), log)
+}
+
+// tenantEvents reports whether the stream of tenant t's events is there,
+// creating it the first time this worker publishes an event of t's:
+// workers know no tenants before their jobs name them. A job whose
+// tenant's stream cannot be made runs without events (Follow yields its
+// result), and the next job tries again.
+func (w *Worker) tenantEvents(t string, log *slog.Logger) bool {
+	w.objMu.Lock()
+	ok := w.events[t]
+	w.objMu.Unlock()
+	if ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.cfg.Topology.EnsureTenantEvents(ctx, w.js, t); err != nil {
+		log.Warn("no events for this job", "tenant", t, "err", err)
+		return false
+	}
+	w.objMu.Lock()
+	w.events[t] = true
+	w.objMu.Unlock()
+	return true
 }
 
 // newJobEvents starts publishing the events of one delivery to sink, the

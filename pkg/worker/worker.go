@@ -78,6 +78,7 @@ type Worker struct {
 
 	objMu   sync.Mutex
 	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
+	events  map[string]bool              // tenants whose events stream this worker has ensured (events.go)
 	snaps   *snapCache                   // the snapshots saved last (snapcache.go)
 }
 
@@ -104,6 +105,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		beat:    make(chan struct{}, 1),
 		running: map[*run]struct{}{},
 		objects: map[string]jobs.ObjectStores{},
+		events:  map[string]bool{},
 		snaps:   newSnapCache(snapCacheBytes),
 	}
 	// Nothing is fetched until the executor answered a first ping, which
