@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,27 +47,47 @@ func BucketConfig() jetstream.KeyValueConfig {
 // Client calls sessions for one owner.
 type Client struct {
 	nc    *nats.Conn
-	kv    jetstream.KeyValue
+	rec   *records
 	owner string
 	// CallTimeout bounds a call's wait beyond the operation's own
 	// timeout. Default 30 s.
 	CallTimeout time.Duration
 }
 
-// NewClient returns a client of the fleet's sessions, as owner.
-func NewClient(ctx context.Context, js jetstream.JetStream, owner string) (*Client, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
+// records opens the SESSIONS bucket on first use: a client may start
+// before any worker has made it, with credentials that may not make it.
+type records struct {
+	js jetstream.JetStream
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+func (r *records) open(ctx context.Context) (jetstream.KeyValue, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.kv != nil {
+		return r.kv, nil
+	}
+	kv, err := r.js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		// No worker made it yet: the client may come first.
-		kv, err = js.CreateKeyValue(ctx, BucketConfig())
+		kv, err = r.js.CreateKeyValue(ctx, BucketConfig())
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, Bucket)
+			kv, err = r.js.KeyValue(ctx, Bucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sessions: open %s: %w", Bucket, err)
+		return nil, fmt.Errorf("sessions: open %s (no worker serves sessions yet?): %w", Bucket, err)
 	}
-	return &Client{nc: js.Conn(), kv: kv, owner: owner, CallTimeout: 30 * time.Second}, nil
+	r.kv = kv
+	return kv, nil
+}
+
+// NewClient returns a client of the fleet's sessions, as owner. It opens
+// the SESSIONS bucket when first needed (making it if it may).
+func NewClient(ctx context.Context, js jetstream.JetStream, owner string) (*Client, error) {
+	c := &Client{nc: js.Conn(), rec: &records{js: js}, owner: owner, CallTimeout: 30 * time.Second}
+	_, _ = c.rec.open(ctx) // now if it can; else at the first call
+	return c, nil
 }
 
 // As returns a client of the same fleet for another owner.
@@ -113,7 +134,11 @@ func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
 	if !ValidID(id) {
 		return nil, Errorf(ErrNotFound, "no session %q", id)
 	}
-	e, err := c.kv.Get(ctx, id)
+	kv, err := c.rec.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, Errorf(ErrNotFound, "no session %q", id)
 	}
@@ -135,7 +160,14 @@ const MaxList = 1000
 
 // List returns the owner's sessions, running first, newest first.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
-	keys, err := c.kv.ListKeys(ctx)
+	kv, err := c.rec.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sessions: list: %w", err)
 	}
@@ -191,7 +223,11 @@ func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait
 // (or another owner's), ended, or lost with its worker, which its record
 // is then made to say.
 func (c *Client) notLive(ctx context.Context, id string) error {
-	e, err := c.kv.Get(ctx, id)
+	kv, err := c.rec.open(ctx)
+	if err != nil {
+		return Errorf(ErrNotFound, "no session %q", id)
+	}
+	e, err := kv.Get(ctx, id)
 	if err != nil {
 		return Errorf(ErrNotFound, "no session %q", id)
 	}
@@ -203,7 +239,7 @@ func (c *Client) notLive(ctx context.Context, id string) error {
 		now := time.Now().UTC()
 		info.Status, info.EndReason, info.EndedAt = StatusEnded, EndLost, &now
 		if b, err := json.Marshal(info); err == nil {
-			_, _ = c.kv.Update(ctx, id, b, e.Revision()) // another caller may have said so first
+			_, _ = kv.Update(ctx, id, b, e.Revision()) // another caller may have said so first
 		}
 	}
 	return Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
