@@ -39,9 +39,9 @@ func pythonOnly(t *testing.T) string {
 
 // sessionWorker starts a worker process that serves sessions on real
 // Docker, and waits until it listens for creates.
-func sessionWorker(t *testing.T, url, id string) *proc {
+func sessionWorker(t *testing.T, url, id string, extra ...string) *proc {
 	t.Helper()
-	w := dockerWorker(t, url, id, "--config", pythonOnly(t), "--pool", "0", "--sessions", "3")
+	w := dockerWorker(t, url, id, append([]string{"--config", pythonOnly(t), "--pool", "0", "--sessions", "3"}, extra...)...)
 	testutil.Eventually(t, 60*time.Second, id+" serving sessions", func() bool {
 		return strings.Contains(w.logs.String(), `"msg":"serving sessions"`)
 	})
@@ -62,7 +62,7 @@ func TestSessionPersistDocker(t *testing.T) {
 	id1, id2 := uniqueID("persist-a"), uniqueID("persist-b")
 	w1 := sessionWorker(t, url, id1)
 	ctx := t.Context()
-	c, err := sessions.NewClient(ctx, js, "agent")
+	c, err := sessions.NewClient(ctx, js, "") // the owner of a gateway without tokens
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +101,25 @@ func TestSessionPersistDocker(t *testing.T) {
 		cp, err = c.Get(ctx, s.ID)
 		return err == nil && cp.Checkpoint != nil && cp.Checkpoint.At.After(last)
 	})
-	w2 := sessionWorker(t, url, id2)
+	addr := testutil.FreeAddr(t)
+	w2 := sessionWorker(t, url, id2, "--http", addr)
 	w1.kill()
 
-	// Two calls at once: both resume it, on one sandbox.
+	// Three calls at once, two here and a Python client's over HTTP: all
+	// resume it, on one sandbox.
 	var wg sync.WaitGroup
+	var py []byte
+	var pyErr error
+	wg.Go(func() {
+		cmd := exec.CommandContext(ctx, "python3", "-c", `import json, sys
+from sandfleet import Sandbox
+s = Sandbox(sys.argv[1]).session(sys.argv[2])
+r = s.run_code("'x' in globals()")
+s.refresh()
+print(json.dumps({"reset": r.reset, "text": r.text, "restored": s.restored}))`, "http://"+addr, s.ID)
+		cmd.Env = append(os.Environ(), "PYTHONPATH=../../clients/python")
+		py, pyErr = cmd.CombinedOutput()
+	})
 	outs := make([]string, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
@@ -123,6 +137,17 @@ func TestSessionPersistDocker(t *testing.T) {
 			t.Fatalf("call %d after the loss: %q, %v", i, outs[i], errs[i])
 		}
 	}
+	var pr struct {
+		Reset    bool
+		Text     string
+		Restored *sessions.Restored
+	}
+	if err := json.Unmarshal(py, &pr); pyErr != nil || err != nil {
+		t.Fatalf("the Python client: %s: %v, %v", py, pyErr, err)
+	}
+	if !pr.Reset || pr.Text != "False" || pr.Restored == nil || pr.Restored.Why != "lost" {
+		t.Errorf("the Python client after the loss: %s", py)
+	}
 	if n := strings.Count(w2.logs.String(), `"msg":"resuming a session"`); n != 1 {
 		t.Errorf("%d resumes on %s, want 1", n, id2)
 	}
@@ -134,8 +159,8 @@ func TestSessionPersistDocker(t *testing.T) {
 		info.Restored.Revision != cp.Checkpoint.Revision || info.Restored.Why != "lost" {
 		t.Fatalf("the record after the resume: %+v (checkpoint %+v)", info, cp.Checkpoint)
 	}
-	if r := code(s.ID, "'x' in globals()"); r.Text != "False" || !r.Reset {
-		t.Errorf("the interpreter after the resume: %+v", r)
+	if r, err := c.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "'x' in globals()", Context: "other"}); err != nil || r.Text != "False" || !r.Reset {
+		t.Errorf("another context after the resume: %+v, %v", r, err)
 	}
 	if _, err := c.Exec(ctx, plain.ID, "", sessions.ExecRequest{Shell: "true"}); !errors.Is(err, sessions.ErrGone) {
 		t.Errorf("a session without persist after its worker's loss: %v, want gone", err)
