@@ -437,8 +437,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { _ = host.Run(stop) })
-		log.Info("serving sessions", "max", o.sessions)
+		wg.Go(func() { _ = host.Run(stop) }) // it logs "serving sessions" once listening
 	}
 	return w.Run(stop, force)
 }

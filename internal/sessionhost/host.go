@@ -181,6 +181,11 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Said once creates can reach the host (the server has the
+	// subscription): a test, or an operator, that waits for it may create
+	// at once.
+	_ = h.nc.Flush()
+	h.log.Info("serving sessions", "max", h.cfg.Max)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
