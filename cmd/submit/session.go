@@ -35,10 +35,12 @@ type sessionCommand struct {
 	background    bool
 	code          string
 	context       string
+	persist       bool
+	workspace     string
 }
 
 func (c *sessionCommand) synopsis() string {
-	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | rm ID"
+	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | pause ID | resume ID | fork ID | rm ID"
 }
 
 func (c *sessionCommand) about() string {
@@ -57,7 +59,16 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
                      globals stay for the next run; prints the output, then
                      the value of a trailing expression; an exception exits 1
   cp SRC DST         copy a file in or out: one side is ID:PATH
+  pause ID           checkpoint a --persist session and free its sandbox
+  resume ID          start a paused one again from its checkpoint (any worker)
+  fork ID            start a new session from its latest checkpoint; prints
+                     the new ID
   rm ID              end it
+
+With --persist (or --workspace NAME) /workspace is checkpointed into a
+workspace at idle points and on pause and rm; a call to a session whose
+worker was lost resumes it on another worker from there (files back,
+processes and interpreters' memory gone; its record's "restored" says so).
 
 Exits 1 for an unknown or ended session, 125 when no worker has room.
 `
@@ -79,6 +90,8 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.background, "background", false, "exec: start it in the background and print its pid")
 	fs.StringVarP(&c.code, "code", "c", "", "run: the `CODE` to run")
 	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\")")
+	fs.BoolVar(&c.persist, "persist", false, "create: checkpoint /workspace, so that the session survives its sandbox")
+	fs.StringVar(&c.workspace, "workspace", "", "create: persist in the workspace `NAME` (default one named as the session)")
 }
 
 func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
@@ -87,11 +100,12 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return usageError("session", "session takes create, ls, get, exec, run, cp or rm")
 	}
 	verb, args := args[0], args[1:]
-	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2}}
+	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
+		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}}
 	n, ok := want[verb]
 	switch {
 	case !ok:
-		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, rm)", verb)
+		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, pause, resume, fork, rm)", verb)
 	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
 		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
 	}
@@ -117,6 +131,8 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 			return sessionFailed(err)
 		}
 		return nil
+	case "pause", "resume", "fork":
+		return c.lifecycle(ctx, client, verb, args[0])
 	case "exec":
 		return c.exec(ctx, client, args[0], args[1:])
 	case "run":
@@ -143,7 +159,7 @@ func sessionFailed(err error) error {
 	switch {
 	case errors.Is(err, sessions.ErrNotFound), errors.Is(err, sessions.ErrGone):
 		return fail(exitNotFound, "%s", sessions.AsError(err).Message)
-	case errors.Is(err, sessions.ErrInvalid):
+	case errors.Is(err, sessions.ErrInvalid), errors.Is(err, sessions.ErrPaused):
 		return fail(exitUsage, "%s", sessions.AsError(err).Message)
 	case errors.Is(err, sessions.ErrFull):
 		return fail(exitUnavailable, "%s; try again later", sessions.AsError(err).Message)
@@ -156,7 +172,7 @@ func sessionFailed(err error) error {
 
 func (c *sessionCommand) create(ctx context.Context, client *sessions.Client) error {
 	spec := sessions.Spec{Image: c.image, Env: c.env.m, IdleTimeout: limits.Duration(c.idle), MaxLifetime: limits.Duration(c.life),
-		Limits: limits.Limits{Memory: c.memory, Tmpfs: c.tmpfs, CPUs: c.cpus}}
+		Limits: limits.Limits{Memory: c.memory, Tmpfs: c.tmpfs, CPUs: c.cpus}, Persist: c.persist, Workspace: c.workspace}
 	info, err := client.Create(ctx, spec)
 	if err != nil {
 		return sessionFailed(err)
@@ -166,6 +182,30 @@ func (c *sessionCommand) create(ctx context.Context, client *sessions.Client) er
 		return nil
 	}
 	fmt.Fprintln(c.m.Stdout, info.ID)
+	return nil
+}
+
+// lifecycle pauses, resumes or forks session id; a fork prints its ID.
+func (c *sessionCommand) lifecycle(ctx context.Context, client *sessions.Client, verb, id string) error {
+	var info *sessions.Info
+	var err error
+	switch verb {
+	case "pause":
+		info, err = client.Pause(ctx, id)
+	case "resume":
+		info, err = client.Resume(ctx, id)
+	default:
+		info, err = client.Fork(ctx, id, sessions.ForkRequest{})
+	}
+	if err != nil {
+		return sessionFailed(err)
+	}
+	switch {
+	case c.out.json:
+		c.out.printJSON(info)
+	case verb == "fork":
+		fmt.Fprintln(c.m.Stdout, info.ID)
+	}
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/spf13/pflag"
 
@@ -366,30 +367,31 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		m = newMetrics(metrics.NewRegistry(), presets)
 		obs = m
 	}
-	w, err := worker.New(js, exec, worker.Config{
-		ID:      o.id,
-		Queues:  o.lanes,
-		Slots:   o.slots,
-		Version: cmdline.Version(version),
-		Topology: jobs.Topology{
-			AckWait:       o.ackWait,
-			MaxDeliver:    o.maxDeliver,
-			MaxAckPending: o.maxAckPending,
-			Replicas:      o.replicas,
-			WorkspaceTTL:  o.workspaceTTL,
-			EventsMaxAge:  o.eventsMaxAge,
+	topo := jobs.Topology{
+		AckWait:       o.ackWait,
+		MaxDeliver:    o.maxDeliver,
+		MaxAckPending: o.maxAckPending,
+		Replicas:      o.replicas,
+		WorkspaceTTL:  o.workspaceTTL,
+		EventsMaxAge:  o.eventsMaxAge,
 
-			MaxBytes:           int64(o.store.jobs),
-			ResultsMaxBytes:    int64(o.store.results),
-			EventsMaxBytes:     int64(o.store.events),
-			IndexMaxBytes:      int64(o.store.index),
-			CancelsMaxKeys:     o.store.cancelsKeys,
-			CancelsMaxBytes:    int64(o.store.cancels),
-			WorkspacesMaxKeys:  o.store.workspacesKeys,
-			WorkspacesMaxBytes: int64(o.store.workspaces),
-			SnapshotsMaxBytes:  int64(o.store.workspaceQuota),
-			ArtifactsMaxBytes:  int64(o.store.artifactQuota),
-		},
+		MaxBytes:           int64(o.store.jobs),
+		ResultsMaxBytes:    int64(o.store.results),
+		EventsMaxBytes:     int64(o.store.events),
+		IndexMaxBytes:      int64(o.store.index),
+		CancelsMaxKeys:     o.store.cancelsKeys,
+		CancelsMaxBytes:    int64(o.store.cancels),
+		WorkspacesMaxKeys:  o.store.workspacesKeys,
+		WorkspacesMaxBytes: int64(o.store.workspaces),
+		SnapshotsMaxBytes:  int64(o.store.workspaceQuota),
+		ArtifactsMaxBytes:  int64(o.store.artifactQuota),
+	}
+	w, err := worker.New(js, exec, worker.Config{
+		ID:       o.id,
+		Queues:   o.lanes,
+		Slots:    o.slots,
+		Version:  cmdline.Version(version),
+		Topology: topo,
 		Logger:   log,
 		Observer: obs,
 		NoEvents: !o.events,
@@ -430,12 +432,12 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
 			Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
 			Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log,
+			Workspaces: sessionWorkspaces(js, topo),
 		})
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { _ = host.Run(stop) })
-		log.Info("serving sessions", "max", o.sessions)
+		wg.Go(func() { _ = host.Run(stop) }) // it logs "serving sessions" once listening
 	}
 	return w.Run(stop, force)
 }
@@ -451,7 +453,35 @@ type sessionStarter interface {
 func startSession(ss sessionStarter) sessionhost.Starter {
 	return func(ctx context.Context, spec sessionhost.StartSpec) (sessionhost.Sandbox, error) {
 		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits,
-			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput})
+			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore})
+	}
+}
+
+// sessionWorkspaces opens the workspace stores persistent sessions keep
+// their checkpoints in, with the fleet's settings, each once per process.
+func sessionWorkspaces(js jetstream.JetStream, topo jobs.Topology) func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	var mu sync.Mutex
+	var heads jetstream.KeyValue
+	snaps := map[string]jetstream.ObjectStore{}
+	return func(ctx context.Context, tenant string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if heads == nil {
+			ws, err := topo.EnsureWorkspaces(ctx, js)
+			if err != nil {
+				return nil, nil, err
+			}
+			heads, snaps[""] = ws.Heads, ws.Snapshots
+		}
+		if s, ok := snaps[tenant]; ok {
+			return heads, s, nil
+		}
+		o, err := topo.EnsureObjects(ctx, js, tenant)
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps[tenant] = o.Snapshots
+		return heads, o.Snapshots, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package compose
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,9 @@ func (e *echoSandbox) Close(context.Context) { e.once.Do(func() { close(e.done) 
 func (e *echoSandbox) Done() <-chan struct{} { return e.done }
 func (e *echoSandbox) Why() string           { return "" }
 func (e *echoSandbox) ImageID() string       { return "" }
+func (e *echoSandbox) Archive(context.Context, io.Writer) (*envelope.ArchiveReport, error) {
+	return nil, errors.New("the echo sandbox keeps no files")
+}
 
 // Sessions under nats.conf's roles: the worker role takes creates and
 // answers its sessions' calls and writes their records; the submitter

@@ -83,6 +83,12 @@ const (
 	OpMkdir     = "mkdir"     // make a directory and its parents
 	OpRename    = "rename"    // rename Path to To
 	OpClose     = "close"     // end every process, send the trailer and exit
+	// OpArchive archives the working directory while the session lives
+	// (a checkpoint): every other process is stopped (SIGSTOP) while it is
+	// read, and continued after. The tar goes out as FrameArchive frames
+	// before the reply, which gives its size and digest, signed. One at a
+	// time.
+	OpArchive = "archive"
 )
 
 // Request is one call of the executor on the agent.
@@ -122,6 +128,10 @@ type Request struct {
 	Append    bool   `json:"append,omitempty"`
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
+
+	// archive: the bounds of the archive (internal/archive's Limits).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+	MaxFiles int   `json:"max_files,omitempty"`
 }
 
 // Reply answers one Request. Error is set when the call failed; the rest
@@ -166,6 +176,19 @@ type Reply struct {
 	EOF     bool    `json:"eof,omitempty"`
 	Entries []Entry `json:"entries,omitempty"`
 	Entry   *Entry  `json:"entry,omitempty"`
+
+	// archive: what the FrameArchive frames before this reply held.
+	Archive *ArchiveReport `json:"archive,omitempty"`
+}
+
+// ArchiveReport is what an OpArchive framed: its size and SHA-256 (which
+// the executor checks against the frames it got), its entries and what
+// it left out (see internal/archive's Stats).
+type ArchiveReport struct {
+	Bytes   int64  `json:"bytes"`
+	SHA256  string `json:"sha256"`
+	Files   int    `json:"files"`
+	Skipped int    `json:"skipped,omitempty"`
 }
 
 // ReplyError is a failed call: a stable code and a message.

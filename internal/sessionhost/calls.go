@@ -59,7 +59,9 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 		l.mu.Lock()
 		l.active = time.Now().UTC()
 		l.mu.Unlock()
+		l.callStarted(op)
 		result, err := h.serve(l, op, call.Body)
+		l.callEnded()
 		if errors.Is(err, errEnded) || errors.Is(err, context.Canceled) {
 			err = sessions.Errorf(sessions.ErrGone, "session %s has ended", l.info.ID)
 		}
@@ -127,6 +129,10 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 		h.end(l, sessions.EndDeleted)
 		info := l.snapshot()
 		return &info, nil
+	case sessions.OpPause:
+		return h.pause(l)
+	case sessions.OpCheckpoint:
+		return h.checkpointNow(l)
 	case sessions.OpExec:
 		return h.exec(l, body)
 	case sessions.OpCode:

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -35,6 +37,9 @@ type Sandbox interface {
 	Done() <-chan struct{}
 	Why() string
 	ImageID() string
+	// Archive archives the sandbox's /workspace into w while it goes on
+	// (a persistent session's checkpoint).
+	Archive(ctx context.Context, w io.Writer) (*envelope.ArchiveReport, error)
 }
 
 // StartSpec is what Start is asked for.
@@ -47,6 +52,9 @@ type StartSpec struct {
 	Lifetime time.Duration
 	// MaxOutput bounds what a call's reply carries of each stream.
 	MaxOutput int64
+	// Restore, if set, is the snapshot the sandbox's /workspace starts
+	// from (a persistent session's checkpoint, or a fork's source).
+	Restore *jobs.Snapshot
 }
 
 // Starter starts a session's sandbox.
@@ -71,6 +79,20 @@ type Config struct {
 	MaxCalls int
 	// Logger default slog.Default().
 	Logger *slog.Logger
+
+	// Workspaces opens the workspace heads and the snapshots' object
+	// store of a tenant ("": of none), where persistent sessions keep
+	// their checkpoints; nil: this worker serves no persistent sessions.
+	Workspaces func(ctx context.Context, tenant string) (jetstream.KeyValue, jetstream.ObjectStore, error)
+	// KeepRevisions is how many checkpoints of a session's workspace
+	// keep their snapshots, as a job's revisions. Default 10.
+	KeepRevisions int
+	// CheckpointQuiet is how long a persistent session that changed
+	// stays without a call before it is checkpointed. Default 2 s.
+	CheckpointQuiet time.Duration
+	// TempDir holds checkpoints on their way (unlinked files). Default
+	// os.TempDir().
+	TempDir string
 }
 
 func (c *Config) setDefaults() {
@@ -91,6 +113,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.KeepRevisions <= 0 {
+		c.KeepRevisions = 10
+	}
+	if c.CheckpointQuiet <= 0 {
+		c.CheckpointQuiet = 2 * time.Second
 	}
 }
 
@@ -123,6 +151,10 @@ type live struct {
 	recorded time.Time // when the record's ActiveAt was last written
 	ended    bool
 	answers  *answerCache
+	kvRev    uint64 // the record's KV revision as last written: written by compare-and-swap on it
+
+	recMu sync.Mutex // one write of the record at a time
+	ck    checkpointing
 }
 
 // EnsureBucket creates the SESSIONS bucket, or updates its settings.
@@ -149,6 +181,11 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Said once creates can reach the host (the server has the
+	// subscription): a test, or an operator, that waits for it may create
+	// at once.
+	_ = h.nc.Flush()
+	h.log.Info("serving sessions", "max", h.cfg.Max)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -308,30 +345,87 @@ func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	if spec.From != nil {
+		return h.createFrom(call, spec)
+	}
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
+	o := opening{info: sessions.Info{ID: id, Owner: call.Owner, Image: spec.Image, Limits: lim,
+		IdleTimeout: limits.Duration(idle), MaxLifetime: limits.Duration(life), Labels: spec.Labels, Tenant: spec.Tenant},
+		env: spec.Env, files: spec.Files}
+	if spec.Persist || spec.Workspace != "" || spec.WorkspaceFrom != nil {
+		if err := h.persistOpening(&o, spec); err != nil {
+			return nil, err
+		}
+	}
+	return h.open(o)
+}
+
+// opening is a session on its way to a sandbox: new, forked, or resumed.
+type opening struct {
+	info    sessions.Info // its record, but for what the start fills in
+	env     map[string]string
+	files   map[string]string
+	from    *source // the snapshot to restore, if any
+	forked  *jobs.WorkspaceRef
+	dirty   bool   // checkpoint at the first idle point: the files differ from the workspace's head
+	kvRev   uint64 // a resume's: the record's revision it took
+	prev    []byte // a resume's: the record as it was, put back if the start fails
+	restore string // a resume's: why (sessions.Restored.Why)
+}
+
+// open starts the sandbox of o and serves it.
+func (h *Host) open(o opening) (*sessions.Info, error) {
+	id := o.info.ID
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sb, err := h.start(ctx, StartSpec{ID: id, Image: spec.Image, Limits: lim, Env: spec.Env, Files: spec.Files,
-		Lifetime: life, MaxOutput: min(int64(lim.Output), sessions.MaxReplyOutput)})
+	st := StartSpec{ID: id, Image: o.info.Image, Limits: o.info.Limits, Env: o.env, Files: o.files,
+		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput)}
+	var rev int64
+	if o.from != nil {
+		snap, r, err := h.fetch(ctx, o.from)
+		if err != nil {
+			h.giveBack(ctx, o)
+			return nil, err
+		}
+		defer snap.close()
+		st.Restore, rev = snap.snapshot(), r
+	}
+	sb, err := h.start(ctx, st)
 	if err != nil {
 		h.log.Warn("a session failed to start", "session_id", id, "error", err)
+		h.giveBack(ctx, o)
 		return nil, sessions.Errorf(sessions.ErrFailed, "start the session's sandbox: %v", err)
 	}
 	now := time.Now().UTC()
-	l := &live{sb: sb, lim: lim, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
-		info: sessions.Info{ID: id, Status: sessions.StatusRunning, Owner: call.Owner, Worker: h.cfg.Worker,
-			Image: spec.Image, ImageDigest: sb.ImageID(), Limits: lim, IdleTimeout: limits.Duration(idle), MaxLifetime: limits.Duration(life),
-			CreatedAt: now, ActiveAt: now, ExpiresAt: now.Add(life), Labels: spec.Labels}}
-	if err := h.record(ctx, l); err != nil {
-		sb.Close(ctx)
-		return nil, sessions.Errorf(sessions.ErrFailed, "record the session: %v", err)
+	info := o.info
+	info.Status, info.Worker, info.ImageDigest = sessions.StatusRunning, h.cfg.Worker, sb.ImageID()
+	info.ActiveAt, info.ExpiresAt, info.EndedAt, info.EndReason, info.PausedAt = now, now.Add(info.MaxLifetime.D()), nil, "", nil
+	if info.CreatedAt.IsZero() {
+		info.CreatedAt = now
 	}
+	if o.restore != "" {
+		info.Restored = &sessions.Restored{Revision: rev, At: now, Why: o.restore}
+	}
+	if info.Persist {
+		info.Env = o.env
+	}
+	l := &live{sb: sb, lim: info.Limits, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
+		info: info, kvRev: o.kvRev}
+	l.ck.dirty, l.ck.forked = o.dirty, o.forked
+	// Its calls are answered before the record says it runs: a caller
+	// that reads the record finds a responder.
 	sub, err := h.nc.Subscribe(sessions.Subject(id, "*"), func(msg *nats.Msg) { h.onCall(l, msg) })
 	if err != nil {
 		sb.Close(ctx)
+		h.giveBack(ctx, o)
 		return nil, sessions.Errorf(sessions.ErrFailed, "listen for the session's calls: %v", err)
 	}
 	l.sub = sub
+	if err := h.record(ctx, l); err != nil {
+		_ = sub.Unsubscribe()
+		sb.Close(ctx)
+		return nil, sessions.Errorf(sessions.ErrFailed, "record the session: %v", err)
+	}
 	h.mu.Lock()
 	h.live[id] = l
 	h.mu.Unlock()
@@ -344,9 +438,10 @@ func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
 		}
 		h.end(l, reason) // a no-op when the host ended it itself
 	})
-	h.log.Info("session created", "session_id", id, "owner", call.Owner, "image", spec.Image)
-	info := l.snapshot()
-	return &info, nil
+	h.log.Info("session started", "session_id", id, "owner", info.Owner, "image", info.Image,
+		"persist", info.Persist, "restored", o.restore != "")
+	out := l.snapshot()
+	return &out, nil
 }
 
 func (l *live) snapshot() sessions.Info {
@@ -357,30 +452,62 @@ func (l *live) snapshot() sessions.Info {
 	return info
 }
 
+// record writes the session's record by compare-and-swap on the revision
+// it last wrote: errTakenOver when another wrote it meanwhile (a resume on
+// another worker, after this one stopped answering for a while).
 func (h *Host) record(ctx context.Context, l *live) error {
+	l.recMu.Lock()
+	defer l.recMu.Unlock()
 	info := l.snapshot()
 	b, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}
-	_, err = h.kv.Put(ctx, info.ID, b)
 	l.mu.Lock()
-	l.recorded = info.ActiveAt
+	prev := l.kvRev
 	l.mu.Unlock()
-	return err
+	var rev uint64
+	if prev == 0 {
+		rev, err = h.kv.Create(ctx, info.ID, b)
+	} else {
+		rev, err = h.kv.Update(ctx, info.ID, b, prev)
+	}
+	if raced(err) {
+		return errTakenOver
+	}
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.kvRev, l.recorded = rev, info.ActiveAt
+	l.mu.Unlock()
+	return nil
 }
 
 // end ends a session once: its sandbox closed, its calls no longer
-// answered, its record saying why.
+// answered, its record saying why. A persistent session is checkpointed
+// first.
 func (h *Host) end(l *live, reason string) {
+	if reason != sessions.EndLost {
+		h.checkpointIfDirty(l)
+	}
+	h.finish(l, func(i *sessions.Info, now time.Time) {
+		i.Status, i.EndReason, i.EndedAt = sessions.StatusEnded, reason, &now
+	})
+}
+
+// finish lets a session go once: its calls no longer answered, its
+// sandbox closed, and its record marked (nil: left as it is).
+func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
 		return
 	}
 	l.ended = true
-	now := time.Now().UTC()
-	l.info.Status, l.info.EndReason, l.info.EndedAt = sessions.StatusEnded, reason, &now
+	if mark != nil {
+		mark(&l.info, time.Now().UTC())
+	}
 	l.mu.Unlock()
 	if l.sub != nil {
 		_ = l.sub.Unsubscribe()
@@ -388,14 +515,16 @@ func (h *Host) end(l *live, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l.sb.Close(ctx)
-	if err := h.record(ctx, l); err != nil {
-		h.log.Warn("recording a session's end failed", "session_id", l.info.ID, "error", err)
+	if mark != nil {
+		if err := h.record(ctx, l); err != nil {
+			h.log.Warn("recording a session's end failed", "session_id", l.info.ID, "error", err)
+		}
 	}
 	h.mu.Lock()
 	delete(h.live, l.info.ID)
 	_ = h.listenLocked()
 	h.mu.Unlock()
-	h.log.Info("session ended", "session_id", l.info.ID, "reason", reason)
+	h.log.Info("session let go", "session_id", l.info.ID, "status", l.info.Status, "reason", l.info.EndReason)
 }
 
 // expire ends the sessions idle past their timeout or at their lifetime,
@@ -420,8 +549,12 @@ func (h *Host) expire(now time.Time) {
 			h.wg.Go(func() { h.end(l, sessions.EndIdle) })
 		case stale:
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = h.record(ctx, l)
+			if errors.Is(h.record(ctx, l), errTakenOver) {
+				h.wg.Go(func() { h.finish(l, nil) })
+			}
 			cancel()
+		case h.idlePoint(l, now):
+			h.wg.Go(func() { h.checkpointIdle(l) })
 		}
 	}
 }
@@ -437,7 +570,16 @@ func (h *Host) shutdown() {
 	h.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range ls {
-		wg.Go(func() { h.end(l, sessions.EndShutdown) })
+		wg.Go(func() {
+			if l.info.Persist {
+				// Checkpointed and let go, its record still running: the
+				// next call resumes it on another worker.
+				h.checkpointIfDirty(l)
+				h.finish(l, nil)
+				return
+			}
+			h.end(l, sessions.EndShutdown)
+		})
 	}
 	wg.Wait()
 	h.wg.Wait()

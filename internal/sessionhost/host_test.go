@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,11 @@ func (f *fakeSandbox) end()                  { f.once.Do(func() { close(f.done) 
 func (f *fakeSandbox) Done() <-chan struct{} { return f.done }
 func (f *fakeSandbox) Why() string           { return "" }
 func (f *fakeSandbox) ImageID() string       { return "sha256:fake" }
+
+// Archive: the fake keeps no files, and its sessions do not persist.
+func (f *fakeSandbox) Archive(context.Context, io.Writer) (*envelope.ArchiveReport, error) {
+	return nil, errors.New("the fake sandbox keeps no files")
+}
 
 type bundle struct {
 	client *sessions.Client

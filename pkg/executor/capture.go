@@ -90,6 +90,10 @@ func (c *capture) frame(kind byte, p []byte) {
 		}
 		return
 	case envelope.FrameArchive:
+		if c.session != nil { // a session's checkpoint (Session.Archive)
+			c.session(kind, p)
+			return
+		}
 		if c.archive == nil {
 			c.archive = newArchiveSink(io.Discard, 0) // counted, so that the trailer cannot agree
 		}

@@ -1,17 +1,21 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -24,6 +28,9 @@ type SessionSpec struct {
 	Limits limits.Limits
 	Env    map[string]string
 	Files  map[string]string // written into the working directory first
+	// Restore, if set, is a workspace's snapshot unpacked into the working
+	// directory before Files, by the sandbox's agent with a job's rules.
+	Restore *jobs.Snapshot
 
 	// Deadman is how long the sandbox's agent goes on without hearing
 	// from the executor, which pings it every third of it: past it the
@@ -51,13 +58,16 @@ type Session struct {
 	seal envelope.Seal
 	log  *slog.Logger
 	spec SessionSpec
+	lim  limits.Limits
 
 	writeMu sync.Mutex
+	archMu  sync.Mutex // one Archive at a time
 
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]chan *envelope.Reply
 	asm     *envelope.Assembler
+	sink    *archiveSink // where the agent's FrameArchive frames go during an Archive
 
 	ended     chan struct{} // the agent's trailer came, or the stream ended
 	endedOnce sync.Once
@@ -100,6 +110,13 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
 		OutputLimit: out, MaxProcesses: spec.MaxProcesses,
 	}}
+	if r := spec.Restore; r != nil {
+		if r.Size > int64(lim.Tmpfs) {
+			return nil, fmt.Errorf("%w: limits.tmpfs: the workspace's snapshot is %s, over the working directory's tmpfs of %s",
+				ErrRejected, limits.Size(r.Size), lim.Tmpfs)
+		}
+		h.Restore = &envelope.Restore{Bytes: r.Size, SHA256: r.SHA256, MaxBytes: int64(lim.Tmpfs), MaxFiles: archive.DefaultMaxFiles}
+	}
 	names := make([]string, 0, len(spec.Files))
 	for n := range spec.Files {
 		names = append(names, n)
@@ -122,12 +139,18 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 			return nil, err
 		}
 	}
-	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec,
+	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
 		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1024), ended: make(chan struct{})}
 	s.out.serveSession(ss.frame)
 	if _, err := s.att.Conn.Write(header); err != nil {
 		e.release(ctx, log, s)
 		return nil, infraErr("hand the session its envelope", err)
+	}
+	if r := spec.Restore; r != nil {
+		if _, err := io.Copy(s.att.Conn, io.LimitReader(r.R, r.Size)); err != nil {
+			e.release(ctx, log, s)
+			return nil, infraErr("hand the session its snapshot", err)
+		}
 	}
 	go func() {
 		select {
@@ -139,6 +162,14 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	var pctx context.Context
 	pctx, ss.stopPing = context.WithCancel(context.Background())
 	go ss.ping(pctx)
+	if spec.Restore != nil {
+		// The agent answers once the snapshot is in place; one it refused
+		// ends the sandbox, its trailer saying why.
+		if _, err := ss.Do(ctx, &envelope.Request{Op: envelope.OpPing}); err != nil {
+			ss.Close(ctx)
+			return nil, fmt.Errorf("%w: %s", ErrRestore, cmp.Or(ss.Why(), err.Error()))
+		}
+	}
 	log.Info("session started", "container", s.short, "image", spec.Image)
 	return ss, nil
 }
@@ -154,6 +185,10 @@ func (e *Executor) HasPreset(name string) bool {
 	_, ok := e.cfg.Presets[name]
 	return ok
 }
+
+// ErrRestore: the session's agent refused or could not unpack the snapshot
+// it was given (the message says why).
+var ErrRestore = errors.New("restore the session's workspace")
 
 // ErrRejected wraps what is wrong with a session's spec.
 var ErrRejected = errors.New("rejected")
@@ -206,6 +241,12 @@ func (ss *Session) frame(kind byte, p []byte) {
 		if ss.spec.OnEvent != nil {
 			ss.spec.OnEvent(ev)
 		}
+	case envelope.FrameArchive:
+		ss.mu.Lock()
+		if ss.sink != nil {
+			ss.sink.add(p)
+		}
+		ss.mu.Unlock()
 	case envelope.FrameReplyPart, envelope.FrameReply:
 		ss.mu.Lock()
 		id, msg, done, err := ss.asm.Add(p, kind == envelope.FrameReply)
@@ -300,6 +341,36 @@ func (ss *Session) send(req *envelope.Request) error {
 		return fmt.Errorf("%w: %w", ErrSessionEnded, err)
 	}
 	return nil
+}
+
+// Archive archives the session's working directory into w while the
+// session goes on (a checkpoint): its agent stops the session's processes
+// while it reads the tree, and continues them after. What came is checked
+// against the agent's signed report.
+func (ss *Session) Archive(ctx context.Context, w io.Writer) (*envelope.ArchiveReport, error) {
+	ss.archMu.Lock()
+	defer ss.archMu.Unlock()
+	sink := newArchiveSink(w, int64(ss.lim.Tmpfs))
+	ss.mu.Lock()
+	ss.sink = sink
+	ss.mu.Unlock()
+	r, err := ss.Do(ctx, &envelope.Request{Op: envelope.OpArchive, MaxBytes: int64(ss.lim.Tmpfs), MaxFiles: archive.DefaultMaxFiles})
+	ss.mu.Lock()
+	ss.sink = nil
+	ss.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case r.Error != nil:
+		return nil, r.Error
+	case r.Archive == nil:
+		return nil, errors.New("archive: the agent's reply reports no archive")
+	case sink.err != nil:
+		return nil, fmt.Errorf("archive: %w", sink.err)
+	case sink.n != r.Archive.Bytes || sink.digest() != r.Archive.SHA256:
+		return nil, fmt.Errorf("archive: %d bytes came, of sha256 %s; the agent reports %d, %s", sink.n, sink.digest(), r.Archive.Bytes, r.Archive.SHA256)
+	}
+	return r.Archive, nil
 }
 
 // ping renews the agent's deadman while the session is held.

@@ -38,6 +38,7 @@ const (
 	CodeIDConflict      Code = "id_conflict"       // 409: the id holds another job's result
 	CodeExists          Code = "exists"            // 409: a session's path exists already
 	CodeGone            Code = "gone"              // 410: the session has ended (its record says why)
+	CodePaused          Code = "paused"            // 409: the session is paused: resume it first
 	CodeFailed          Code = "failed"            // 422: the call failed in the session's sandbox
 	CodeBodyTooLarge    Code = "body_too_large"    // 413
 	CodeQueueFull       Code = "queue_full"        // 429: the fleet's queue is full; Retry-After

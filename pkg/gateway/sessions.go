@@ -44,6 +44,8 @@ func (g *Gateway) sessionErr(err error) error {
 		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "%s", e.Message)
 	case errors.Is(e, sessions.ErrExists):
 		return apiErr(http.StatusConflict, CodeExists, "%s", e.Message)
+	case errors.Is(e, sessions.ErrPaused):
+		return apiErr(http.StatusConflict, CodePaused, "%s", e.Message)
 	}
 	return apiErr(http.StatusUnprocessableEntity, CodeFailed, "%s", e.Message)
 }
@@ -70,6 +72,13 @@ func (g *Gateway) createSession(w http.ResponseWriter, r *http.Request, tok *Tok
 	var spec sessions.Spec
 	if err := decodeBody(r, &spec); err != nil {
 		return err
+	}
+	if spec.From != nil || spec.Tenant != "" {
+		return apiErr(http.StatusBadRequest, CodeUnknownField, "from and tenant are not fields of a create (POST .../resume and .../fork start a session from another)")
+	}
+	// A tenant's session names its tenant's workspaces.
+	if tok != nil {
+		spec.Tenant = tok.Tenant
 	}
 	info, err := c.Create(r.Context(), spec)
 	if err != nil {
@@ -153,6 +162,49 @@ func (g *Gateway) keepaliveSession(w http.ResponseWriter, r *http.Request, tok *
 		return err
 	}
 	writeJSON(w, http.StatusOK, &info)
+	return nil
+}
+
+func (g *Gateway) pauseSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	var info sessions.Info
+	if err := g.sessionCall(w, r, tok, sessions.OpPause, nil, &info, 0); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, &info)
+	return nil
+}
+
+func (g *Gateway) resumeSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	c, err := g.sessionsOf(tok)
+	if err != nil {
+		return err
+	}
+	info, err := c.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return g.sessionErr(err)
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func (g *Gateway) forkSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	c, err := g.sessionsOf(tok)
+	if err != nil {
+		return err
+	}
+	var req sessions.ForkRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(r, &req); err != nil {
+			return err
+		}
+	}
+	info, err := c.Fork(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		return g.sessionErr(err)
+	}
+	g.log.Info("session forked", "session_id", info.ID, "from", r.PathValue("id"), "worker", info.Worker, "token", tokenName(tok))
+	w.Header().Set("Location", "/v1/sessions/"+info.ID)
+	writeJSON(w, http.StatusCreated, info)
 	return nil
 }
 

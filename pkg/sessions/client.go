@@ -104,6 +104,13 @@ const maxCreateTries = 3
 
 // Create starts a session on a worker with room.
 func (c *Client) Create(ctx context.Context, spec Spec) (*Info, error) {
+	if spec.From != nil {
+		return nil, Errorf(ErrInvalid, "from: use Resume or Fork")
+	}
+	return c.create(ctx, spec)
+}
+
+func (c *Client) create(ctx context.Context, spec Spec) (*Info, error) {
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
@@ -195,7 +202,8 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 
 // Do calls op on session id with body (marshalled to JSON) and decodes
 // the result into out. key, if not empty, makes a retried call run once.
-// A call to a session whose worker does not answer is ErrGone.
+// A call to a session whose worker does not answer resumes it on another
+// worker when it persists (and is then made), else is ErrGone.
 func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait time.Duration) error {
 	if !ValidID(id) {
 		return Errorf(ErrNotFound, "no session %q", id)
@@ -212,37 +220,153 @@ func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait
 	if err != nil {
 		return err
 	}
-	err = c.request(ctx, Subject(id, op), data, wait, out)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return c.notLive(ctx, id)
+	// A call nobody answered reached no sandbox: trying it again after a
+	// resume runs it once.
+	for try := 1; ; try++ {
+		err = c.request(ctx, Subject(id, op), data, wait, out)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		if try == 3 {
+			return Errorf(ErrGone, "session %s: no worker answers for it", id)
+		}
+		again, err := c.notLive(ctx, id, op, out)
+		if !again {
+			return err
+		}
 	}
-	return err
 }
 
-// notLive says why a session nobody answers for is not there: unknown
-// (or another owner's), ended, or lost with its worker, which its record
-// is then made to say.
-func (c *Client) notLive(ctx context.Context, id string) error {
+// notLive says what becomes of a call to a session nobody answers for:
+// unknown (or another owner's), ended, or paused, it is an error; lost
+// with its worker, a persistent one is resumed (again: call it again), or
+// paused or deleted as asked, and another is recorded lost.
+func (c *Client) notLive(ctx context.Context, id, op string, out any) (again bool, _ error) {
 	kv, err := c.rec.open(ctx)
 	if err != nil {
-		return Errorf(ErrNotFound, "no session %q", id)
+		return false, Errorf(ErrNotFound, "no session %q", id)
 	}
 	e, err := kv.Get(ctx, id)
 	if err != nil {
-		return Errorf(ErrNotFound, "no session %q", id)
+		return false, Errorf(ErrNotFound, "no session %q", id)
 	}
 	var info Info
 	if json.Unmarshal(e.Value(), &info) != nil || info.Owner != c.owner {
-		return Errorf(ErrNotFound, "no session %q", id)
+		return false, Errorf(ErrNotFound, "no session %q", id)
 	}
-	if info.Status == StatusRunning {
-		now := time.Now().UTC()
+	now := time.Now().UTC()
+	// settle writes what op makes of a session without a sandbox, unless
+	// another wrote first: then the call is tried again.
+	settle := func(status, reason string) (bool, error) {
+		info.Status, info.EndReason = status, reason
+		if status == StatusEnded {
+			info.EndedAt = &now
+		} else {
+			info.PausedAt = &now
+		}
+		b, err := json.Marshal(info)
+		if err == nil {
+			_, err = kv.Update(ctx, id, b, e.Revision())
+		}
+		if err != nil {
+			return true, nil
+		}
+		return false, fill(out, &info)
+	}
+	switch {
+	case info.Status == StatusEnded:
+		return false, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+	case info.Status == StatusPaused:
+		switch op {
+		case OpPause, OpInfo, OpCheckpoint, OpKeepalive:
+			return false, fill(out, &info)
+		case OpDelete:
+			return settle(StatusEnded, EndDeleted)
+		}
+		return false, Errorf(ErrPaused, "session %s is paused: resume it first", id)
+	case !info.Persist:
 		info.Status, info.EndReason, info.EndedAt = StatusEnded, EndLost, &now
 		if b, err := json.Marshal(info); err == nil {
 			_, _ = kv.Update(ctx, id, b, e.Revision()) // another caller may have said so first
 		}
+		return false, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+	case op == OpPause:
+		return settle(StatusPaused, "") // its last checkpoint is what a resume restores
+	case op == OpDelete:
+		return settle(StatusEnded, EndDeleted)
 	}
-	return Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+	if _, err := c.resume(ctx, id); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// fill decodes info into out, as an answer's result would be.
+func fill(out any, info *Info) error {
+	if out == nil {
+		return nil
+	}
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// resume asks a worker with room to start session id again from its
+// checkpoint. Two resumers of one session agree on one sandbox: the
+// worker that wins the record's compare-and-swap starts it, and the
+// other's worker answers with its record once it runs.
+func (c *Client) resume(ctx context.Context, id string) (*Info, error) {
+	return c.create(ctx, Spec{From: &From{Session: id, Resume: true}})
+}
+
+// Resume starts a paused session again, or one whose worker was lost, on
+// any worker with room, from its last checkpoint; a running one is
+// returned as it is.
+func (c *Client) Resume(ctx context.Context, id string) (*Info, error) {
+	info, err := c.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch info.Status {
+	case StatusEnded:
+		return nil, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+	case StatusRunning:
+		var live Info
+		err := c.request(ctx, Subject(id, OpInfo), mustCall(c.owner), 0, &live)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return &live, err
+		}
+		if !info.Persist {
+			_, err := c.notLive(ctx, id, OpInfo, nil)
+			return nil, err
+		}
+	}
+	return c.resume(ctx, id)
+}
+
+func mustCall(owner string) []byte {
+	b, _ := json.Marshal(Call{Owner: owner})
+	return b
+}
+
+// Pause checkpoints a persistent session and frees its sandbox: its
+// status is then paused, until Resume.
+func (c *Client) Pause(ctx context.Context, id string) (*Info, error) {
+	var info Info
+	return &info, c.Do(ctx, id, OpPause, "", nil, &info, 0)
+}
+
+// Fork starts a new session from the latest checkpoint of session id
+// (made now when it runs): its files, on a fresh sandbox, while id goes
+// on unchanged.
+func (c *Client) Fork(ctx context.Context, id string, req ForkRequest) (*Info, error) {
+	var src Info
+	if err := c.Do(ctx, id, OpCheckpoint, "", nil, &src, 0); err != nil && !errors.Is(err, ErrGone) {
+		return nil, err
+	}
+	return c.create(ctx, Spec{Labels: req.Labels, From: &From{Session: id, Persist: req.Persist}})
 }
 
 func (c *Client) request(ctx context.Context, subject string, data []byte, wait time.Duration, out any) error {

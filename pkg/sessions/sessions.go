@@ -29,6 +29,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -64,6 +65,11 @@ const (
 	OpRemove    = "remove"
 	OpMkdir     = "mkdir"
 	OpRename    = "rename"
+	// OpPause checkpoints a persistent session and frees its sandbox.
+	OpPause = "pause"
+	// OpCheckpoint checkpoints a persistent session now (what Fork asks
+	// of its source first).
+	OpCheckpoint = "checkpoint"
 )
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -74,7 +80,13 @@ func ValidID(id string) bool { return idRE.MatchString(id) }
 // Statuses of a session.
 const (
 	StatusRunning = "running"
-	StatusEnded   = "ended"
+	// StatusPaused: a persistent session whose sandbox was freed after a
+	// checkpoint; Client.Resume starts it again, on any worker.
+	StatusPaused = "paused"
+	// StatusResuming: a worker is starting the session again from its
+	// checkpoint (Info.Worker names it).
+	StatusResuming = "resuming"
+	StatusEnded    = "ended"
 )
 
 // Reasons a session ended (Info.EndReason).
@@ -101,6 +113,59 @@ type Spec struct {
 	IdleTimeout limits.Duration   `json:"idle_timeout,omitempty"`
 	MaxLifetime limits.Duration   `json:"max_lifetime,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+
+	// Persist keeps the session's /workspace in a workspace (Workspace,
+	// else one named as the session): restored from its head at the
+	// start, checkpointed into it at idle points and on pause and
+	// delete, so that the session outlives its sandbox and its worker.
+	Persist   bool   `json:"persist,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+	// WorkspaceFrom starts the session from a revision of another
+	// workspace, as a job's does; with Persist, its checkpoints go to
+	// its own workspace.
+	WorkspaceFrom *jobs.WorkspaceRef `json:"workspace_from,omitempty"`
+	// Tenant qualifies the workspaces named: the gateway sets it from
+	// the token, whatever the body said.
+	Tenant string `json:"tenant,omitempty"`
+	// From is set by Client.Resume and Client.Fork, never by a create of
+	// the API (the gateway refuses it).
+	From *From `json:"from,omitempty"`
+}
+
+// From starts a session from another's checkpoint: the same session
+// again (Resume), or a new one (a fork).
+type From struct {
+	Session string `json:"session"`
+	Resume  bool   `json:"resume,omitempty"`
+	// Persist, for a fork, keeps its checkpoints in a workspace of its
+	// own (default: as its source).
+	Persist *bool `json:"persist,omitempty"`
+}
+
+// ForkRequest is what a fork asks for besides its source.
+type ForkRequest struct {
+	Persist *bool             `json:"persist,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// Checkpoint is a persistent session's last checkpoint: a revision of its
+// workspace.
+type Checkpoint struct {
+	Revision  int64     `json:"revision"`
+	At        time.Time `json:"at"`
+	SizeBytes int64     `json:"size_bytes"`
+	Files     int       `json:"files"`
+}
+
+// Restored says that a session's sandbox was started again from a
+// checkpoint (its worker was lost, or it was paused): its files are the
+// checkpoint's, its processes and interpreters' memory are gone, and each
+// code context starts afresh (its first cell says reset).
+type Restored struct {
+	Revision int64     `json:"revision"`
+	At       time.Time `json:"at"`
+	// Why: "lost" (its worker stopped answering), "paused" (a resume).
+	Why string `json:"why"`
 }
 
 // Info is a session's record.
@@ -120,6 +185,18 @@ type Info struct {
 	EndedAt     *time.Time        `json:"ended_at,omitempty"`
 	EndReason   string            `json:"end_reason,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+
+	// A persistent session's (Spec.Persist): its workspace, its last
+	// checkpoint, and, when its sandbox was started again, from what.
+	Persist    bool        `json:"persist,omitempty"`
+	Workspace  string      `json:"workspace,omitempty"`
+	Tenant     string      `json:"tenant,omitempty"`
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	Restored   *Restored   `json:"restored,omitempty"`
+	ForkedFrom string      `json:"forked_from,omitempty"`
+	PausedAt   *time.Time  `json:"paused_at,omitempty"`
+	// Env is kept for a resume, which starts the sandbox with it again.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // ExecRequest runs a command: Cmd (an argv) or Shell (run by /bin/sh -c).
@@ -288,6 +365,7 @@ var (
 	ErrLimit    = &Error{Code: "limit"}     // over a bound of the session
 	ErrExists   = &Error{Code: "exists"}    // the path exists already
 	ErrFailed   = &Error{Code: "failed"}    // the call failed in the sandbox
+	ErrPaused   = &Error{Code: "paused"}    // the session is paused: resume it first
 )
 
 // Errorf returns an Error of sentinel's code.

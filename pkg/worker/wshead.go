@@ -129,24 +129,8 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 		if h == nil || h.Step == nil || h.Step.Job != ev.Job || h.Step.State != jobs.StepRunning || h.Step.Take != ev.Take {
 			return h, actNone, errNotHeld
 		}
-		next := clone(h)
-		next.Revision++
-		next.SizeBytes, next.Files, next.SHA256, next.Job = ev.SizeBytes, ev.Files, ev.SHA256, ev.Job
-		next.Kept = append(next.Kept, next.Revision)
-		if keep := max(ev.Keep, 2); len(next.Kept) > keep {
-			next.Kept = next.Kept[len(next.Kept)-keep:]
-		}
-		if next.Snapshots == nil {
-			next.Snapshots = map[int64]string{}
-		}
-		next.Snapshots[next.Revision] = ev.Object
-		for r := range next.Snapshots {
-			if !slices.Contains(next.Kept, r) {
-				delete(next.Snapshots, r)
-			}
-		}
+		next := h.WithRevision(ev.Object, ev.SizeBytes, ev.Files, ev.SHA256, ev.Job, ev.Keep, ev.Now)
 		next.Step.State = jobs.StepSaved
-		next.UpdatedAt = ev.Now
 		return next, actWrite, nil
 
 	case evRelease:

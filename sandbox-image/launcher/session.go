@@ -48,6 +48,8 @@ type agent struct {
 	lastSeen chan struct{} // a request came: the deadman starts again
 	end      chan string   // why the session ends
 
+	archiving sync.Mutex // one checkpoint at a time (checkpoint.go)
+
 	mu    sync.Mutex
 	procs map[int]*proc // every child the agent started and has not reaped
 	bg    map[int]*proc // the background processes, listed and collectable
@@ -210,6 +212,8 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 		return a.reset(req)
 	case envelope.OpRead, envelope.OpWrite, envelope.OpList, envelope.OpStat, envelope.OpRemove, envelope.OpMkdir, envelope.OpRename:
 		return a.file(req)
+	case envelope.OpArchive:
+		return a.checkpoint(req)
 	}
 	return fail(req.ID, envelope.ErrCodeInvalid, "unknown op %q", req.Op)
 }

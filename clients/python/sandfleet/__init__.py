@@ -392,11 +392,15 @@ class Sandbox:
         idle_timeout: Optional[float] = None,
         max_lifetime: Optional[float] = None,
         labels: Optional[Mapping[str, str]] = None,
+        persist: bool = False,
+        workspace: Optional[str] = None,
     ) -> "Session":
         """Start a session: a sandbox kept across calls (POST /v1/sessions).
 
         Use it as a context manager (`with sb.create_session() as s:`) to end
         it on the way out; idle_timeout and max_lifetime are in seconds.
+        With persist (or a workspace name) its /workspace is checkpointed,
+        and it can be paused, resumed and forked, and survives its worker.
         """
         spec: Dict[str, Any] = {"image": image or self.image}
         for key, value in (
@@ -406,6 +410,8 @@ class Sandbox:
             ("idle_timeout", _secs(idle_timeout) if idle_timeout else None),
             ("max_lifetime", _secs(max_lifetime) if max_lifetime else None),
             ("labels", dict(labels) if labels else None),
+            ("persist", persist or None),
+            ("workspace", workspace),
         ):
             if value is not None:
                 spec[key] = value
@@ -569,6 +575,32 @@ class Session:
         """Count as a call: the idle timeout starts again."""
         self.info = self._call("POST", "/keepalive")
         return self.info
+
+    def pause(self) -> Dict[str, Any]:
+        """Checkpoint a persistent session and free its sandbox (status "paused")."""
+        self.info = self._call("POST", "/pause")
+        return self.info
+
+    def resume(self) -> Dict[str, Any]:
+        """Start a paused session again from its checkpoint, on any worker:
+        its files are back; processes and interpreters start afresh (each
+        context's first cell says reset), and info["restored"] says so."""
+        self.info = self._call("POST", "/resume")
+        return self.info
+
+    def fork(self, *, persist: Optional[bool] = None, labels: Optional[Mapping[str, str]] = None) -> "Session":
+        """A new session from this one's latest checkpoint; this one goes on unchanged."""
+        body: Dict[str, Any] = {}
+        if persist is not None:
+            body["persist"] = persist
+        if labels:
+            body["labels"] = dict(labels)
+        return Session(self._sb, self._call("POST", "/fork", body))
+
+    @property
+    def restored(self) -> Optional[Dict[str, Any]]:
+        """From what checkpoint its sandbox was started again, if it was."""
+        return self.info.get("restored")
 
     def refresh(self) -> Dict[str, Any]:
         """The session's record as it is now."""
