@@ -90,6 +90,7 @@ type options struct {
 	logFormat, logLevel string
 	caps                limits.Limits
 	allowNetwork        bool
+	egressAllow         string // --egress-allow as given
 	ackWait             time.Duration
 	maxDeliver          int
 	maxAckPending       int
@@ -132,7 +133,8 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.Float64Var(&o.caps.CPUs, "max-cpus", 0, "cap `N` on a job's CPUs (default 2)")
 	fs.Int64Var(&o.caps.Pids, "max-pids", 0, "cap `N` on a job's processes and threads (default 1024)")
 	fs.Var(cmdline.Value(&o.caps.Output, "size"), "max-output", "cap `SIZE` on a job's output per stream (default 2m)")
-	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for a network (limits.network)")
+	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for open egress (limits.network: true): the internet through the egress proxy, never private, loopback, link-local or the host's addresses")
+	fs.StringVar(&o.egressAllow, "egress-allow", "", "the egress rules any job may name in limits.network.allow: `LIST` of hosts (*.example.org), IPs and CIDRs with optional :PORT, comma-separated (default empty: no job may have a network); private, loopback and link-local addresses only where named here")
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
 	fs.IntVar(&o.maxAckPending, "max-ack-pending", 0, "at most `N` jobs of a queue in flight across the fleet (default 1000; set it to the fleet's slots or more; fleet-wide)")
@@ -538,7 +540,19 @@ func executorConfig(o *options) (executor.Config, error) {
 	}
 	// The cap flags win over the file's caps, field by field.
 	cfg.Caps = limits.Caps(o.caps.Fill(fc.Caps))
-	cfg.Caps.Network = o.allowNetwork || fc.Caps.Network
+	allow, err := limits.ParseRules(o.egressAllow)
+	if err != nil {
+		return executor.Config{}, cmdline.Usagef("--egress-allow: %w", err)
+	}
+	// The flags add to the file's caps.network.
+	net := limits.Network{Open: o.allowNetwork, Allow: allow}
+	if fc.Caps.Network != nil {
+		net.Open = net.Open || fc.Caps.Network.Open
+		net.Allow = append(net.Allow, fc.Caps.Network.Allow...)
+	}
+	if !net.None() {
+		cfg.Caps.Network = &net
+	}
 	return cfg, nil
 }
 

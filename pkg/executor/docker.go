@@ -252,7 +252,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	// (A job runs code anyway; noexec is tidiness, not a boundary.)
 	tmpExec := tmpfs + ",exec"
 	network := container.NetworkMode("none")
-	if l.Network {
+	if l.Network != nil {
 		network = "bridge"
 	}
 	// The job's files live on the working directory's tmpfs; a file may
@@ -268,7 +268,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		OpenStdin:       true,
 		StdinOnce:       true, // EOF on our side closes the job's stdin
 		Tty:             false,
-		NetworkDisabled: !l.Network,
+		NetworkDisabled: l.Network == nil,
 		Hostname:        Hostname,
 		Labels: map[string]string{
 			LabelManaged:  "true",

@@ -446,7 +446,7 @@ func TestContainerSpecHardening(t *testing.T) {
 	if len(o.Config.Env) != 0 || len(o.Config.Cmd) != 0 {
 		t.Fatal("job data leaked into the container's config; it belongs in the envelope")
 	}
-	l.Network = true
+	l.Network = &limits.Network{Open: true}
 	if o := e.containerSpec("img", "job-1", l, 123456); o.HostConfig.NetworkMode != "bridge" || o.Config.NetworkDisabled {
 		t.Fatal("network not granted")
 	}
