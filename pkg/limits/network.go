@@ -358,3 +358,16 @@ func (n *Network) within(caps *Network) error {
 	}
 	return nil
 }
+
+// NetworkUse is what a job's sandbox sent to and received from one
+// destination through the egress proxy, or tried to: a result lists one
+// per destination (as the job named it, host:port) and verdict.
+type NetworkUse struct {
+	Host        string `json:"host"`
+	Allowed     bool   `json:"allowed"`
+	Rule        string `json:"rule,omitempty"`   // the rule that allowed or denied it; "open" for open egress
+	Reason      string `json:"reason,omitempty"` // why it was denied (the first time)
+	Connections int64  `json:"connections"`      // connections (or plain HTTP requests' upstream connections) made or refused
+	BytesOut    int64  `json:"bytes_out"`        // to the destination
+	BytesIn     int64  `json:"bytes_in"`         // from it
+}
