@@ -251,9 +251,14 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	// stays noexec: nothing a job is given or keeps runs from it directly.
 	// (A job runs code anyway; noexec is tidiness, not a boundary.)
 	tmpExec := tmpfs + ",exec"
+	// No network, or the gateway's internal one, where the egress proxy is
+	// all a sandbox reaches. A job with a network on a worker without a
+	// gateway never gets here (Caps.Network needs Egress).
 	network := container.NetworkMode("none")
-	if l.Network != nil {
-		network = "bridge"
+	runtime := e.cfg.Runtime
+	if l.Network != nil && e.cfg.Egress != nil {
+		network = container.NetworkMode(e.cfg.Egress.Attachment(l.Network).Network)
+		runtime = e.cfg.NetworkRuntime
 	}
 	// The job's files live on the working directory's tmpfs; a file may
 	// not outgrow it either (a pipe is not a file, so output is unaffected).
@@ -268,7 +273,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		OpenStdin:       true,
 		StdinOnce:       true, // EOF on our side closes the job's stdin
 		Tty:             false,
-		NetworkDisabled: l.Network == nil,
+		NetworkDisabled: network == "none",
 		Hostname:        Hostname,
 		Labels: map[string]string{
 			LabelManaged:  "true",
@@ -294,7 +299,11 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		// No Init: the launcher is PID 1 (it reaps and forwards signals), so
 		// that no process in the sandbox but the job's own is the job's to
 		// reach.
-		Runtime: e.cfg.Runtime,
+		Runtime: runtime,
+		// A sandbox with a network resolves nothing itself (the proxy
+		// does), and Docker's resolver on the internal network cannot
+		// forward: give up at once instead of after 10 s of retries.
+		DNSOptions: dnsOptions(network),
 		// Docker's defaults and what tells a job about the host it has no
 		// use for: the host's boot command line, its disks and devices.
 		MaskedPaths: maskedPaths,
@@ -332,6 +341,13 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		HostConfig: host,
 		Name:       uidName(uid),
 	}
+}
+
+func dnsOptions(network container.NetworkMode) []string {
+	if network == "none" {
+		return nil
+	}
+	return []string{"timeout:1", "attempts:1"}
 }
 
 // maskedPaths are hidden from the job: Docker's own list (which setting

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -447,8 +448,48 @@ func TestContainerSpecHardening(t *testing.T) {
 		t.Fatal("job data leaked into the container's config; it belongs in the envelope")
 	}
 	l.Network = &limits.Network{Open: true}
-	if o := e.containerSpec("img", "job-1", l, 123456); o.HostConfig.NetworkMode != "bridge" || o.Config.NetworkDisabled {
-		t.Fatal("network not granted")
+	if o := e.containerSpec("img", "job-1", l, 123456); o.HostConfig.NetworkMode != "none" || !o.Config.NetworkDisabled {
+		t.Fatal("a network granted without an egress gateway")
+	}
+	e, _ = newWithAPI(Config{WorkerID: "w", Runtime: "runsc", NetworkRuntime: "runsc-net", Egress: fakeEgress{}}, &fakeDocker{})
+	if o := e.containerSpec("img", "job-1", l, 123456); o.HostConfig.NetworkMode != "sandboxes-net" || o.Config.NetworkDisabled ||
+		o.HostConfig.Runtime != "runsc-net" || len(o.Config.Env) != 0 {
+		t.Fatalf("a job with a network: network %q, runtime %q, env %v; want the gateway's network, the network runtime, no env in the config",
+			o.HostConfig.NetworkMode, o.HostConfig.Runtime, o.Config.Env)
+	}
+	if o := e.containerSpec("img", "job-1", limits.Default(), 123456); o.HostConfig.NetworkMode != "none" || o.HostConfig.Runtime != "runsc" {
+		t.Fatalf("a job without a network: network %q, runtime %q", o.HostConfig.NetworkMode, o.HostConfig.Runtime)
+	}
+}
+
+// fakeEgress is a gateway whose network is "sandboxes-net" (or none, for
+// tests that run real sandboxes without a proxy) and that registers
+// nothing.
+type fakeEgress struct{ none bool }
+
+var _ Egress = fakeEgress{}
+
+func (f fakeEgress) Attachment(*limits.Network) egress.Attachment {
+	if f.none {
+		return egress.Attachment{Network: "none"}
+	}
+	return egress.Attachment{Network: "sandboxes-net", Env: egress.ProxyEnv("http://192.0.2.1:3128")}
+}
+
+func (fakeEgress) Admit(context.Context, string, *limits.Network) error { return nil }
+
+func (fakeEgress) Release(context.Context, string) ([]limits.NetworkUse, error) { return nil, nil }
+
+// A worker whose caps grant a network needs a gateway to enforce it.
+func TestConfigNetworkNeedsEgress(t *testing.T) {
+	t.Parallel()
+	caps := limits.DefaultCaps()
+	caps.Network = &limits.Network{Open: true}
+	if _, err := newWithAPI(Config{Caps: caps}, &fakeDocker{}); err == nil || !strings.Contains(err.Error(), "needs Egress") {
+		t.Fatalf("caps with a network and no gateway: %v", err)
+	}
+	if _, err := newWithAPI(Config{Caps: caps, Egress: fakeEgress{}}, &fakeDocker{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

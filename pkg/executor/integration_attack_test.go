@@ -329,18 +329,6 @@ func TestIntegrationRejected(t *testing.T) {
 	}
 }
 
-func TestIntegrationNetworkWhenAllowed(t *testing.T) {
-	t.Parallel()
-	caps := limits.DefaultCaps()
-	caps.Network = &limits.Network{Open: true}
-	e := setup(t, func(c *Config) { c.Caps = caps })
-	res := run(t, e, job("import socket\nprint(sorted(name for _, name in socket.if_nameindex()))", withLimits(limits.Limits{Network: &limits.Network{Open: true}})))
-	want(t, res, jobs.StatusSucceeded)
-	if !strings.Contains(res.Stdout, "eth0") {
-		t.Fatalf("a job allowed the network has interfaces %q", res.Stdout)
-	}
-}
-
 func TestIntegrationReap(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)

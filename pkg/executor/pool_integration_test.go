@@ -212,7 +212,7 @@ func TestIntegrationPoolBypass(t *testing.T) {
 	t.Parallel()
 	caps := limits.DefaultCaps()
 	caps.Network = &limits.Network{Open: true}
-	e := setup(t, func(c *Config) { c.Pool = 1; c.Caps = caps })
+	e := setup(t, func(c *Config) { c.Pool = 1; c.Caps = caps; c.Egress = fakeEgress{none: true} })
 	waitIdle(t, e, 1, 0)
 	for _, l := range []limits.Limits{
 		{Memory: 128 * limits.MiB},
