@@ -55,21 +55,13 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--sandbox-net: %w", err)
 	}
-	res := &egress.Resolver{Hosts: map[string][]netip.Addr{}, Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+	pinned, err := egress.ParseHosts(*hosts)
+	if err != nil {
+		return fmt.Errorf("--hosts: %w", err)
+	}
+	res := &egress.Resolver{Hosts: pinned, Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
 		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	}}
-	for kv := range strings.SplitSeq(*hosts, ",") {
-		if kv == "" {
-			continue
-		}
-		name, ip, ok := strings.Cut(kv, "=")
-		a, err := netip.ParseAddr(ip)
-		if !ok || err != nil {
-			return fmt.Errorf("--hosts: %q: want NAME=IP", kv)
-		}
-		name = strings.ToLower(strings.TrimSuffix(name, "."))
-		res.Hosts[name] = append(res.Hosts[name], a)
-	}
 	prot := append([]netip.Prefix{}, egress.Protected...)
 	for s := range strings.SplitSeq(*protect, ",") {
 		if s == "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -136,4 +137,28 @@ func (r *Resolver) resolve(ctx context.Context, host string) ([]netip.Addr, bool
 	}
 	a, err := r.Lookup(ctx, host)
 	return a, false, err
+}
+
+// ParseHosts reads a hosts map as the worker's --egress-hosts and the
+// proxy's --hosts take it: NAME=IP entries, comma-separated; a name may
+// repeat for several addresses.
+func ParseHosts(s string) (map[string][]netip.Addr, error) {
+	out := map[string][]netip.Addr{}
+	for kv := range strings.SplitSeq(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		name, ip, ok := strings.Cut(kv, "=")
+		a, err := netip.ParseAddr(strings.TrimSpace(ip))
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%q: want NAME=IP", kv)
+		}
+		host, err := limits.HostName(strings.TrimSuffix(strings.TrimSpace(name), "."), false)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", kv, err)
+		}
+		out[host] = append(out[host], a.Unmap())
+	}
+	return out, nil
 }
