@@ -251,14 +251,22 @@ func (p *Proxy) serveConn(c net.Conn) {
 	if err != nil {
 		return
 	}
+	// A refusal answers the client's request, read first: an answer
+	// before it is one the client may take for a stale connection's.
+	refuseFirst := func(reason string) {
+		c.SetReadDeadline(time.Now().Add(headerTimeout))
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			refuse(c, reason)
+		}
+	}
 	e := p.lookup(ap.Addr())
 	if e == nil {
-		refuse(c, "no sandbox with a network has the address "+ap.Addr().String())
+		refuseFirst("no sandbox with a network has the address " + ap.Addr().String())
 		return
 	}
 	if e.conns.Add(1) > maxConnsPerSandbox {
 		e.conns.Add(-1)
-		refuse(c, fmt.Sprintf("more than %d connections at once", maxConnsPerSandbox))
+		refuseFirst(fmt.Sprintf("more than %d connections at once", maxConnsPerSandbox))
 		return
 	}
 	defer e.conns.Add(-1)
