@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -97,6 +98,7 @@ type options struct {
 	egressImage         string
 	egressNetwork       string
 	egressHosts         string // --egress-hosts as given
+	egressSubnets       string
 	networkRuntime      string
 	ackWait             time.Duration
 	maxDeliver          int
@@ -145,6 +147,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.egressImage, "egress-image", egress.DefaultImage, "`IMAGE` of the egress proxy, started when jobs may have a network (make images builds it)")
 	fs.StringVar(&o.egressNetwork, "egress-network", "bridge", "Docker `NETWORK` the egress proxy reaches the world by; the worker reaches the proxy's control API on it")
 	fs.StringVar(&o.egressHosts, "egress-hosts", "", "`LIST` of NAME=IP the egress proxy uses instead of DNS (air-gapped fleets, mirrors); a pinned name may be a private address")
+	fs.StringVar(&o.egressSubnets, "egress-subnets", egress.DefaultSubnets.String(), "IPv4 `CIDR` each sandbox with a network takes a /28 network of its own from (one per sandbox at once); none the host routes to")
 	fs.StringVar(&o.networkRuntime, "network-runtime", "", "OCI runtime `NAME` of sandboxes with a network (default --runtime; runsc-net when --runtime is runsc: deploy/runsc.sh registers it)")
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
@@ -586,13 +589,17 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 	if err != nil {
 		return nil, cmdline.Usagef("--egress-hosts: %w", err)
 	}
+	subnets, err := netip.ParsePrefix(o.egressSubnets)
+	if err != nil {
+		return nil, cmdline.Usagef("--egress-subnets: %w", err)
+	}
 	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, fmt.Errorf("egress: docker client: %w", err)
 	}
 	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
 	return egress.StartGateway(ctx, egress.GatewayConfig{
-		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Logger: log,
+		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: subnets, Logger: log,
 	})
 }
 

@@ -1,9 +1,9 @@
 // Package egress is the fleet's egress proxy and the worker's side of it.
 //
 // A sandbox granted a network (limits.network) is put on an internal
-// Docker network with no route out and no address of the host on it
-// (Gateway): the one thing it can reach there is the proxy's container,
-// attached to that network and to the outside. The proxy (Proxy) knows
+// Docker network of its own (Gateway.Prepare), with no route out and no
+// address of the host on it: the one thing it can reach there is the
+// proxy's container, attached to each such network and to the outside. The proxy (Proxy) knows
 // each sandbox by its address on the internal network, which the worker
 // registers with the sandbox's policy through the control API before the
 // job starts and releases when it ends, taking back the accounting.

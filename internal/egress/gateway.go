@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -54,36 +55,52 @@ type GatewayConfig struct {
 	// addresses.
 	Hosts map[string][]netip.Addr
 	// Protect adds ranges to Protected. The gateway adds the host's own
-	// addresses and the outside network's subnet itself.
+	// addresses itself.
 	Protect []netip.Prefix
+	// Subnets is where each sandbox's own network gets its /28 from: one
+	// network per sandbox, so that sandboxes never reach each other. It
+	// must not overlap a network the host routes to. Zero: 10.231.0.0/16
+	// (4096 sandboxes at once).
+	Subnets netip.Prefix
 	Logger  *slog.Logger
 }
 
-// Gateway is a worker's egress: the internal network its sandboxes with a
-// network are put on, and the proxy container that is their one way out.
+// DefaultSubnets is GatewayConfig.Subnets' default.
+var DefaultSubnets = netip.MustParsePrefix("10.231.0.0/16")
+
+// sandboxBits is the size of each sandbox's network: the bridge's
+// (unassigned) gateway address, the proxy's and the sandbox's.
+const sandboxBits = 28
+
+// Gateway is a worker's egress: the proxy container that is the one way
+// out of its sandboxes with a network, and a network of its own for each
+// of them, which holds the sandbox and the proxy only.
 type Gateway struct {
 	cfg       GatewayConfig
 	api       *client.Client
-	network   string // the internal network's name
 	container string // the proxy's container ID
-	proxyIP   netip.Addr
-	subnet    netip.Prefix
 	ctl       *Control
+
+	mu    sync.Mutex
+	used  map[int]bool // blocks of Subnets held by a sandbox's network
+	next  int
+	count int // blocks in Subnets
 }
 
 // Attachment is how a sandbox with a network is configured: the Docker
-// network it is attached to and what its environment must hold for
-// programs to use the proxy. A program that ignores the environment gets
-// no connection at all: nothing else is reachable.
+// network of its own it is attached to (with the proxy), and what its
+// environment must hold for programs to use the proxy. A program that
+// ignores the environment gets no connection at all: nothing else is
+// reachable.
 type Attachment struct {
 	Network string
 	Env     map[string]string
+	block   int
 }
 
-// StartGateway creates the internal network (no route out; the host has
-// no address on it, so the host's own services are out of reach too) and
-// starts the proxy attached to it and to Outside, replacing what a
-// previous run of the same Name left.
+// StartGateway starts the proxy on Outside, replacing what a previous run
+// of the same Name left (its container and its sandboxes' networks).
+// Sandboxes' networks are made by Prepare.
 func StartGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 	if cfg.Client == nil || cfg.Name == "" {
 		return nil, errors.New("egress: GatewayConfig needs Client and Name")
@@ -97,33 +114,18 @@ func StartGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gateway{cfg: cfg, api: cfg.Client, network: cfg.Name}
+	if !cfg.Subnets.IsValid() {
+		cfg.Subnets = DefaultSubnets
+	}
+	if !cfg.Subnets.Addr().Is4() || cfg.Subnets.Bits() > sandboxBits {
+		return nil, fmt.Errorf("egress: Subnets %s: want an IPv4 prefix of /%d or wider", cfg.Subnets, sandboxBits)
+	}
+	cfg.Subnets = cfg.Subnets.Masked()
+	g := &Gateway{cfg: cfg, api: cfg.Client, used: map[int]bool{}, count: 1 << (sandboxBits - cfg.Subnets.Bits())}
 	if _, err := g.api.ImageInspect(ctx, cfg.Image); err != nil {
 		return nil, fmt.Errorf("egress: the proxy's image %s (build it with make images): %w", cfg.Image, err)
 	}
 	g.removeLeftovers(ctx)
-	no := false
-	netw, err := g.api.NetworkCreate(ctx, g.network, client.NetworkCreateOptions{
-		Driver:     "bridge",
-		Internal:   true,
-		EnableIPv6: &no,
-		Options: map[string]string{
-			// No address of the host on the bridge: a plain internal
-			// network leaves the gateway address on the host, where every
-			// service listening on all addresses answers the sandboxes.
-			"com.docker.network.bridge.inhibit_ipv4": "true",
-		},
-		Labels: map[string]string{LabelGateway: cfg.Name},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("egress: create the sandboxes' network: %w", err)
-	}
-	ni, err := g.api.NetworkInspect(ctx, netw.ID, client.NetworkInspectOptions{})
-	if err != nil || len(ni.Network.IPAM.Config) == 0 {
-		g.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("egress: inspect the sandboxes' network: %v", err)
-	}
-	g.subnet = ni.Network.IPAM.Config[0].Subnet
 	if err := g.startProxy(ctx); err != nil {
 		g.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -133,14 +135,22 @@ func StartGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 
 func (g *Gateway) removeLeftovers(ctx context.Context) {
 	_, _ = g.api.ContainerRemove(ctx, g.cfg.Name, client.ContainerRemoveOptions{Force: true})
-	_, _ = g.api.NetworkRemove(ctx, g.cfg.Name, client.NetworkRemoveOptions{})
+	nets, err := g.api.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", LabelGateway+"="+g.cfg.Name)})
+	if err != nil {
+		return
+	}
+	for _, n := range nets.Items {
+		// Fails while a sandbox is attached: the worker's Reap removes it,
+		// and the next start this network.
+		_, _ = g.api.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{})
+	}
 }
 
 func (g *Gateway) startProxy(ctx context.Context) error {
 	token := randHex(32)
 	protect := slices.Clone(g.cfg.Protect)
 	protect = append(protect, hostPrefixes()...)
-	args := []string{"--sandbox-net", g.subnet.String()}
+	args := []string{"--sandbox-net", g.cfg.Subnets.String()}
 	if len(protect) > 0 {
 		args = append(args, "--protect", joinPrefixes(protect))
 	}
@@ -179,9 +189,6 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 		return fmt.Errorf("egress: create the proxy: %w", err)
 	}
 	g.container = created.ID
-	if _, err := g.api.NetworkConnect(ctx, g.network, client.NetworkConnectOptions{Container: created.ID}); err != nil {
-		return fmt.Errorf("egress: attach the proxy to the sandboxes' network: %w", err)
-	}
 	if _, err := g.api.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("egress: start the proxy: %w", err)
 	}
@@ -189,12 +196,10 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 	if err != nil || in.Container.NetworkSettings == nil {
 		return fmt.Errorf("egress: inspect the proxy: %v", err)
 	}
-	nets := in.Container.NetworkSettings.Networks
-	inside, outside := nets[g.network], nets[g.cfg.Outside]
-	if inside == nil || outside == nil || !inside.IPAddress.IsValid() || !outside.IPAddress.IsValid() {
-		return fmt.Errorf("egress: the proxy has no address on %s or %s", g.network, g.cfg.Outside)
+	outside := in.Container.NetworkSettings.Networks[g.cfg.Outside]
+	if outside == nil || !outside.IPAddress.IsValid() {
+		return fmt.Errorf("egress: the proxy has no address on %s", g.cfg.Outside)
 	}
-	g.proxyIP = inside.IPAddress
 	g.ctl = &Control{URL: fmt.Sprintf("http://%s", net.JoinHostPort(outside.IPAddress.String(), fmt.Sprint(ControlPort))), Token: token}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -209,7 +214,7 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond) // polling the proxy's start; no event says it listens
 	}
-	g.cfg.Logger.Info("egress proxy up", "network", g.network, "subnet", g.subnet, "proxy", g.proxyIP, "control", g.ctl.URL)
+	g.cfg.Logger.Info("egress proxy up", "subnets", g.cfg.Subnets, "control", g.ctl.URL)
 	return nil
 }
 
@@ -237,11 +242,106 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, ",")
 }
 
-// Attachment is the hook for a sandbox's container spec: the network and
-// environment of a sandbox with policy n (which must not be none).
-func (g *Gateway) Attachment(n *limits.Network) Attachment {
-	proxy := fmt.Sprintf("http://%s", net.JoinHostPort(g.proxyIP.String(), fmt.Sprint(ProxyPort)))
-	return Attachment{Network: g.network, Env: ProxyEnv(proxy)}
+// Prepare is the hook for a sandbox's container spec (a job's, a
+// session's): it makes the sandbox's own network (internal: no route out;
+// no address of the host on it, since a plain internal network leaves the
+// bridge's gateway address on the host, where every service listening on
+// all addresses would answer), attaches the proxy to it, and returns the
+// network and environment of a sandbox with policy n. Drop undoes it once
+// the sandbox's container is removed.
+func (g *Gateway) Prepare(ctx context.Context, n *limits.Network) (Attachment, error) {
+	if n.None() {
+		return Attachment{}, errors.New("egress: no network to prepare")
+	}
+	var lastErr error
+	for range 8 {
+		block, err := g.claim()
+		if err != nil {
+			return Attachment{}, err
+		}
+		att, err := g.prepare(ctx, block)
+		if err == nil {
+			return att, nil
+		}
+		lastErr = err
+		g.release(block, !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "overlap"))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return Attachment{}, lastErr
+}
+
+func (g *Gateway) prepare(ctx context.Context, block int) (Attachment, error) {
+	subnet := g.block(block)
+	name := fmt.Sprintf("%s-%d", g.cfg.Name, block)
+	no := false
+	proxyIP := subnet.Addr().Next().Next()
+	_, err := g.api.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+		Driver:     "bridge",
+		Internal:   true,
+		EnableIPv6: &no,
+		IPAM:       &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet, Gateway: subnet.Addr().Next()}}},
+		Options:    map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true"},
+		Labels:     map[string]string{LabelGateway: g.cfg.Name},
+	})
+	if err != nil {
+		return Attachment{}, fmt.Errorf("egress: create the sandbox's network %s: %w", subnet, err)
+	}
+	_, err = g.api.NetworkConnect(ctx, name, client.NetworkConnectOptions{Container: g.container,
+		EndpointConfig: &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: proxyIP}}})
+	if err != nil {
+		_, _ = g.api.NetworkRemove(context.WithoutCancel(ctx), name, client.NetworkRemoveOptions{})
+		return Attachment{}, fmt.Errorf("egress: attach the proxy to %s: %w", name, err)
+	}
+	proxy := fmt.Sprintf("http://%s", net.JoinHostPort(proxyIP.String(), fmt.Sprint(ProxyPort)))
+	return Attachment{Network: name, Env: ProxyEnv(proxy), block: block}, nil
+}
+
+// Drop removes a sandbox's network once its container is gone.
+func (g *Gateway) Drop(ctx context.Context, att Attachment) error {
+	ctx = context.WithoutCancel(ctx)
+	_, _ = g.api.NetworkDisconnect(ctx, att.Network, client.NetworkDisconnectOptions{Container: g.container, Force: true})
+	_, err := g.api.NetworkRemove(ctx, att.Network, client.NetworkRemoveOptions{})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		// Kept claimed: the network is still there.
+		return fmt.Errorf("egress: remove %s: %w", att.Network, err)
+	}
+	g.release(att.block, true)
+	return nil
+}
+
+// claim takes a free block of Subnets, round robin, so that a network
+// just removed is the last to be made again.
+func (g *Gateway) claim() (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for range g.count {
+		b := g.next
+		g.next = (g.next + 1) % g.count
+		if !g.used[b] {
+			g.used[b] = true
+			return b, nil
+		}
+	}
+	return 0, fmt.Errorf("egress: all %d sandbox networks of %s are in use", g.count, g.cfg.Subnets)
+}
+
+// release frees a block; free false keeps it out of use (another network
+// of the engine holds it).
+func (g *Gateway) release(block int, free bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if free {
+		delete(g.used, block)
+	}
+}
+
+func (g *Gateway) block(i int) netip.Prefix {
+	a := g.cfg.Subnets.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(i) << (32 - sandboxBits)
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), sandboxBits)
 }
 
 // ProxyEnv is the environment that points programs at the proxy: the
@@ -258,19 +358,19 @@ func ProxyEnv(proxy string) map[string]string {
 	}
 }
 
-// Admit registers the sandbox container id, started on the gateway's
-// network, with its policy: its job must not start before.
-func (g *Gateway) Admit(ctx context.Context, id string, n *limits.Network) error {
+// Admit registers the sandbox container id, started on att's network,
+// with its policy: its job must not start before.
+func (g *Gateway) Admit(ctx context.Context, id string, att Attachment, n *limits.Network) error {
 	in, err := g.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		return fmt.Errorf("egress: inspect the sandbox: %w", err)
 	}
 	var ep *network.EndpointSettings
 	if in.Container.NetworkSettings != nil {
-		ep = in.Container.NetworkSettings.Networks[g.network]
+		ep = in.Container.NetworkSettings.Networks[att.Network]
 	}
 	if ep == nil || !ep.IPAddress.IsValid() {
-		return fmt.Errorf("egress: the sandbox has no address on %s", g.network)
+		return fmt.Errorf("egress: the sandbox has no address on %s", att.Network)
 	}
 	return g.ctl.Register(ctx, id, ep.IPAddress, n)
 }
@@ -280,19 +380,17 @@ func (g *Gateway) Release(ctx context.Context, id string) ([]limits.NetworkUse, 
 	return g.ctl.Release(ctx, id)
 }
 
-// Close removes the proxy and the network. Sandboxes still attached keep
-// the network (the worker's Reap removes them; the next start removes it).
+// Close removes the proxy, and the sandboxes' networks no sandbox holds
+// (the next start removes the rest, after Reap).
 func (g *Gateway) Close(ctx context.Context) error {
-	var errs []error
+	var err error
 	if g.container != "" {
-		if _, err := g.api.ContainerRemove(ctx, g.container, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, err)
+		if _, e := g.api.ContainerRemove(ctx, g.container, client.ContainerRemoveOptions{Force: true}); e != nil && !cerrdefs.IsNotFound(e) {
+			err = e
 		}
 	}
-	if _, err := g.api.NetworkRemove(ctx, g.network, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	g.removeLeftovers(ctx)
+	return err
 }
 
 func randHex(n int) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -242,7 +243,10 @@ func infraErr(op string, err error) error {
 // job that fits them: jobID "" builds one for the warm pool. uid is the
 // sandbox's own (uidClaims): the job runs as uid:uid, its tmpfs mounts are
 // uid's, and the container's name is uid's claim on the engine.
-func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32) client.ContainerCreateOptions {
+//
+// att is the egress gateway's network of a sandbox with a network, nil for
+// one without.
+func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment) client.ContainerCreateOptions {
 	no := false
 	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
@@ -251,13 +255,12 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	// stays noexec: nothing a job is given or keeps runs from it directly.
 	// (A job runs code anyway; noexec is tidiness, not a boundary.)
 	tmpExec := tmpfs + ",exec"
-	// No network, or the gateway's internal one, where the egress proxy is
-	// all a sandbox reaches. A job with a network on a worker without a
-	// gateway never gets here (Caps.Network needs Egress).
+	// No network, or the sandbox's own internal one, where the egress
+	// proxy is all it reaches.
 	network := container.NetworkMode("none")
 	runtime := e.cfg.Runtime
-	if l.Network != nil && e.cfg.Egress != nil {
-		network = container.NetworkMode(e.cfg.Egress.Attachment(l.Network).Network)
+	if att != nil {
+		network = container.NetworkMode(att.Network)
 		runtime = e.cfg.NetworkRuntime
 	}
 	// The job's files live on the working directory's tmpfs; a file may
@@ -386,7 +389,7 @@ func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("executor: unknown preset %q", preset)
 	}
-	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First)
+	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil)
 	c, h := spec.Config, spec.HostConfig
 	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir, "--hostname", c.Hostname,
 		"--network", string(h.NetworkMode), "--ipc", string(h.IpcMode), "--runtime", h.Runtime,

@@ -161,7 +161,9 @@ func startGateway(t *testing.T, cli *client.Client, inet *internet) *egress.Gate
 const egressProbes = `
 import json, os, socket, ssl, time, urllib.request, urllib.error
 ca = ssl.create_default_context(cafile="ca.pem")
-server, gw = os.environ["SERVER"], os.environ["GW"]
+server = os.environ["SERVER"]
+proxy_ip = os.environ["HTTP_PROXY"][7:].split(":")[0]
+gw = ".".join(proxy_ip.split(".")[:3] + [str(int(proxy_ip.split(".")[3]) - 1)])  # the network's gateway, next to the proxy
 def probe(name, fn):
     t = time.time()
     try:
@@ -239,11 +241,6 @@ func TestIntegrationEgressAttacks(t *testing.T) {
 	cli := requireDocker(t)
 	inet := startInternet(t, cli)
 	gw := startGateway(t, cli, inet)
-	ni, err := cli.NetworkInspect(context.Background(), gw.Attachment(&limits.Network{Open: true}).Network, client.NetworkInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gwIP := ni.Network.IPAM.Config[0].Gateway
 	caps := limits.DefaultCaps()
 	caps.Timeout = limits.Duration(3 * time.Minute)
 	caps.Network = &limits.Network{Allow: mustRules(t, "*.example.test, example.test, other.test")}
@@ -266,7 +263,7 @@ func TestIntegrationEgressAttacks(t *testing.T) {
 			j := job(egressProbes, withLimits(limits.Limits{Timeout: limits.Duration(2 * time.Minute),
 				Network: &limits.Network{Allow: mustRules(t, "*.example.test")}}))
 			j.Files = map[string]string{"ca.pem": string(inet.ca.PEM)}
-			j.Env = map[string]string{"SERVER": inet.serverIP.String(), "GW": gwIP.String()}
+			j.Env = map[string]string{"SERVER": inet.serverIP.String()}
 			res := run(t, e, j)
 			want(t, res, jobs.StatusSucceeded)
 			seen := map[string]bool{}
@@ -384,4 +381,74 @@ func hasRuntime(t *testing.T, cli *client.Client, name string) bool {
 	}
 	_, ok := info.Info.Runtimes[name]
 	return ok
+}
+
+// Each sandbox with a network has a network of its own, holding it and the
+// proxy only: one sandbox cannot reach another's listening port, nor find
+// it by name.
+func TestIntegrationEgressSandboxesApart(t *testing.T) {
+	t.Parallel()
+	cli := requireDocker(t)
+	inet := startInternet(t, cli)
+	gw := startGateway(t, cli, inet)
+	ctx := context.Background()
+	n := &limits.Network{Open: true}
+	var ips, ids, names []string
+	for range 2 {
+		att, err := gw.Prepare(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Name: att.Network + "-peer",
+			Config: &container.Config{Image: DefaultImage, User: "65534:65534", Entrypoint: []string{"python3", "-c",
+				"import socket,time\ns=socket.socket(); s.bind(('0.0.0.0', 8000)); s.listen()\ntime.sleep(300)"}},
+			HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(att.Network), Runtime: "runc"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cli.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+			if err := gw.Drop(context.Background(), att); err != nil {
+				t.Errorf("Drop: %v", err)
+			}
+		})
+		if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ni, err := cli.NetworkInspect(ctx, att.Network, client.NetworkInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ni.Network.Containers) != 2 || !ni.Network.Internal {
+			t.Fatalf("network %s: internal %v, %d containers, want the sandbox and the proxy only", att.Network, ni.Network.Internal, len(ni.Network.Containers))
+		}
+		in, err := cli.ContainerInspect(ctx, created.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ips = append(ips, in.Container.NetworkSettings.Networks[att.Network].IPAddress.String())
+		ids, names = append(ids, created.ID), append(names, att.Network+"-peer")
+	}
+	// From the first peer: the second by address and by name, and (the
+	// control) its own listener.
+	probe := `import socket, sys
+for host in sys.argv[1:]:
+    try:
+        socket.create_connection((host, 8000), timeout=5).close(); print(host, "connected")
+    except Exception as e:
+        print(host, "refused:", repr(e))`
+	out, err := exec.Command("docker", "exec", ids[0], "python3", "-c", probe, ips[1], names[1], "127.0.0.1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker exec: %v: %s", err, out)
+	}
+	got := string(out)
+	t.Logf("from the first sandbox's network:\n%s", got)
+	if strings.Contains(got, ips[1]+" connected") || strings.Contains(got, names[1]+" connected") {
+		t.Errorf("one sandbox reached another:\n%s", got)
+	}
+	if !strings.Contains(got, "127.0.0.1 connected") {
+		t.Errorf("the control probe failed, so the test proves nothing:\n%s", got)
+	}
 }

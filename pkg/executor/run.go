@@ -51,7 +51,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
 	}
-	env, err := buildEnvelope(job, preset, lim, opts, e.egressEnv(lim))
+	env, err := buildEnvelope(job, preset, lim, opts, nil)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
 	}
@@ -83,10 +83,15 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 		// a bug), which the worker recovers, would leave the sandbox
 		// running with no timer to stop it.
 		defer e.release(ctx, log, s)
-		if lim.Network != nil {
+		if s.net != nil {
 			// Registered before the envelope is sent: the launcher runs
-			// nothing of the job's until it has it.
-			if err := e.cfg.Egress.Admit(ctx, s.id, lim.Network); err != nil {
+			// nothing of the job's until it has it. The envelope now holds
+			// the environment of this sandbox's proxy (it was checked
+			// before the sandbox was made, without it).
+			if env, err = buildEnvelope(job, preset, lim, opts, s.net.Env); err != nil {
+				return nil, infraErr("egress envelope", err)
+			}
+			if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
 				return nil, infraErr("egress", err)
 			}
 			defer func() {
