@@ -77,7 +77,7 @@ func (b *bundle) client(sni string) *http.Client {
 	}}
 }
 
-func policyOf(t *testing.T, open bool, allow ...string) *limits.Network {
+func policyOf(t testing.TB, open bool, allow ...string) *limits.Network {
 	t.Helper()
 	n := &limits.Network{Open: open}
 	for _, s := range allow {
