@@ -45,7 +45,7 @@ runsc:
 run: build sandbox-image
 	$(BIN)/worker --embedded
 
-## images: the fleet's images, built locally: sandfleet/nats:<go.mod version>, sandfleet/worker:latest
+## images: the fleet's images, built locally: sandfleet/nats:<go.mod version>, sandfleet/worker:latest, sandfleet/egress:latest
 images: sandbox-image
 	./deploy/compose/images.sh
 

@@ -28,6 +28,7 @@ type runCommand struct {
 	code, image, stdinFile, id, queue string
 	testsFile                         string
 	detach, network, stopOnFailure    bool
+	egress                            []string
 	waitRoom                          time.Duration
 	lim                               limits.Limits
 	files, env, labels                kvFlag
@@ -60,7 +61,8 @@ func (c *runCommand) define(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.lim.CPUs, "cpus", 0, "CPU limit `N`, e.g. 1.5 (default the worker's, 1)")
 	fs.Int64Var(&c.lim.Pids, "pids", 0, "process limit `N` (default the worker's, 64)")
 	fs.Var(cmdline.Value(&c.lim.Output, "size"), "output", "output cap per stream `SIZE` (default the worker's, 1m)")
-	fs.BoolVar(&c.network, "network", false, "ask for a network (the worker must allow it)")
+	fs.BoolVar(&c.network, "network", false, "ask for open egress: the internet, never private addresses (the worker must allow it)")
+	fs.StringArrayVar(&c.egress, "egress", nil, "allow egress to `RULE`: a host (*.example.org), an IP or CIDR, with an optional :PORT (repeatable; within the worker's --egress-allow)")
 	fs.StringVar(&c.stdinFile, "stdin", "", "`FILE` fed to the job's stdin")
 	fs.StringVar(&c.testsFile, "tests", "", "judge the job: `FILE` is a JSON array of test cases ({\"stdin\", \"args\", \"expected_stdout\", \"timeout\", \"compare\", \"tolerance\", \"name\"})")
 	fs.BoolVar(&c.stopOnFailure, "stop-on-first-failure", false, "with --tests: skip the cases after the first that fails")
@@ -176,7 +178,16 @@ func (c *runCommand) job(fs *pflag.FlagSet) (*jobs.Job, error) {
 		image = "python"
 	}
 	lim := c.lim
-	lim.Network = c.network
+	if c.network || len(c.egress) > 0 {
+		lim.Network = &limits.Network{Open: c.network}
+		for _, e := range c.egress {
+			r, err := limits.ParseRule(e)
+			if err != nil {
+				return nil, usage("--egress: %v", err)
+			}
+			lim.Network.Allow = append(lim.Network.Allow, r)
+		}
+	}
 	job := &jobs.Job{ID: c.id, Queue: c.queue, Image: image, Code: code, Env: c.env.m, Labels: c.labels.m, Limits: lim}
 	if c.stdinFile != "" {
 		data, err := os.ReadFile(c.stdinFile)

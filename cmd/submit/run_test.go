@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -229,5 +231,36 @@ func TestUnreachableNATS(t *testing.T) {
 	got := submit(t, "nats://127.0.0.1:1", "", "run", "-c", "x")
 	if got.code != 125 || !strings.Contains(got.stderr, "cannot reach NATS") {
 		t.Errorf("%+v", got)
+	}
+}
+
+// --network asks for open egress, --egress for named rules; a bad rule is
+// a usage error naming the flag.
+func TestRunEgressFlags(t *testing.T) {
+	t.Parallel()
+	build := func(args ...string) (*jobs.Job, error) {
+		c := &runCommand{}
+		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+		c.define(fs)
+		if err := fs.Parse(append(args, "-c", "print(1)")); err != nil {
+			t.Fatal(err)
+		}
+		return c.job(fs)
+	}
+	j, err := build("--egress", "pypi.org", "--egress", "*.pythonhosted.org:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := j.Limits.Network; n == nil || n.Open || len(n.Allow) != 2 || n.Allow[1].String() != "*.pythonhosted.org:443" {
+		t.Errorf("--egress: network %v", n)
+	}
+	if j, _ := build("--network"); j.Limits.Network == nil || !j.Limits.Network.Open {
+		t.Errorf("--network: network %v", j.Limits.Network)
+	}
+	if j, _ := build(); j.Limits.Network != nil {
+		t.Errorf("no flag: network %v", j.Limits.Network)
+	}
+	if _, err := build("--egress", "a..b"); err == nil || !strings.Contains(err.Error(), "--egress") {
+		t.Errorf("a bad rule: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -20,7 +21,10 @@ import (
 	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/spf13/pflag"
 
+	"github.com/moby/moby/client"
+
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
@@ -91,6 +95,12 @@ type options struct {
 	logFormat, logLevel string
 	caps                limits.Limits
 	allowNetwork        bool
+	egressAllow         string // --egress-allow as given
+	egressImage         string
+	egressNetwork       string
+	egressHosts         string // --egress-hosts as given
+	egressSubnets       string
+	networkRuntime      string
 	ackWait             time.Duration
 	maxDeliver          int
 	maxAckPending       int
@@ -133,7 +143,13 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.Float64Var(&o.caps.CPUs, "max-cpus", 0, "cap `N` on a job's CPUs (default 2)")
 	fs.Int64Var(&o.caps.Pids, "max-pids", 0, "cap `N` on a job's processes and threads (default 1024)")
 	fs.Var(cmdline.Value(&o.caps.Output, "size"), "max-output", "cap `SIZE` on a job's output per stream (default 2m)")
-	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for a network (limits.network)")
+	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for open egress (limits.network: true): the internet through the egress proxy, never private, loopback, link-local or the host's addresses")
+	fs.StringVar(&o.egressAllow, "egress-allow", "", "the egress rules any job may name in limits.network.allow: `LIST` of hosts (*.example.org), IPs and CIDRs with optional :PORT, comma-separated (default empty: no job may have a network); private, loopback and link-local addresses only where named here")
+	fs.StringVar(&o.egressImage, "egress-image", egress.DefaultImage, "`IMAGE` of the egress proxy, started when jobs may have a network (make images builds it)")
+	fs.StringVar(&o.egressNetwork, "egress-network", "bridge", "Docker `NETWORK` the egress proxy reaches the world by; the worker reaches the proxy's control API on it")
+	fs.StringVar(&o.egressHosts, "egress-hosts", "", "`LIST` of NAME=IP the egress proxy uses instead of DNS (air-gapped fleets, mirrors); a pinned name may be a private address")
+	fs.StringVar(&o.egressSubnets, "egress-subnets", egress.DefaultSubnets.String(), "IPv4 `CIDR` each sandbox with a network takes a /28 network of its own from (one per sandbox at once); none the host routes to")
+	fs.StringVar(&o.networkRuntime, "network-runtime", "", "OCI runtime `NAME` of sandboxes with a network (default --runtime; runsc-net when --runtime is runsc: deploy/runsc.sh registers it)")
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
 	fs.IntVar(&o.maxAckPending, "max-ack-pending", 0, "at most `N` jobs of a queue in flight across the fleet (default 1000; set it to the fleet's slots or more; fleet-wide)")
@@ -292,6 +308,14 @@ func Run(stop, force context.Context, args []string, stdout io.Writer) error {
 	execCfg, err := executorConfig(o)
 	if err != nil {
 		return err
+	}
+	if execCfg.Caps.Network != nil {
+		gw, err := startGateway(stop, o, log)
+		if err != nil {
+			return err
+		}
+		defer gw.Close(context.Background())
+		execCfg.Egress = gw
 	}
 	exec, err := newExecutor(execCfg)
 	if err != nil {
@@ -566,10 +590,47 @@ func executorConfig(o *options) (executor.Config, error) {
 	if o.runtime != "" {
 		cfg.Runtime = o.runtime
 	}
+	cfg.NetworkRuntime = o.networkRuntime
+	if cfg.NetworkRuntime == "" && cfg.Runtime == "runsc" {
+		cfg.NetworkRuntime = "runsc-net" // runsc itself is registered with no network at all
+	}
 	// The cap flags win over the file's caps, field by field.
 	cfg.Caps = limits.Caps(o.caps.Fill(fc.Caps))
-	cfg.Caps.Network = o.allowNetwork || fc.Caps.Network
+	allow, err := limits.ParseRules(o.egressAllow)
+	if err != nil {
+		return executor.Config{}, cmdline.Usagef("--egress-allow: %w", err)
+	}
+	// The flags add to the file's caps.network.
+	nw := limits.Network{Open: o.allowNetwork, Allow: allow}
+	if fc.Caps.Network != nil {
+		nw.Open = nw.Open || fc.Caps.Network.Open
+		nw.Allow = append(nw.Allow, fc.Caps.Network.Allow...)
+	}
+	if !nw.None() {
+		cfg.Caps.Network = &nw
+	}
 	return cfg, nil
+}
+
+// startGateway starts the egress gateway of a worker whose jobs may have
+// a network: its internal network and proxy, named after the worker.
+func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Gateway, error) {
+	hosts, err := egress.ParseHosts(o.egressHosts)
+	if err != nil {
+		return nil, cmdline.Usagef("--egress-hosts: %w", err)
+	}
+	subnets, err := netip.ParsePrefix(o.egressSubnets)
+	if err != nil {
+		return nil, cmdline.Usagef("--egress-subnets: %w", err)
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("egress: docker client: %w", err)
+	}
+	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
+	return egress.StartGateway(ctx, egress.GatewayConfig{
+		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: subnets, Logger: log,
+	})
 }
 
 // newExecutor is the one place that wires pkg/executor in.

@@ -55,7 +55,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.slots != 3 || len(o.lanes) != 1 || o.lanes[0] != (worker.Lane{Queue: "q", Weight: 1}) || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network ||
+	if o.slots != 3 || len(o.lanes) != 1 || o.lanes[0] != (worker.Lane{Queue: "q", Weight: 1}) || cfg.Caps.Memory != 1<<30 || !cfg.Caps.Network.Open ||
 		cfg.UIDs != (executor.UIDRange{First: 300000, Last: 300099}) {
 		t.Errorf("options %+v, executor config %+v", o, cfg)
 	}
@@ -118,7 +118,7 @@ func TestCapsFlagsOverFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := cfg.Caps; c.Memory != 2<<30 || c.CPUs != 1.5 || c.Pids != 7 || !c.Network {
+	if c := cfg.Caps; c.Memory != 2<<30 || c.CPUs != 1.5 || c.Pids != 7 || c.Network == nil || !c.Network.Open {
 		t.Errorf("caps %+v", c)
 	}
 }
@@ -332,5 +332,30 @@ func TestStorageCapFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--workspace-quota", "lots"}); !errors.Is(err, cmdline.ErrUsage) {
 		t.Errorf("--workspace-quota lots: %v", err)
+	}
+}
+
+// --egress-allow is the rules any job may name; a bad one is a usage
+// error naming the flag.
+func TestEgressAllowFlag(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags([]string{"--egress-allow", "pypi.org, *.pythonhosted.org,10.1.0.0/16:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := executorConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cfg.Caps.Network; n == nil || n.Open || len(n.Allow) != 3 || n.Allow[2].String() != "10.1.0.0/16:443" {
+		t.Errorf("caps.network %v", n)
+	}
+	o, _ = parseFlags(nil)
+	if cfg, _ := executorConfig(o); cfg.Caps.Network != nil {
+		t.Errorf("no flag: caps.network %v, want none", cfg.Caps.Network)
+	}
+	o, _ = parseFlags([]string{"--egress-allow", "a..b"})
+	if _, err := executorConfig(o); !errors.Is(err, cmdline.ErrUsage) || !strings.Contains(err.Error(), "--egress-allow") {
+		t.Errorf("bad --egress-allow: %v", err)
 	}
 }

@@ -4,8 +4,10 @@
 #
 #   sandfleet/nats:<version>   nats-server at the version go.mod pins (also :latest)
 #   sandfleet/worker:latest    cmd/worker
+#   sandfleet/egress:latest    cmd/egress, the egress proxy a worker starts
+#                              for its sandboxes with a network
 #
-# Usage: images.sh [nats] [worker]    (default: both)
+# Usage: images.sh [nats] [worker] [egress]    (default: all three)
 # Env:   GO (default go), WORKER_TAG (default sandfleet/worker:latest)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,7 +17,7 @@ WORKER_TAG=${WORKER_TAG:-sandfleet/worker:latest}
 export CGO_ENABLED=0
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(nats worker)
+[ ${#targets[@]} -gt 0 ] || targets=(nats worker egress)
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
@@ -62,10 +64,23 @@ build_worker() {
 	fi
 }
 
+build_egress() {
+	local dir rev
+	dir="$ctx/egress"
+	mkdir -p "$dir"
+	rev=$(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)
+	echo "images: building cmd/egress $rev"
+	(cd "$root" && "$GO" build -trimpath -ldflags "-s -w" -o "$dir/egress" ./cmd/egress)
+	cp "$here/egress.Dockerfile" "$dir/Dockerfile"
+	docker build -q -t "${EGRESS_TAG:-sandfleet/egress:latest}" --label "org.opencontainers.image.revision=$rev" "$dir" >/dev/null
+	echo "images: ${EGRESS_TAG:-sandfleet/egress:latest}"
+}
+
 for t in "${targets[@]}"; do
 	case "$t" in
 	nats) build_nats ;;
 	worker) build_worker ;;
-	*) echo "images: unknown target $t (want nats or worker)" >&2; exit 2 ;;
+	egress) build_egress ;;
+	*) echo "images: unknown target $t (want nats, worker or egress)" >&2; exit 2 ;;
 	esac
 done

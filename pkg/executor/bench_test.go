@@ -34,7 +34,7 @@ func BenchmarkDockerRunTrivial(b *testing.B) {
 		b.Skip("no docker CLI")
 	}
 	e := setup(b, nil)
-	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), jobs.RunOptions{})
+	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), jobs.RunOptions{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -72,9 +72,22 @@ type Config struct {
 	Defaults limits.Limits
 
 	// Caps are the most a job may ask for; a zero field takes the value of
-	// limits.DefaultCaps(). Caps.Network must be true for any job to get a
-	// network.
+	// limits.DefaultCaps(). Caps.Network is what a job may name in its
+	// limits.network (nil: no job gets a network), and needs Egress.
 	Caps limits.Caps
+
+	// Egress is the worker's egress gateway (internal/egress.Gateway): a
+	// sandbox with a network is attached to its internal network, where
+	// the gateway's proxy is the only thing it reaches, and registered with
+	// it before its job starts. Nil: no job may have a network.
+	Egress Egress
+
+	// NetworkRuntime is the OCI runtime of sandboxes with a network: ""
+	// means Runtime. gVisor registered with --network=none (which Docker's
+	// "none" network needs) has no network at all, so a runsc worker names
+	// a second registration without it here (deploy/runsc.sh registers
+	// runsc-net).
+	NetworkRuntime string
 
 	// Runtime is the OCI runtime: "" means "runc"; "runsc" where gVisor is
 	// installed.
@@ -142,6 +155,12 @@ func (c Config) resolved() (Config, error) {
 	}
 	if c.Runtime == "" {
 		c.Runtime = "runc"
+	}
+	if c.NetworkRuntime == "" {
+		c.NetworkRuntime = c.Runtime
+	}
+	if c.Caps.Network != nil && c.Egress == nil {
+		return c, fmt.Errorf("executor: Caps.Network %s needs Egress, the gateway that enforces it", c.Caps.Network)
 	}
 	if c.WorkerID == "" {
 		h, err := os.Hostname()

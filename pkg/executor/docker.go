@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -242,7 +243,10 @@ func infraErr(op string, err error) error {
 // job that fits them: jobID "" builds one for the warm pool. uid is the
 // sandbox's own (uidClaims): the job runs as uid:uid, its tmpfs mounts are
 // uid's, and the container's name is uid's claim on the engine.
-func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32) client.ContainerCreateOptions {
+//
+// att is the egress gateway's network of a sandbox with a network, nil for
+// one without.
+func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment) client.ContainerCreateOptions {
 	no := false
 	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
@@ -251,9 +255,13 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	// stays noexec: nothing a job is given or keeps runs from it directly.
 	// (A job runs code anyway; noexec is tidiness, not a boundary.)
 	tmpExec := tmpfs + ",exec"
+	// No network, or the sandbox's own internal one, where the egress
+	// proxy is all it reaches.
 	network := container.NetworkMode("none")
-	if l.Network {
-		network = "bridge"
+	runtime := e.cfg.Runtime
+	if att != nil {
+		network = container.NetworkMode(att.Network)
+		runtime = e.cfg.NetworkRuntime
 	}
 	// The job's files live on the working directory's tmpfs; a file may
 	// not outgrow it either (a pipe is not a file, so output is unaffected).
@@ -268,7 +276,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		OpenStdin:       true,
 		StdinOnce:       true, // EOF on our side closes the job's stdin
 		Tty:             false,
-		NetworkDisabled: !l.Network,
+		NetworkDisabled: network == "none",
 		Hostname:        Hostname,
 		Labels: map[string]string{
 			LabelManaged:  "true",
@@ -294,7 +302,11 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		// No Init: the launcher is PID 1 (it reaps and forwards signals), so
 		// that no process in the sandbox but the job's own is the job's to
 		// reach.
-		Runtime: e.cfg.Runtime,
+		Runtime: runtime,
+		// A sandbox with a network resolves nothing itself (the proxy
+		// does), and Docker's resolver on the internal network cannot
+		// forward: give up at once instead of after 10 s of retries.
+		DNSOptions: dnsOptions(network),
 		// Docker's defaults and what tells a job about the host it has no
 		// use for: the host's boot command line, its disks and devices.
 		MaskedPaths: maskedPaths,
@@ -334,6 +346,13 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	}
 }
 
+func dnsOptions(network container.NetworkMode) []string {
+	if network == "none" {
+		return nil
+	}
+	return []string{"timeout:1", "attempts:1"}
+}
+
 // maskedPaths are hidden from the job: Docker's own list (which setting
 // MaskedPaths replaces) and what else shows the host.
 var maskedPaths = []string{
@@ -370,7 +389,7 @@ func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("executor: unknown preset %q", preset)
 	}
-	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First)
+	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil)
 	c, h := spec.Config, spec.HostConfig
 	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir, "--hostname", c.Hostname,
 		"--network", string(h.NetworkMode), "--ipc", string(h.IpcMode), "--runtime", h.Runtime,

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -415,7 +416,7 @@ func TestContainerSpecHardening(t *testing.T) {
 	t.Parallel()
 	e, _ := newWithAPI(Config{WorkerID: "w", Runtime: "runsc"}, &fakeDocker{})
 	l := limits.Default()
-	o := e.containerSpec("img", "job-1", l, 123456)
+	o := e.containerSpec("img", "job-1", l, 123456, nil)
 	h := o.HostConfig
 	if !h.ReadonlyRootfs || h.NetworkMode != "none" || !o.Config.NetworkDisabled || h.CapDrop[0] != "ALL" ||
 		h.SecurityOpt[0] != "no-new-privileges" || h.Memory != h.MemorySwap || h.Memory != int64(l.Memory) ||
@@ -446,9 +447,51 @@ func TestContainerSpecHardening(t *testing.T) {
 	if len(o.Config.Env) != 0 || len(o.Config.Cmd) != 0 {
 		t.Fatal("job data leaked into the container's config; it belongs in the envelope")
 	}
-	l.Network = true
-	if o := e.containerSpec("img", "job-1", l, 123456); o.HostConfig.NetworkMode != "bridge" || o.Config.NetworkDisabled {
-		t.Fatal("network not granted")
+	l.Network = &limits.Network{Open: true}
+	e, _ = newWithAPI(Config{WorkerID: "w", Runtime: "runsc", NetworkRuntime: "runsc-net", Egress: fakeEgress{}}, &fakeDocker{})
+	att, _ := e.cfg.Egress.Prepare(context.Background(), l.Network)
+	if o := e.containerSpec("img", "job-1", l, 123456, &att); o.HostConfig.NetworkMode != "sandbox-net-1" || o.Config.NetworkDisabled ||
+		o.HostConfig.Runtime != "runsc-net" || len(o.Config.Env) != 0 {
+		t.Fatalf("a job with a network: network %q, runtime %q, env %v; want its own network, the network runtime, no env in the config",
+			o.HostConfig.NetworkMode, o.HostConfig.Runtime, o.Config.Env)
+	}
+	if o := e.containerSpec("img", "job-1", limits.Default(), 123456, nil); o.HostConfig.NetworkMode != "none" || o.HostConfig.Runtime != "runsc" {
+		t.Fatalf("a job without a network: network %q, runtime %q", o.HostConfig.NetworkMode, o.HostConfig.Runtime)
+	}
+}
+
+// fakeEgress is a gateway whose sandbox networks are "sandbox-net-1" (or
+// none, for tests that run real sandboxes without a proxy) and that
+// registers nothing.
+type fakeEgress struct{ none bool }
+
+var _ Egress = fakeEgress{}
+
+func (f fakeEgress) Prepare(context.Context, *limits.Network) (egress.Attachment, error) {
+	if f.none {
+		return egress.Attachment{Network: "none"}, nil
+	}
+	return egress.Attachment{Network: "sandbox-net-1", Env: egress.ProxyEnv("http://192.0.2.1:3128")}, nil
+}
+
+func (fakeEgress) Admit(context.Context, string, egress.Attachment, *limits.Network) error {
+	return nil
+}
+
+func (fakeEgress) Release(context.Context, string) ([]limits.NetworkUse, error) { return nil, nil }
+
+func (fakeEgress) Drop(context.Context, egress.Attachment) error { return nil }
+
+// A worker whose caps grant a network needs a gateway to enforce it.
+func TestConfigNetworkNeedsEgress(t *testing.T) {
+	t.Parallel()
+	caps := limits.DefaultCaps()
+	caps.Network = &limits.Network{Open: true}
+	if _, err := newWithAPI(Config{Caps: caps}, &fakeDocker{}); err == nil || !strings.Contains(err.Error(), "needs Egress") {
+		t.Fatalf("caps with a network and no gateway: %v", err)
+	}
+	if _, err := newWithAPI(Config{Caps: caps, Egress: fakeEgress{}}, &fakeDocker{}); err != nil {
+		t.Fatal(err)
 	}
 }
 

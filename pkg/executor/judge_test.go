@@ -132,7 +132,7 @@ func TestJudgeHeader(t *testing.T) {
 		{Name: "first", Stdin: "1\n", ExpectedStdout: "1\n"},
 		{Args: []string{"-v"}, Timeout: limits.Duration(2e9), Compare: "float", Tolerance: 1e-3},
 	}}
-	env, err := buildEnvelope(j, p, lim, jobs.RunOptions{})
+	env, err := buildEnvelope(j, p, lim, jobs.RunOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +140,12 @@ func TestJudgeHeader(t *testing.T) {
 		t.Fatalf("spec %+v", env.judge)
 	}
 	j.Tests[1].Timeout = limits.Duration(11e9)
-	if _, err := buildEnvelope(j, p, lim, jobs.RunOptions{}); err == nil || !strings.Contains(err.Error(), "tests[1].timeout: 11s is over the job's timeout of 10s") {
+	if _, err := buildEnvelope(j, p, lim, jobs.RunOptions{}, nil); err == nil || !strings.Contains(err.Error(), "tests[1].timeout: 11s is over the job's timeout of 10s") {
 		t.Fatalf("case timeout over the job's: %v", err)
 	}
 	// A preset without a compile step and a job without tests: no spec,
 	// and a header any launcher reads.
-	env, err = buildEnvelope(&jobs.Job{ID: "y", Image: "python", Code: "1"}, DefaultPresets()["python"], lim, jobs.RunOptions{})
+	env, err = buildEnvelope(&jobs.Job{ID: "y", Image: "python", Code: "1"}, DefaultPresets()["python"], lim, jobs.RunOptions{}, nil)
 	if err != nil || env.judge != nil || strings.Contains(string(env.header), "compile") {
 		t.Fatalf("plain job: spec %+v, err %v, header %s", env.judge, err, env.header)
 	}

@@ -211,8 +211,8 @@ print(hashlib.sha256(root.encode()).hexdigest()[:16], seen)
 func TestIntegrationPoolBypass(t *testing.T) {
 	t.Parallel()
 	caps := limits.DefaultCaps()
-	caps.Network = true
-	e := setup(t, func(c *Config) { c.Pool = 1; c.Caps = caps })
+	caps.Network = &limits.Network{Open: true}
+	e := setup(t, func(c *Config) { c.Pool = 1; c.Caps = caps; c.Egress = fakeEgress{none: true} })
 	waitIdle(t, e, 1, 0)
 	for _, l := range []limits.Limits{
 		{Memory: 128 * limits.MiB},
@@ -220,7 +220,7 @@ func TestIntegrationPoolBypass(t *testing.T) {
 		{Pids: 32},
 		{Output: 4096},
 		{Tmpfs: 16 * limits.MiB},
-		{Network: true},
+		{Network: &limits.Network{Open: true}},
 	} {
 		before := e.PoolStats()
 		res := run(t, e, job("print('ok')", withLimits(l)))

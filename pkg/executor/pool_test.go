@@ -69,7 +69,7 @@ func TestPoolFits(t *testing.T) {
 		{"memory", mod(func(l *limits.Limits) { l.Memory *= 2 }), false},
 		{"cpus", mod(func(l *limits.Limits) { l.CPUs = 0.5 }), false},
 		{"pids", mod(func(l *limits.Limits) { l.Pids++ }), false},
-		{"network", mod(func(l *limits.Limits) { l.Network = true }), false},
+		{"network", mod(func(l *limits.Limits) { l.Network = &limits.Network{Open: true} }), false},
 		{"output", mod(func(l *limits.Limits) { l.Output++ }), false},
 		{"tmpfs", mod(func(l *limits.Limits) { l.Tmpfs *= 2 }), false},
 	}

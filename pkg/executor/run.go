@@ -51,7 +51,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
 	}
-	env, err := buildEnvelope(job, preset, lim, opts)
+	env, err := buildEnvelope(job, preset, lim, opts, nil)
 	if err != nil {
 		return done(jobs.StatusRejected, err.Error()), nil
 	}
@@ -83,6 +83,25 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 		// a bug), which the worker recovers, would leave the sandbox
 		// running with no timer to stop it.
 		defer e.release(ctx, log, s)
+		if s.net != nil {
+			// Registered before the envelope is sent: the launcher runs
+			// nothing of the job's until it has it. The envelope now holds
+			// the environment of this sandbox's proxy (it was checked
+			// before the sandbox was made, without it).
+			if env, err = buildEnvelope(job, preset, lim, opts, s.net.Env); err != nil {
+				return nil, infraErr("egress envelope", err)
+			}
+			if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
+				return nil, infraErr("egress", err)
+			}
+			defer func() {
+				use, err := e.cfg.Egress.Release(context.WithoutCancel(ctx), s.id)
+				if err != nil {
+					log.Error("releasing the sandbox from the egress proxy failed", "container", s.short, "error", err)
+				}
+				res.Egress = use
+			}()
+		}
 		return e.execute(ctx, log, s, lim, env, []byte(job.Stdin), opts)
 	}()
 	if err != nil {
@@ -112,7 +131,9 @@ type sealed struct {
 	judge  *judgeSpec // nil for a job with neither a compile step nor tests
 }
 
-func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions) (sealed, error) {
+// buildEnvelope seals job for preset p; base is the environment under the
+// job's own (the egress proxy's, for a job with a network).
+func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions, base map[string]string) (sealed, error) {
 	argv := p.Argv
 	if len(job.Argv) > 0 {
 		argv = job.Argv
@@ -126,7 +147,7 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOpti
 		return sealed{}, err
 	}
 	seal := envelope.NewSeal()
-	h := &envelope.Header{Argv: argv, Env: jobEnv(job.Env), Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
+	h := &envelope.Header{Argv: argv, Env: jobEnv(base, job.Env), Dir: workDir, Key: seal.Key, Restore: restore, Archive: arch}
 	spec, err := judgeHeader(h, job, p, lim)
 	if err != nil {
 		return sealed{}, err
@@ -168,14 +189,13 @@ var DeterministicEnv = map[string]string{
 // Hostname is every sandbox's host name.
 const Hostname = "sandbox"
 
-// jobEnv is DeterministicEnv under the job's own env.
-func jobEnv(env map[string]string) map[string]string {
-	out := make(map[string]string, len(DeterministicEnv)+len(env))
-	for k, v := range DeterministicEnv {
-		out[k] = v
-	}
-	for k, v := range env {
-		out[k] = v
+// jobEnv is DeterministicEnv under base under the job's own env.
+func jobEnv(base, env map[string]string) map[string]string {
+	out := make(map[string]string, len(DeterministicEnv)+len(base)+len(env))
+	for _, m := range []map[string]string{DeterministicEnv, base, env} {
+		for k, v := range m {
+			out[k] = v
+		}
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -34,6 +35,9 @@ type sandbox struct {
 	pool      *pool  // the pool it was taken from, if any
 	imageID   string // the image it was created from; "" when the engine gave none
 	uid       uint32 // its own, claimed until remove
+	// net is the egress gateway's network of a sandbox with a network,
+	// dropped after the container is removed.
+	net *egress.Attachment
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -111,15 +115,25 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	if err != nil {
 		return nil, err
 	}
-	created, uid, err := e.create(ctx, image, id, jobID, lim)
+	var sn *egress.Attachment
+	if lim.Network != nil {
+		a, err := e.cfg.Egress.Prepare(ctx, lim.Network)
+		if err != nil {
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+		sn = &a
+	}
+	created, uid, err := e.create(ctx, image, id, jobID, lim, sn)
 	if err != nil {
+		e.dropNet(ctx, sn)
 		return nil, err
 	}
-	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id, uid: uid}
+	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id, uid: uid, net: sn}
 	defer func() {
 		if err != nil {
 			e.discard(ctx, s.id)
 			e.uids.free(uid)
+			e.dropNet(ctx, sn)
 		}
 	}()
 
@@ -166,14 +180,14 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 // executor holds, and when the engine refuses the name (another worker's
 // sandbox or a leftover holds the uid) it frees the claim and tries
 // another, up to uidTries.
-func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits) (client.ContainerCreateResult, uint32, error) {
+func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits, att *egress.Attachment) (client.ContainerCreateResult, uint32, error) {
 	tried := map[uint32]bool{}
 	for range uidTries {
 		uid, err := e.uids.claim(tried)
 		if err != nil {
 			return client.ContainerCreateResult{}, 0, err
 		}
-		spec := e.containerSpec(image, jobID, lim, uid)
+		spec := e.containerSpec(image, jobID, lim, uid, att)
 		if imageID != "" {
 			spec.Config.Image = imageID // exactly what the result will name
 		}
@@ -270,7 +284,9 @@ func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 	removeLogged := func() {
 		if err := e.remove(ctx, s); err != nil {
 			log.Error("removing the sandbox failed; Reap will retry at the next start", "container", s.short, "error", err)
+			return // its network stays while it is attached
 		}
+		e.dropNet(ctx, s.net)
 	}
 	select {
 	case e.removeSlots <- struct{}{}:
@@ -296,6 +312,17 @@ func (e *Executor) remove(ctx context.Context, s *sandbox) error {
 		return err
 	}
 	return nil
+}
+
+// dropNet removes a sandbox's network, if it has one, once its container
+// is gone; a failure leaves it to the gateway's next start.
+func (e *Executor) dropNet(ctx context.Context, att *egress.Attachment) {
+	if att == nil {
+		return
+	}
+	if err := e.cfg.Egress.Drop(ctx, *att); err != nil {
+		e.cfg.Logger.Error("removing a sandbox's network failed; the worker's next start removes it", "network", att.Network, "error", err)
+	}
 }
 
 func randHex(n int) string {

@@ -106,7 +106,7 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 		out = spec.OutputLimit
 	}
 	seal := envelope.NewSeal()
-	h := &envelope.Header{Env: jobEnv(spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
+	h := &envelope.Header{Env: jobEnv(nil, spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
 		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
 		OutputLimit: out, MaxProcesses: spec.MaxProcesses,
 	}}

@@ -157,6 +157,10 @@ type Result struct {
 	Compile *CompileReport `json:"compile,omitempty"`
 	// Tests are a judged job's per-case verdicts and their summary.
 	Tests *TestReport `json:"tests,omitempty"`
+	// Egress is what a job with a network sent and received through the
+	// egress proxy, per destination and verdict (allowed or denied, by
+	// which rule).
+	Egress []limits.NetworkUse `json:"egress,omitempty"`
 }
 
 // EncodingBase64 marks a stream of a Result held as base64.

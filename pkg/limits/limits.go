@@ -16,7 +16,7 @@ type Limits struct {
 	Memory  Size     `json:"memory,omitempty"`  // RAM, with swap disabled (Memory == MemorySwap)
 	CPUs    float64  `json:"cpus,omitempty"`    // CPU share, as docker run --cpus
 	Pids    int64    `json:"pids,omitempty"`    // processes and threads
-	Network bool     `json:"network,omitempty"` // bridge network instead of none; only where the worker allows it
+	Network *Network `json:"network,omitempty"` // egress through the worker's proxy; nil: none, the default
 	Output  Size     `json:"output,omitempty"`  // bytes kept per stream (stdout, stderr); past it the job is killed
 	Tmpfs   Size     `json:"tmpfs,omitempty"`   // size of /tmp and of the working directory
 }
@@ -30,14 +30,15 @@ func Default() Limits {
 		Memory:  512 * MiB,
 		CPUs:    1,
 		Pids:    64,
-		Network: false,
+		Network: nil,
 		Output:  1 * MiB,
 		Tmpfs:   64 * MiB,
 	}
 }
 
-// Caps are the most a worker grants one job. Network says whether a job may
-// ask for a network at all.
+// Caps are the most a worker grants one job. Network is what a job may
+// name in its own: nil, none; Open, open egress; Allow, the rules (the
+// worker's --egress-allow) that must cover each of a job's allow rules.
 type Caps Limits
 
 // DefaultCaps returns the caps a worker applies when configured with none.
@@ -47,7 +48,7 @@ func DefaultCaps() Caps {
 		Memory:  4 * GiB,
 		CPUs:    2,
 		Pids:    1024,
-		Network: false,
+		Network: nil,
 		Output:  2 * MiB,
 		Tmpfs:   1 * GiB,
 	}
@@ -64,7 +65,7 @@ var (
 type FieldError struct {
 	Field string // JSON name: "memory", "timeout", ...
 	Value string // what was asked for
-	Cap   string // the cap, when Err is ErrOverCap
+	Cap   string // the cap, when Err is ErrOverCap; why, when ErrNotAllow
 	Err   error  // ErrOverCap, ErrInvalid or ErrNotAllow
 }
 
@@ -72,6 +73,8 @@ func (e *FieldError) Error() string {
 	switch {
 	case errors.Is(e.Err, ErrOverCap):
 		return fmt.Sprintf("limits.%s: %s is over the worker's cap of %s", e.Field, e.Value, e.Cap)
+	case errors.Is(e.Err, ErrNotAllow) && e.Cap != "":
+		return fmt.Sprintf("limits.%s: %s is not allowed by this worker: %s", e.Field, e.Value, e.Cap)
 	case errors.Is(e.Err, ErrNotAllow):
 		return fmt.Sprintf("limits.%s: %s is not allowed by this worker", e.Field, e.Value)
 	default:
@@ -92,8 +95,12 @@ func Resolve(req, def Limits, caps Caps) (Limits, error) {
 }
 
 // Fill returns l with its zero fields taken from def. Network is not
-// filled: false is its default and a meaningful value.
+// filled: none is its default and a meaningful value; a policy that
+// grants nothing becomes nil, so that equal limits compare equal.
 func (l Limits) Fill(def Limits) Limits {
+	if l.Network.None() {
+		l.Network = nil
+	}
 	if l.Timeout == 0 {
 		l.Timeout = def.Timeout
 	}
@@ -149,8 +156,8 @@ func (l Limits) Validate(caps Caps) error {
 		return invalid("pids", fmt.Sprint(l.Pids))
 	case l.Pids > caps.Pids:
 		return over("pids", fmt.Sprint(l.Pids), fmt.Sprint(caps.Pids))
-	case l.Network && !caps.Network:
-		return &FieldError{Field: "network", Value: "true", Err: ErrNotAllow}
+	case l.Network.within(caps.Network) != nil:
+		return l.Network.within(caps.Network)
 	case l.Output <= 0:
 		return invalid("output", l.Output.String())
 	case l.Output > caps.Output:

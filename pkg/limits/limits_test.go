@@ -123,7 +123,7 @@ func TestFlagValues(t *testing.T) {
 func TestDefaultIsTheSeeds(t *testing.T) {
 	t.Parallel()
 	d := Default()
-	if d.Memory != 512*MiB || d.CPUs != 1 || d.Timeout.D() != 30*time.Second || d.Network ||
+	if d.Memory != 512*MiB || d.CPUs != 1 || d.Timeout.D() != 30*time.Second || d.Network != nil ||
 		d.Tmpfs != 64*MiB || d.Pids != 64 || d.Output != MiB {
 		t.Fatalf("Default() = %+v", d)
 	}
@@ -155,7 +155,7 @@ func TestResolveAndValidate(t *testing.T) {
 		{name: "cpus just under the least", req: Limits{CPUs: 0.009}, field: "cpus", err: ErrInvalid},
 		{name: "pids over cap", req: Limits{Pids: 5000}, field: "pids", err: ErrOverCap},
 		{name: "pids negative", req: Limits{Pids: -3}, field: "pids", err: ErrInvalid},
-		{name: "network not allowed", req: Limits{Network: true}, field: "network", err: ErrNotAllow},
+		{name: "network not allowed", req: Limits{Network: &Network{Open: true}}, field: "network", err: ErrNotAllow},
 		{name: "output over cap", req: Limits{Output: 10 * MiB}, field: "output", err: ErrOverCap},
 		{name: "output negative", req: Limits{Output: -1}, field: "output", err: ErrInvalid},
 		{name: "tmpfs over cap", req: Limits{Tmpfs: 2 * GiB}, field: "tmpfs", err: ErrOverCap},
@@ -182,8 +182,8 @@ func TestResolveAndValidate(t *testing.T) {
 			}
 		}
 	}
-	caps.Network = true
-	if _, err := Resolve(Limits{Network: true}, Default(), caps); err != nil {
+	caps.Network = &Network{Open: true}
+	if _, err := Resolve(Limits{Network: &Network{Open: true}}, Default(), caps); err != nil {
 		t.Errorf("network allowed by caps: %v", err)
 	}
 	if err := ValidateCaps(Limits{Memory: 8 * GiB}, DefaultCaps()); err == nil {

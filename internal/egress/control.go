@@ -1,0 +1,137 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// The control API, by which the worker tells the proxy which sandbox
+// (container ID) has which address and policy, and takes back what it
+// carried. It is served on the proxy's outside network only: connections
+// from the sandboxes' network are refused, and every request carries the
+// token the worker gave the proxy at its start.
+//
+//	PUT    /v1/sandboxes/{id}   {"ip": "172.18.0.5", "network": {...}}  204
+//	DELETE /v1/sandboxes/{id}   200 {"egress": [NetworkUse...]}
+//	GET    /v1/healthz          200
+type registration struct {
+	IP      netip.Addr      `json:"ip"`
+	Network *limits.Network `json:"network"`
+}
+
+type released struct {
+	Egress []limits.NetworkUse `json:"egress"`
+}
+
+// ControlHandler serves the control API for p. from is the sandboxes'
+// network, whose connections are refused.
+func ControlHandler(p *Proxy, token string, from netip.Prefix) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("PUT /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var reg registration
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&reg); err != nil || !reg.IP.IsValid() {
+			http.Error(w, fmt.Sprintf("bad registration: %v", err), http.StatusBadRequest)
+			return
+		}
+		if err := p.Register(r.PathValue("id"), reg.IP, reg.Network); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		use, ok := p.Release(r.PathValue("id"))
+		if !ok {
+			http.Error(w, "no such sandbox", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(released{Egress: use})
+	})
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err != nil || from.Contains(ap.Addr().Unmap()) {
+			http.Error(w, "not from the sandboxes' network", http.StatusForbidden)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			http.Error(w, "bad token", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// Control is the worker's client of a proxy's control API.
+type Control struct {
+	URL   string // http://ADDR of the control API
+	Token string
+	HTTP  *http.Client // nil: one with a 10s timeout
+}
+
+func (c *Control) do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.URL+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{}).DialContext}}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("egress proxy: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("egress proxy: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// Healthy reports whether the proxy answers.
+func (c *Control) Healthy(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/v1/healthz", nil, nil)
+}
+
+// Register sets the policy of the sandbox id at ip.
+func (c *Control) Register(ctx context.Context, id string, ip netip.Addr, n *limits.Network) error {
+	if n.None() {
+		return errors.New("egress: no network to register")
+	}
+	return c.do(ctx, http.MethodPut, "/v1/sandboxes/"+id, registration{IP: ip, Network: n}, nil)
+}
+
+// Release forgets the sandbox id and returns what its connections carried.
+func (c *Control) Release(ctx context.Context, id string) ([]limits.NetworkUse, error) {
+	var r released
+	err := c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+id, nil, &r)
+	return r.Egress, err
+}

@@ -1,0 +1,53 @@
+package egress
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// The control API takes only the worker's token, never a request from the
+// sandboxes' network, and registers and releases sandboxes by ID.
+func TestControlAPI(t *testing.T) {
+	t.Parallel()
+	p := &Proxy{Resolver: &Resolver{}, Protect: Protected}
+	srv := httptest.NewServer(ControlHandler(p, "secret", netip.MustParsePrefix("10.99.0.0/16")))
+	defer srv.Close()
+	ctx := context.Background()
+	n := policyOf(t, false, "a.example.test")
+	if err := (&Control{URL: srv.URL, Token: "wrong"}).Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n); err == nil ||
+		!strings.Contains(err.Error(), "401") {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	c := &Control{URL: srv.URL, Token: "secret"}
+	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.6"), n); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Fatalf("a second registration of one sandbox: %v", err)
+	}
+	if e := p.lookup(netip.MustParseAddr("10.99.0.5")); e == nil || e.id != "s1" {
+		t.Fatalf("registered sandbox not found by its address: %+v", e)
+	}
+	use, err := c.Release(ctx, "s1")
+	if err != nil || len(use) != 0 {
+		t.Fatalf("release: %v %+v", err, use)
+	}
+	if _, err := c.Release(ctx, "s1"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("a second release: %v", err)
+	}
+
+	// From the sandboxes' network, even with the token.
+	h := ControlHandler(p, "secret", netip.MustParsePrefix("192.0.2.0/24"))
+	req := httptest.NewRequest("GET", "/v1/healthz", nil)
+	req.RemoteAddr = "192.0.2.7:40000"
+	req.Header.Set("Authorization", "Bearer secret")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("a request from the sandboxes' network: %d", rec.Code)
+	}
+}
