@@ -212,3 +212,31 @@ func TestToolsFormats(t *testing.T) {
 	apiCase{name: "bad format", method: "GET", path: "/v1/tools?format=gemini", token: b.alice, status: 400,
 		code: gateway.CodeInvalidRequest, docRefuses: true}.run(t, b, doc)
 }
+
+// An open gateway's /mcp refuses what its API refuses: a page of another
+// site and a rebound name; an agent's client, no browser, is served.
+func TestMCPOpenGatewayRefusesOtherSites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{open: true})
+	initialize := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`)
+	accept := []string{"Content-Type", "application/json", "Accept", "application/json, text/event-stream"}
+	for _, tc := range []struct {
+		name   string
+		hdr    []string
+		status int
+	}{
+		{"a page of another site", []string{"Origin", "http://evil.example"}, 403},
+		{"a rebound name", []string{"Host", "rebind.example:8080"}, 403},
+		{"an agent's client", nil, 200},
+	} {
+		r := b.do(t, "POST", "/mcp", "", initialize, append(tc.hdr, accept...)...)
+		if r.status != tc.status || (tc.status == 403 && r.errorCode() != gateway.CodeForbidden) {
+			t.Errorf("%s: %d %s, want %d", tc.name, r.status, r.body, tc.status)
+		}
+	}
+	cs := mcptest.Connect(t, mcptest.HTTP(b.url+"/mcp", ""))
+	res := mcptest.RunCode(t, t.Context(), cs, map[string]any{"language": "python", "code": "print open"})
+	if txt := mcptest.Text(res); res.IsError || !strings.Contains(txt, "open\n") {
+		t.Errorf("isError %v: %q", res.IsError, txt)
+	}
+}
