@@ -21,20 +21,22 @@ import (
 
 // runCode runs one job. Whatever the program or the fleet did is a result;
 // only a caller the transport could not place is an error.
-func (s *Server) runCode(ctx context.Context, c *Caller, in RunCodeArgs) (*sdk.CallToolResult, error) {
+func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeArgs) (*sdk.CallToolResult, error) {
 	job := &jobs.Job{Image: in.Language, Code: in.Code, Files: in.Files, Stdin: in.Stdin, Outputs: in.Outputs}
 	if in.Timeout > 0 {
 		job.Limits.Timeout = limits.Duration(time.Duration(in.Timeout * float64(time.Second)))
 	}
 	job.Labels = map[string]string{"tool": ToolRunCode}
-	r, err := s.runner(c)
+	r, err := s.runner(callerOf(req))
 	if err != nil {
 		return nil, err
 	}
 	wait := max(job.Limits.Timeout.D(), s.opts.Limits.Timeout.D()) + s.opts.Wait
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	stop := s.progress(wctx, req, wait)
 	res, err := r.Run(wctx, job)
+	stop()
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

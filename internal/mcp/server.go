@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -58,12 +59,46 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 // addTool registers a tool whose arguments the SDK validates against
 // d.InputSchema and decodes into In: arguments it refuses are a result
 // with isError (the model may correct them), not a protocol error.
-func addTool[In any](s *Server, d Def, h func(ctx context.Context, c *Caller, in In) (*sdk.CallToolResult, error)) {
+func addTool[In any](s *Server, d Def, h func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, error)) {
 	t := &sdk.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}
 	sdk.AddTool(s.srv, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
-		res, err := h(ctx, callerOf(req), in)
+		res, err := h(ctx, req, in)
 		return res, nil, err
 	})
+}
+
+// progress tells the client, every Options.Progress, that a call asking
+// for progress (a progressToken) still runs: clients end calls that stay
+// silent too long. stop ends it and waits for it.
+func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest, total time.Duration) (stop func()) {
+	tok := req.Params.GetProgressToken()
+	if tok == nil || req.Session == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start := time.Now()
+		tick := time.NewTicker(s.opts.Progress)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			// Progress must grow with each notification: the seconds
+			// waited do, the bound of the wait is its total.
+			el := time.Since(start)
+			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: tok,
+				Progress: el.Seconds(), Total: total.Seconds(), Message: fmt.Sprintf("the job has been queued or running for %s", el.Round(time.Second))})
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // callerOf is the Caller the HTTP handler put on the request's token.

@@ -38,6 +38,9 @@ type Options struct {
 	// (queueing, starting): past it the job is canceled and the call says
 	// the fleet is busy. Default 2m.
 	Wait time.Duration
+	// Progress is how often a call that asked for progress (a
+	// progressToken) is told that its job still runs. Default 10s.
+	Progress time.Duration
 	// Logger for what the server does; never the standard output of a
 	// stdio server. Default slog.Default().
 	Logger *slog.Logger
@@ -74,6 +77,9 @@ func (o *Options) SetDefaults() {
 	}
 	if o.Wait <= 0 {
 		o.Wait = 2 * time.Minute
+	}
+	if o.Progress <= 0 {
+		o.Progress = 10 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,5 +239,43 @@ func TestMCPOpenGatewayRefusesOtherSites(t *testing.T) {
 	res := mcptest.RunCode(t, t.Context(), cs, map[string]any{"language": "python", "code": "print open"})
 	if txt := mcptest.Text(res); res.IsError || !strings.Contains(txt, "open\n") {
 		t.Errorf("isError %v: %q", res.IsError, txt)
+	}
+}
+
+// A long call that asks for progress hears that its job still runs, so a
+// client's own timeout does not end it.
+func TestMCPProgressOfALongCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{cfg: gateway.Config{MCP: mcp.Options{Progress: 100 * time.Millisecond}}})
+	var mu sync.Mutex
+	var heard []*sdk.ProgressNotificationParams
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard = append(heard, req.Params)
+		}})
+	cs, err := c.Connect(t.Context(), mcptest.HTTP(b.url+"/mcp", b.alice), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "sleep 1s\nprint done"}}
+	params.SetProgressToken("call-1")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil || res.IsError || !strings.Contains(mcptest.Text(res), "done") {
+		t.Fatalf("%v %+v", err, res)
+	}
+	testutil.Eventually(t, 5*time.Second, "progress heard", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(heard) >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range heard {
+		if p.ProgressToken != "call-1" || (i > 0 && p.Progress <= heard[i-1].Progress) || p.Total <= 0 {
+			t.Errorf("progress %d: %+v", i, p)
+		}
 	}
 }
