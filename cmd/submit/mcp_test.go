@@ -18,6 +18,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/internal/mcp/mcptest"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
@@ -206,6 +207,15 @@ func TestMCPStdioThroughGateway(t *testing.T) {
 	_, id, _ := strings.Cut(first, ", job ")
 	if stored, err := client.Get(t.Context(), id); err != nil || stored.Labels[gateway.TokenLabel] != "agent" {
 		t.Errorf("job %q: %v, labels %v; want the token agent's", id, err, stored)
+	}
+
+	// Its files come through the gateway's artifact route.
+	res = mcptest.RunCode(t, t.Context(), cs, map[string]any{"language": "python", "code": "write out/notes.txt via http", "outputs": []string{"out/*"}})
+	first, _, _ = strings.Cut(mcptest.Text(res), "\n")
+	_, id, _ = strings.Cut(first, ", job ")
+	read, err := cs.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: mcp.ArtifactURI(id, "out/notes.txt")})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != "via http\n" {
+		t.Errorf("read out/notes.txt: %v %+v; result %q", err, read, mcptest.Text(res))
 	}
 
 	for _, c := range []struct{ name, token string }{{"no token", ""}, {"a wrong token", "sft_wrong"}} {

@@ -85,6 +85,17 @@ func (r *HTTPRunner) result(ctx context.Context, method, path string, body []byt
 	return nil, apiError(resp.StatusCode, data)
 }
 
+// Result reads GET /v1/jobs/{id}: jobs.ErrNotFound for 404, and for a job
+// still queued or running (it has no artifacts yet).
+func (r *HTTPRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {
+	res, err := r.result(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil)
+	var ae *APIError
+	if (err == nil && res == nil) || (errors.As(err, &ae) && ae.Status == http.StatusNotFound) {
+		return nil, jobs.ErrNotFound
+	}
+	return res, err
+}
+
 // WriteArtifact downloads the artifact from GET /v1/jobs/{id}/artifacts/{name}.
 func (r *HTTPRunner) WriteArtifact(ctx context.Context, res *jobs.Result, a jobs.Artifact, w io.Writer) error {
 	var p strings.Builder

@@ -27,7 +27,7 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 		job.Limits.Timeout = limits.Duration(time.Duration(in.Timeout * float64(time.Second)))
 	}
 	job.Labels = map[string]string{"tool": ToolRunCode}
-	r, err := s.runner(callerOf(req))
+	r, err := s.runner(callerOf(req.Extra))
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (s *Server) render(ctx context.Context, r Runner, res *jobs.Result) *sdk.Ca
 		size := a.Size
 		out.Content = append(out.Content, &sdk.ResourceLink{
 			URI: ArtifactURI(res.ID, a.Name), Name: a.Name, Size: &size, MIMEType: mimeOf(a.Name),
-			Description: fmt.Sprintf("an artifact of job %s: GET /v1/jobs/%s/artifacts/%s on the gateway, or submit artifacts %s", res.ID, res.ID, a.Name, res.ID),
+			Description: fmt.Sprintf("a file job %s returned: resources/read gives it (up to the server's bound), GET /v1/jobs/%s/artifacts/%s on the gateway or submit artifacts %s any size", res.ID, res.ID, a.Name, res.ID),
 		})
 		listed++
 		if listed <= maxListed {
@@ -297,9 +297,4 @@ func mimeOf(name string) string {
 	}
 	mt, _, _ := mime.ParseMediaType(t)
 	return mt
-}
-
-// ArtifactURI names an artifact in a resource link.
-func ArtifactURI(jobID, name string) string {
-	return "sandfleet:///jobs/" + jobID + "/artifacts/" + name
 }

@@ -18,6 +18,9 @@ type Runner interface {
 	Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error)
 	// WriteArtifact writes the bytes of one of res's artifacts to w.
 	WriteArtifact(ctx context.Context, res *jobs.Result, a jobs.Artifact, w io.Writer) error
+	// Result reads a finished job's result (jobs.ErrNotFound: none), for
+	// the artifacts its links name.
+	Result(ctx context.Context, id string) (*jobs.Result, error)
 }
 
 // ClientRunner runs jobs over NATS with a jobs.Client.
@@ -55,4 +58,9 @@ func (r ClientRunner) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, err
 // WriteArtifact reads the artifact from the fleet's object store.
 func (r ClientRunner) WriteArtifact(ctx context.Context, _ *jobs.Result, a jobs.Artifact, w io.Writer) error {
 	return r.Client.WriteArtifact(ctx, a, w)
+}
+
+// Result reads the stored result.
+func (r ClientRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {
+	return r.Client.Get(ctx, id)
 }

@@ -53,6 +53,7 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 		}
 		add(d)
 	}
+	s.addArtifacts()
 	return s, nil
 }
 
@@ -102,11 +103,11 @@ func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest, total t
 }
 
 // callerOf is the Caller the HTTP handler put on the request's token.
-func callerOf(req *sdk.CallToolRequest) *Caller {
-	if req.Extra == nil || req.Extra.TokenInfo == nil {
+func callerOf(extra *sdk.RequestExtra) *Caller {
+	if extra == nil || extra.TokenInfo == nil {
 		return nil
 	}
-	c, _ := req.Extra.TokenInfo.Extra[callerKey].(*Caller)
+	c, _ := extra.TokenInfo.Extra[callerKey].(*Caller)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -21,9 +22,9 @@ func (g *Gateway) newMCP() error {
 			tok, _ = c.Value.(*Token)
 		}
 		v := g.views.of(tok)
-		return mcp.ClientRunner{Client: v.Client(), Admit: func(job *jobs.Job) error {
+		return gatewayRunner{ClientRunner: mcp.ClientRunner{Client: v.Client(), Admit: func(job *jobs.Job) error {
 			return g.admit(job, tok, v)
-		}}, nil
+		}}, view: v}, nil
 	})
 	if err != nil {
 		return err
@@ -31,6 +32,21 @@ func (g *Gateway) newMCP() error {
 	g.tools, g.mcpCall = srv.Definitions(), srv.MaxCall()
 	g.mcp = srv.HTTPHandler(mcp.HTTPOptions{MaxBodyBytes: g.cfg.MaxJobBytes + 64<<10})
 	return nil
+}
+
+// gatewayRunner reads results as the API's routes do (pathJob): a job
+// outside the token's scope is not found.
+type gatewayRunner struct {
+	mcp.ClientRunner
+	view *view
+}
+
+func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {
+	q, err := r.view.Job(id)
+	if err != nil {
+		return nil, jobs.ErrNotFound
+	}
+	return r.ClientRunner.Result(ctx, q)
 }
 
 // serveMCP: /mcp, the Streamable HTTP transport of MCP. wrap has checked

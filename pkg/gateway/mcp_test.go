@@ -90,6 +90,19 @@ func TestMCPTimeoutAndArtifacts(t *testing.T) {
 	if len(images) != 1 || !reflect.DeepEqual(links, []string{"fake.png", "notes.txt"}) {
 		t.Errorf("images %v, links %v; text %q", images, links, mcptest.Text(res))
 	}
+
+	// A link is readable: resources/read gives the file.
+	id := jobID(t, mcptest.Text(res))
+	read, err := cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: mcp.ArtifactURI(id, "notes.txt")})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != "hi\n" {
+		t.Errorf("read notes.txt: %v %+v", err, read)
+	}
+	// Not a file the job kept, nor another scheme: not found.
+	for _, uri := range []string{mcp.ArtifactURI(id, "secret.txt"), "file:///etc/passwd"} {
+		if _, err := cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: uri}); err == nil {
+			t.Errorf("read %s: no error", uri)
+		}
+	}
 }
 
 // A call the client gives up on cancels its job: it does not run on for
