@@ -24,7 +24,7 @@ func (g *Gateway) newMCP() error {
 		v := g.views.of(tok)
 		return gatewayRunner{ClientRunner: mcp.ClientRunner{Client: v.Client(), Admit: func(job *jobs.Job) error {
 			return g.admit(job, tok, v)
-		}}, view: v}, nil
+		}}, view: v, g: g, tok: tok}, nil
 	})
 	if err != nil {
 		return err
@@ -39,6 +39,20 @@ func (g *Gateway) newMCP() error {
 type gatewayRunner struct {
 	mcp.ClientRunner
 	view *view
+	g    *Gateway
+	tok  *Token
+}
+
+// Run holds one of the gateway's waiting slots while the call waits for
+// its job, as POST /v1/jobs?wait= does: a token's tool calls count
+// against its share (--max-waiting-per-token) and the gateway's.
+func (r gatewayRunner) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+	release, err := r.g.take(r.g.waiting, r.tok)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return r.ClientRunner.Run(ctx, job)
 }
 
 func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {

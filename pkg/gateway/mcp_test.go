@@ -292,3 +292,32 @@ func TestMCPProgressOfALongCall(t *testing.T) {
 		}
 	}
 }
+
+// A tool call waits in one of the gateway's waiting slots, as a long poll
+// does: a token at its share is told so, as a result the model reads.
+func TestMCPCallsHoldAWaitingSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{cfg: gateway.Config{MaxWaitingPerToken: 1}})
+	cs := mcptest.Connect(t, mcptest.HTTP(b.url+"/mcp", b.alice))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "block"}})
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// The slot is taken before the job is queued: a running job holds it.
+	testutil.Eventually(t, 10*time.Second, "the first call's job runs", func() bool { return b.exec.Running() == 1 })
+	res := mcptest.RunCode(t, t.Context(), cs, map[string]any{"language": "python", "code": "print second"})
+	if txt := mcptest.Text(res); !res.IsError || !strings.Contains(txt, string(gateway.CodeTooManyRequests)) {
+		t.Errorf("a second call past the token's share: isError %v, %q", res.IsError, txt)
+	}
+	// Another token has its own share.
+	other := mcptest.Connect(t, mcptest.HTTP(b.url+"/mcp", b.bob))
+	if res := mcptest.RunCode(t, t.Context(), other, map[string]any{"language": "python", "code": "print bob"}); res.IsError {
+		t.Errorf("bob's call: %q", mcptest.Text(res))
+	}
+}
