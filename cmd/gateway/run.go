@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -30,7 +31,7 @@ const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--ma
                [--max-waiting N] [--max-streams N] [--max-batches N]
                [--max-{waiting,streams,batches}-per-{token,tenant} N]
                [--console-session-ttl D] [--max-console-sessions N]
-               [--tenant-creds T=FILE]...
+               [--tenant-creds T=FILE]... [--mcp-max-output BYTES]
        gateway token NAME [--queues Q1,Q2] [--role read] [--tenant T]
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
@@ -69,6 +70,7 @@ type options struct {
 	maxBatch  int
 	perToken  perLimits
 	perTenant perLimits
+	mcpOutput int
 	grace     time.Duration
 	sessTTL   time.Duration
 	maxSess   int
@@ -98,6 +100,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.perTenant.batches, "max-batches-per-tenant", 8, "most `N` of --max-batches the tokens of one tenant hold together")
 	fs.DurationVar(&o.sessTTL, "console-session-ttl", 12*time.Hour, "how long a console login lasts (`D`)")
 	fs.IntVar(&o.maxSess, "max-console-sessions", 10_000, "most `N` console logins held (in memory); past it a login ends the oldest")
+	fs.IntVar(&o.mcpOutput, "mcp-max-output", mcp.DefaultMaxOutput, "the most `BYTES` of text a tool result of /mcp holds (stdout and stderr cut in the middle past it; at least 1024)")
 	fs.DurationVar(&o.grace, "grace", 5*time.Second, "on stop, `D` for requests in progress to finish")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `FORMAT`: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
@@ -163,6 +166,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.sessTTL < time.Second {
 		return cmdline.Usagef("--console-session-ttl %s: want 1s or more", o.sessTTL)
+	}
+	if o.mcpOutput < 1024 {
+		return cmdline.Usagef("--mcp-max-output %d: want 1024 or more", o.mcpOutput)
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -245,6 +251,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,
 		MaxStreamsPerTenant: o.perTenant.streams, MaxBatchesPerTenant: o.perTenant.batches,
 		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess,
+		MCP: mcp.Options{MaxOutput: o.mcpOutput},
 	})
 	if err != nil {
 		return err

@@ -86,6 +86,7 @@ func TestUsageErrors(t *testing.T) {
 		{"--tenant-creds", "a=/x", "--tenant-creds", "a=/y"},
 		{"--tenant-creds", "team-a=/x"},                          // no token of team-a's
 		{"--tokens", tenantTokens(t), "--listen", "127.0.0.1:0"}, // a tenant's token without its credentials
+		{"--mcp-max-output", "100"},
 	} {
 		if err := Run(t.Context(), args, &bytes.Buffer{}); !errors.Is(err, cmdline.ErrUsage) {
 			t.Errorf("Run(%q) = %v, want a usage error", args, err)
@@ -274,4 +275,41 @@ func slotsBusy(t *testing.T, addr, kind string) float64 {
 		}
 	}
 	return 0
+}
+
+// --mcp-max-output reaches /mcp's tools: their definitions say the bound.
+func TestMCPMaxOutputFlag(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	addr := testutil.FreeAddr(t)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"--nats", srv.ClientURL(), "--listen", addr, "--mcp-max-output", "2048", "--grace", "100ms", "--log-level", "error"}, &bytes.Buffer{})
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var body []byte
+	err := testutil.Poll(t.Context(), 10*time.Second, 50*time.Millisecond, func(context.Context) error {
+		res, err := http.Get("http://" + addr + "/v1/tools?format=anthropic")
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		body, err = io.ReadAll(res.Body)
+		if err == nil && res.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", res.Status, body)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), "at most 2048 bytes") {
+		t.Errorf("the tools do not say the bound: %s", body)
+	}
 }

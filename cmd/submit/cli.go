@@ -48,6 +48,7 @@ Commands:
   artifacts ID [-O DIR]              list (and download) the files a job returned
   session create|ls|get|exec|run|cp|rm
                                      long-lived sandboxes: commands, Python, files
+  mcp [--url URL]                    serve the tools (run_code) to an MCP client on stdio
   help [COMMAND]                     this text, or a command's
 
 Global flags (before or after the command):
@@ -120,6 +121,8 @@ func (m *Main) command(name string) command {
 		return &artifactsCommand{m: m}
 	case "session":
 		return &sessionCommand{m: m}
+	case "mcp":
+		return &mcpCommand{m: m}
 	}
 	return nil
 }

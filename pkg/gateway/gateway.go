@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -94,6 +95,9 @@ type Config struct {
 	MaxConsoleSessions int
 	// Sessions serves /v1/sessions; nil answers them 501.
 	Sessions *sessions.Client
+	// MCP bounds the tools of /mcp and GET /v1/tools (mcp.Options: the
+	// output a result holds, the images, the timeouts).
+	MCP mcp.Options
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -165,6 +169,10 @@ type Gateway struct {
 	batches *slots
 	streams *slots
 	uploads *slots
+	// The MCP server of /mcp, and its tools for GET /v1/tools.
+	mcp     http.Handler
+	mcpCall time.Duration
+	tools   []mcp.Def
 }
 
 // New returns a gateway over client, the operator's, which serves the
@@ -189,6 +197,10 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		batches: newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
 		streams: newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
 		uploads: newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
+	}
+	if err := g.newMCP(); err != nil {
+		vs.close()
+		return nil, err
 	}
 	paths := map[string][]string{}
 	for _, rt := range g.routes() {
@@ -273,6 +285,12 @@ func (g *Gateway) routes() []route {
 		{pattern: "PUT /v1/sessions/{id}/files/{path...}", h: g.writeFile, write: true, body: 1 << 30, stream: true},
 		{pattern: "DELETE /v1/sessions/{id}/files/{path...}", h: g.removeFile, write: true},
 		{pattern: "GET /v1/status", h: g.status},
+		{pattern: "GET /v1/tools", h: g.listTools},
+		// A session's POST waits for its tool calls and may stream them
+		// (SSE); its GET is a stream of the server's messages.
+		{pattern: "POST /mcp", h: g.serveMCP, write: true, body: g.cfg.MaxJobBytes + 64<<10, stream: true},
+		{pattern: "GET /mcp", h: g.serveMCP, stream: true},
+		{pattern: "DELETE /mcp", h: g.serveMCP, write: true},
 		{pattern: "GET /healthz", h: g.healthz, open: true},
 		{pattern: "GET /readyz", h: g.readyz, open: true},
 		{pattern: "GET /metrics", h: g.serveMetrics, open: true},

@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/mcp"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+)
+
+// newMCP builds the MCP server of /mcp: its tools run jobs as the token
+// that calls them, under the same rules as POST /v1/jobs (admit).
+func (g *Gateway) newMCP() error {
+	opts := g.cfg.MCP
+	if opts.Logger == nil {
+		opts.Logger = g.log
+	}
+	srv, err := mcp.NewServer(opts, func(c *mcp.Caller) (mcp.Runner, error) {
+		var tok *Token
+		if c != nil {
+			tok, _ = c.Value.(*Token)
+		}
+		v := g.views.of(tok)
+		return gatewayRunner{ClientRunner: mcp.ClientRunner{Client: v.Client(), Admit: func(job *jobs.Job) error {
+			return g.admit(job, tok, v)
+		}}, view: v, g: g, tok: tok}, nil
+	})
+	if err != nil {
+		return err
+	}
+	g.tools, g.mcpCall = srv.Definitions(), srv.MaxCall()
+	g.mcp = srv.HTTPHandler(mcp.HTTPOptions{MaxBodyBytes: g.cfg.MaxJobBytes + 64<<10})
+	return nil
+}
+
+// gatewayRunner reads results as the API's routes do (pathJob): a job
+// outside the token's scope is not found.
+type gatewayRunner struct {
+	mcp.ClientRunner
+	view *view
+	g    *Gateway
+	tok  *Token
+}
+
+// Run holds one of the gateway's waiting slots while the call waits for
+// its job, as POST /v1/jobs?wait= does: a token's tool calls count
+// against its share (--max-waiting-per-token) and the gateway's.
+func (r gatewayRunner) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, error) {
+	release, err := r.g.take(r.g.waiting, r.tok)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return r.ClientRunner.Run(ctx, job)
+}
+
+func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {
+	q, err := r.view.Job(id)
+	if err != nil {
+		return nil, jobs.ErrNotFound
+	}
+	return r.ClientRunner.Result(ctx, q)
+}
+
+// serveMCP: /mcp, the Streamable HTTP transport of MCP. wrap has checked
+// the token (and, on an open gateway, Host and Origin) as for the API.
+func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	if tok != nil {
+		if bearer(r.Header.Get("Authorization")) == "" {
+			// The console's cookie is for its pages, not for a session
+			// of tools.
+			return apiErr(http.StatusUnauthorized, CodeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		}
+		r = mcp.WithCaller(r, &mcp.Caller{Name: tok.Name, Value: tok})
+	}
+	if r.Method == http.MethodPost {
+		// A POST holds a tool call for as long as its job may take; a
+		// client that stops reading the answer is cut off after that.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.mcpCall + g.cfg.WriteTimeout))
+	}
+	g.mcp.ServeHTTP(w, r)
+	return nil
+}
+
+// listTools: GET /v1/tools?format=openai|anthropic|mcp: the tools of /mcp
+// as function-calling definitions, made from the same definitions.
+func (g *Gateway) listTools(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	format := r.URL.Query().Get("format")
+	if format == "" {
+		format = mcp.FormatMCP
+	}
+	data, ok := mcp.ToolsJSON(g.tools, format)
+	if !ok {
+		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "format %q: want one of openai, anthropic, mcp", format)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, err := w.Write(append(data, '\n'))
+	return err
+}
