@@ -148,7 +148,7 @@ type RunCodeArgs struct {
 func (o *Options) runCodeDef() Def {
 	l := o.Limits
 	network := "no network"
-	if l.Network {
+	if !l.Network.None() {
 		network = "a network"
 	}
 	desc := fmt.Sprintf("Run a program in a fresh, isolated sandbox and return its exit status, stdout, stderr and the files it wrote. "+
