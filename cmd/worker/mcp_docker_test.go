@@ -73,3 +73,82 @@ func TestMCPOnDocker(t *testing.T) {
 		t.Errorf("a figure: isError %v, image %v, text %q", res.IsError, png != nil, txt)
 	}
 }
+
+// A model's session through MCP on real Docker: state kept across cells,
+// a file written by one tool read by a command, a failing command an
+// isError result, the session closed.
+func TestMCPSessionOnDocker(t *testing.T) {
+	t.Parallel()
+	cfg, err := executorConfig(&options{id: "mcp-s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := workertest.Sandbox(t, cfg)
+	addr := testutil.FreeAddr(t)
+	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "mcp-s", "--http", addr},
+		&executor.Reaping{Executor: exec})
+	defer s.Stop(t)
+	var cs *sdk.ClientSession
+	err = testutil.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
+		c := sdk.NewClient(&sdk.Implementation{Name: "sandfleet-test", Version: "1"}, nil)
+		cs, err = c.Connect(ctx, mcptest.HTTP("http://"+addr+"/mcp", ""), nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx := t.Context()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	if got := strings.Join(names, " "); got != "close_session create_session exec list_files read_file run_code write_file" {
+		t.Fatalf("tools: %s", got)
+	}
+	var id string
+	testutil.Eventually(t, 30*time.Second, "a session created", func() bool {
+		res := mcptest.Call(t, ctx, cs, "create_session", map[string]any{})
+		txt := mcptest.Text(res)
+		id, _, _ = strings.Cut(strings.TrimPrefix(txt, "session: "), "\n")
+		return !res.IsError && strings.HasPrefix(txt, "session: ")
+	})
+	cell := func(code string) (*sdk.CallToolResult, string) {
+		res := mcptest.Call(t, ctx, cs, "run_code", map[string]any{"language": "python", "code": code, "session": id})
+		return res, mcptest.Text(res)
+	}
+	if res, txt := cell("n = 6"); res.IsError {
+		t.Fatalf("first cell: %s", txt)
+	}
+	if res, txt := cell("print('side')\nn * 7"); res.IsError || !strings.Contains(txt, "value: 42") || !strings.Contains(txt, "side") {
+		t.Fatalf("second cell: %s", txt)
+	}
+	if res, txt := cell("1/0"); !res.IsError || !strings.Contains(txt, "ZeroDivisionError") {
+		t.Fatalf("a raising cell: isError %v, %s", res.IsError, txt)
+	}
+	if res := mcptest.Call(t, ctx, cs, "write_file", map[string]any{"session": id, "path": "notes/a.txt", "content": "from the model\n"}); res.IsError {
+		t.Fatalf("write_file: %s", mcptest.Text(res))
+	}
+	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id, "command": "cat notes/a.txt; ls"}); res.IsError ||
+		!strings.Contains(mcptest.Text(res), "from the model") || !strings.Contains(mcptest.Text(res), "exit code: 0") {
+		t.Fatalf("exec: %s", mcptest.Text(res))
+	}
+	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id, "command": "echo nope >&2; exit 4"}); !res.IsError ||
+		!strings.Contains(mcptest.Text(res), "exit code: 4") {
+		t.Fatalf("a failing command: isError %v, %s", res.IsError, mcptest.Text(res))
+	}
+	if res := mcptest.Call(t, ctx, cs, "read_file", map[string]any{"session": id, "path": "notes/a.txt"}); mcptest.Text(res) != "from the model\n" {
+		t.Fatalf("read_file: %q", mcptest.Text(res))
+	}
+	if res := mcptest.Call(t, ctx, cs, "list_files", map[string]any{"session": id}); !strings.Contains(mcptest.Text(res), "dir\tnotes") {
+		t.Fatalf("list_files: %q", mcptest.Text(res))
+	}
+	mcptest.Call(t, ctx, cs, "close_session", map[string]any{"session": id})
+	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id, "command": "true"}); !res.IsError || !strings.Contains(mcptest.Text(res), "gone") {
+		t.Fatalf("exec after close: %s", mcptest.Text(res))
+	}
+}

@@ -22,6 +22,9 @@ import (
 // runCode runs one job. Whatever the program or the fleet did is a result;
 // only a caller the transport could not place is an error.
 func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeArgs) (*sdk.CallToolResult, error) {
+	if in.Session != "" {
+		return s.runCell(ctx, req, in)
+	}
 	job := &jobs.Job{Image: in.Language, Code: in.Code, Files: in.Files, Stdin: in.Stdin, Outputs: in.Outputs}
 	if in.Timeout > 0 {
 		job.Limits.Timeout = limits.Duration(time.Duration(in.Timeout * float64(time.Second)))

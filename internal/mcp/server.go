@@ -44,7 +44,13 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 	// The registry: a tool is its definition and its handler. A tool of
 	// sessions is one more line here, with its Def in Definitions.
 	handlers := map[string]func(d Def){
-		ToolRunCode: func(d Def) { addTool(s, d, s.runCode) },
+		ToolRunCode:       func(d Def) { addTool(s, d, s.runCode) },
+		ToolCreateSession: func(d Def) { addTool(s, d, s.createSession) },
+		ToolExec:          func(d Def) { addTool(s, d, s.exec) },
+		ToolReadFile:      func(d Def) { addTool(s, d, s.readFile) },
+		ToolWriteFile:     func(d Def) { addTool(s, d, s.writeFile) },
+		ToolListFiles:     func(d Def) { addTool(s, d, s.listFiles) },
+		ToolCloseSession:  func(d Def) { addTool(s, d, s.closeSession) },
 	}
 	for _, d := range opts.Definitions() {
 		add, ok := handlers[d.Name]

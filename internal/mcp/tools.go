@@ -46,6 +46,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is what the server says it is in initialize. Default "dev".
 	Version string
+	// Sessions offers the tools of sessions (create_session, exec,
+	// read_file, write_file, list_files, close_session, and run_code's
+	// session argument). Default off.
+	Sessions bool
 }
 
 // DefaultLanguages are the presets of a worker configured with none
@@ -132,7 +136,11 @@ const (
 
 // Definitions are the tools, in the order tools/list gives them.
 func (o *Options) Definitions() []Def {
-	return []Def{o.runCodeDef()}
+	defs := []Def{o.runCodeDef()}
+	if o.Sessions {
+		defs = append(defs, o.sessionDefs()...)
+	}
+	return defs
 }
 
 // RunCodeArgs are run_code's arguments (its schema is runCodeDef's).
@@ -143,6 +151,7 @@ type RunCodeArgs struct {
 	Stdin    string            `json:"stdin,omitempty"`
 	Timeout  float64           `json:"timeout,omitempty"` // seconds
 	Outputs  []string          `json:"outputs,omitempty"`
+	Session  string            `json:"session,omitempty"`
 }
 
 func (o *Options) runCodeDef() Def {
@@ -164,7 +173,7 @@ func (o *Options) runCodeDef() Def {
 	}
 	maxT := o.MaxTimeout.Seconds()
 	minT := 0.0
-	return Def{
+	d := Def{
 		Name:        ToolRunCode,
 		Description: desc,
 		InputSchema: &jsonschema.Schema{
@@ -186,6 +195,11 @@ func (o *Options) runCodeDef() Def {
 			AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
 		},
 	}
+	if o.Sessions {
+		d.InputSchema.Properties["session"] = &jsonschema.Schema{Type: "string",
+			Description: "A session's id (create_session): the code runs as a cell of the session's Python context instead of a fresh sandbox; its globals stay for the next cell and the value of a trailing expression is returned."}
+	}
+	return d
 }
 
 // human writes a size as people do: 512 MiB.

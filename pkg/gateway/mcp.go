@@ -7,12 +7,14 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // newMCP builds the MCP server of /mcp: its tools run jobs as the token
 // that calls them, under the same rules as POST /v1/jobs (admit).
 func (g *Gateway) newMCP() error {
 	opts := g.cfg.MCP
+	opts.Sessions = g.cfg.Sessions != nil
 	if opts.Logger == nil {
 		opts.Logger = g.log
 	}
@@ -53,6 +55,14 @@ func (r gatewayRunner) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, er
 	}
 	defer release()
 	return r.ClientRunner.Run(ctx, job)
+}
+
+// Sessions is the token's sessions (nil where the gateway serves none).
+func (r gatewayRunner) Sessions() *sessions.Client {
+	if r.g.cfg.Sessions == nil {
+		return nil
+	}
+	return r.g.cfg.Sessions.As(tokenName(r.tok))
 }
 
 func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {
