@@ -453,15 +453,23 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		wg.Go(func() { logStorageDriver(running, log, sd) })
 	}
 	if ss, ok := exec.(sessionStarter); ok && o.sessions > 0 {
-		host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
-			Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
-			Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log,
-			Workspaces: sessionWorkspaces(js, topo),
+		// Beside the jobs: a fleet whose sessions cannot be set up (a
+		// bucket its credentials may not make) still runs jobs, and a stop
+		// during the set-up is no failure.
+		wg.Go(func() {
+			host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
+				Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
+				Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log,
+				Workspaces: sessionWorkspaces(js, topo),
+			})
+			if err != nil {
+				if stop.Err() == nil {
+					log.Error("sessions not served", "err", err)
+				}
+				return
+			}
+			_ = host.Run(stop) // it logs "serving sessions" once listening
 		})
-		if err != nil {
-			return err
-		}
-		wg.Go(func() { _ = host.Run(stop) }) // it logs "serving sessions" once listening
 	}
 	return w.Run(stop, force)
 }
