@@ -2,6 +2,7 @@
 // link (a file, a heading's #anchor, or both) leads somewhere. Its test
 // runs the check over README.md, the other pages at the root and docs/,
 // so a page moved or a heading renamed without its links fails the build.
+// Another test keeps issue numbers out of the repository's text.
 package docscheck
 
 import (
