@@ -8,18 +8,30 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The build tag of the worker's test hooks (cmd/worker/testhook.go); release
 # builds never set it.
 TESTHOOKS := sandfleet_testhooks
+# The version the binaries' --version reports: the nearest tag vX.Y.Z,
+# with the commits since and -dirty for uncommitted changes
+# (v0.1.0-3-g1a2b3c4-dirty); a bare commit hash before the first tag.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
 # The tests that need the languages' image (make test runs them last).
 LANGS_TESTS := TestIntegrationLanguages|TestHumanEvalX
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build sandbox-image langs-image images-all test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
+.PHONY: all help check docs test-suite build sandbox-image langs-image images-all test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
 
 all: build
 
-## build: the worker, submit and gateway binaries in bin/
+## help: this list of the targets and what each does
+help:
+	@awk '/^## [a-z-]+: / { s = substr($$0, 4); i = index(s, ": "); printf "  %-14s %s\n", substr(s, 1, i-1), substr(s, i+2) }' $(firstword $(MAKEFILE_LIST))
+
+## build: the worker, submit and gateway binaries in bin/, their --version from git describe (VERSION=... sets another)
 build:
-	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/worker ./cmd/submit ./cmd/gateway
+	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/worker ./cmd/submit ./cmd/gateway
+
+## check: the fast lane, no Docker: gofmt, go vet and staticcheck (as make lint), then test-short; .ci/run runs it first
+check: lint test-short
 
 ## sandbox-image: sandfleet/sandbox:latest (online base if pullable, else a local Debian base)
 sandbox-image:
@@ -58,9 +70,12 @@ down:
 	./deploy/compose/down.sh
 
 ## test: vet, staticcheck and the whole suite with the race detector (real Docker, in-process JetStream, the compose images), then the languages' tests on their image
+test: lint test-suite
+
+## test-suite: make test without the lint: the whole suite, then the languages' tests (.ci/run runs it after make check)
 # The languages' tests (compilers in sandboxes, CPU-bound) run after the
 # rest, not beside the fault tests, whose engine deadlines they would eat.
-test: build images langs-image lint
+test-suite: build images langs-image
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LANGS_TESTS)' ./...
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(LANGS_TESTS)' ./pkg/executor ./examples/humanevalx
 
@@ -101,5 +116,10 @@ lint: vet
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags $(TESTHOOKS) ./cmd/worker
 
+## docs: regenerate docs/cli.md from the binaries' own --help (TestCLIPage fails when it is stale)
+docs:
+	$(GO) run ./tools/docgen
+
+## clean: remove bin/
 clean:
 	rm -rf $(BIN)

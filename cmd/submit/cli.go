@@ -32,7 +32,12 @@ const (
 	exitInterrupted = 130 // interrupted while waiting; the job goes on
 )
 
+// version is set at build time with -ldflags "-X main.version=..."; when
+// it is not, cmdline.Version reads what the Go toolchain recorded.
+var version string
+
 const usageText = `usage: submit [--nats URL] [--credentials FILE] <command> [flags] [args]
+       submit --version
 
 Sends jobs to a sandfleet fleet and reads their results.
 
@@ -148,6 +153,7 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	root := cmdline.NewFlagSet("submit")
 	root.AddFlagSet(global)
 	root.SetInterspersed(false) // the global flags end at the command
+	showVersion := root.Bool("version", false, "print the version and exit")
 	err := cmdline.Parse(root, args)
 	if errors.Is(err, cmdline.ErrHelp) {
 		fmt.Fprintf(m.Stdout, usageText, cmdline.Usages(global))
@@ -155,6 +161,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return &exitError{code: exitUsage, err: err, help: "submit"}
+	}
+	if *showVersion {
+		fmt.Fprintln(m.Stdout, "submit", cmdline.Version(version))
+		return nil
 	}
 	if root.NArg() == 0 {
 		fmt.Fprintf(m.Stderr, usageText, cmdline.Usages(global))

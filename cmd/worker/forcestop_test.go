@@ -52,7 +52,7 @@ func pending(t *testing.T, nc *nats.Conn, sub *nats.Subscription) int {
 	return n
 }
 
-// Issue 11: two forced stops in a row of the worker running the same job
+// Two forced stops in a row of the worker running the same job
 // burnt three deliveries each time (the stopping worker's own pulls took
 // the naked job back) and stalled it for the 30 s lease (the last nak was
 // lost). Here each stopping worker, with idle slots that wait in pulls,
@@ -176,7 +176,7 @@ func handBacks(t *testing.T, logs string) map[string]int {
 	return naks
 }
 
-// A rolling restart under load (issue 11): 500 jobs of 0.2 to 2 s on three
+// A rolling restart under load, as a fleet's upgrade makes: 500 jobs of 0.2 to 2 s on three
 // workers of 8 slots, submitted a little slower than the fleet runs them
 // (so idle slots wait in pulls, as they do in a real fleet), each worker
 // restarted in turn, twice over, while the run goes on. Every stop is a

@@ -122,7 +122,7 @@ func testImageConfig(t *testing.T) []string {
 	return []string{"--config", path}
 }
 
-// The agent session of issue 12, on real Docker and two worker processes
+// An agent's ten-step workspace session, on real Docker and two worker processes
 // of one slot each. Worker A runs step 5: it saves its snapshot (revision
 // 5) and then cannot store its result (the server refuses A that one
 // write), and is SIGKILLed right there, with the head saying

@@ -53,7 +53,7 @@ build_worker() {
 		echo "images: cmd/worker does not exist yet; cannot build $WORKER_TAG" >&2
 		return 1
 	fi
-	rev=$(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)
+	rev=$(cd "$root" && git describe --tags --always --dirty 2>/dev/null || echo unknown)
 	echo "images: building cmd/worker $rev"
 	(cd "$root" && "$GO" build -trimpath -ldflags "-s -w -X main.version=$rev" -o "$dir/worker" ./cmd/worker)
 	cp "$here/worker.Dockerfile" "$dir/Dockerfile"

@@ -5,7 +5,7 @@
 //
 // It stands in for the Prometheus client library, whose registry, protobuf
 // model and collectors took about 1.1 MiB of the idle worker's resident
-// memory (issue 19's target is 30 MiB) for the few metric kinds sandfleet
+// memory (the target for an idle worker is 30 MiB) for the few metric kinds sandfleet
 // uses. The tests parse what it writes with Prometheus' own parser.
 package metrics
 

@@ -60,7 +60,8 @@ type fetcher struct {
 // with the slot that waited for it. A stopped iterator would drop that
 // message, leaving it unacked until AckWait; a pull left to expire would
 // keep taking work while the worker stops, a forced job's nak included
-// (issue 11: naked back into its own worker's pulls as attempts 2 and 3).
+// (a forced job was once naked back into its own worker's pulls as
+// attempts 2 and 3).
 func (w *Worker) pullWhileUp(stop, force context.Context, slots chan struct{}, jobsWG *sync.WaitGroup) (int, error) {
 	f := &fetcher{w: w, stop: stop, force: force, slots: slots, jobsWG: jobsWG,
 		arrivals: make(chan arrival, len(w.lanes))}

@@ -113,7 +113,7 @@ func (w *Worker) settle(msg jetstream.Msg, d decision, log *slog.Logger) {
 		// Nak and term are publishes nobody answers: flushed, they have
 		// reached the server before the worker goes on, and maybe closes
 		// its connection. A forced nak lost that way left the job in
-		// flight for a whole AckWait (issue 11).
+		// flight for a whole AckWait.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = w.js.Conn().FlushWithContext(ctx)
 		cancel()

@@ -135,7 +135,8 @@ func quantiles(d []time.Duration) (p50, p95 time.Duration) {
 	return s[len(s)/2], s[(len(s)*95+99)/100-1]
 }
 
-// The saturation test of issue 16. 2,000 batch jobs saturate two workers
+// Interactive jobs keep their latency while batch work saturates the
+// fleet. 2,000 batch jobs saturate two workers
 // (4 slots each, lanes interactive:10 batch:1). During the run, 40
 // interactive jobs arrive one by one, then a burst of 200 at once.
 //

@@ -14,8 +14,8 @@ import (
 )
 
 // A stop leaves no pull request of the worker outstanding, and a force then
-// hands the job in flight back once (issue 11: the stopping worker's own
-// pulls took the naked job back, and it was naked again as attempt 2 and 3
+// hands the job in flight back once (not three times: the stopping worker's
+// own pulls used to take the naked job back, and it was naked again as attempt 2 and 3
 // within milliseconds). FetchWait is 30 s and the lease a minute, so a
 // pull left to expire, or a nak lost on the way out, would outlast every
 // deadline below. Idle slots wait in a pull before the stop (NumWaiting);

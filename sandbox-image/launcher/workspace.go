@@ -56,7 +56,7 @@ func restore(dir string, r *envelope.Restore, stdin io.Reader) (bool, error) {
 // comes through it, and of stdout's when an archive goes out: a pipe's 64
 // KiB default makes a megabyte sixteen hand-offs between the container's
 // shim and the launcher each way, which cost a 1 MiB workspace 6 ms of its
-// step (issue 12). Each pipe takes this much memory while it is full, from
+// step. Each pipe takes this much memory while it is full, from
 // its user's pipe allowance (fs.pipe-user-pages-soft, the sandbox's own:
 // the executor gives each a uid of its own): only a job that moves a
 // workspace asks.

@@ -16,7 +16,7 @@ import (
 
 // (f) ------------------------------------------------------------------------
 
-// streaming is what publishing each job's events (issue 13) costs a warm
+// streaming is what publishing each job's events (its live output) costs a warm
 // job that writes nothing: the same job through two workers, one with
 // --events=false, in pairs, so that the machine's load weighs on both
 // alike.

@@ -1,5 +1,5 @@
 // Command bench measures sandfleet against plain `docker run --rm` on this
-// machine, in one run (issue 7), and prints the figures beside the targets:
+// machine, in one run, and prints the figures beside the targets:
 //
 //	(a)  docker run --rm of the hardened print(1) job: sequential p50/p95,
 //	     and throughput with 2×cores runs in parallel;
@@ -18,10 +18,10 @@
 // Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
 //
-// Then (f), the cost of streaming (issue 13): a warm job with no output,
+// Then (f), the cost of streaming each job's live output: a warm job with no output,
 // p50 with the worker's events on and off, in pairs, and (f') the same on
 // the worker's own path without Docker; -events-only runs them alone; and
-// (g), the HTTP gateway against the Go client (issue 14); and (o), the web
+// (g), the HTTP gateway against the Go client; and (o), the web
 // console's pages over 100,000 finished jobs (-console-only alone).
 //
 // Phases (i) to (n), Performance II (perf.go): the seed's Engine API

@@ -1,6 +1,6 @@
 package main
 
-// (h) What a workspace adds to a warm job (issue 12): a bin/worker
+// (h) What a workspace adds to a warm job: a bin/worker
 // --embedded subprocess with its warm pool runs, one after another, in
 // rounds of a plain print(1) job and a print(1) step on workspaces of 0 B,
 // 1 MiB and 20 MiB (random bytes: nothing compresses), each after the

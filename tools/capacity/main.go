@@ -1,5 +1,5 @@
-// Command capacity measures what the README's capacity model needs (issue
-// 16): the CPU a 3-node NATS JetStream cluster spends per job, with real
+// Command capacity measures what the README's capacity model needs:
+// the CPU a 3-node NATS JetStream cluster spends per job, with real
 // worker processes, and what a stored result takes in RESULTS.
 //
 // It builds nats-server (the version go.mod pins) and cmd/worker, starts
