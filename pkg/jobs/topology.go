@@ -653,14 +653,13 @@ func (m maker) tune(ctx context.Context, name string, lim caps, create func() (m
 	keep := m.keep
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		var made bool
-		if made, err = create(); err != nil {
+		// Made here or by another client meanwhile, it is set below as
+		// the maker says: a worker (Ensure) as t says, a client that
+		// keeps (Open) not at all beyond rollups, even if it made it, so
+		// that its defaults never land over a worker's caps written in
+		// between; the workers' Ensure at their start sets the rest.
+		if _, err = create(); err != nil {
 			return err
-		}
-		// Made here: set it as t says. One another client made in the
-		// meantime (a worker with caps of its own) is kept as it is.
-		if made {
-			keep = false
 		}
 		s, err = js.Stream(ctx, name)
 	}
