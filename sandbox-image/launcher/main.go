@@ -364,7 +364,7 @@ func buildEnv(base []string, job map[string]string, dir string) []string {
 		m[k] = v
 	}
 	for _, kv := range base {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != prestartEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != prestartEnv && k != prestartPreloadEnv {
 			set(k, v)
 		}
 	}
