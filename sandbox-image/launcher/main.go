@@ -240,6 +240,7 @@ func run(sigs, chld <-chan os.Signal) int {
 	cpu := st.usage.Utime.Nano() + st.usage.Stime.Nano()
 	t.MaxRSSBytes, t.CPUNanos = &rss, &cpu
 	t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
+	sendDisplays(fr, &t)
 	saveArchive(fr, dir, h.Archive, &t)
 	return finish(t)
 }
