@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -22,6 +23,11 @@ const (
 	FrameDisplayPart byte = 'i'
 	FrameDisplay     byte = 'd'
 )
+
+// A session's code cell returns its display outputs in its Reply
+// (Display), collected from the same directory after the cell; the
+// Python context driver has the data image's backend write the figures
+// still open at the end of each cell, as a notebook shows them.
 
 // DisplayDir is where a job leaves its display outputs: on the /tmp tmpfs,
 // out of the workspace, so that they are never an artifact or part of a
@@ -67,4 +73,34 @@ func (d *DisplayDigest) Sum() string {
 		return ""
 	}
 	return hex.EncodeToString(d.h.Sum(nil))
+}
+
+// DisplayItem is one display output as the launcher collected it: its
+// type and the job's bytes.
+type DisplayItem struct {
+	MIME string `json:"mime"`
+	Data []byte `json:"data"`
+}
+
+// pngSignature opens every PNG file; its IHDR chunk follows at once.
+var pngSignature = []byte("\x89PNG\r\n\x1a\n")
+
+// maxDisplayPixels bounds an image's width and height as a result gives
+// them: PNG allows 2^31-1, which no figure is.
+const maxDisplayPixels = 1 << 16
+
+// CheckDisplay reports whether data is what mime says, of a type shown
+// (image/png only), and an image's size from its header. It checks only
+// what a result states of the bytes: they are the job's, shown and never
+// acted on.
+func CheckDisplay(mime string, data []byte) (width, height int, ok bool) {
+	if mime != "image/png" || len(data) < 24 || !bytes.HasPrefix(data, pngSignature) ||
+		binary.BigEndian.Uint32(data[8:12]) != 13 || string(data[12:16]) != "IHDR" {
+		return 0, 0, false
+	}
+	w, h := int(binary.BigEndian.Uint32(data[16:20])), int(binary.BigEndian.Uint32(data[20:24]))
+	if w <= 0 || h <= 0 || w > maxDisplayPixels || h > maxDisplayPixels {
+		return 0, 0, false
+	}
+	return w, h, true
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -206,5 +207,37 @@ func TestIntegrationDataImageMissing(t *testing.T) {
 	img := e.cfg.Presets["python-data"].Image
 	if r.Status != jobs.StatusRejected || !strings.Contains(r.Error, img) || !strings.Contains(r.Error, "build.sh data") {
 		t.Fatalf("%s (%q): want rejected, naming the image and build.sh data", r.Status, r.Error)
+	}
+}
+
+// A session's cell returns its figures in its reply, as a notebook shows
+// them: those still open at the cell's end, which are then closed (the
+// next cell shows none of them), bounded per cell as a job is.
+func TestIntegrationDataSessionCell(t *testing.T) {
+	t.Parallel()
+	e := dataSetup(t, nil)
+	s := startSession(t, e, SessionSpec{Image: "python-data"})
+	cell := func(code string) *envelope.Reply {
+		t.Helper()
+		r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: code, TimeoutMS: 120_000}))
+		if r.CodeError != nil {
+			t.Fatalf("cell %q raised %s: %s", code, r.CodeError.Name, r.CodeError.Traceback)
+		}
+		return r
+	}
+	r := cell("import matplotlib.pyplot as plt\nplt.figure(figsize=(3, 2), dpi=100)\nplt.plot([1, 2], [3, 1])\nplt.rcParams['figure.max_open_warning'] = 0")
+	if len(r.Display) != 1 || r.DisplayDropped != 0 {
+		t.Fatalf("%d display outputs, %d dropped: want the one figure left open", len(r.Display), r.DisplayDropped)
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(r.Display[0].Data))
+	if err != nil || r.Display[0].MIME != "image/png" || cfg.Width != 300 || cfg.Height != 200 {
+		t.Fatalf("%s, %dx%d (%v): want a 300x200 PNG", r.Display[0].MIME, cfg.Width, cfg.Height, err)
+	}
+	if r = cell("len(plt.get_fignums())"); len(r.Display) != 0 || r.Text != "0" {
+		t.Fatalf("the next cell: %d display outputs, %s open figures: want none and none", len(r.Display), r.Text)
+	}
+	r = cell("for i in range(100):\n    plt.figure(figsize=(1, 1), dpi=40)\n    plt.plot([0, i])")
+	if len(r.Display) != 16 || r.DisplayDropped != 84 {
+		t.Fatalf("100 figures: %d display outputs, %d dropped: want 16 and 84", len(r.Display), r.DisplayDropped)
 	}
 }

@@ -3,7 +3,9 @@
 MPLBACKEND=module://sandfleet_display (the data image's default) makes
 plt.show() write each open figure, in the order of their numbers, as a PNG
 into DISPLAY_DIR and close it, as a notebook does; fig.show() writes that
-figure; and a figure still open when the program ends is written then. The
+figure; and a figure still open when the program ends is written then (in
+a session, at the end of each cell: end_cell, which the launcher's Python
+context driver calls). The
 launcher frames the directory's files back after the job, in name order,
 bounded in count and bytes (launcher/display.go), and the result lists
 them as display: [{"mime": "image/png", "data", "width", "height"}].
@@ -81,6 +83,17 @@ def _at_exit():
             _emit(figure)
         except Exception:
             pass
+
+
+def end_cell():
+    """The end of a session's cell: what is still open is shown and
+    closed, as a notebook's inline backend does, and the next cell's
+    bound starts afresh (the launcher collects each cell's outputs)."""
+    global _count
+    _at_exit()
+    Gcf.destroy_all()
+    _shown.clear()
+    _count = 0
 
 
 # Registered after pyplot's own Gcf.destroy_all (atexit runs the last

@@ -20,28 +20,48 @@ const maxDisplayNames = 4096
 // displayTypes are the outputs the launcher frames, by extension.
 var displayTypes = map[string]string{".png": "image/png"}
 
-// sendDisplays frames the job's display outputs (see envelope.DisplayDir),
-// in name order, up to envelope.MaxDisplays and MaxDisplayBytes, and
-// records their count, digest and what was dropped in t. The directory and
-// its files are the job's: they are opened inside an os.Root (no link
-// leads out of it, so none to the launcher's own /proc/self), without
-// blocking (a FIFO), and only regular files are read, each to the bytes
-// left. The directory is emptied after, so that a session's next cell
-// starts with none.
+// sendDisplays frames the job's display outputs (collectDisplays) after
+// the job and records their count, digest and what was dropped in t.
 func sendDisplays(fr *framer, t *envelope.Trailer) {
 	var digest envelope.DisplayDigest
 	defer func() { t.Displays, t.DisplaysSHA256 = digest.Count(), digest.Sum() }()
+	items, dropped := collectDisplays()
+	t.DisplaysDropped = dropped
+	for _, it := range items {
+		item := append(append([]byte(it.MIME), '\n'), it.Data...)
+		for len(item) > envelope.MaxFramePayload {
+			if fr.frame(envelope.FrameDisplayPart, item[:envelope.MaxFramePayload]) != nil {
+				return
+			}
+			digest.Add(envelope.FrameDisplayPart, item[:envelope.MaxFramePayload])
+			item = item[envelope.MaxFramePayload:]
+		}
+		if fr.frame(envelope.FrameDisplay, item) != nil {
+			return
+		}
+		digest.Add(envelope.FrameDisplay, item)
+	}
+}
+
+// collectDisplays reads the display outputs (see envelope.DisplayDir) in
+// name order, up to envelope.MaxDisplays and MaxDisplayBytes, and counts
+// the rest as dropped. The directory and its files are the job's: they
+// are opened inside an os.Root (no link leads out of it, so none to the
+// launcher's own /proc/self), without blocking (a FIFO), and only regular
+// files are read, each to the bytes left. The directory is emptied, so
+// that a session's next cell starts with none.
+func collectDisplays() (items []envelope.DisplayItem, dropped int) {
 	if st, err := os.Lstat(envelope.DisplayDir); err != nil || !st.IsDir() {
-		return
+		return nil, 0
 	}
 	root, err := os.OpenRoot(envelope.DisplayDir)
 	if err != nil {
-		return
+		return nil, 0
 	}
 	defer root.Close()
 	dir, err := root.Open(".")
 	if err != nil {
-		return
+		return nil, 0
 	}
 	var names []string
 	for len(names) < maxDisplayNames {
@@ -57,35 +77,22 @@ func sendDisplays(fr *framer, t *envelope.Trailer) {
 	for _, name := range names {
 		mime, ok := displayTypes[strings.ToLower(nameExt(name))]
 		if !ok {
+			_ = root.Remove(name)
 			continue
 		}
 		var data []byte
-		if digest.Count() < envelope.MaxDisplays {
+		if len(items) < envelope.MaxDisplays {
 			data = readDisplay(root, name, left)
 		}
 		_ = root.Remove(name)
 		if data == nil {
-			t.DisplaysDropped++
+			dropped++
 			continue
 		}
 		left -= int64(len(data))
-		item := append(append([]byte(mime), '\n'), data...)
-		for len(item) > envelope.MaxFramePayload {
-			if fr.frame(envelope.FrameDisplayPart, item[:envelope.MaxFramePayload]) != nil {
-				return
-			}
-			digest.Add(envelope.FrameDisplayPart, item[:envelope.MaxFramePayload])
-			item = item[envelope.MaxFramePayload:]
-		}
-		if fr.frame(envelope.FrameDisplay, item) != nil {
-			return
-		}
-		digest.Add(envelope.FrameDisplay, item)
+		items = append(items, envelope.DisplayItem{MIME: mime, Data: data})
 	}
-	// What was not read (past maxDisplayNames) is dropped too.
-	for _, name := range names {
-		_ = root.Remove(name)
-	}
+	return items, dropped
 }
 
 // readDisplay returns the regular file name's bytes if they are some and
