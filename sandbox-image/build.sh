@@ -7,6 +7,10 @@
 #                   Debian bookworm base with nodejs, gcc/g++, openjdk-17,
 #                   golang-go (+ testify) and rustc (+ the rand, regex and md5
 #                   crates, prebuilt), cached as sandfleet/debian-langs-base:bookworm
+#   build.sh data   sandfleet/sandbox-data:latest, the "python-data" preset:
+#                   always offline, Debian bookworm's python3 with numpy,
+#                   pandas, matplotlib, scipy, scikit-learn, sympy and pillow,
+#                   cached as sandfleet/debian-data-base:bookworm
 #
 # The default image:
 #   online:  FROM python:3.12-slim + pip install of the seed's pinned versions
@@ -18,7 +22,8 @@
 # present nor pullable. Environment:
 #   SANDBOX_BUILD=auto|online|offline   force a path (default auto)
 #   SANDBOX_IMAGE                       tag to build (default sandfleet/sandbox:latest,
-#                                       or sandfleet/sandbox-langs:latest for langs)
+#                                       or sandfleet/sandbox-langs:latest for langs,
+#                                       sandfleet/sandbox-data:latest for data)
 #   SANDBOX_REBUILD_BASE=1              rebuild the offline base even if cached
 #   SANDBOX_APT_SOURCES                 deb822 sources for mmdebstrap
 #                                       (default /etc/apt/sources.list.d/debian.sources)
@@ -47,8 +52,16 @@ langs)
 	dockerfile=$here/langs/Dockerfile
 	mode=offline
 	;;
+data)
+	image=${SANDBOX_IMAGE:-sandfleet/sandbox-data:latest}
+	offline_base=sandfleet/debian-data-base:bookworm
+	hook=
+	packages=python3,python3-requests,python3-bs4,python3-numpy,python3-pandas,python3-matplotlib,python3-scipy,python3-sklearn,python3-sympy,python3-pil
+	dockerfile=$here/data/Dockerfile
+	mode=offline
+	;;
 *)
-	echo "build.sh: unknown image $flavor (want nothing, or langs)" >&2
+	echo "build.sh: unknown image $flavor (want nothing, langs or data)" >&2
 	exit 2
 	;;
 esac

@@ -28,7 +28,8 @@ const (
 func knownKind(kind byte) bool {
 	switch kind {
 	case FrameStdout, FrameStderr, FrameArchive, FrameTrailer, FrameCompile, FrameCase,
-		FrameRequestPart, FrameRequest, FrameReplyPart, FrameReply, FrameEvent:
+		FrameRequestPart, FrameRequest, FrameReplyPart, FrameReply, FrameEvent,
+		FrameDisplayPart, FrameDisplay:
 		return true
 	}
 	return false

@@ -170,6 +170,10 @@ type Reply struct {
 	Text      string     `json:"text,omitempty"`
 	CodeError *CodeError `json:"code_error,omitempty"`
 	Reset     bool       `json:"reset,omitempty"`
+	// The cell's display outputs (see DisplayDir) and how many were
+	// dropped at the bounds.
+	Display        []DisplayItem `json:"display,omitempty"`
+	DisplayDropped int           `json:"display_dropped,omitempty"`
 
 	// Files.
 	Data    []byte  `json:"data,omitempty"`

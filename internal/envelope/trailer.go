@@ -68,6 +68,12 @@ type Trailer struct {
 	// many and their CaseDigest.
 	Cases       int    `json:"cases,omitempty"`
 	CasesSHA256 string `json:"cases_sha256,omitempty"`
+
+	// The display outputs framed (FrameDisplay, see DisplayDir): how many,
+	// their DisplayDigest, and how many were dropped at the bounds.
+	Displays        int    `json:"displays,omitempty"`
+	DisplaysSHA256  string `json:"displays_sha256,omitempty"`
+	DisplaysDropped int    `json:"displays_dropped,omitempty"`
 }
 
 // ArchiveSkip is an entry the archive left out, and why.

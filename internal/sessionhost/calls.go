@@ -3,6 +3,7 @@ package sessionhost
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -218,13 +220,28 @@ func (h *Host) code(l *live, body json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return codeResult(r), nil
+}
+
+// codeResult is a cell's answer as the caller sees it: the display
+// outputs only when they are what their type says (envelope.CheckDisplay).
+func codeResult(r *envelope.Reply) *sessions.CodeResult {
 	res := &sessions.CodeResult{Text: r.Text, Reset: r.Reset, TimedOut: r.TimedOut, DurationMS: r.DurationMS}
 	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
 	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
 	if e := r.CodeError; e != nil {
 		res.Error = &sessions.CodeError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
 	}
-	return res, nil
+	res.DisplayDropped = r.DisplayDropped
+	for _, d := range r.Display {
+		w, h, ok := envelope.CheckDisplay(d.MIME, d.Data)
+		if !ok {
+			res.DisplayDropped++
+			continue
+		}
+		res.Display = append(res.Display, jobs.Display{MIME: d.MIME, Data: base64.StdEncoding.EncodeToString(d.Data), Width: w, Height: h})
+	}
+	return res
 }
 
 func (h *Host) process(l *live, body json.RawMessage) (any, error) {

@@ -43,7 +43,18 @@ type capture struct {
 	cases    [][]byte
 	maxCases int
 	caseSum  envelope.CaseDigest
+
+	// The display outputs: the one being framed, those complete (up to
+	// the launcher's bounds), and the digest of all their frames.
+	display     []byte
+	displays    [][]byte
+	displayKept int
+	displaySum  envelope.DisplayDigest
 }
+
+// maxDisplayKept bounds what capture keeps of display outputs: the
+// launcher's bytes, their types' names and a frame of slack.
+const maxDisplayKept = envelope.MaxDisplayBytes + envelope.MaxDisplays*64 + envelope.MaxFramePayload
 
 // stream is one of the job's streams: the first limit bytes, and a count.
 type stream struct {
@@ -87,6 +98,19 @@ func (c *capture) frame(kind byte, p []byte) {
 	case envelope.FrameReplyPart, envelope.FrameReply, envelope.FrameEvent:
 		if c.session != nil {
 			c.session(kind, p)
+		}
+		return
+	case envelope.FrameDisplayPart, envelope.FrameDisplay:
+		c.displaySum.Add(kind, p)
+		if c.displayKept+len(p) <= maxDisplayKept {
+			c.display = append(c.display, p...)
+			c.displayKept += len(p)
+		}
+		if kind == envelope.FrameDisplay {
+			if len(c.displays) < envelope.MaxDisplays {
+				c.displays = append(c.displays, c.display)
+			}
+			c.display = nil
 		}
 		return
 	case envelope.FrameArchive:

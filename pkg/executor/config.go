@@ -18,6 +18,12 @@ const DefaultImage = "sandfleet/sandbox:latest"
 // presets: node, c, cpp, java, go and rust.
 const LangsImage = "sandfleet/sandbox-langs:latest"
 
+// DataImage is the image `build.sh data` builds for the "python-data"
+// preset: Python with numpy, pandas, matplotlib, scipy, scikit-learn,
+// sympy and pillow, whose matplotlib figures come back as the result's
+// display outputs.
+const DataImage = "sandfleet/sandbox-data:latest"
+
 // Preset is what a job may name in its image field: an image with a main
 // file and a command. A job can never name a raw image. Its JSON is a
 // preset in the worker's --config file.
@@ -38,21 +44,23 @@ type Preset struct {
 
 // DefaultPresets returns the presets of a worker configured with none:
 // "python" (python3 main.py) and "shell" (bash main.sh) on DefaultImage,
-// and the optional languages on LangsImage, each compiled (where it has a
+// the optional "python-data" on DataImage, and the optional languages on
+// LangsImage, each compiled (where it has a
 // compile step) into /tmp, the build's tmpfs, never into the workspace.
 func DefaultPresets() map[string]Preset {
 	lang := func(main string, compile []string, argv ...string) Preset {
 		return Preset{Image: LangsImage, MainFile: main, Compile: compile, Argv: argv, Optional: true}
 	}
 	return map[string]Preset{
-		"python": {Image: DefaultImage, MainFile: "main.py", Argv: []string{"python3", "main.py"}},
-		"shell":  {Image: DefaultImage, MainFile: "main.sh", Argv: []string{"bash", "main.sh"}},
-		"node":   lang("main.js", nil, "node", "main.js"),
-		"c":      lang("main.c", []string{"gcc", "-std=gnu17", "-O2", "-pipe", "-o", "/tmp/main", "main.c", "-lm"}, "/tmp/main"),
-		"cpp":    lang("main.cpp", []string{"g++", "-std=gnu++17", "-O2", "-pipe", "-o", "/tmp/main", "main.cpp"}, "/tmp/main"),
-		"java":   lang("Main.java", []string{"javac", "-encoding", "UTF-8", "-d", "/tmp/classes", "Main.java"}, "java", "-cp", "/tmp/classes", "Main"),
-		"go":     lang("main.go", []string{"sandfleet-go", "build", "-o", "/tmp/main", "main.go"}, "/tmp/main"),
-		"rust":   lang("main.rs", []string{"sandfleet-rustc", "-O", "-o", "/tmp/main", "main.rs"}, "/tmp/main"),
+		"python":      {Image: DefaultImage, MainFile: "main.py", Argv: []string{"python3", "main.py"}},
+		"python-data": {Image: DataImage, MainFile: "main.py", Argv: []string{"python3", "main.py"}, Optional: true},
+		"shell":       {Image: DefaultImage, MainFile: "main.sh", Argv: []string{"bash", "main.sh"}},
+		"node":        lang("main.js", nil, "node", "main.js"),
+		"c":           lang("main.c", []string{"gcc", "-std=gnu17", "-O2", "-pipe", "-o", "/tmp/main", "main.c", "-lm"}, "/tmp/main"),
+		"cpp":         lang("main.cpp", []string{"g++", "-std=gnu++17", "-O2", "-pipe", "-o", "/tmp/main", "main.cpp"}, "/tmp/main"),
+		"java":        lang("Main.java", []string{"javac", "-encoding", "UTF-8", "-d", "/tmp/classes", "Main.java"}, "java", "-cp", "/tmp/classes", "Main"),
+		"go":          lang("main.go", []string{"sandfleet-go", "build", "-o", "/tmp/main", "main.go"}, "/tmp/main"),
+		"rust":        lang("main.rs", []string{"sandfleet-rustc", "-O", "-o", "/tmp/main", "main.rs"}, "/tmp/main"),
 	}
 }
 

@@ -41,6 +41,11 @@ type observed struct {
 	cases      [][]byte
 	casesN     int
 	casesSHA   string
+
+	// The display outputs kept, and the count and digest of all that came.
+	displays    [][]byte
+	displaysN   int
+	displaysSHA string
 }
 
 // judgeSpec is what a compiled or judged job asked of the launcher.
@@ -236,6 +241,7 @@ wait:
 	obs.framesBroken = c.frames.Err()
 	obs.compileOut, obs.compileN = c.compile.buf, c.compile.n
 	obs.cases, obs.casesN, obs.casesSHA = c.cases, c.caseSum.Count(), c.caseSum.Sum()
+	obs.displays, obs.displaysN, obs.displaysSHA = c.displays, c.displaySum.Count(), c.displaySum.Sum()
 	return obs, nil
 }
 

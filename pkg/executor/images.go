@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,8 +68,13 @@ func (e *Executor) known(ref string) bool {
 
 // buildHint says how to build ref.
 func (e *Executor) buildHint(ref string) string {
-	if ref == LangsImage {
+	// By repository: another tag of one (SANDBOX_IMAGE=TAG) is built the same way.
+	repo, _, _ := strings.Cut(ref, ":")
+	switch repo + ":" {
+	case strings.SplitAfter(LangsImage, ":")[0]:
 		return "build it with make images-all, or sandbox-image/build.sh langs"
+	case strings.SplitAfter(DataImage, ":")[0]:
+		return "build it with make images-all, or sandbox-image/build.sh data"
 	}
 	return "build it with sandbox-image/build.sh"
 }

@@ -309,7 +309,7 @@ func TestIntegrationRejected(t *testing.T) {
 		job  *jobs.Job
 		want []string
 	}{
-		{"unknown preset", job("x", func(j *jobs.Job) { j.Image = "ubuntu:latest" }), []string{"unknown preset", "ubuntu:latest", "python, rust, shell"}},
+		{"unknown preset", job("x", func(j *jobs.Job) { j.Image = "ubuntu:latest" }), []string{"unknown preset", "ubuntu:latest", "python-data, rust, shell"}},
 		{"memory over cap", job("x", withLimits(limits.Limits{Memory: 64 * limits.GiB})), []string{"limits.memory", "64g", "4g"}},
 		{"network not allowed", job("x", withLimits(limits.Limits{Network: &limits.Network{Open: true}})), []string{"limits.network", "not allowed"}},
 		{"bad file name", job("x", func(j *jobs.Job) { j.Files = map[string]string{"../escape": ""} }), []string{"../escape"}},

@@ -117,6 +117,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	res.StartedAt, res.FinishedAt, res.DurationMS = &started, &finished, &ms
 	res.CPUMS, res.PeakMemoryBytes = r.cpuMS, r.peakBytes
 	res.Compile, res.Tests = r.compile, r.tests
+	res.Display, res.DisplayDropped = r.display, r.displayDropped
 	res.ImageDigest = s.imageID
 	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
 		"duration_ms", ms, "container", r.container)

@@ -27,6 +27,8 @@ type outcome struct {
 	archive                  archiveVerdict
 	compile                  *jobs.CompileReport
 	tests                    *jobs.TestReport
+	display                  []jobs.Display
+	displayDropped           int
 }
 
 // archiveVerdict is what the trailer says of the archive, if it checks.
@@ -59,7 +61,8 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	t, signed := seal.Open(o.trailer)
 	signed = signed && o.framesBroken == nil && t.StdoutBytes == o.stdoutN && t.StderrBytes == o.stderrN &&
 		t.ArchiveBytes == o.archiveN && t.ArchiveSHA256 == o.archiveSHA &&
-		t.CompileBytes == o.compileN && t.Cases == o.casesN && t.CasesSHA256 == o.casesSHA
+		t.CompileBytes == o.compileN && t.Cases == o.casesN && t.CasesSHA256 == o.casesSHA &&
+		t.Displays == o.displaysN && t.DisplaysSHA256 == o.displaysSHA
 	var reports []envelope.CaseReport
 	if signed && o.judge != nil {
 		var ok bool
@@ -73,6 +76,10 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 		for _, s := range t.ArchiveSkips {
 			out.archive.skips = append(out.archive.skips, jobs.SkippedEntry{Name: s.Name, Reason: s.Reason})
 		}
+	}
+	if signed {
+		out.display, out.displayDropped = decodeDisplays(o.displays)
+		out.displayDropped += t.DisplaysDropped + t.Displays - len(o.displays)
 	}
 	code := int(o.exitCode)
 	if signed {

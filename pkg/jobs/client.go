@@ -429,8 +429,9 @@ func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result, maxBytes
 	return w, false, nil
 }
 
-// EncodeResult encodes r, shortening its stdout and stderr (and marking
-// them truncated) until the encoding fits maxBytes (0: no limit). The output
+// EncodeResult encodes r, dropping its display outputs (and counting them
+// dropped), then shortening its stdout and stderr (and marking them
+// truncated) until the encoding fits maxBytes (0: no limit). The output
 // caps count raw bytes, but JSON may take up to six bytes for one ('<',
 // control bytes, invalid UTF-8): without this, a job's own output could make
 // its result impossible to store, and the job would be run again and again.
@@ -443,6 +444,15 @@ func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
 		excess := len(data) - maxBytes
 		if maxBytes <= 0 || excess <= 0 {
 			return data, nil
+		}
+		// Display outputs go first, the last first: they are only for
+		// showing, and one may be most of a result.
+		if n := len(r.Display); n > 0 {
+			r.Display, r.DisplayDropped = r.Display[:n-1], r.DisplayDropped+1
+			if n == 1 {
+				r.Display = nil
+			}
+			continue
 		}
 		// Shrink both streams by the share the encoding is over, so that
 		// each keeps its fair part; a few rounds converge.

@@ -161,6 +161,22 @@ type Result struct {
 	// egress proxy, per destination and verdict (allowed or denied, by
 	// which rule).
 	Egress []limits.NetworkUse `json:"egress,omitempty"`
+	// Display are the job's display outputs in the order it made them: the
+	// figures a matplotlib program showed or left open, like a notebook's
+	// display data. DisplayDropped counts those past the bounds (count and
+	// bytes per job) or of a type not shown. They are the job's own bytes,
+	// for showing only.
+	Display        []Display `json:"display,omitempty"`
+	DisplayDropped int       `json:"display_dropped,omitempty"`
+}
+
+// Display is one display output: its MIME type ("image/png") and bytes
+// in standard base64, and an image's size in pixels.
+type Display struct {
+	MIME   string `json:"mime"`
+	Data   string `json:"data"`
+	Width  int    `json:"width,omitempty"`
+	Height int    `json:"height,omitempty"`
 }
 
 // EncodingBase64 marks a stream of a Result held as base64.

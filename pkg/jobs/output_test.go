@@ -92,3 +92,26 @@ func TestEncodeResultShortensCases(t *testing.T) {
 		t.Fatalf("case 0's stderr %q: want a non-empty prefix of what it wrote", s)
 	}
 }
+
+// A result whose display outputs do not fit the server's payload drops
+// them, the last first, counting them, before it cuts a byte of stdout.
+func TestEncodeResultDropsDisplaysFirst(t *testing.T) {
+	t.Parallel()
+	r := &Result{ID: "d", Status: StatusSucceeded}
+	r.SetOutput([]byte("hello\n"), nil)
+	for range 4 {
+		r.Display = append(r.Display, Display{MIME: "image/png", Data: strings.Repeat("A", 100<<10), Width: 1, Height: 1})
+	}
+	data, err := EncodeResult(r, 250<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Display) != 2 || back.DisplayDropped != 2 || back.Stdout != "hello\n" || back.StdoutTruncated {
+		t.Fatalf("%d displays, %d dropped, stdout %q (truncated %v): want 2, 2 and all of it",
+			len(back.Display), back.DisplayDropped, back.Stdout, back.StdoutTruncated)
+	}
+}

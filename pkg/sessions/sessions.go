@@ -247,6 +247,11 @@ type CodeResult struct {
 	Reset      bool  `json:"reset,omitempty"`
 	TimedOut   bool  `json:"timed_out,omitempty"`
 	DurationMS int64 `json:"duration_ms"`
+	// Display are the cell's display outputs, as a job's result has them
+	// (the figures it showed or left open, with the python-data preset),
+	// and DisplayDropped those past the bounds or of a type not shown.
+	Display        []jobs.Display `json:"display,omitempty"`
+	DisplayDropped int            `json:"display_dropped,omitempty"`
 }
 
 // CodeError is what a cell raised.

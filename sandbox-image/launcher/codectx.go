@@ -67,6 +67,10 @@ while True:
                 tb = tb.tb_next
             out['error'] = {'name': type(e).__name__, 'value': str(e),
                             'traceback': ''.join(traceback.format_exception(type(e), e, tb))}
+        try:
+            sys.modules['sandfleet_display'].end_cell()  # the data image's figures
+        except BaseException:
+            pass
         for s in (sys.stdout, sys.stderr):
             try:
                 s.flush()
@@ -266,6 +270,7 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	r.DurationMS = time.Since(start).Milliseconds()
 	r.Stdout, r.StdoutBytes = stdout.snapshot()
 	r.Stderr, r.StderrBytes = stderr.snapshot()
+	r.Display, r.DisplayDropped = collectDisplays()
 	if ans == nil {
 		r.CodeError = &envelope.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
 		return r

@@ -240,6 +240,7 @@ func run(sigs, chld <-chan os.Signal) int {
 	cpu := st.usage.Utime.Nano() + st.usage.Stime.Nano()
 	t.MaxRSSBytes, t.CPUNanos = &rss, &cpu
 	t.CgroupPeakBytes, t.CgroupCPUNanos, t.CgroupOOMKills = cgroupUsage()
+	sendDisplays(fr, &t)
 	saveArchive(fr, dir, h.Archive, &t)
 	return finish(t)
 }
@@ -364,7 +365,7 @@ func buildEnv(base []string, job map[string]string, dir string) []string {
 		m[k] = v
 	}
 	for _, kv := range base {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != prestartEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != prestartEnv && k != prestartPreloadEnv {
 			set(k, v)
 		}
 	}

@@ -29,6 +29,16 @@ import (
 // they did.
 const prestartEnv = "SANDFLEET_PRESTART"
 
+// prestartPreloadEnv names modules, space-separated, that the waiting
+// interpreter imports before its job arrives: an image whose libraries
+// take long to import (the data image's numpy, pandas and matplotlib)
+// has them imported while the sandbox waits. What they read of the
+// environment as they import, they read from the image's: so a job whose
+// environment differs from it in anything gets a fresh process (fits).
+// One that fails to import is skipped; the job's own import then fails as
+// it would have.
+const prestartPreloadEnv = "SANDFLEET_PRESTART_PRELOAD"
+
 // prestartStub is the program of the waiting interpreter. It imports
 // nothing python3 has not already imported at start (os and sys) and
 // leaves no name behind, so that the job finds the interpreter as `python3
@@ -42,6 +52,11 @@ const prestartEnv = "SANDFLEET_PRESTART"
 // KEY=VALUE pairs.
 const prestartStub = `def _sandfleet_go():
     import os, sys
+    for m in sys.argv[1:]:
+        try:
+            __import__(m)
+        except Exception:
+            pass
     # Taken now: the script may rebind sys.exit or builtins.SystemExit, and
     # python3 exits 1 after an uncaught exception whatever it did to them.
     exit_ = SystemExit
@@ -95,6 +110,7 @@ type prestarted struct {
 	pid        int
 	path       string
 	started    map[string]string // the environment it started with
+	preloaded  bool              // it imported modules of prestartPreloadEnv
 	outR, errR *os.File
 	goW        *os.File
 }
@@ -134,7 +150,11 @@ func prestart(dir string) *prestarted {
 			p.started[k] = v
 		}
 	}
-	p.pid, err = syscall.ForkExec(path, []string{"python3", "-c", prestartStub}, &syscall.ProcAttr{
+	argv := []string{"python3", "-c", prestartStub}
+	preload := strings.Fields(os.Getenv(prestartPreloadEnv))
+	argv = append(argv, preload...)
+	p.preloaded = len(preload) > 0
+	p.pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
 		Files: []uintptr{0, outW.Fd(), errW.Fd(), goR.Fd()},
@@ -155,7 +175,8 @@ func prestart(dir string) *prestarted {
 // the waiting interpreter: `python3 SCRIPT ...`, resolved to the same
 // binary, with no change to what python3 reads as it starts: a variable it
 // reads may be set only to the value it started with (the image gives it
-// the executor's deterministic defaults, which every job carries).
+// the executor's deterministic defaults, which every job carries). After a
+// preload any variable may have been read, so none may change.
 func (p *prestarted) fits(argv []string, jobEnv map[string]string, env []string) bool {
 	if p == nil || len(argv) < 2 || argv[0] != "python3" || argv[1] == "" || strings.HasPrefix(argv[1], "-") {
 		return false
@@ -164,7 +185,7 @@ func (p *prestarted) fits(argv []string, jobEnv map[string]string, env []string)
 		return false
 	}
 	for k, v := range jobEnv {
-		read := strings.HasPrefix(k, "PYTHON") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" || k == "HOME"
+		read := p.preloaded || strings.HasPrefix(k, "PYTHON") || strings.HasPrefix(k, "LC_") || k == "LANG" || k == "LANGUAGE" || k == "HOME"
 		if was, ok := p.started[k]; read && (!ok || was != v) {
 			return false // python3 read it at start, as something else
 		}

@@ -43,6 +43,21 @@ func TestPrestartFits(t *testing.T) {
 	if (*prestarted)(nil).fits([]string{"python3", "main.py"}, nil, env) {
 		t.Error("no interpreter fits a job")
 	}
+	// Modules imported ahead may have read any variable: none may change.
+	p.preloaded = true
+	p.started["MPLBACKEND"] = "agg"
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{"LANG": "C.UTF-8", "MPLBACKEND": "agg"}, true},
+		{map[string]string{"MPLBACKEND": "svg"}, false},
+		{map[string]string{"OMP_NUM_THREADS": "4"}, false},
+	} {
+		if got := p.fits([]string{"python3", "main.py"}, tc.env, env); got != tc.want {
+			t.Errorf("preloaded: fits(%v) = %v, want %v", tc.env, got, tc.want)
+		}
+	}
 }
 
 // TestPrestartRunsTheScript runs the stub in a real python3: the job finds
