@@ -485,7 +485,7 @@ type sessionStarter interface {
 func startSession(ss sessionStarter) sessionhost.Starter {
 	return func(ctx context.Context, spec sessionhost.StartSpec) (sessionhost.Sandbox, error) {
 		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits,
-			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore})
+			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore, OnEvent: spec.OnEvent})
 	}
 }
 

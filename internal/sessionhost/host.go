@@ -55,6 +55,9 @@ type StartSpec struct {
 	// Restore, if set, is the snapshot the sandbox's /workspace starts
 	// from (a persistent session's checkpoint, or a fork's source).
 	Restore *jobs.Snapshot
+	// OnEvent is told the sandbox's live events (its terminals' output);
+	// it must not block.
+	OnEvent func(*envelope.Event)
 }
 
 // Starter starts a session's sandbox.
@@ -145,6 +148,7 @@ type live struct {
 	sub   *nats.Subscription
 	lim   limits.Limits
 	calls chan struct{}
+	ptys  *relays // its terminals (pty.go)
 
 	mu       sync.Mutex
 	active   time.Time // the last call
@@ -378,8 +382,9 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	id := o.info.ID
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	ptys := newRelays(h.nc)
 	st := StartSpec{ID: id, Image: o.info.Image, Limits: o.info.Limits, Env: o.env, Files: o.files,
-		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput)}
+		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput), OnEvent: ptys.event}
 	var rev int64
 	if o.from != nil {
 		snap, r, err := h.fetch(ctx, o.from)
@@ -409,7 +414,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	if info.Persist {
 		info.Env = o.env
 	}
-	l := &live{sb: sb, lim: info.Limits, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
+	l := &live{sb: sb, lim: info.Limits, ptys: ptys, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
 		info: info, kvRev: o.kvRev}
 	l.ck.dirty, l.ck.forked = o.dirty, o.forked
 	// Its calls are answered before the record says it runs: a caller
@@ -508,10 +513,15 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 	if mark != nil {
 		mark(&l.info, time.Now().UTC())
 	}
+	why := l.info.EndReason
+	if why == "" {
+		why = l.info.Status // paused, or handed on
+	}
 	l.mu.Unlock()
 	if l.sub != nil {
 		_ = l.sub.Unsubscribe()
 	}
+	l.ptys.closeAll(why)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l.sb.Close(ctx)
