@@ -422,6 +422,9 @@ func (g *Gateway) mountConsole() error {
 			return &console.Viewer{Name: tok.Name, CanCancel: tok.CanWrite(), Scope: g.views.of(tok).Scope}
 		}
 	}
+	if g.cfg.Sessions != nil {
+		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.As(v.Name) }
+	}
 	var open *jobs.Client // an open console's: the operator's
 	if g.views.operator != nil {
 		open = g.views.operator.Client()
