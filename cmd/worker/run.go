@@ -456,10 +456,14 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		// Beside the jobs: a fleet whose sessions cannot be set up (a
 		// bucket its credentials may not make) still runs jobs, and a stop
 		// during the set-up is no failure.
+		var sobs sessionhost.Observer
+		if m != nil {
+			sobs = m
+		}
 		wg.Go(func() {
 			host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
 				Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
-				Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log,
+				Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
 				Workspaces: sessionWorkspaces(js, topo),
 			})
 			if err != nil {
@@ -467,6 +471,9 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 					log.Error("sessions not served", "err", err)
 				}
 				return
+			}
+			if m != nil {
+				m.watchSessions(host) // a registry takes collectors while it serves
 			}
 			_ = host.Run(stop) // it logs "serving sessions" once listening
 		})

@@ -80,6 +80,8 @@ type Config struct {
 	Images func(string) bool
 	// MaxCalls bounds the calls one session serves at once. Default 16.
 	MaxCalls int
+	// Observer is told of creates, restores and ends. Default none.
+	Observer Observer
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
@@ -113,6 +115,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Images == nil {
 		c.Images = func(string) bool { return true }
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -230,16 +235,17 @@ func (h *Host) markLost(ctx context.Context) {
 	}
 }
 
-// Stats are the host's counts.
+// Stats are the host's counts: sessions running, starting, and its
+// capacity.
 type Stats struct {
-	Live, Max int
+	Live, Starting, Max int
 }
 
 // Stats returns the host's counts.
 func (h *Host) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Live: len(h.live), Max: h.cfg.Max}
+	return Stats{Live: len(h.live), Starting: h.starting, Max: h.cfg.Max}
 }
 
 // listenLocked takes creates while the host has room, and stops taking
@@ -443,6 +449,11 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 		}
 		h.end(l, reason) // a no-op when the host ended it itself
 	})
+	if o.restore != "" {
+		h.cfg.Observer.Restored()
+	} else {
+		h.cfg.Observer.Created()
+	}
 	h.log.Info("session started", "session_id", id, "owner", info.Owner, "image", info.Image,
 		"persist", info.Persist, "restored", o.restore != "")
 	out := l.snapshot()
@@ -513,7 +524,7 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 	if mark != nil {
 		mark(&l.info, time.Now().UTC())
 	}
-	why := l.info.EndReason
+	why, ended := l.info.EndReason, l.info.Status == sessions.StatusEnded
 	if why == "" {
 		why = l.info.Status // paused, or handed on
 	}
@@ -534,6 +545,9 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 	delete(h.live, l.info.ID)
 	_ = h.listenLocked()
 	h.mu.Unlock()
+	if ended {
+		h.cfg.Observer.Ended(why)
+	}
 	h.log.Info("session let go", "session_id", l.info.ID, "status", l.info.Status, "reason", l.info.EndReason)
 }
 
