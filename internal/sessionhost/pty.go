@@ -89,13 +89,6 @@ func (rs *relays) closeAll(why string) {
 	}
 }
 
-// count is the session's terminals, for its record's readers.
-func (rs *relays) count() int {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return len(rs.byN)
-}
-
 func (h *Host) openPTY(l *live, body json.RawMessage) (any, error) {
 	var req sessions.PTYRequest
 	if err := decode(body, &req); err != nil {
