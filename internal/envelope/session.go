@@ -55,6 +55,11 @@ type Session struct {
 	// MaxProcesses bounds the background processes the agent keeps
 	// track of at once (running or exited and not yet collected).
 	MaxProcesses int `json:"max_processes"`
+	// Runtime is the sandbox's OCI runtime ("runsc" for gVisor), for what
+	// the agent does differently there: a terminal's shell edits lines
+	// with the pty's own discipline, since readline's terminal setup
+	// makes gVisor's pty report an end of file.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 func (s *Session) validate() error {

@@ -82,9 +82,15 @@ func setSize(m *os.File, cols, rows int) error {
 	return ioctl(m, syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws)))
 }
 
-// shell is the image's interactive shell: bash where it has one.
-func shell() []string {
+// shell is the image's interactive shell: bash where it has one. Under
+// gVisor without readline (--noediting): readline's terminal setup makes
+// gVisor's pty answer its first read with an end of file, and the shell
+// would exit at once; the pty's own line editing (erase, kill, ^C) stays.
+func (a *agent) shell() []string {
 	if _, err := os.Stat("/bin/bash"); err == nil {
+		if a.spec.Runtime == "runsc" {
+			return []string{"/bin/bash", "--noediting", "-i"}
+		}
 		return []string{"/bin/bash", "-i"}
 	}
 	return []string{"/bin/sh", "-i"}
@@ -97,7 +103,7 @@ func (a *agent) ptyOpen(req *envelope.Request) *envelope.Reply {
 	}
 	argv := req.Argv
 	if len(argv) == 0 {
-		argv = shell()
+		argv = a.shell()
 	}
 	cwd, env := a.dir, a.env
 	if req.Cwd != "" {
