@@ -53,11 +53,12 @@ func TestSessionAttachDocker(t *testing.T) {
 		code := runCLI(ctx, append([]string{"--nats", srv.ClientURL()}, args...), strings.NewReader(stdin), &o, &e)
 		return out{code, o.String(), e.String()}
 	}
-	r := cli("", "session", "create")
-	id := strings.TrimSpace(r.stdout)
-	if r.code != 0 || id == "" {
-		t.Fatalf("create: %+v", r)
-	}
+	var id string
+	testutil.Eventually(t, 60*time.Second, "a session created (once the host listens)", func() bool {
+		r := cli("", "session", "create")
+		id = strings.TrimSpace(r.stdout)
+		return r.code == 0 && id != ""
+	})
 
 	if r := cli("echo pi''ped\nexit 4\n", "session", "attach", id); r.code != 4 || !strings.Contains(r.stdout, "piped") {
 		t.Fatalf("attach with stdin piped: %+v, want exit 4 and its output", r)
