@@ -281,6 +281,27 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 			t.Errorf("processes %v files %v", got["processes"], got["files"])
 		}
 	})
+	t.Run("typescript session", func(t *testing.T) {
+		out := run(t, "typescript", env, "node", "examples/session.mjs")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		want := map[string]any{"created": "running", "first_reset": true, "last_len": "12", "error": "IndexError",
+			"after_error": "506", "command": "121", "exit_code": 5.0, "served": "hi from the session\n",
+			"server_log": true, "read": "[0, 1, 4, 9, 16, 25, 36, 49, 64, 81, 100, 121]", "after_close": "gone"}
+		for k, v := range want {
+			if fmt.Sprint(got[k]) != fmt.Sprint(v) {
+				t.Errorf("%s: %v, want %v", k, got[k], v)
+			}
+		}
+		if n, _ := got["calls"].(float64); n < 30 {
+			t.Errorf("%v calls, want at least 30", got["calls"])
+		}
+		if fmt.Sprint(got["processes"]) != "[true]" || !strings.Contains(fmt.Sprint(got["files"]), "rows.json") {
+			t.Errorf("processes %v files %v", got["processes"], got["files"])
+		}
+	})
 	t.Run("typescript", func(t *testing.T) {
 		out := run(t, "typescript", env, "node", "examples/seed.mjs")
 		ls := strings.Split(strings.TrimSpace(out), "\n")

@@ -30,6 +30,7 @@ var version string
 const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--max-wait D]
                [--max-waiting N] [--max-streams N] [--max-batches N]
                [--max-{waiting,streams,batches}-per-{token,tenant} N]
+               [--max-terminals N] [--max-terminals-per-{token,tenant} N]
                [--console-session-ttl D] [--max-console-sessions N]
                [--tenant-creds T=FILE]... [--mcp-max-output BYTES]
        gateway token NAME [--queues Q1,Q2] [--role read] [--tenant T]
@@ -58,7 +59,7 @@ Flags:
 `
 
 // perLimits are the bounds of one token's (or tenant's) long requests.
-type perLimits struct{ waiting, streams, batches int }
+type perLimits struct{ waiting, streams, batches, terminals int }
 
 type options struct {
 	natsURL   string
@@ -67,6 +68,7 @@ type options struct {
 	maxWait   time.Duration
 	maxWaits  int
 	maxStream int
+	maxTerms  int
 	maxBatch  int
 	perToken  perLimits
 	perTenant perLimits
@@ -98,6 +100,9 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.perTenant.waiting, "max-waiting-per-tenant", 512, "most `N` of --max-waiting the tokens of one tenant hold together")
 	fs.IntVar(&o.perTenant.streams, "max-streams-per-tenant", 128, "most `N` of --max-streams the tokens of one tenant hold together")
 	fs.IntVar(&o.perTenant.batches, "max-batches-per-tenant", 8, "most `N` of --max-batches the tokens of one tenant hold together")
+	fs.IntVar(&o.maxTerms, "max-terminals", 64, "most `N` session terminals (GET /v1/sessions/{id}/pty WebSockets) open at once; past it 429")
+	fs.IntVar(&o.perToken.terminals, "max-terminals-per-token", 8, "most `N` of --max-terminals one token holds")
+	fs.IntVar(&o.perTenant.terminals, "max-terminals-per-tenant", 16, "most `N` of --max-terminals the tokens of one tenant hold together")
 	fs.DurationVar(&o.sessTTL, "console-session-ttl", 12*time.Hour, "how long a console login lasts (`D`)")
 	fs.IntVar(&o.maxSess, "max-console-sessions", 10_000, "most `N` console logins held (in memory); past it a login ends the oldest")
 	fs.IntVar(&o.mcpOutput, "mcp-max-output", mcp.DefaultMaxOutput, "the most `BYTES` of text a tool result of /mcp holds (stdout and stderr cut in the middle past it; at least 1024)")
@@ -158,6 +163,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		{"max-waiting-per-token", o.perToken.waiting}, {"max-streams-per-token", o.perToken.streams},
 		{"max-batches-per-token", o.perToken.batches}, {"max-waiting-per-tenant", o.perTenant.waiting},
 		{"max-streams-per-tenant", o.perTenant.streams}, {"max-batches-per-tenant", o.perTenant.batches},
+		{"max-terminals", o.maxTerms}, {"max-terminals-per-token", o.perToken.terminals}, {"max-terminals-per-tenant", o.perTenant.terminals},
 		{"max-console-sessions", o.maxSess},
 	} {
 		if f.n < 1 {
@@ -250,6 +256,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams,
 		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,
 		MaxStreamsPerTenant: o.perTenant.streams, MaxBatchesPerTenant: o.perTenant.batches,
+		MaxTerminals: o.maxTerms, MaxTerminalsPerToken: o.perToken.terminals, MaxTerminalsPerTenant: o.perTenant.terminals,
 		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess,
 		MCP: mcp.Options{MaxOutput: o.mcpOutput},
 	})

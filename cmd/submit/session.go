@@ -40,7 +40,7 @@ type sessionCommand struct {
 }
 
 func (c *sessionCommand) synopsis() string {
-	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | pause ID | resume ID | fork ID | rm ID"
+	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | pause ID | resume ID | fork ID | attach ID | rm ID"
 }
 
 func (c *sessionCommand) about() string {
@@ -63,6 +63,8 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
   resume ID          start a paused one again from its checkpoint (any worker)
   fork ID            start a new session from its latest checkpoint; prints
                      the new ID
+  attach ID          a shell in it on this terminal (raw mode, resized with it;
+                     restored on exit); exits as the shell does
   rm ID              end it
 
 With --persist (or --workspace NAME) /workspace is checkpointed into a
@@ -97,15 +99,15 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	args := fs.Args()
 	if len(args) == 0 {
-		return usageError("session", "session takes create, ls, get, exec, run, cp or rm")
+		return usageError("session", "session takes create, ls, get, exec, run, cp, pause, resume, fork, attach or rm")
 	}
 	verb, args := args[0], args[1:]
 	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
-		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}}
+		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}}
 	n, ok := want[verb]
 	switch {
 	case !ok:
-		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, pause, resume, fork, rm)", verb)
+		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, pause, resume, fork, attach, rm)", verb)
 	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
 		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
 	}
@@ -137,6 +139,8 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return c.exec(ctx, client, args[0], args[1:])
 	case "run":
 		return c.runCode(ctx, client, args[0], args[1:])
+	case "attach":
+		return c.attach(ctx, client, args[0])
 	}
 	return c.cp(ctx, client, args[0], args[1])
 }

@@ -5,8 +5,10 @@ import (
 	"slices"
 
 	"github.com/sandfleet/sandfleet/internal/metrics"
+	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
@@ -35,6 +37,10 @@ type jobMetrics struct {
 	deliveries   *metrics.Counter
 	redeliveries *metrics.Counter
 	deadLetters  *metrics.Counter
+
+	sessionsCreated  *metrics.Counter
+	sessionsRestored *metrics.Counter
+	sessionsEnded    *metrics.CounterVec
 }
 
 var _ worker.Observer = (*jobMetrics)(nil)
@@ -61,7 +67,41 @@ func newMetrics(reg *metrics.Registry, presets []string) *jobMetrics {
 			"Deliveries of a job that had been delivered before (attempt > 1): a lease ran out, or a worker handed the job back."),
 		deadLetters: reg.Counter("sandfleet_dead_letters_total",
 			"Jobs given up after MaxDeliver deliveries that this worker finalized with an error result."),
+		sessionsCreated: reg.Counter("sandfleet_sessions_created_total",
+			"Sessions this worker started."),
+		sessionsRestored: reg.Counter("sandfleet_sessions_restored_total",
+			"Sessions this worker resumed from their last checkpoint."),
+		sessionsEnded: reg.CounterVec("sandfleet_sessions_ended_total",
+			"Sessions of this worker that ended, by reason: deleted, idle and lifetime (the expiries), lost, shutdown.",
+			"reason"),
 	}
+}
+
+var _ sessionhost.Observer = (*jobMetrics)(nil)
+
+func (m *jobMetrics) Created()  { m.sessionsCreated.Inc() }
+func (m *jobMetrics) Restored() { m.sessionsRestored.Inc() }
+func (m *jobMetrics) Ended(reason string) {
+	switch reason {
+	case sessions.EndDeleted, sessions.EndIdle, sessions.EndLifetime, sessions.EndLost, sessions.EndShutdown:
+	default:
+		reason = "other" // a label value per made-up reason would grow the series without bound
+	}
+	m.sessionsEnded.With(reason).Inc()
+}
+
+// watchSessions registers the gauges of the worker's sessions: by state,
+// and its capacity (--sessions).
+func (m *jobMetrics) watchSessions(h *sessionhost.Host) {
+	m.reg.Collect(func() []metrics.Family {
+		st := h.Stats()
+		return []metrics.Family{{Name: "sandfleet_sessions", Help: "Sessions this worker holds now, by state (starting: their sandbox is being made).",
+			Type: metrics.GaugeType, Samples: []metrics.Sample{
+				{Labels: []string{"state", "running"}, Value: float64(st.Live)},
+				{Labels: []string{"state", "starting"}, Value: float64(st.Starting)},
+			}}}
+	})
+	m.reg.GaugeFunc("sandfleet_sessions_max", "Sessions this worker holds at most (--sessions).", func() float64 { return float64(h.Stats().Max) })
 }
 
 func (m *jobMetrics) preset(p string) string {

@@ -456,10 +456,14 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		// Beside the jobs: a fleet whose sessions cannot be set up (a
 		// bucket its credentials may not make) still runs jobs, and a stop
 		// during the set-up is no failure.
+		var sobs sessionhost.Observer
+		if m != nil {
+			sobs = m
+		}
 		wg.Go(func() {
 			host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
 				Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
-				Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log,
+				Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
 				Workspaces: sessionWorkspaces(js, topo),
 			})
 			if err != nil {
@@ -467,6 +471,9 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 					log.Error("sessions not served", "err", err)
 				}
 				return
+			}
+			if m != nil {
+				m.watchSessions(host) // a registry takes collectors while it serves
 			}
 			_ = host.Run(stop) // it logs "serving sessions" once listening
 		})
@@ -485,7 +492,7 @@ type sessionStarter interface {
 func startSession(ss sessionStarter) sessionhost.Starter {
 	return func(ctx context.Context, spec sessionhost.StartSpec) (sessionhost.Sandbox, error) {
 		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits,
-			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore})
+			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore, OnEvent: spec.OnEvent})
 	}
 }
 

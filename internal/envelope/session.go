@@ -55,6 +55,11 @@ type Session struct {
 	// MaxProcesses bounds the background processes the agent keeps
 	// track of at once (running or exited and not yet collected).
 	MaxProcesses int `json:"max_processes"`
+	// Runtime is the sandbox's OCI runtime ("runsc" for gVisor), for what
+	// the agent does differently there: a terminal's shell edits lines
+	// with the pty's own discipline, since readline's terminal setup
+	// makes gVisor's pty report an end of file.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 func (s *Session) validate() error {
@@ -132,6 +137,13 @@ type Request struct {
 	// archive: the bounds of the archive (internal/archive's Limits).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 	MaxFiles int   `json:"max_files,omitempty"`
+
+	// Terminals (see OpPTYOpen): PTY names one; Cols and Rows size it;
+	// Acked is how much of its output the far end has taken, in all.
+	PTY   int   `json:"pty,omitempty"`
+	Cols  int   `json:"cols,omitempty"`
+	Rows  int   `json:"rows,omitempty"`
+	Acked int64 `json:"acked,omitempty"`
 }
 
 // Reply answers one Request. Error is set when the call failed; the rest
@@ -183,6 +195,9 @@ type Reply struct {
 
 	// archive: what the FrameArchive frames before this reply held.
 	Archive *ArchiveReport `json:"archive,omitempty"`
+
+	// pty_open: the terminal's number, and its shell's process.
+	PTY int `json:"pty,omitempty"`
 }
 
 // ArchiveReport is what an OpArchive framed: its size and SHA-256 (which
@@ -249,7 +264,40 @@ type Event struct {
 	PID    int    `json:"pid"` // its process
 	Stream string `json:"stream"`
 	Data   []byte `json:"data"`
+
+	// A terminal's output (Stream StreamPTY) and end (StreamPTYExit).
+	PTY    int  `json:"pty,omitempty"`
+	Exit   *int `json:"exit_code,omitempty"`
+	Signal int  `json:"signal,omitempty"`
 }
+
+// Terminals. pty_open starts Argv (default the image's shell) on a new
+// pseudo-terminal of Cols x Rows, and replies with its number. Its output
+// comes as events of Stream StreamPTY, and once its shell has ended and
+// the terminal is drained, one event of Stream StreamPTYExit with the
+// shell's status. Output is flow-controlled end to end: the agent sends
+// at most PTYWindow bytes past what the far end acknowledged (pty_input's
+// Acked), and sends none before the first pty_input, so that whoever
+// relays it can listen before the shell's first prompt.
+const (
+	OpPTYOpen   = "pty_open"   // Argv, Cwd, Env, Cols, Rows -> PTY
+	OpPTYInput  = "pty_input"  // PTY: write Data (may be empty) and take Acked
+	OpPTYResize = "pty_resize" // PTY, Cols, Rows
+	OpPTYClose  = "pty_close"  // PTY: hang up and end its processes
+)
+
+// The Streams of a terminal's events.
+const (
+	StreamPTY     = "pty"
+	StreamPTYExit = "pty_exit"
+)
+
+// PTYWindow is how far a terminal's output runs ahead of its
+// acknowledgements; MaxPTYs is how many terminals a session has at once.
+const (
+	PTYWindow = 256 << 10
+	MaxPTYs   = 4
+)
 
 // sessionDomain keeps a reply's or an event's MAC from passing for a
 // trailer's, or for each other's.

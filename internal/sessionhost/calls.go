@@ -175,6 +175,8 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 		return struct{}{}, err
 	case sessions.OpRead, sessions.OpWrite, sessions.OpList, sessions.OpStat, sessions.OpRemove, sessions.OpMkdir, sessions.OpRename:
 		return h.file(l, op, body)
+	case sessions.OpPTY:
+		return h.openPTY(l, body)
 	}
 	return nil, sessions.Errorf(sessions.ErrInvalid, "unknown operation %q", op)
 }

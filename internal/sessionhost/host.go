@@ -55,6 +55,9 @@ type StartSpec struct {
 	// Restore, if set, is the snapshot the sandbox's /workspace starts
 	// from (a persistent session's checkpoint, or a fork's source).
 	Restore *jobs.Snapshot
+	// OnEvent is told the sandbox's live events (its terminals' output);
+	// it must not block.
+	OnEvent func(*envelope.Event)
 }
 
 // Starter starts a session's sandbox.
@@ -77,6 +80,8 @@ type Config struct {
 	Images func(string) bool
 	// MaxCalls bounds the calls one session serves at once. Default 16.
 	MaxCalls int
+	// Observer is told of creates, restores and ends. Default none.
+	Observer Observer
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
@@ -110,6 +115,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Images == nil {
 		c.Images = func(string) bool { return true }
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -145,6 +153,7 @@ type live struct {
 	sub   *nats.Subscription
 	lim   limits.Limits
 	calls chan struct{}
+	ptys  *relays // its terminals (pty.go)
 
 	mu       sync.Mutex
 	active   time.Time // the last call
@@ -226,16 +235,17 @@ func (h *Host) markLost(ctx context.Context) {
 	}
 }
 
-// Stats are the host's counts.
+// Stats are the host's counts: sessions running, starting, and its
+// capacity.
 type Stats struct {
-	Live, Max int
+	Live, Starting, Max int
 }
 
 // Stats returns the host's counts.
 func (h *Host) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Live: len(h.live), Max: h.cfg.Max}
+	return Stats{Live: len(h.live), Starting: h.starting, Max: h.cfg.Max}
 }
 
 // listenLocked takes creates while the host has room, and stops taking
@@ -378,8 +388,9 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	id := o.info.ID
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	ptys := newRelays(h.nc)
 	st := StartSpec{ID: id, Image: o.info.Image, Limits: o.info.Limits, Env: o.env, Files: o.files,
-		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput)}
+		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput), OnEvent: ptys.event}
 	var rev int64
 	if o.from != nil {
 		snap, r, err := h.fetch(ctx, o.from)
@@ -409,7 +420,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	if info.Persist {
 		info.Env = o.env
 	}
-	l := &live{sb: sb, lim: info.Limits, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
+	l := &live{sb: sb, lim: info.Limits, ptys: ptys, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
 		info: info, kvRev: o.kvRev}
 	l.ck.dirty, l.ck.forked = o.dirty, o.forked
 	// Its calls are answered before the record says it runs: a caller
@@ -438,6 +449,11 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 		}
 		h.end(l, reason) // a no-op when the host ended it itself
 	})
+	if o.restore != "" {
+		h.cfg.Observer.Restored()
+	} else {
+		h.cfg.Observer.Created()
+	}
 	h.log.Info("session started", "session_id", id, "owner", info.Owner, "image", info.Image,
 		"persist", info.Persist, "restored", o.restore != "")
 	out := l.snapshot()
@@ -508,10 +524,15 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 	if mark != nil {
 		mark(&l.info, time.Now().UTC())
 	}
+	why, ended := l.info.EndReason, l.info.Status == sessions.StatusEnded
+	if why == "" {
+		why = l.info.Status // paused, or handed on
+	}
 	l.mu.Unlock()
 	if l.sub != nil {
 		_ = l.sub.Unsubscribe()
 	}
+	l.ptys.closeAll(why)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l.sb.Close(ctx)
@@ -524,6 +545,9 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 	delete(h.live, l.info.ID)
 	_ = h.listenLocked()
 	h.mu.Unlock()
+	if ended {
+		h.cfg.Observer.Ended(why)
+	}
 	h.log.Info("session let go", "session_id", l.info.ID, "status", l.info.Status, "reason", l.info.EndReason)
 }
 

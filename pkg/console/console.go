@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	sessionapi "github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 //go:embed templates/*.html
@@ -64,6 +65,9 @@ type Config struct {
 	// MaxSessions bounds the logins held at once; past it, a login ends
 	// the session nearest its end. Default 10,000.
 	MaxSessions int
+	// Sessions returns the sessions client of a viewer (as its token's
+	// owner); nil serves no sessions pages.
+	Sessions func(*Viewer) *sessionapi.Client
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -167,6 +171,8 @@ func (c *Console) Routes() []Route {
 		{"GET /batches/{name}", c.page(c.batch)},
 		{"GET /workspaces", c.page(c.workspaceList)},
 		{"GET /workspaces/{name}", c.page(c.workspace)},
+		{"GET /sessions", c.page(c.sessionList)},
+		{"GET /sessions/{id}", c.page(c.sessionDetail)},
 		{"GET /login", http.HandlerFunc(c.loginPage)},
 		{"POST /login", http.HandlerFunc(c.login)},
 		{"POST /logout", c.form(c.logout)},

@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
@@ -34,6 +37,9 @@ type options struct {
 	open  bool
 	slots int
 	cfg   gateway.Config // the gateway's, Logger and Tokens set by setup
+	// sessions, if set, serves the fleet's sessions: it returns the
+	// gateway's client of them.
+	sessions func(t testing.TB, js jetstream.JetStream) *sessions.Client
 }
 
 func setup(t testing.TB, o options) *fleet {
@@ -56,6 +62,9 @@ func setup(t testing.TB, o options) *fleet {
 	f.client = client
 	cfg := o.cfg
 	cfg.Logger, cfg.TempDir = slog.New(slog.NewTextHandler(io.Discard, nil)), t.TempDir()
+	if o.sessions != nil {
+		cfg.Sessions = o.sessions(t, js)
+	}
 	if !o.open {
 		var lines []string
 		for _, tk := range []struct {

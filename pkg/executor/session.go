@@ -108,7 +108,7 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	seal := envelope.NewSeal()
 	h := &envelope.Header{Env: jobEnv(nil, spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
 		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
-		OutputLimit: out, MaxProcesses: spec.MaxProcesses,
+		OutputLimit: out, MaxProcesses: spec.MaxProcesses, Runtime: e.cfg.Runtime,
 	}}
 	if r := spec.Restore; r != nil {
 		if r.Size > int64(lim.Tmpfs) {

@@ -71,6 +71,13 @@ type Config struct {
 	MaxWaitingPerTenant int
 	MaxStreamsPerTenant int
 	MaxBatchesPerTenant int
+	// MaxTerminals is the most session terminals (GET
+	// /v1/sessions/{id}/pty WebSockets) open at once, and
+	// MaxTerminalsPerToken and MaxTerminalsPerTenant what one token and
+	// one tenant hold of them; past them, 429. Defaults 64, 8 and 16.
+	MaxTerminals          int
+	MaxTerminalsPerToken  int
+	MaxTerminalsPerTenant int
 	// ReadTimeout bounds the reading of a request body. Default 60s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the writing of a response (after a wait), and
@@ -136,6 +143,7 @@ func (c *Config) setDefaults() {
 	}{
 		{&c.MaxWaitingPerToken, 256}, {&c.MaxStreamsPerToken, 64}, {&c.MaxBatchesPerToken, 4},
 		{&c.MaxWaitingPerTenant, 512}, {&c.MaxStreamsPerTenant, 128}, {&c.MaxBatchesPerTenant, 8},
+		{&c.MaxTerminals, 64}, {&c.MaxTerminalsPerToken, 8}, {&c.MaxTerminalsPerTenant, 16},
 	} {
 		if *d.v <= 0 {
 			*d.v = d.def
@@ -169,6 +177,7 @@ type Gateway struct {
 	batches *slots
 	streams *slots
 	uploads *slots
+	ptys    *slots
 	// The MCP server of /mcp, and its tools for GET /v1/tools.
 	mcp     http.Handler
 	mcpCall time.Duration
@@ -196,6 +205,7 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		waiting: newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
 		batches: newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
 		streams: newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
+		ptys:    newSlots("terminals", "session terminals open", cfg.MaxTerminals, cfg.MaxTerminalsPerToken, cfg.MaxTerminalsPerTenant),
 		uploads: newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
 	}
 	if err := g.newMCP(); err != nil {
@@ -284,6 +294,7 @@ func (g *Gateway) routes() []route {
 		{pattern: "GET /v1/sessions/{id}/files/{path...}", h: g.readFile, stream: true},
 		{pattern: "PUT /v1/sessions/{id}/files/{path...}", h: g.writeFile, write: true, body: 1 << 30, stream: true},
 		{pattern: "DELETE /v1/sessions/{id}/files/{path...}", h: g.removeFile, write: true},
+		{pattern: "GET /v1/sessions/{id}/pty", h: g.ptySession, write: true, stream: true},
 		{pattern: "GET /v1/status", h: g.status},
 		{pattern: "GET /v1/tools", h: g.listTools},
 		// A session's POST waits for its tool calls and may stream them
@@ -410,6 +421,9 @@ func (g *Gateway) mountConsole() error {
 			}
 			return &console.Viewer{Name: tok.Name, CanCancel: tok.CanWrite(), Scope: g.views.of(tok).Scope}
 		}
+	}
+	if g.cfg.Sessions != nil {
+		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.As(v.Name) }
 	}
 	var open *jobs.Client // an open console's: the operator's
 	if g.views.operator != nil {

@@ -54,6 +54,9 @@ type agent struct {
 	procs map[int]*proc // every child the agent started and has not reaped
 	bg    map[int]*proc // the background processes, listed and collectable
 	ctxs  map[string]*codeContext
+	ptys  map[int]*term // the terminals (pty.go)
+
+	nextPTY int
 }
 
 // proc is a process the agent started.
@@ -74,7 +77,7 @@ func serveSession(h *envelope.Header, fr *framer, dir string, sigs, chld <-chan 
 		env:  buildEnv(os.Environ(), h.Env, dir),
 		born: time.Now(), inflight: make(chan struct{}, maxInFlight),
 		lastSeen: make(chan struct{}, 1), end: make(chan string, 1),
-		procs: map[int]*proc{}, bg: map[int]*proc{}, ctxs: map[string]*codeContext{},
+		procs: map[int]*proc{}, bg: map[int]*proc{}, ctxs: map[string]*codeContext{}, ptys: map[int]*term{},
 	}
 	in := os.Stdin
 	if err := syscall.SetNonblock(0, true); err == nil {
@@ -214,6 +217,8 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 		return a.file(req)
 	case envelope.OpArchive:
 		return a.checkpoint(req)
+	case envelope.OpPTYOpen, envelope.OpPTYInput, envelope.OpPTYResize, envelope.OpPTYClose:
+		return a.pty(req)
 	}
 	return fail(req.ID, envelope.ErrCodeInvalid, "unknown op %q", req.Op)
 }

@@ -194,9 +194,181 @@ export declare class Sandbox {
     private download;
     /** The fleet's workers and queues. */
     status(): Promise<Record<string, unknown>>;
-    private request;
-    /** fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
-    private open;
+    /** Start a session: a sandbox kept across calls (POST /v1/sessions). End it with close(), or `await using`. */
+    createSession(spec?: SessionSpec): Promise<Session>;
+    /** A session made earlier, by its ID. */
+    session(id: string): Promise<Session>;
+    /** This token's sessions' records, running first. */
+    sessions(): Promise<SessionInfo[]>;
+    /** @internal A JSON call; what the session objects use. */
+    request(method: string, path: string, opts?: {
+        query?: Record<string, string | undefined>;
+        body?: unknown;
+        waitMs?: number;
+        headers?: Record<string, string>;
+    }): Promise<{
+        status: number;
+        body: unknown;
+    }>;
+    /** @internal fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
+    open(method: string, path: string, opts: {
+        query?: Record<string, string | undefined>;
+        raw?: string | Uint8Array;
+        headers?: Record<string, string>;
+        contentType?: string;
+        waitMs: number | null;
+        signal?: AbortSignal;
+    }): Promise<Response>;
+}
+/** What a session is made of; the timeouts in ms. */
+export interface SessionSpec {
+    image?: string;
+    limits?: Limits;
+    env?: Record<string, string>;
+    files?: Record<string, string>;
+    idleTimeoutMs?: number;
+    maxLifetimeMs?: number;
+    labels?: Record<string, string>;
+}
+/** A session's record, as the gateway sends it. */
+export interface SessionInfo {
+    id: string;
+    status: "running" | "ended";
+    owner?: string;
+    worker: string;
+    image: string;
+    limits: Limits;
+    idle_timeout: string;
+    max_lifetime: string;
+    created_at: string;
+    active_at: string;
+    expires_at: string;
+    ended_at?: string;
+    end_reason?: string;
+    labels?: Record<string, string>;
+}
+/** A command's end in a session (or, started in the background, its pid). */
+export interface ExecResult {
+    exitCode?: number;
+    signal: number;
+    timedOut: boolean;
+    stdout: string;
+    stderr: string;
+    truncated: boolean;
+    durationMs: number;
+    pid?: number;
+    raw: Record<string, unknown>;
+}
+/** What a cell raised, as Python says it. */
+export interface CodeError {
+    name: string;
+    value: string;
+    traceback: string;
+}
+/** A cell's end: the trailing expression's value as text, its output, and what it raised. */
+export interface CodeResult {
+    text?: string;
+    stdout: string;
+    stderr: string;
+    error?: CodeError;
+    reset: boolean;
+    timedOut: boolean;
+    raw: Record<string, unknown>;
+}
+export interface ExecOptions {
+    cwd?: string;
+    env?: Record<string, string>;
+    stdin?: string;
+    timeoutMs?: number;
+    background?: boolean;
+}
+/** A file of a session, as listed. */
+export interface Entry {
+    name: string;
+    path: string;
+    type: "file" | "dir" | "symlink" | "other";
+    size: number;
+    mode: number;
+    mtime_ms: number;
+    target?: string;
+}
+/** A background process of a session. */
+export interface ProcessInfo {
+    pid: number;
+    cmd: string[];
+    running: boolean;
+    exit_code?: number;
+    signal?: number;
+    output_bytes: number;
+}
+/** A background process's output: "next" is the offset to ask from next. */
+export interface ProcessOutput {
+    pid: number;
+    running: boolean;
+    exit_code?: number;
+    signal?: number;
+    output: string;
+    next: number;
+    dropped?: number;
+}
+declare type Json = Record<string, unknown>;
+/** A sandbox kept across calls. Made by Sandbox.createSession; `await using` (or close) ends it. */
+export declare class Session {
+    readonly sandbox: Sandbox;
+    readonly id: string;
+    info: SessionInfo;
+    readonly files: Files;
+    readonly processes: Processes;
+    /** @internal */
+    readonly path: string;
+    constructor(sandbox: Sandbox, info: SessionInfo);
+    /** @internal A call on the session: a mutating one with an Idempotency-Key, so that a retry runs once. */
+    call(method: string, rel: string, body?: unknown, opts?: {
+        waitMs?: number;
+        query?: Record<string, string | undefined>;
+    }): Promise<Json>;
+    /** Run a command: a string goes to /bin/sh -c, an array is an argv. */
+    exec(cmd: string | string[], opts?: ExecOptions): Promise<ExecResult>;
+    /** Run a cell in a stateful Python context (default "default"). */
+    runCode(code: string, opts?: {
+        context?: string;
+        timeoutMs?: number;
+    }): Promise<CodeResult>;
+    /** Count as a call: the idle timeout starts again. */
+    keepalive(): Promise<SessionInfo>;
+    /** The session's record as it is now. */
+    refresh(): Promise<SessionInfo>;
+    /** End the session; ending one that has ended already is no error. */
+    close(): Promise<void>;
+}
+/** A session's files: paths are relative to /workspace, or under /tmp. */
+export declare class Files {
+    private readonly s;
+    constructor(s: Session);
+    read(path: string): Promise<Uint8Array>;
+    readText(path: string): Promise<string>;
+    write(path: string, data: string | Uint8Array, opts?: {
+        mode?: number;
+    }): Promise<Entry>;
+    list(dir?: string): Promise<Entry[]>;
+    remove(path: string, opts?: {
+        recursive?: boolean;
+    }): Promise<void>;
+}
+/** A session's background processes (started with exec(..., { background: true })). */
+export declare class Processes {
+    private readonly s;
+    constructor(s: Session);
+    list(): Promise<ProcessInfo[]>;
+    /** Its output from offset since; with waitMs, after waiting that long at most for it to end. */
+    output(pid: number, opts?: {
+        since?: number;
+        waitMs?: number;
+    }): Promise<ProcessOutput>;
+    signal(pid: number, signal?: number): Promise<void>;
+    stdin(pid: number, data: string | Uint8Array, opts?: {
+        eof?: boolean;
+    }): Promise<void>;
 }
 /** The seed's result shape. */
 export interface SandboxResult {
@@ -216,3 +388,4 @@ export declare class DockerSandbox {
     constructor(image?: string, options?: SandboxOptions);
     execute(code: string): Promise<SandboxResult>;
 }
+export {};

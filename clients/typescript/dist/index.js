@@ -285,13 +285,35 @@ export class Sandbox {
     async status() {
         return (await this.request("GET", "/v1/status")).body;
     }
+    // Sessions ---------------------------------------------------------------
+    /** Start a session: a sandbox kept across calls (POST /v1/sessions). End it with close(), or `await using`. */
+    async createSession(spec = {}) {
+        const { idleTimeoutMs, maxLifetimeMs, ...rest } = spec;
+        const body = { image: this.image, ...rest };
+        if (idleTimeoutMs !== undefined)
+            body.idle_timeout = secs(idleTimeoutMs) + "s";
+        if (maxLifetimeMs !== undefined)
+            body.max_lifetime = secs(maxLifetimeMs) + "s";
+        const { body: info } = await this.request("POST", "/v1/sessions", { body, headers: { "Idempotency-Key": await newId() }, waitMs: 120000 });
+        return new Session(this, info);
+    }
+    /** A session made earlier, by its ID. */
+    async session(id) {
+        const { body } = await this.request("GET", `/v1/sessions/${encodeURIComponent(id)}`);
+        return new Session(this, body);
+    }
+    /** This token's sessions' records, running first. */
+    async sessions() {
+        return (await this.request("GET", "/v1/sessions")).body.sessions;
+    }
+    /** @internal A JSON call; what the session objects use. */
     async request(method, path, opts = {}) {
         const raw = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-        const resp = await this.open(method, path, { query: opts.query, raw, contentType: "application/json", waitMs: opts.waitMs ?? 0 });
+        const resp = await this.open(method, path, { query: opts.query, raw, contentType: "application/json", waitMs: opts.waitMs ?? 0, headers: opts.headers });
         const text = await resp.text();
         return { status: resp.status, body: text ? JSON.parse(text) : undefined };
     }
-    /** fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
+    /** @internal fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
     async open(method, path, opts) {
         let url = this.url + path;
         const q = new URLSearchParams();
@@ -305,6 +327,7 @@ export class Sandbox {
             headers["Content-Type"] = opts.contentType ?? "application/json";
         if (this.token)
             headers.Authorization = `Bearer ${this.token}`;
+        Object.assign(headers, opts.headers);
         for (let attempt = 0;; attempt++) {
             let err;
             const ctl = new AbortController();
@@ -388,6 +411,168 @@ async function* sse(resp) {
             event = line.slice(6).trim();
         else if (line.startsWith("data:"))
             data.push(line.slice(5).trimStart());
+    }
+}
+/** The longest a call waits for a command or cell that names no timeout (the worker's cap bounds it). */
+const CALL_WAIT_MS = 600000;
+function filePath(p) {
+    return p.split("/").map(encodeURIComponent).join("/");
+}
+/** A sandbox kept across calls. Made by Sandbox.createSession; `await using` (or close) ends it. */
+export class Session {
+    sandbox;
+    id;
+    info;
+    files;
+    processes;
+    /** @internal */
+    path;
+    constructor(sandbox, info) {
+        this.sandbox = sandbox;
+        this.id = info.id;
+        this.info = info;
+        this.path = `/v1/sessions/${encodeURIComponent(info.id)}`;
+        this.files = new Files(this);
+        this.processes = new Processes(this);
+    }
+    /** @internal A call on the session: a mutating one with an Idempotency-Key, so that a retry runs once. */
+    async call(method, rel, body, opts = {}) {
+        const headers = method === "GET" ? undefined : { "Idempotency-Key": await newId() };
+        return (await this.sandbox.request(method, this.path + rel, { body, headers, ...opts })).body;
+    }
+    /** Run a command: a string goes to /bin/sh -c, an array is an argv. */
+    async exec(cmd, opts = {}) {
+        const body = typeof cmd === "string" ? { shell: cmd } : { cmd };
+        if (opts.cwd !== undefined)
+            body.cwd = opts.cwd;
+        if (opts.env !== undefined)
+            body.env = opts.env;
+        if (opts.stdin !== undefined)
+            body.stdin = opts.stdin;
+        if (opts.timeoutMs !== undefined)
+            body.timeout = secs(opts.timeoutMs) + "s";
+        if (opts.background)
+            body.background = true;
+        const d = await this.call("POST", "/exec", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
+        return {
+            exitCode: d.exit_code,
+            signal: d.signal ?? 0,
+            timedOut: Boolean(d.timed_out),
+            stdout: decode(d.stdout ?? "", d.stdout_encoding),
+            stderr: decode(d.stderr ?? "", d.stderr_encoding),
+            truncated: Boolean(d.stdout_truncated || d.stderr_truncated),
+            durationMs: d.duration_ms ?? 0,
+            pid: d.pid,
+            raw: d,
+        };
+    }
+    /** Run a cell in a stateful Python context (default "default"). */
+    async runCode(code, opts = {}) {
+        const body = { code };
+        if (opts.context)
+            body.context = opts.context;
+        if (opts.timeoutMs !== undefined)
+            body.timeout = secs(opts.timeoutMs) + "s";
+        const d = await this.call("POST", "/code", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
+        return {
+            text: d.text,
+            stdout: decode(d.stdout ?? "", d.stdout_encoding),
+            stderr: decode(d.stderr ?? "", d.stderr_encoding),
+            error: d.error,
+            reset: Boolean(d.reset),
+            timedOut: Boolean(d.timed_out),
+            raw: d,
+        };
+    }
+    /** Count as a call: the idle timeout starts again. */
+    async keepalive() {
+        this.info = (await this.call("POST", "/keepalive"));
+        return this.info;
+    }
+    /** The session's record as it is now. */
+    async refresh() {
+        this.info = (await this.call("GET", ""));
+        return this.info;
+    }
+    /** End the session; ending one that has ended already is no error. */
+    async close() {
+        try {
+            this.info = (await this.call("DELETE", ""));
+        }
+        catch (e) {
+            if (!(e instanceof SandfleetError) || (e.code !== "gone" && e.code !== "not_found"))
+                throw e;
+        }
+    }
+}
+// `await using s = await sb.createSession()`: where the runtime has
+// Symbol.asyncDispose (Node 20.4+), a session is async-disposable.
+const asyncDispose = Symbol.asyncDispose;
+if (asyncDispose) {
+    Object.defineProperty(Session.prototype, asyncDispose, {
+        value: function () {
+            return this.close();
+        },
+    });
+}
+/** A session's files: paths are relative to /workspace, or under /tmp. */
+export class Files {
+    s;
+    constructor(s) {
+        this.s = s;
+    }
+    async read(path) {
+        const resp = await this.s.sandbox.open("GET", `${this.s.path}/files/${filePath(path)}`, { waitMs: 0 });
+        return new Uint8Array(await resp.arrayBuffer());
+    }
+    async readText(path) {
+        return new TextDecoder().decode(await this.read(path));
+    }
+    async write(path, data, opts = {}) {
+        const raw = typeof data === "string" ? new TextEncoder().encode(data) : data;
+        const resp = await this.s.sandbox.open("PUT", `${this.s.path}/files/${filePath(path)}`, {
+            query: { mode: opts.mode?.toString(8) },
+            raw,
+            contentType: "application/octet-stream",
+            headers: { "Idempotency-Key": await newId() },
+            waitMs: 0,
+        });
+        return (await resp.json());
+    }
+    async list(dir = ".") {
+        return (await this.s.call("GET", "/files", undefined, { query: { dir } })).entries;
+    }
+    async remove(path, opts = {}) {
+        await this.s.call("DELETE", `/files/${filePath(path)}`, undefined, { query: { recursive: opts.recursive ? "true" : undefined } });
+    }
+}
+/** A session's background processes (started with exec(..., { background: true })). */
+export class Processes {
+    s;
+    constructor(s) {
+        this.s = s;
+    }
+    async list() {
+        return (await this.s.call("GET", "/processes")).processes;
+    }
+    /** Its output from offset since; with waitMs, after waiting that long at most for it to end. */
+    async output(pid, opts = {}) {
+        const query = { since: String(opts.since ?? 0), wait: opts.waitMs ? secs(opts.waitMs) + "s" : undefined };
+        const d = await this.s.call("GET", `/processes/${pid}`, undefined, { query, waitMs: opts.waitMs ?? 0 });
+        return { ...d, output: decode(d.output ?? "", d.output_encoding) };
+    }
+    async signal(pid, signal = 15) {
+        await this.s.call("POST", `/processes/${pid}/signal`, { signal });
+    }
+    async stdin(pid, data, opts = {}) {
+        const raw = typeof data === "string" ? new TextEncoder().encode(data) : data;
+        await this.s.sandbox.open("POST", `${this.s.path}/processes/${pid}/stdin`, {
+            query: { eof: opts.eof ? "true" : undefined },
+            raw,
+            contentType: "application/octet-stream",
+            headers: { "Idempotency-Key": await newId() },
+            waitMs: 0,
+        });
     }
 }
 const SEED_IMAGE = "agent-sandbox:latest"; // the seed's image runs python -c: the python preset

@@ -399,24 +399,49 @@ export class Sandbox {
     return (await this.request("GET", "/v1/status")).body as Record<string, unknown>;
   }
 
-  private async request(
+  // Sessions ---------------------------------------------------------------
+
+  /** Start a session: a sandbox kept across calls (POST /v1/sessions). End it with close(), or `await using`. */
+  async createSession(spec: SessionSpec = {}): Promise<Session> {
+    const { idleTimeoutMs, maxLifetimeMs, ...rest } = spec;
+    const body: Record<string, unknown> = { image: this.image, ...rest };
+    if (idleTimeoutMs !== undefined) body.idle_timeout = secs(idleTimeoutMs) + "s";
+    if (maxLifetimeMs !== undefined) body.max_lifetime = secs(maxLifetimeMs) + "s";
+    const { body: info } = await this.request("POST", "/v1/sessions", { body, headers: { "Idempotency-Key": await newId() }, waitMs: 120_000 });
+    return new Session(this, info as SessionInfo);
+  }
+
+  /** A session made earlier, by its ID. */
+  async session(id: string): Promise<Session> {
+    const { body } = await this.request("GET", `/v1/sessions/${encodeURIComponent(id)}`);
+    return new Session(this, body as SessionInfo);
+  }
+
+  /** This token's sessions' records, running first. */
+  async sessions(): Promise<SessionInfo[]> {
+    return ((await this.request("GET", "/v1/sessions")).body as { sessions: SessionInfo[] }).sessions;
+  }
+
+  /** @internal A JSON call; what the session objects use. */
+  async request(
     method: string,
     path: string,
-    opts: { query?: Record<string, string | undefined>; body?: unknown; waitMs?: number } = {},
+    opts: { query?: Record<string, string | undefined>; body?: unknown; waitMs?: number; headers?: Record<string, string> } = {},
   ): Promise<{ status: number; body: unknown }> {
     const raw = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-    const resp = await this.open(method, path, { query: opts.query, raw, contentType: "application/json", waitMs: opts.waitMs ?? 0 });
+    const resp = await this.open(method, path, { query: opts.query, raw, contentType: "application/json", waitMs: opts.waitMs ?? 0, headers: opts.headers });
     const text = await resp.text();
     return { status: resp.status, body: text ? JSON.parse(text) : undefined };
   }
 
-  /** fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
-  private async open(
+  /** @internal fetch with the token, a timeout, and retries; non-2xx answers throw. waitMs null: no timeout (streams). */
+  async open(
     method: string,
     path: string,
     opts: {
       query?: Record<string, string | undefined>;
-      raw?: string;
+      raw?: string | Uint8Array;
+      headers?: Record<string, string>; // a retry sends the same (an Idempotency-Key)
       contentType?: string;
       waitMs: number | null;
       signal?: AbortSignal; // the caller's deadline, over the answer's body too
@@ -429,6 +454,7 @@ export class Sandbox {
     const headers: Record<string, string> = { Accept: "application/json", "User-Agent": `sandfleet-typescript/${VERSION}` };
     if (opts.raw !== undefined) headers["Content-Type"] = opts.contentType ?? "application/json";
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    Object.assign(headers, opts.headers);
     for (let attempt = 0; ; attempt++) {
       let err: SandfleetError;
       const ctl = new AbortController();
@@ -498,6 +524,277 @@ async function* sse(resp: Response): AsyncGenerator<[string, Record<string, unkn
       data = [];
     } else if (line.startsWith("event:")) event = line.slice(6).trim();
     else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+  }
+}
+
+// Sessions -------------------------------------------------------------------
+
+/** What a session is made of; the timeouts in ms. */
+export interface SessionSpec {
+  image?: string;
+  limits?: Limits;
+  env?: Record<string, string>;
+  files?: Record<string, string>;
+  idleTimeoutMs?: number;
+  maxLifetimeMs?: number;
+  labels?: Record<string, string>;
+}
+
+/** A session's record, as the gateway sends it. */
+export interface SessionInfo {
+  id: string;
+  status: "running" | "ended";
+  owner?: string;
+  worker: string;
+  image: string;
+  limits: Limits;
+  idle_timeout: string;
+  max_lifetime: string;
+  created_at: string;
+  active_at: string;
+  expires_at: string;
+  ended_at?: string;
+  end_reason?: string;
+  labels?: Record<string, string>;
+}
+
+/** A command's end in a session (or, started in the background, its pid). */
+export interface ExecResult {
+  exitCode?: number;
+  signal: number;
+  timedOut: boolean;
+  stdout: string;
+  stderr: string;
+  truncated: boolean;
+  durationMs: number;
+  pid?: number;
+  raw: Record<string, unknown>;
+}
+
+/** What a cell raised, as Python says it. */
+export interface CodeError {
+  name: string;
+  value: string;
+  traceback: string;
+}
+
+/** A cell's end: the trailing expression's value as text, its output, and what it raised. */
+export interface CodeResult {
+  text?: string;
+  stdout: string;
+  stderr: string;
+  error?: CodeError;
+  reset: boolean;
+  timedOut: boolean;
+  raw: Record<string, unknown>;
+}
+
+export interface ExecOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: string;
+  timeoutMs?: number;
+  background?: boolean;
+}
+
+/** A file of a session, as listed. */
+export interface Entry {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: number;
+  mtime_ms: number;
+  target?: string;
+}
+
+/** A background process of a session. */
+export interface ProcessInfo {
+  pid: number;
+  cmd: string[];
+  running: boolean;
+  exit_code?: number;
+  signal?: number;
+  output_bytes: number;
+}
+
+/** A background process's output: "next" is the offset to ask from next. */
+export interface ProcessOutput {
+  pid: number;
+  running: boolean;
+  exit_code?: number;
+  signal?: number;
+  output: string;
+  next: number;
+  dropped?: number;
+}
+
+type Json = Record<string, unknown>;
+
+/** The longest a call waits for a command or cell that names no timeout (the worker's cap bounds it). */
+const CALL_WAIT_MS = 600_000;
+
+function filePath(p: string): string {
+  return p.split("/").map(encodeURIComponent).join("/");
+}
+
+/** A sandbox kept across calls. Made by Sandbox.createSession; `await using` (or close) ends it. */
+export class Session {
+  readonly id: string;
+  info: SessionInfo;
+  readonly files: Files;
+  readonly processes: Processes;
+  /** @internal */
+  readonly path: string;
+
+  constructor(readonly sandbox: Sandbox, info: SessionInfo) {
+    this.id = info.id;
+    this.info = info;
+    this.path = `/v1/sessions/${encodeURIComponent(info.id)}`;
+    this.files = new Files(this);
+    this.processes = new Processes(this);
+  }
+
+  /** @internal A call on the session: a mutating one with an Idempotency-Key, so that a retry runs once. */
+  async call(method: string, rel: string, body?: unknown, opts: { waitMs?: number; query?: Record<string, string | undefined> } = {}): Promise<Json> {
+    const headers = method === "GET" ? undefined : { "Idempotency-Key": await newId() };
+    return (await this.sandbox.request(method, this.path + rel, { body, headers, ...opts })).body as Json;
+  }
+
+  /** Run a command: a string goes to /bin/sh -c, an array is an argv. */
+  async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const body: Json = typeof cmd === "string" ? { shell: cmd } : { cmd };
+    if (opts.cwd !== undefined) body.cwd = opts.cwd;
+    if (opts.env !== undefined) body.env = opts.env;
+    if (opts.stdin !== undefined) body.stdin = opts.stdin;
+    if (opts.timeoutMs !== undefined) body.timeout = secs(opts.timeoutMs) + "s";
+    if (opts.background) body.background = true;
+    const d = await this.call("POST", "/exec", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
+    return {
+      exitCode: d.exit_code as number | undefined,
+      signal: (d.signal as number) ?? 0,
+      timedOut: Boolean(d.timed_out),
+      stdout: decode((d.stdout as string) ?? "", d.stdout_encoding as string | undefined),
+      stderr: decode((d.stderr as string) ?? "", d.stderr_encoding as string | undefined),
+      truncated: Boolean(d.stdout_truncated || d.stderr_truncated),
+      durationMs: (d.duration_ms as number) ?? 0,
+      pid: d.pid as number | undefined,
+      raw: d,
+    };
+  }
+
+  /** Run a cell in a stateful Python context (default "default"). */
+  async runCode(code: string, opts: { context?: string; timeoutMs?: number } = {}): Promise<CodeResult> {
+    const body: Json = { code };
+    if (opts.context) body.context = opts.context;
+    if (opts.timeoutMs !== undefined) body.timeout = secs(opts.timeoutMs) + "s";
+    const d = await this.call("POST", "/code", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
+    return {
+      text: d.text as string | undefined,
+      stdout: decode((d.stdout as string) ?? "", d.stdout_encoding as string | undefined),
+      stderr: decode((d.stderr as string) ?? "", d.stderr_encoding as string | undefined),
+      error: d.error as CodeError | undefined,
+      reset: Boolean(d.reset),
+      timedOut: Boolean(d.timed_out),
+      raw: d,
+    };
+  }
+
+  /** Count as a call: the idle timeout starts again. */
+  async keepalive(): Promise<SessionInfo> {
+    this.info = (await this.call("POST", "/keepalive")) as unknown as SessionInfo;
+    return this.info;
+  }
+
+  /** The session's record as it is now. */
+  async refresh(): Promise<SessionInfo> {
+    this.info = (await this.call("GET", "")) as unknown as SessionInfo;
+    return this.info;
+  }
+
+  /** End the session; ending one that has ended already is no error. */
+  async close(): Promise<void> {
+    try {
+      this.info = (await this.call("DELETE", "")) as unknown as SessionInfo;
+    } catch (e) {
+      if (!(e instanceof SandfleetError) || (e.code !== "gone" && e.code !== "not_found")) throw e;
+    }
+  }
+}
+
+// `await using s = await sb.createSession()`: where the runtime has
+// Symbol.asyncDispose (Node 20.4+), a session is async-disposable.
+const asyncDispose = (Symbol as unknown as { asyncDispose?: symbol }).asyncDispose;
+if (asyncDispose) {
+  Object.defineProperty(Session.prototype, asyncDispose, {
+    value: function (this: Session) {
+      return this.close();
+    },
+  });
+}
+
+/** A session's files: paths are relative to /workspace, or under /tmp. */
+export class Files {
+  constructor(private readonly s: Session) {}
+
+  async read(path: string): Promise<Uint8Array> {
+    const resp = await this.s.sandbox.open("GET", `${this.s.path}/files/${filePath(path)}`, { waitMs: 0 });
+    return new Uint8Array(await resp.arrayBuffer());
+  }
+
+  async readText(path: string): Promise<string> {
+    return new TextDecoder().decode(await this.read(path));
+  }
+
+  async write(path: string, data: string | Uint8Array, opts: { mode?: number } = {}): Promise<Entry> {
+    const raw = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    const resp = await this.s.sandbox.open("PUT", `${this.s.path}/files/${filePath(path)}`, {
+      query: { mode: opts.mode?.toString(8) },
+      raw,
+      contentType: "application/octet-stream",
+      headers: { "Idempotency-Key": await newId() },
+      waitMs: 0,
+    });
+    return (await resp.json()) as Entry;
+  }
+
+  async list(dir = "."): Promise<Entry[]> {
+    return (await this.s.call("GET", "/files", undefined, { query: { dir } })).entries as Entry[];
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.s.call("DELETE", `/files/${filePath(path)}`, undefined, { query: { recursive: opts.recursive ? "true" : undefined } });
+  }
+}
+
+/** A session's background processes (started with exec(..., { background: true })). */
+export class Processes {
+  constructor(private readonly s: Session) {}
+
+  async list(): Promise<ProcessInfo[]> {
+    return (await this.s.call("GET", "/processes")).processes as ProcessInfo[];
+  }
+
+  /** Its output from offset since; with waitMs, after waiting that long at most for it to end. */
+  async output(pid: number, opts: { since?: number; waitMs?: number } = {}): Promise<ProcessOutput> {
+    const query = { since: String(opts.since ?? 0), wait: opts.waitMs ? secs(opts.waitMs) + "s" : undefined };
+    const d = await this.s.call("GET", `/processes/${pid}`, undefined, { query, waitMs: opts.waitMs ?? 0 });
+    return { ...(d as unknown as ProcessOutput), output: decode((d.output as string) ?? "", d.output_encoding as string | undefined) };
+  }
+
+  async signal(pid: number, signal = 15): Promise<void> {
+    await this.s.call("POST", `/processes/${pid}/signal`, { signal });
+  }
+
+  async stdin(pid: number, data: string | Uint8Array, opts: { eof?: boolean } = {}): Promise<void> {
+    const raw = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    await this.s.sandbox.open("POST", `${this.s.path}/processes/${pid}/stdin`, {
+      query: { eof: opts.eof ? "true" : undefined },
+      raw,
+      contentType: "application/octet-stream",
+      headers: { "Idempotency-Key": await newId() },
+      waitMs: 0,
+    });
   }
 }
 

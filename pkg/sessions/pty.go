@@ -1,0 +1,265 @@
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A terminal of a session. OpPTY opens one: a shell on a pseudo-terminal
+// in the sandbox. Its bytes then flow on two core NATS subjects of their
+// own, PTYSubject(id, stream, "in") and (…, "out"), named by a stream
+// the client picks at random: the client listens on "out" before it asks,
+// so it misses nothing, and the name, 128 random bits, is what lets a
+// message onto "in" once the owner's open was allowed.
+//
+// Each message's first byte says what it is:
+//
+//	in   'd' bytes        what is typed
+//	in   'r' JSON         a resize: {"cols": N, "rows": N}
+//	in   'a' decimal      output bytes taken so far, in all; also a keepalive
+//	in   'c'              hang up
+//	out  'd' bytes        the terminal's output
+//	out  'x' JSON         its end (PTYExit), the last message
+//
+// Output is flow-controlled end to end: the sandbox sends at most
+// PTYWindow bytes past the last 'a', so a reader that stops reading stops
+// the shell (as a terminal does), never a buffer that grows. A terminal
+// nothing is heard from for PTYIdle is hung up; clients send an 'a' every
+// PTYKeepalive.
+const OpPTY = "pty"
+
+// The kinds of a terminal's messages (their first byte).
+const (
+	PTYData   byte = 'd'
+	PTYResize byte = 'r'
+	PTYAck    byte = 'a'
+	PTYClose  byte = 'c'
+	PTYExited byte = 'x'
+)
+
+// Bounds and timings of a terminal.
+const (
+	PTYWindow    = 256 << 10 // as the sandbox's agent keeps it (envelope.PTYWindow)
+	MaxPTYInput  = 32 << 10  // bytes of one 'd' message in
+	PTYKeepalive = 15 * time.Second
+	PTYIdle      = 60 * time.Second
+)
+
+// PTYSubject is the subject of one direction ("in" or "out") of a
+// terminal's stream.
+func PTYSubject(id, stream, dir string) string {
+	return subjectPrefix + id + ".pty." + stream + "." + dir
+}
+
+var streamRE = regexp.MustCompile(`^[A-Za-z0-9]{16,64}$`)
+
+// ValidStream reports whether s can name a terminal's stream.
+func ValidStream(s string) bool { return streamRE.MatchString(s) }
+
+// PTYRequest opens a terminal: Cmd (default the image's shell) on a pty
+// of Cols x Rows (default 80x24).
+type PTYRequest struct {
+	Stream string            `json:"stream"`
+	Cols   int               `json:"cols,omitempty"`
+	Rows   int               `json:"rows,omitempty"`
+	Cmd    []string          `json:"cmd,omitempty"`
+	Cwd    string            `json:"cwd,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+}
+
+// PTYInfo is an open terminal: its number in the session, its shell's
+// process, and its subjects.
+type PTYInfo struct {
+	PTY int    `json:"pty"`
+	PID int    `json:"pid"`
+	In  string `json:"in"`
+	Out string `json:"out"`
+}
+
+// PTYExit is how a terminal ended: its shell's status, or why it was cut
+// (Reason: "idle", the session's end, "lost").
+type PTYExit struct {
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// PTYSize is a resize's body.
+type PTYSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// PTY is a client's open terminal. Read and Write may be called from two
+// goroutines at once; Close from any.
+type PTY struct {
+	Info PTYInfo
+
+	nc  *nats.Conn
+	sub *nats.Subscription
+
+	mu     sync.Mutex
+	taken  int64 // output bytes read
+	acked  int64 // of them, the last 'a' sent
+	exit   *PTYExit
+	stop   chan struct{}
+	closed bool
+}
+
+// OpenPTY opens a terminal in session id; req.Stream is picked when empty.
+func (c *Client) OpenPTY(ctx context.Context, id string, req PTYRequest) (*PTY, error) {
+	if !ValidID(id) {
+		return nil, Errorf(ErrNotFound, "no session %q", id)
+	}
+	if req.Stream == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		req.Stream = hex.EncodeToString(b[:])
+	}
+	sub, err := c.nc.SubscribeSync(PTYSubject(id, req.Stream, "out"))
+	if err != nil {
+		return nil, fmt.Errorf("sessions: listen to a terminal: %w", err)
+	}
+	// The window bounds what is in flight; the limits only keep a client
+	// that never reads from holding more.
+	_ = sub.SetPendingLimits(-1, 4*PTYWindow)
+	if err := c.nc.FlushTimeout(c.CallTimeout); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("sessions: listen to a terminal: %w", err)
+	}
+	p := &PTY{nc: c.nc, sub: sub, stop: make(chan struct{})}
+	if err := c.Do(ctx, id, OpPTY, "", req, &p.Info, 0); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	go p.keepalive()
+	return p, nil
+}
+
+// keepalive tells the session the terminal is still read, and ends it as
+// lost when nobody answers for the session any more.
+func (p *PTY) keepalive() {
+	t := time.NewTicker(PTYKeepalive)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		n := p.taken
+		p.mu.Unlock()
+		_, err := p.nc.Request(p.Info.In, append([]byte{PTYAck}, strconv.FormatInt(n, 10)...), PTYKeepalive)
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+			p.end(&PTYExit{Reason: "lost: the session's worker does not answer"})
+			return
+		}
+	}
+}
+
+func (p *PTY) end(e *PTYExit) {
+	p.mu.Lock()
+	if p.exit == nil {
+		p.exit = e
+	}
+	p.mu.Unlock()
+	_ = p.sub.Unsubscribe() // a Read waiting ends
+}
+
+// Read returns the terminal's next output; io.EOF once it has ended (Exit
+// says how).
+func (p *PTY) Read(ctx context.Context) ([]byte, error) {
+	for {
+		msg, err := p.sub.NextMsgWithContext(ctx)
+		if err != nil {
+			p.mu.Lock()
+			ended := p.exit != nil
+			p.mu.Unlock()
+			if ended || errors.Is(err, nats.ErrBadSubscription) || errors.Is(err, nats.ErrConnectionClosed) {
+				p.end(&PTYExit{Reason: "closed"})
+				return nil, io.EOF
+			}
+			return nil, err
+		}
+		if len(msg.Data) == 0 {
+			continue
+		}
+		switch msg.Data[0] {
+		case PTYData:
+			data := msg.Data[1:]
+			p.mu.Lock()
+			p.taken += int64(len(data))
+			ack := p.taken - p.acked
+			if ack >= PTYWindow/4 {
+				p.acked = p.taken
+			}
+			n := p.taken
+			p.mu.Unlock()
+			if ack >= PTYWindow/4 {
+				_ = p.nc.Publish(p.Info.In, append([]byte{PTYAck}, strconv.FormatInt(n, 10)...))
+			}
+			return data, nil
+		case PTYExited:
+			var e PTYExit
+			if json.Unmarshal(msg.Data[1:], &e) != nil {
+				e.Reason = "ended"
+			}
+			p.end(&e)
+			return nil, io.EOF
+		}
+	}
+}
+
+// Exit is how the terminal ended, nil while it runs.
+func (p *PTY) Exit() *PTYExit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
+}
+
+// Write sends what is typed.
+func (p *PTY) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		chunk := b[:min(len(b), MaxPTYInput)]
+		if err := p.nc.Publish(p.Info.In, append([]byte{PTYData}, chunk...)); err != nil {
+			return n, err
+		}
+		n += len(chunk)
+		b = b[len(chunk):]
+	}
+	return n, nil
+}
+
+// Resize sets the terminal's size.
+func (p *PTY) Resize(cols, rows int) error {
+	b, _ := json.Marshal(PTYSize{Cols: cols, Rows: rows})
+	return p.nc.Publish(p.Info.In, append([]byte{PTYResize}, b...))
+}
+
+// Close hangs the terminal up.
+func (p *PTY) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	p.mu.Unlock()
+	_ = p.nc.Publish(p.Info.In, []byte{PTYClose})
+	p.end(&PTYExit{Reason: "closed"})
+	return nil
+}
