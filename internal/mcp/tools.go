@@ -55,7 +55,7 @@ type Options struct {
 // DefaultLanguages are the presets of a worker configured with none
 // (executor.DefaultPresets; a test keeps the two equal). A worker that
 // lacks one rejects the job, and the tool result says which it has.
-var DefaultLanguages = []string{"python", "shell", "node", "c", "cpp", "java", "go", "rust"}
+var DefaultLanguages = []string{"python", "shell", "node", "c", "cpp", "java", "go", "rust", "python-data"}
 
 // Default output bound and image budget.
 const (

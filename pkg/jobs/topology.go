@@ -653,13 +653,18 @@ func (m maker) tune(ctx context.Context, name string, lim caps, create func() (m
 	keep := m.keep
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		// Made here or by another client meanwhile, it is set below as
-		// the maker says: a worker (Ensure) as t says, a client that
-		// keeps (Open) not at all beyond rollups, even if it made it, so
-		// that its defaults never land over a worker's caps written in
-		// between; the workers' Ensure at their start sets the rest.
-		if _, err = create(); err != nil {
+		var made bool
+		if made, err = create(); err != nil {
 			return err
+		}
+		// A client that keeps (Open) and made it sets nothing but its
+		// rollups (below, from a fresh read): anything more could land
+		// over a worker's caps written in between, and the workers'
+		// Ensure at their start sets the rest. Made by another meanwhile,
+		// it is set as the maker says: a worker as t says, a client that
+		// keeps not at all beyond rollups.
+		if made && keep && !lim.noRollups {
+			return nil
 		}
 		s, err = js.Stream(ctx, name)
 	}
