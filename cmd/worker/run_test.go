@@ -275,7 +275,9 @@ func TestDockerEndToEnd(t *testing.T) {
 // a job's events --events-max-age, WORKSPACES its heads --workspace-ttl.
 func TestRetentionFlags(t *testing.T) {
 	t.Parallel()
-	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "ret1",
+	// No HTTP API: its client may make a bucket beside the worker, the
+	// race the README's storage section leaves (see TestOpenLeavesTheWorkersSettings).
+	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "ret1", "--http", "",
 		"--events-max-age", "10m", "--workspace-ttl", "2h"}
 	s := startServe(t, args, &fakeexec.Executor{})
 	defer s.Stop(t)
@@ -303,7 +305,7 @@ func TestRetentionFlags(t *testing.T) {
 // object stores; a size that is none is a usage error.
 func TestStorageCapFlags(t *testing.T) {
 	t.Parallel()
-	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "caps1",
+	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "caps1", "--http", "",
 		"--results-max-bytes", "16m", "--cancels-max-keys", "500", "--workspaces-max-keys", "300",
 		"--workspace-quota", "8m", "--artifact-quota", "4m"}
 	s := startServe(t, args, &fakeexec.Executor{})
