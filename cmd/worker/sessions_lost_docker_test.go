@@ -13,6 +13,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -60,8 +61,27 @@ func TestSessionWorkerKilledDocker(t *testing.T) {
 		return len(running(t, executor.LabelWorker+"="+id)) == 0
 	})
 	t.Logf("the sandbox stopped %s after the worker's death", time.Since(start).Round(time.Second))
-	// What is left of it the worker's reaper removes when it starts again.
+	// What is left of it the worker's reaper removes when it starts again;
+	// once that worker says it is ready, its start-up's trial sandbox is
+	// gone too.
+	restarted := time.Now()
 	dockerWorker(t, srv.ClientURL(), id, "--pool", "0", "--sessions", "2")
+	jc, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the restarted worker ready", func() bool {
+		st, err := jc.Status(t.Context())
+		if err != nil {
+			return false
+		}
+		for _, w := range st.Workers {
+			if w.ID == id && w.Ready && w.StartedAt.After(restarted) {
+				return true
+			}
+		}
+		return false
+	})
 	testutil.Eventually(t, 60*time.Second, "the stopped container reaped", func() bool {
 		return len(containers(t, executor.LabelWorker+"="+id)) == 0
 	})
