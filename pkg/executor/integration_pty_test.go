@@ -70,7 +70,7 @@ func testSessionPTY(t *testing.T, e *Executor) {
 	}
 
 	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("exit 7\n")}))
-	testutil.Eventually(t, 20*time.Second, "the terminal's end", func() bool {
+	testutil.Eventually(t, 90*time.Second, "the terminal's end", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return exit != nil
