@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-// issueRef is a citation of a tracker's issue: "(issue 12)", "issue 11:",
-// "issues 7 and 9".
+// issueRef is a citation of a tracker's issue: the word "issue" or
+// "issues", an optional "#", then a number. Readers of the code never
+// see the tracker, so a comment says the reason instead.
 var issueRef = regexp.MustCompile(`(?i)\bissues? #?[0-9]+`)
 
 // No comment, doc or message cites an issue number: a reader of the code
