@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,17 +123,23 @@ func TestMaxWaitingFlag(t *testing.T) {
 		c := &http.Client{Timeout: timeout}
 		return c.Post("http://"+addr+"/v1/jobs?wait=20s", "application/json", strings.NewReader(body))
 	}
-	first := make(chan error, 1)
-	go func() {
-		res, err := post("waits-1", 0)
-		if err == nil {
-			res.Body.Close()
-		}
-		first <- err
-	}()
-	// Which request takes the one slot is decided here, not by the race:
-	// the second is sent only once the gateway's gauge says the first holds it.
+	// The first long poll is sent again until it holds the slot: one sent
+	// before the gateway listens, or before it has the topology, ends at
+	// once. Which request takes the one slot is decided here, not by the
+	// race: the second is sent only once the gateway's gauge says the first
+	// holds it.
+	var inflight atomic.Bool
+	var firsts sync.WaitGroup
+	defer firsts.Wait()
 	testutil.Eventually(t, 60*time.Second, "the first long poll holds the slot", func() bool {
+		if inflight.CompareAndSwap(false, true) {
+			firsts.Go(func() {
+				defer inflight.Store(false)
+				if res, err := post("waits-1", 0); err == nil {
+					res.Body.Close()
+				}
+			})
+		}
 		return waitingSlots(t, addr) == 1
 	})
 	res, err := post("waits-2", 5*time.Second)
@@ -143,7 +151,6 @@ func TestMaxWaitingFlag(t *testing.T) {
 		t.Errorf("the second long poll: %s, want 429", res.Status)
 	}
 	stop()
-	<-first
 }
 
 // --max-streams-per-token reaches the gateway: a token holding its one
