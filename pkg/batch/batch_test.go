@@ -274,8 +274,13 @@ func TestResumeRunsNothingTwice(t *testing.T) {
 	if b.exec.Total() != n {
 		t.Errorf("%d runs in all, want %d", b.exec.Total(), n)
 	}
-	if p := published(); p > n {
-		t.Errorf("%d publishes for %d jobs: finished jobs were published again", p, n)
+	// A job still in flight when run 1 stopped may be published once more:
+	// it can finish between run 2's lookup and its publish, and the stream
+	// then takes the publish (a worker finds the stored result and runs
+	// nothing: the Runs check above). A job done in run 1 is never
+	// published again.
+	if p := published(); p > uint64(n+sum1.InFlight) {
+		t.Errorf("%d publishes for %d jobs (%d in flight at the interrupt): finished jobs were published again", p, n, sum1.InFlight)
 	}
 
 	// A third run publishes nothing and reuses everything.
