@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
@@ -315,10 +316,12 @@ func (m *Main) credentials(url string) ([]nats.Option, error) {
 	return []nats.Option{opt}, nil
 }
 
-// connect opens the job client on --nats; close closes its connection.
-func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), err error) {
+// dial connects to --nats with the credentials (and a tenant's options)
+// every command uses.
+func (m *Main) dial() (*nats.Conn, jetstream.JetStream, error) {
 	url := natsconn.ServerURL(m.natsURL)
 	cfg := natsconn.Config{URL: url, Name: "sandfleet-submit"}
+	var err error
 	if cfg.Extra, err = m.credentials(url); err != nil {
 		return nil, nil, err
 	}
@@ -335,6 +338,15 @@ func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), 
 	if err != nil {
 		return nil, nil, fail(exitUnavailable, "%w (start a worker with --embedded, or set --nats / NATS_URL)", err)
 	}
+	return nc, js, nil
+}
+
+// connect opens the job client on --nats; close closes its connection.
+func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), err error) {
+	nc, js, err := m.dial()
+	if err != nil {
+		return nil, nil, err
+	}
 	if m.tenant != "" {
 		// A tenant may not read the topology: nothing to open.
 		client, err = jobs.NewTenantClient(js, m.tenant, jobs.Topology{})
@@ -349,6 +361,7 @@ func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), 
 	client, err = jobs.NewClient(ctx, js, jobs.Topology{})
 	if err != nil {
 		nc.Close()
+		url := natsconn.ServerURL(m.natsURL)
 		return nil, nil, fail(exitUnavailable, "open the job stream at %s: %w", natsurl.Redact(url), natsurl.Error(err, url))
 	}
 	return client, nc.Close, nil

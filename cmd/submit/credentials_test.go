@@ -33,6 +33,12 @@ func TestCredentialsFlag(t *testing.T) {
 	if got := submit(t, url, "", "get", "nope", "--credentials", good); got.code != exitNotFound {
 		t.Errorf("with --credentials: %+v, want exit %d (connected, no such job)", got, exitNotFound)
 	}
+	// The session commands connect the same way (no worker here: a create
+	// would wait for one, so a get of an unknown session shows the
+	// connection held).
+	if got := submit(t, url, "", "session", "get", "s-nope", "--credentials", good); got.code != exitNotFound {
+		t.Errorf("session get with --credentials: %+v, want exit %d (connected, no such session)", got, exitNotFound)
+	}
 	got := submit(t, url, "", "get", "nope")
 	if got.code != exitUnavailable || !strings.Contains(got.stderr, "--credentials FILE") {
 		t.Errorf("without credentials: %+v, want exit %d saying what to pass", got, exitUnavailable)

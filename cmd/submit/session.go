@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
-	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -145,11 +144,15 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	return c.cp(ctx, client, args[0], args[1])
 }
 
-// connectSessions connects as connect does and returns a sessions client.
+// connectSessions connects as connect does (the same credentials) and
+// returns a sessions client.
 func (m *Main) connectSessions(ctx context.Context) (*sessions.Client, func(), error) {
-	nc, js, err := natsconn.JetStream(natsconn.Config{URL: natsconn.ServerURL(m.natsURL), Name: "sandfleet-submit"})
+	if m.tenant != "" {
+		return nil, nil, usageError("", "--tenant: sessions over NATS are the operator's; a tenant's sessions go through the gateway (SANDFLEET_URL and a tenant's token)")
+	}
+	nc, js, err := m.dial()
 	if err != nil {
-		return nil, nil, fail(exitUnavailable, "%w (start a worker with --embedded, or set --nats / NATS_URL)", err)
+		return nil, nil, err
 	}
 	client, err := sessions.NewClient(ctx, js, "")
 	if err != nil {
