@@ -3,7 +3,7 @@
 // into sandfleet jobs, one per problem and language: the problem's
 // declaration, a solution and its tests as one program of the language's
 // preset, which exits 0 exactly when the tests pass. The data is not part
-// of the repository (see README "HumanEval-X").
+// of the repository (see docs/evals.md, "HumanEval-X").
 package humanevalx
 
 import (

@@ -37,7 +37,7 @@ func TestJobs(t *testing.T) {
 	for _, lang := range humanevalx.LanguageOrder {
 		ps, err := humanevalx.Read(humanevalx.File(dir, lang))
 		if err != nil {
-			t.Skipf("HumanEval-X not found (%v): set HUMANEVALX=DIR, or put it in ../shared/data/humaneval-x; see README \"HumanEval-X\"", err)
+			t.Skipf("HumanEval-X not found (%v): set HUMANEVALX=DIR, or put it in ../shared/data/humaneval-x; see docs/evals.md, \"HumanEval-X\"", err)
 		}
 		if len(ps) != 164 {
 			t.Errorf("%s: %d problems", lang, len(ps))
@@ -60,7 +60,7 @@ func TestHumanEvalX(t *testing.T) {
 	t.Parallel()
 	dir := dataDir(t)
 	if _, err := os.Stat(humanevalx.File(dir, "python")); err != nil {
-		t.Skipf("HumanEval-X not found (%v): set HUMANEVALX=DIR, or put it in ../shared/data/humaneval-x; see README \"HumanEval-X\"", err)
+		t.Skipf("HumanEval-X not found (%v): set HUMANEVALX=DIR, or put it in ../shared/data/humaneval-x; see docs/evals.md, \"HumanEval-X\"", err)
 	}
 	img, langs := os.Getenv("SANDFLEET_TEST_IMAGE"), os.Getenv("SANDFLEET_TEST_LANGS_IMAGE")
 	if langs == "" {

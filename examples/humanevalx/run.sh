@@ -4,7 +4,7 @@
 # and broken ones, which must all fail. It prints each batch's summary and
 # exits non-zero when a broken solution succeeded or a batch could not run.
 # Canonical failures are reported, not fatal: some of the dataset's
-# problems are broken in some languages (README "HumanEval-X").
+# problems are broken in some languages (docs/evals.md, "HumanEval-X").
 #
 #   examples/humanevalx/run.sh [submit batch flags]
 #

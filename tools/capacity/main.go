@@ -1,4 +1,4 @@
-// Command capacity measures what the README's capacity model needs:
+// Command capacity measures what the capacity model of docs/operations.md needs:
 // the CPU a 3-node NATS JetStream cluster spends per job, with real
 // worker processes, and what a stored result takes in RESULTS.
 //

@@ -47,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ps, err := humanevalx.Read(humanevalx.File(*dir, *lang))
 	if err != nil {
-		return fmt.Errorf("%w (HumanEval-X is not part of this repository: see README \"HumanEval-X\")", err)
+		return fmt.Errorf("%w (HumanEval-X is not part of this repository: see docs/evals.md, \"HumanEval-X\")", err)
 	}
 	w := stdout
 	if *out != "-" {
