@@ -28,6 +28,7 @@ type Server struct {
 	opts   Options
 	runner RunnerFor
 	srv    *sdk.Server
+	calls  map[string]call // by tool name: Call's
 }
 
 // NewServer returns a server whose tools run their jobs on runner(caller).
@@ -36,7 +37,7 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, runner: runner}
+	s := &Server{opts: opts, runner: runner, calls: map[string]call{}}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "sandfleet", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions: "sandfleet runs code in isolated, single-use sandboxes. Use run_code to run a program and read its output.",
 		Logger:       opts.Logger,
@@ -72,6 +73,11 @@ func addTool[In any](s *Server, d Def, h func(ctx context.Context, req *sdk.Call
 		res, err := h(ctx, req, in)
 		return res, nil, err
 	})
+	c, err := callOf(d, h)
+	if err != nil {
+		panic(err) // the SDK's AddTool has resolved the same schema already
+	}
+	s.calls[d.Name] = c
 }
 
 // progress tells the client, every Options.Progress, that a call asking

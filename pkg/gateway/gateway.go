@@ -181,7 +181,9 @@ type Gateway struct {
 	// The MCP server of /mcp, and its tools for GET /v1/tools.
 	mcp     http.Handler
 	mcpCall time.Duration
-	tools   []mcp.Def
+	// mcpServer runs POST /v1/tools/{name}'s calls.
+	mcpServer *mcp.Server
+	tools     []mcp.Def
 }
 
 // New returns a gateway over client, the operator's, which serves the
@@ -297,6 +299,7 @@ func (g *Gateway) routes() []route {
 		{pattern: "GET /v1/sessions/{id}/pty", h: g.ptySession, write: true, stream: true},
 		{pattern: "GET /v1/status", h: g.status},
 		{pattern: "GET /v1/tools", h: g.listTools},
+		{pattern: "POST /v1/tools/{name}", h: g.callTool, write: true, body: g.cfg.MaxJobBytes + 64<<10, stream: true},
 		// A session's POST waits for its tool calls and may stream them
 		// (SSE); its GET is a stream of the server's messages.
 		{pattern: "POST /mcp", h: g.serveMCP, write: true, body: g.cfg.MaxJobBytes + 64<<10, stream: true},

@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -31,7 +35,7 @@ func (g *Gateway) newMCP() error {
 	if err != nil {
 		return err
 	}
-	g.tools, g.mcpCall = srv.Definitions(), srv.MaxCall()
+	g.tools, g.mcpCall, g.mcpServer = srv.Definitions(), srv.MaxCall(), srv
 	g.mcp = srv.HTTPHandler(mcp.HTTPOptions{MaxBodyBytes: g.cfg.MaxJobBytes + 64<<10})
 	return nil
 }
@@ -107,5 +111,43 @@ func (g *Gateway) listTools(w http.ResponseWriter, r *http.Request, _ *Token) er
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	_, err := w.Write(append(data, '\n'))
+	return err
+}
+
+// callTool: POST /v1/tools/{name}: one tool call, its body the call's
+// arguments (a JSON object), answered with the MCP tool result
+// ({"content": [...], "isError": bool}) that a tools/call of /mcp gives:
+// the same handler, schema and bounds. The clients' dispatchers turn it
+// into an OpenAI tool message or an Anthropic tool_result block. A
+// failing program is a 200 with isError; only a call that names no tool,
+// or whose body is not JSON, is an HTTP error.
+func (g *Gateway) callTool(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	name := r.PathValue("name")
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(data)) > 0 && !json.Valid(data) {
+		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "the body must be the tool's arguments, a JSON object")
+	}
+	var c *mcp.Caller
+	if tok != nil {
+		c = &mcp.Caller{Name: tok.Name, Value: tok}
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.mcpCall + g.cfg.WriteTimeout))
+	res, err := g.mcpServer.Call(r.Context(), c, name, data)
+	if errors.Is(err, mcp.ErrNoTool) {
+		return apiErr(http.StatusNotFound, CodeNotFound, "no tool %q (GET /v1/tools lists them)", name)
+	}
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, err = w.Write(append(out, '\n'))
 	return err
 }

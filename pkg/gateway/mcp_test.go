@@ -321,3 +321,68 @@ func TestMCPCallsHoldAWaitingSlot(t *testing.T) {
 		t.Errorf("bob's call: %q", mcptest.Text(res))
 	}
 }
+
+// A model's tool call, in OpenAI's shape (arguments a JSON string) and in
+// Anthropic's (input an object), built from each format's definition,
+// runs through POST /v1/tools/{name} as the same job /mcp's tools/call
+// runs: the same program, the same answer but for the job's ID. A
+// failing program is a result with isError, not an HTTP error; arguments
+// the schema refuses too; an unknown tool is a 404.
+func TestToolCallRoundTrip(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{cfg: gateway.Config{MCP: mcp.Options{MaxOutput: mcpMaxOutput}}})
+	cs := mcptest.Connect(t, mcptest.HTTP(b.url+"/mcp", b.alice))
+	viaMCP := mcptest.Text(mcptest.RunCode(t, t.Context(), cs, map[string]any{"language": "python", "code": mcptest.Fake.Prints}))
+
+	// The model's calls, as each API hands them to the caller.
+	args, _ := json.Marshal(map[string]any{"language": "python", "code": mcptest.Fake.Prints})
+	openAICall := map[string]any{"id": "call_1", "type": "function",
+		"function": map[string]any{"name": mcp.ToolRunCode, "arguments": string(args)}}
+	anthropicCall := map[string]any{"type": "tool_use", "id": "toolu_1", "name": mcp.ToolRunCode,
+		"input": map[string]any{"language": "python", "code": mcptest.Fake.Prints}}
+	run := func(name, body string) (sdk.CallToolResult, string) {
+		t.Helper()
+		r := apiCase{method: "POST", path: "/v1/tools/" + name, token: b.alice, body: body, status: 200}.run(t, b, doc)
+		var res sdk.CallToolResult
+		if err := json.Unmarshal(r.body, &res); err != nil {
+			t.Fatalf("%v: %s", err, r.body)
+		}
+		return res, mcptest.Text(&res)
+	}
+	fn := openAICall["function"].(map[string]any)
+	fromOpenAI, textOpenAI := run(fn["name"].(string), fn["arguments"].(string))
+	input, _ := json.Marshal(anthropicCall["input"])
+	fromAnthropic, textAnthropic := run(anthropicCall["name"].(string), string(input))
+
+	// Equal but for the job's ID, which each run has its own of.
+	strip := func(text string) string {
+		first, rest, _ := strings.Cut(text, "\n")
+		before, _, _ := strings.Cut(first, ", job ")
+		return before + "\n" + rest
+	}
+	if fromOpenAI.IsError || fromAnthropic.IsError || !strings.Contains(textOpenAI, "42") ||
+		strip(textOpenAI) != strip(textAnthropic) || strip(textOpenAI) != strip(viaMCP) {
+		t.Errorf("openai %v %q\nanthropic %v %q\nmcp %q", fromOpenAI.IsError, textOpenAI, fromAnthropic.IsError, textAnthropic, viaMCP)
+	}
+	for _, text := range []string{textOpenAI, textAnthropic} {
+		stored, err := b.client.Get(t.Context(), jobID(t, text))
+		if err != nil || stored.Labels[gateway.TokenLabel] != "alice" {
+			t.Errorf("the call's job: %v, %+v: want alice's", err, stored)
+		}
+	}
+
+	failing, _ := json.Marshal(map[string]any{"language": "python", "code": mcptest.Fake.Fails})
+	if res, text := run(mcp.ToolRunCode, string(failing)); !res.IsError || !strings.Contains(text, "boom") {
+		t.Errorf("a failing program: %v %q, want isError with its stderr", res.IsError, text)
+	}
+	if res, text := run(mcp.ToolRunCode, `{"code":"print 1"}`); !res.IsError || !strings.Contains(text, "language") {
+		t.Errorf("no language: %v %q, want isError naming it", res.IsError, text)
+	}
+	apiCase{name: "unknown tool", method: "POST", path: "/v1/tools/format_disk", token: b.alice, body: `{}`,
+		status: 404, code: gateway.CodeNotFound}.run(t, b, doc)
+	apiCase{name: "not JSON", method: "POST", path: "/v1/tools/run_code", token: b.alice, body: `{"code":`,
+		status: 400, code: gateway.CodeInvalidJSON, docRefuses: true}.run(t, b, doc)
+	apiCase{name: "no token", method: "POST", path: "/v1/tools/run_code", body: `{}`,
+		status: 401, code: gateway.CodeUnauthorized}.run(t, b, doc)
+}
