@@ -260,6 +260,30 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 			t.Errorf("agent session over HTTP: %+v", got)
 		}
 	})
+	t.Run("python tool loop", func(t *testing.T) {
+		out := run(t, "python", append(env, "PYTHONPATH=."), "python3", "examples/tool_loop.py")
+		var got struct {
+			OpenAI struct {
+				Answer  string
+				Results []string
+			} `json:"openai"`
+			Anthropic struct {
+				Answer  string
+				Errors  []bool
+				Results []string
+			} `json:"anthropic"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		// Both shapes ran the same programs in sandboxes: the same answer,
+		// the failing one an error result with its stderr.
+		if got.OpenAI.Answer != "The sum is 45." || got.Anthropic.Answer != got.OpenAI.Answer ||
+			!slices.Equal(got.Anthropic.Errors, []bool{false, true}) || len(got.OpenAI.Results) != 2 ||
+			!strings.Contains(got.OpenAI.Results[1], "bad input") || !strings.Contains(got.Anthropic.Results[1], "bad input") {
+			t.Errorf("tool loop: %s", out)
+		}
+	})
 	t.Run("python session", func(t *testing.T) {
 		out := run(t, "python", append(env, "PYTHONPATH=."), "python3", "examples/session.py")
 		var got map[string]any

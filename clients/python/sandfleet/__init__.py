@@ -51,6 +51,7 @@ __all__ = [
     "Output",
     "Result",
     "Sandbox",
+    "ToolResult",
     "SandboxConfig",
     "SandfleetError",
     "SandfleetTimeout",
@@ -378,7 +379,36 @@ class Sandbox:
         """The fleet's workers and queues (GET /v1/status)."""
         return self._request("GET", "/v1/status")[1]
 
-    # -- HTTP --------------------------------------------------------------
+    # -- tools, for a model's function calls ------------------------------
+
+    def tools(self, format: str = "openai") -> "list[Dict[str, Any]]":
+        """The tools as a model's definitions (GET /v1/tools): "openai"
+        (Chat Completions' {"type": "function", ...}), "anthropic"
+        ({name, description, input_schema}) or "mcp"."""
+        return self._request("GET", "/v1/tools", query={"format": format})[1]["tools"]
+
+    def call_tool(self, call: Any, arguments: "Optional[Mapping[str, Any] | str]" = None) -> "ToolResult":
+        """Run one tool call as /mcp's tools/call would (POST /v1/tools/NAME).
+
+        call is a tool's name (then arguments is a dict, or a JSON string as
+        OpenAI gives it), or a model's call as its API hands it over, a dict
+        or the SDK's object: OpenAI's tool call ({"id", "type": "function",
+        "function": {"name", "arguments"}}) or Anthropic's tool_use block
+        ({"type": "tool_use", "id", "name", "input"}). A failing program is
+        a result with is_error, never an exception; to_message() is the
+        reply to hand the model back, in the shape of the call.
+        """
+        if isinstance(call, str):
+            name, args, shape, call_id = call, arguments, "", ""
+        else:
+            name, args, shape, call_id = _tool_call(call)
+        if isinstance(args, str):
+            args = json.loads(args) if args.strip() else {}
+        timeout = float((args or {}).get("timeout") or 0)
+        _, res = self._request("POST", "/v1/tools/" + _quote(name), body=dict(args or {}), wait=timeout + 60.0)
+        return ToolResult(res, shape=shape, call_id=call_id)
+
+        # -- HTTP --------------------------------------------------------------
 
     # -- sessions ----------------------------------------------------------
 
@@ -476,6 +506,72 @@ class Sandbox:
             delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             time.sleep(max(delay, err.retry_after or 0.0))
             attempt += 1
+
+
+def _field(obj: Any, key: str) -> Any:
+    """obj[key] of a dict, obj.key of an SDK's object."""
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _tool_call(call: Any) -> "tuple[str, Any, str, str]":
+    """A model's tool call: its name, arguments, shape and ID."""
+    fn = _field(call, "function")
+    if fn is not None:  # OpenAI: arguments are a JSON string
+        return _field(fn, "name"), _field(fn, "arguments"), "openai", _field(call, "id") or ""
+    if _field(call, "type") == "tool_use":  # Anthropic: input is an object
+        return _field(call, "name"), _field(call, "input"), "anthropic", _field(call, "id") or ""
+    raise SandfleetError("not a tool call: want OpenAI's {function: {name, arguments}} or Anthropic's "
+                         "{type: tool_use, name, input}", code="invalid_request")
+
+
+class ToolResult:
+    """A tool call's result: MCP's content parts (text, image) and is_error."""
+
+    def __init__(self, d: Mapping[str, Any], *, shape: str = "", call_id: str = ""):
+        self.raw = dict(d)
+        self.content: "list[Dict[str, Any]]" = list(d.get("content") or [])
+        self.is_error: bool = bool(d.get("isError", False))
+        self.shape = shape
+        self.call_id = call_id
+
+    @property
+    def text(self) -> str:
+        """The text parts, joined: what a text-only model reads."""
+        return "\n".join(p.get("text", "") for p in self.content if p.get("type") == "text")
+
+    def to_openai(self, tool_call_id: Optional[str] = None) -> Dict[str, Any]:
+        """A Chat Completions tool message. Its content is text only (the
+        API takes no images in a tool message): an image is named there."""
+        parts = []
+        for p in self.content:
+            if p.get("type") == "text":
+                parts.append(p.get("text", ""))
+            elif p.get("type") == "image":
+                parts.append("[an image, %s, %d bytes of base64]" % (p.get("mimeType", "?"), len(p.get("data", ""))))
+        return {"role": "tool", "tool_call_id": tool_call_id or self.call_id, "content": "\n".join(parts)}
+
+    def to_anthropic(self, tool_use_id: Optional[str] = None) -> Dict[str, Any]:
+        """A Messages API tool_result block, images as image blocks."""
+        blocks: "list[Dict[str, Any]]" = []
+        for p in self.content:
+            if p.get("type") == "text":
+                blocks.append({"type": "text", "text": p.get("text", "")})
+            elif p.get("type") == "image":
+                blocks.append({"type": "image", "source": {"type": "base64", "media_type": p.get("mimeType", "image/png"),
+                                                           "data": p.get("data", "")}})
+        return {"type": "tool_result", "tool_use_id": tool_use_id or self.call_id, "content": blocks,
+                "is_error": self.is_error}
+
+    def to_message(self) -> Dict[str, Any]:
+        """The reply in the shape of the call it answers."""
+        if self.shape == "anthropic":
+            return self.to_anthropic()
+        return self.to_openai()
+
+    def __repr__(self) -> str:
+        return f"ToolResult(is_error={self.is_error!r}, text={self.text[:60]!r})"
 
 
 class ExecResult:

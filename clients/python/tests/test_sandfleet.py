@@ -218,5 +218,38 @@ class ClientTest(unittest.TestCase):
             Fake.release.set()
 
 
+    def test_call_tool_in_each_shape(self):
+        png = {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}
+        Fake.script[("POST", "/v1/tools/run_code")] = [(200, {}, {"content": [{"type": "text", "text": "exit 0\n42"}, png]})]
+        openai_call = {"id": "call_1", "type": "function",
+                       "function": {"name": "run_code", "arguments": '{"language": "python", "code": "print(42)"}'}}
+        reply = self.sb.call_tool(openai_call).to_message()
+        self.assertEqual(reply["role"], "tool")
+        self.assertEqual(reply["tool_call_id"], "call_1")
+        self.assertIn("42", reply["content"])
+        self.assertIn("image/png", reply["content"])
+
+        class ToolUse:  # an SDK's object, not a dict
+            type, id, name, input = "tool_use", "toolu_1", "run_code", {"language": "python", "code": "print(42)"}
+        reply = self.sb.call_tool(ToolUse()).to_message()
+        self.assertEqual((reply["type"], reply["tool_use_id"], reply["is_error"]), ("tool_result", "toolu_1", False))
+        self.assertEqual(reply["content"][0], {"type": "text", "text": "exit 0\n42"})
+        self.assertEqual(reply["content"][1]["source"]["media_type"], "image/png")
+        bodies = [json.loads(b) for m, p, _, b in Fake.seen if p == "/v1/tools/run_code"]
+        self.assertEqual(bodies, [{"language": "python", "code": "print(42)"}] * 2, "both shapes send the same arguments")
+
+        Fake.script[("POST", "/v1/tools/run_code")] = [(200, {}, {"content": [{"type": "text", "text": "exit 3"}], "isError": True})]
+        res = self.sb.call_tool("run_code", {"language": "python", "code": "exit(3)"})
+        self.assertTrue(res.is_error)
+        self.assertTrue(res.to_anthropic("t")["is_error"])
+        with self.assertRaises(sandfleet.SandfleetError):
+            self.sb.call_tool({"name": "run_code"})  # neither shape
+
+    def test_tools(self):
+        Fake.script[("GET", "/v1/tools")] = [(200, {}, {"format": "anthropic", "tools": [{"name": "run_code"}]})]
+        self.assertEqual(self.sb.tools("anthropic"), [{"name": "run_code"}])
+        self.assertTrue(Fake.seen[-1][1].endswith("?format=anthropic"))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -200,6 +200,16 @@ export declare class Sandbox {
     session(id: string): Promise<Session>;
     /** This token's sessions' records, running first. */
     sessions(): Promise<SessionInfo[]>;
+    /** The tools as a model's definitions (GET /v1/tools): "openai" (Chat Completions' {type: "function", ...}), "anthropic" ({name, description, input_schema}) or "mcp". */
+    tools(format?: "openai" | "anthropic" | "mcp"): Promise<Record<string, unknown>[]>;
+    /**
+     * Run one tool call as /mcp's tools/call would (POST /v1/tools/NAME). `call` is a tool's name (then `args` an
+     * object, or a JSON string as OpenAI gives it), or a model's call as its API hands it over: OpenAI's tool call
+     * ({id, type: "function", function: {name, arguments}}) or Anthropic's tool_use block ({type: "tool_use", id, name,
+     * input}). A failing program is a result with isError, never a throw; toMessage() is the reply to hand the model
+     * back, in the shape of the call.
+     */
+    callTool(call: string | ToolCall, args?: Record<string, unknown> | string): Promise<ToolResult>;
     /** @internal A JSON call; what the session objects use. */
     request(method: string, path: string, opts?: {
         query?: Record<string, string | undefined>;
@@ -387,5 +397,56 @@ export declare class DockerSandbox {
     private readonly client;
     constructor(image?: string, options?: SandboxOptions);
     execute(code: string): Promise<SandboxResult>;
+}
+/** A model's tool call: OpenAI's (function.arguments a JSON string) or Anthropic's tool_use block (input an object). */
+export declare type ToolCall = {
+    id?: string;
+    type?: "function";
+    function: {
+        name: string;
+        arguments: string;
+    };
+} | {
+    type: "tool_use";
+    id: string;
+    name: string;
+    input: Record<string, unknown>;
+};
+/** One part of a tool's result, as MCP gives it. */
+export interface ToolContent {
+    type: string;
+    text?: string;
+    data?: string;
+    mimeType?: string;
+    [key: string]: unknown;
+}
+declare type ToolShape = "" | "openai" | "anthropic";
+/** A tool call's result: MCP's content parts (text, image) and isError. */
+export declare class ToolResult {
+    readonly shape: ToolShape;
+    readonly callId: string;
+    readonly content: ToolContent[];
+    readonly isError: boolean;
+    constructor(raw: {
+        content?: ToolContent[];
+        isError?: boolean;
+    }, shape?: ToolShape, callId?: string);
+    /** The text parts, joined: what a text-only model reads. */
+    get text(): string;
+    /** A Chat Completions tool message. Its content is text only (the API takes no images there): an image is named. */
+    toOpenAI(toolCallId?: string): {
+        role: "tool";
+        tool_call_id: string;
+        content: string;
+    };
+    /** A Messages API tool_result block, images as image blocks. */
+    toAnthropic(toolUseId?: string): {
+        type: "tool_result";
+        tool_use_id: string;
+        content: Record<string, unknown>[];
+        is_error: boolean;
+    };
+    /** The reply in the shape of the call it answers. */
+    toMessage(): Record<string, unknown>;
 }
 export {};

@@ -306,6 +306,30 @@ export class Sandbox {
     async sessions() {
         return (await this.request("GET", "/v1/sessions")).body.sessions;
     }
+    // Tools, for a model's function calls --------------------------------------
+    /** The tools as a model's definitions (GET /v1/tools): "openai" (Chat Completions' {type: "function", ...}), "anthropic" ({name, description, input_schema}) or "mcp". */
+    async tools(format = "openai") {
+        const { body } = await this.request("GET", "/v1/tools", { query: { format } });
+        return body.tools;
+    }
+    /**
+     * Run one tool call as /mcp's tools/call would (POST /v1/tools/NAME). `call` is a tool's name (then `args` an
+     * object, or a JSON string as OpenAI gives it), or a model's call as its API hands it over: OpenAI's tool call
+     * ({id, type: "function", function: {name, arguments}}) or Anthropic's tool_use block ({type: "tool_use", id, name,
+     * input}). A failing program is a result with isError, never a throw; toMessage() is the reply to hand the model
+     * back, in the shape of the call.
+     */
+    async callTool(call, args) {
+        let name, shape = "", id = "";
+        if (typeof call === "string")
+            name = call;
+        else
+            [name, args, shape, id] = toolCallOf(call);
+        const input = typeof args === "string" ? (args.trim() ? JSON.parse(args) : {}) : { ...(args ?? {}) };
+        const timeout = Number(input.timeout ?? 0) || 0;
+        const { body } = await this.request("POST", `/v1/tools/${encodeURIComponent(name)}`, { body: input, waitMs: (timeout + 60) * 1000 });
+        return new ToolResult(body, shape, id);
+    }
     /** @internal A JSON call; what the session objects use. */
     async request(method, path, opts = {}) {
         const raw = opts.body === undefined ? undefined : JSON.stringify(opts.body);
@@ -612,4 +636,46 @@ export class DockerSandbox {
 async function sha256Hex(data) {
     const sum = new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", data));
     return Array.from(sum, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+function toolCallOf(call) {
+    if ("function" in call && call.function)
+        return [call.function.name, call.function.arguments, "openai", call.id ?? ""];
+    if ("type" in call && call.type === "tool_use")
+        return [call.name, call.input, "anthropic", call.id];
+    throw new SandfleetError("not a tool call: want OpenAI's {function: {name, arguments}} or Anthropic's {type: tool_use, name, input}", "invalid_request");
+}
+/** A tool call's result: MCP's content parts (text, image) and isError. */
+export class ToolResult {
+    shape;
+    callId;
+    content;
+    isError;
+    constructor(raw, shape = "", callId = "") {
+        this.shape = shape;
+        this.callId = callId;
+        this.content = raw.content ?? [];
+        this.isError = raw.isError ?? false;
+    }
+    /** The text parts, joined: what a text-only model reads. */
+    get text() {
+        return this.content.filter((p) => p.type === "text").map((p) => p.text ?? "").join("\n");
+    }
+    /** A Chat Completions tool message. Its content is text only (the API takes no images there): an image is named. */
+    toOpenAI(toolCallId) {
+        const parts = this.content.flatMap((p) => p.type === "text" ? [p.text ?? ""] : p.type === "image" ? [`[an image, ${p.mimeType ?? "?"}, ${(p.data ?? "").length} bytes of base64]`] : []);
+        return { role: "tool", tool_call_id: toolCallId ?? this.callId, content: parts.join("\n") };
+    }
+    /** A Messages API tool_result block, images as image blocks. */
+    toAnthropic(toolUseId) {
+        const content = this.content.flatMap((p) => p.type === "text"
+            ? [{ type: "text", text: p.text ?? "" }]
+            : p.type === "image"
+                ? [{ type: "image", source: { type: "base64", media_type: p.mimeType ?? "image/png", data: p.data ?? "" } }]
+                : []);
+        return { type: "tool_result", tool_use_id: toolUseId ?? this.callId, content, is_error: this.isError };
+    }
+    /** The reply in the shape of the call it answers. */
+    toMessage() {
+        return this.shape === "anthropic" ? this.toAnthropic() : this.toOpenAI();
+    }
 }

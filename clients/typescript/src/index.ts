@@ -422,6 +422,31 @@ export class Sandbox {
     return ((await this.request("GET", "/v1/sessions")).body as { sessions: SessionInfo[] }).sessions;
   }
 
+  // Tools, for a model's function calls --------------------------------------
+
+  /** The tools as a model's definitions (GET /v1/tools): "openai" (Chat Completions' {type: "function", ...}), "anthropic" ({name, description, input_schema}) or "mcp". */
+  async tools(format: "openai" | "anthropic" | "mcp" = "openai"): Promise<Record<string, unknown>[]> {
+    const { body } = await this.request("GET", "/v1/tools", { query: { format } });
+    return (body as { tools: Record<string, unknown>[] }).tools;
+  }
+
+  /**
+   * Run one tool call as /mcp's tools/call would (POST /v1/tools/NAME). `call` is a tool's name (then `args` an
+   * object, or a JSON string as OpenAI gives it), or a model's call as its API hands it over: OpenAI's tool call
+   * ({id, type: "function", function: {name, arguments}}) or Anthropic's tool_use block ({type: "tool_use", id, name,
+   * input}). A failing program is a result with isError, never a throw; toMessage() is the reply to hand the model
+   * back, in the shape of the call.
+   */
+  async callTool(call: string | ToolCall, args?: Record<string, unknown> | string): Promise<ToolResult> {
+    let name: string, shape: ToolShape = "", id = "";
+    if (typeof call === "string") name = call;
+    else [name, args, shape, id] = toolCallOf(call);
+    const input: Record<string, unknown> = typeof args === "string" ? (args.trim() ? JSON.parse(args) : {}) : { ...(args ?? {}) };
+    const timeout = Number(input.timeout ?? 0) || 0;
+    const { body } = await this.request("POST", `/v1/tools/${encodeURIComponent(name)}`, { body: input, waitMs: (timeout + 60) * 1000 });
+    return new ToolResult(body as { content?: ToolContent[]; isError?: boolean }, shape, id);
+  }
+
   /** @internal A JSON call; what the session objects use. */
   async request(
     method: string,
@@ -845,4 +870,68 @@ export class DockerSandbox {
 async function sha256Hex(data: Uint8Array): Promise<string> {
   const sum = new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", data));
   return Array.from(sum, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// Tools --------------------------------------------------------------------------
+
+/** A model's tool call: OpenAI's (function.arguments a JSON string) or Anthropic's tool_use block (input an object). */
+export type ToolCall =
+  | { id?: string; type?: "function"; function: { name: string; arguments: string } }
+  | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> };
+
+/** One part of a tool's result, as MCP gives it. */
+export interface ToolContent {
+  type: string;
+  text?: string;
+  data?: string; // base64, of an image
+  mimeType?: string;
+  [key: string]: unknown;
+}
+
+type ToolShape = "" | "openai" | "anthropic";
+
+function toolCallOf(call: ToolCall): [string, Record<string, unknown> | string, ToolShape, string] {
+  if ("function" in call && call.function) return [call.function.name, call.function.arguments, "openai", call.id ?? ""];
+  if ("type" in call && call.type === "tool_use") return [call.name, call.input, "anthropic", call.id];
+  throw new SandfleetError("not a tool call: want OpenAI's {function: {name, arguments}} or Anthropic's {type: tool_use, name, input}", "invalid_request");
+}
+
+/** A tool call's result: MCP's content parts (text, image) and isError. */
+export class ToolResult {
+  readonly content: ToolContent[];
+  readonly isError: boolean;
+  constructor(raw: { content?: ToolContent[]; isError?: boolean }, readonly shape: ToolShape = "", readonly callId = "") {
+    this.content = raw.content ?? [];
+    this.isError = raw.isError ?? false;
+  }
+
+  /** The text parts, joined: what a text-only model reads. */
+  get text(): string {
+    return this.content.filter((p) => p.type === "text").map((p) => p.text ?? "").join("\n");
+  }
+
+  /** A Chat Completions tool message. Its content is text only (the API takes no images there): an image is named. */
+  toOpenAI(toolCallId?: string): { role: "tool"; tool_call_id: string; content: string } {
+    const parts = this.content.flatMap((p) =>
+      p.type === "text" ? [p.text ?? ""] : p.type === "image" ? [`[an image, ${p.mimeType ?? "?"}, ${(p.data ?? "").length} bytes of base64]`] : [],
+    );
+    return { role: "tool", tool_call_id: toolCallId ?? this.callId, content: parts.join("\n") };
+  }
+
+  /** A Messages API tool_result block, images as image blocks. */
+  toAnthropic(toolUseId?: string): { type: "tool_result"; tool_use_id: string; content: Record<string, unknown>[]; is_error: boolean } {
+    const content = this.content.flatMap((p): Record<string, unknown>[] =>
+      p.type === "text"
+        ? [{ type: "text", text: p.text ?? "" }]
+        : p.type === "image"
+          ? [{ type: "image", source: { type: "base64", media_type: p.mimeType ?? "image/png", data: p.data ?? "" } }]
+          : [],
+    );
+    return { type: "tool_result", tool_use_id: toolUseId ?? this.callId, content, is_error: this.isError };
+  }
+
+  /** The reply in the shape of the call it answers. */
+  toMessage(): Record<string, unknown> {
+    return this.shape === "anthropic" ? this.toAnthropic() : this.toOpenAI();
+  }
 }

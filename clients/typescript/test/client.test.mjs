@@ -212,3 +212,35 @@ test("stream's timeoutMs ends a silent stream with a timeout error", async () =>
     silent.close();
   }
 });
+
+test("callTool answers each shape of a model's call in its own shape", async () => {
+  const png = { type: "image", mimeType: "image/png", data: "iVBORw0KGgo=" };
+  reset({ "POST /v1/tools/run_code": [[200, {}, { content: [{ type: "text", text: "exit 0\n42" }, png] }]] });
+  const sb = new Sandbox({ url, token: "sft_x", backoffMs: 1 });
+  const openai = await sb.callTool({
+    id: "call_1", type: "function",
+    function: { name: "run_code", arguments: '{"language": "python", "code": "print(42)"}' },
+  });
+  const m = openai.toMessage();
+  assert.equal(m.role, "tool");
+  assert.equal(m.tool_call_id, "call_1");
+  assert.match(m.content, /42/);
+  assert.match(m.content, /image\/png/);
+  const anthropic = await sb.callTool({ type: "tool_use", id: "toolu_1", name: "run_code", input: { language: "python", code: "print(42)" } });
+  const b = anthropic.toMessage();
+  assert.deepEqual([b.type, b.tool_use_id, b.is_error], ["tool_result", "toolu_1", false]);
+  assert.deepEqual(b.content[0], { type: "text", text: "exit 0\n42" });
+  assert.equal(b.content[1].source.media_type, "image/png");
+  const bodies = seen.filter((s) => s.url === "/v1/tools/run_code").map((s) => JSON.parse(s.body));
+  assert.deepEqual(bodies, [{ language: "python", code: "print(42)" }, { language: "python", code: "print(42)" }]);
+
+  reset({ "POST /v1/tools/run_code": [[200, {}, { content: [{ type: "text", text: "exit 3" }], isError: true }]] });
+  const failed = await sb.callTool("run_code", { language: "python", code: "exit(3)" });
+  assert.equal(failed.isError, true);
+  assert.equal(failed.toAnthropic("t").is_error, true);
+  await assert.rejects(sb.callTool({ name: "run_code" }), SandfleetError);
+
+  reset({ "GET /v1/tools": [[200, {}, { format: "anthropic", tools: [{ name: "run_code" }] }]] });
+  assert.deepEqual(await sb.tools("anthropic"), [{ name: "run_code" }]);
+  assert.match(seen.at(-1).url, /\?format=anthropic$/);
+});
