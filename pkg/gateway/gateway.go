@@ -309,6 +309,7 @@ func (g *Gateway) routes() []route {
 		{pattern: "GET /readyz", h: g.readyz, open: true},
 		{pattern: "GET /metrics", h: g.serveMetrics, open: true},
 		{pattern: "GET /openapi.yaml", h: serveDocument, open: true},
+		{pattern: "GET /llms.txt", h: serveLLMsTxt, open: true},
 	}
 }
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -385,4 +388,27 @@ func TestToolCallRoundTrip(t *testing.T) {
 		status: 400, code: gateway.CodeInvalidJSON, docRefuses: true}.run(t, b, doc)
 	apiCase{name: "no token", method: "POST", path: "/v1/tools/run_code", body: `{}`,
 		status: 401, code: gateway.CodeUnauthorized}.run(t, b, doc)
+}
+
+// /llms.txt is the repository's docs/llms.txt, open like /openapi.yaml,
+// and every route it names is one the gateway serves.
+func TestLLMsTxt(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{})
+	want, err := os.ReadFile(filepath.Join("..", "..", "docs", "llms.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := apiCase{method: "GET", path: "/llms.txt", status: 200}.run(t, b, doc)
+	if string(r.body) != string(want) || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Errorf("GET /llms.txt: %s, %d bytes; want docs/llms.txt's %d", r.header.Get("Content-Type"), len(r.body), len(want))
+	}
+	for _, m := range regexp.MustCompile(`\]\((/[^)?]*)`).FindAllStringSubmatch(string(want), -1) {
+		path := strings.NewReplacer("{id}", "x", "{name}", "run_code", "{path}", "f").Replace(m[1])
+		res := b.do(t, "GET", path, b.alice, nil)
+		if res.errorCode() == gateway.CodeNotFound && strings.Contains(string(res.body), "route") {
+			t.Errorf("llms.txt names %s, which no route serves: %s", m[1], res.body)
+		}
+	}
 }
