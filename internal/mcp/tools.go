@@ -75,7 +75,7 @@ func (o *Options) SetDefaults() {
 	if len(o.Languages) == 0 {
 		o.Languages = DefaultLanguages
 	}
-	o.Limits = fill(o.Limits, limits.Default())
+	o.Limits = o.Limits.Fill(limits.Default())
 	if o.MaxTimeout <= 0 {
 		o.MaxTimeout = limits.DefaultCaps().Timeout.D()
 	}
@@ -103,22 +103,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("mcp: MaxTimeout %s is below the default timeout %s", o.MaxTimeout, o.Limits.Timeout.D())
 	}
 	return nil
-}
-
-func fill(l, d limits.Limits) limits.Limits {
-	if l.Timeout == 0 {
-		l.Timeout = d.Timeout
-	}
-	if l.Memory == 0 {
-		l.Memory = d.Memory
-	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Output == 0 {
-		l.Output = d.Output
-	}
-	return l
 }
 
 // Def is one tool: what a model is told about it. The MCP server and every
