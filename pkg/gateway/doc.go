@@ -11,7 +11,7 @@
 //	POST /v1/batches                 JSONL in, results streamed back as JSONL
 //	GET  /v1/status                  workers and queues
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
-//	GET  /, /jobs, /batches, /workspaces, ...  the web console (pkg/console)
+//	GET  /, /jobs, /batches, /workspaces, ...  the web console (internal/console)
 //
 // openapi.yaml is the contract; TestOpenAPI checks every route's requests
 // and answers against it.

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/internal/shorten"
-	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -91,7 +91,7 @@ type Config struct {
 	// Ready reports whether the gateway can reach NATS (/readyz). Nil
 	// means always.
 	Ready func() bool
-	// NoConsole turns off the web console (pkg/console) at /. Default: it
+	// NoConsole turns off the web console (internal/console) at /. Default: it
 	// is served, with the same tokens as the API.
 	NoConsole bool
 	// ConsoleSessionTTL is how long a console login lasts. Default 12h.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/sandfleet/sandfleet/pkg/console"
+	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 

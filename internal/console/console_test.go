@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/console"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/pkg/console"
+	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
