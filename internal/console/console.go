@@ -12,13 +12,13 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/scope"
+	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	sessionapi "github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -204,7 +204,7 @@ var errHost = errors.New("an open console answers on loopback names only")
 // Authorization header or of the cookie; anyone on an open console.
 func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session, error) {
 	if c.cfg.Auth == nil {
-		if !LoopbackHost(r.Host) {
+		if !webauth.LoopbackHost(r.Host) {
 			return nil, errHost
 		}
 		s := &session{viewer: &Viewer{CanCancel: true, Scope: scope.Of(c.client)}}
@@ -215,12 +215,12 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (*session
 			_, _ = rand.Read(b[:])
 			s.secret = hex.EncodeToString(b[:])
 			http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.secret, Path: "/", HttpOnly: true,
-				SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+				SameSite: http.SameSiteStrictMode, Secure: webauth.Secure(r)})
 		}
 		s.csrf = csrfToken(s.secret)
 		return s, nil
 	}
-	if secret := bearer(r.Header.Get("Authorization")); secret != "" {
+	if secret := webauth.Bearer(r.Header.Get("Authorization")); secret != "" {
 		v := c.cfg.Auth(secret)
 		if v == nil || v.Scope.Client() == nil {
 			return nil, errLogin
@@ -263,51 +263,6 @@ func csrfToken(secret string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte("sandfleet console csrf v1"))
 	return hex.EncodeToString(m.Sum(nil))[:40]
-}
-
-// SameOrigin reports whether a request that writes comes from the site
-// it is sent to: the browser's Sec-Fetch-Site, else Origin, must say so
-// when sent (a client that is no browser sends neither). The console's
-// forms and an open gateway's API (pkg/gateway) both ask it.
-func SameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return false
-	}
-	if o := r.Header.Get("Origin"); o != "" {
-		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
-			return false
-		}
-	}
-	return true
-}
-
-func secure(r *http.Request) bool {
-	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
-}
-
-func bearer(header string) string {
-	scheme, tok, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return ""
-	}
-	return strings.TrimSpace(tok)
-}
-
-// LoopbackHost reports whether a request's Host names the loopback
-// interface (localhost, 127.0.0.0/8, ::1): what an open console or gateway
-// answers to, so that a page whose name a DNS rebinding points at 127.0.0.1
-// reaches neither.
-func LoopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // handler is a page's function: it renders, or returns an error that
@@ -356,7 +311,7 @@ func (c *Console) form(h handler) http.Handler {
 			c.denied(w, r, err)
 			return
 		}
-		if !SameOrigin(r) || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
+		if !webauth.SameOrigin(r) || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) {
 			c.fail(w, r, s, &pageError{status: http.StatusForbidden, msg: "the form's CSRF token does not match: reload the page and try again"})
 			return
 		}

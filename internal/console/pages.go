@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -539,7 +540,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	if !SameOrigin(r) {
+	if !webauth.SameOrigin(r) {
 		c.render(w, http.StatusForbidden, "login", nil, loginPage{Next: next, Error: "the form was posted from another site"})
 		return
 	}
@@ -555,7 +556,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: int(c.cfg.SessionTTL.Seconds())})
+		SameSite: http.SameSiteStrictMode, Secure: webauth.Secure(r), MaxAge: int(c.cfg.SessionTTL.Seconds())})
 	c.log.Info("console login", "token", v.Name)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -567,7 +568,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) err
 		c.logins.close(s.loginID)
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: webauth.Secure(r), MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 	return nil
 }

@@ -255,16 +255,6 @@ func NewTokenWith(name string, o TokenOptions) (secret, line string, err error) 
 	return secret, line, nil
 }
 
-// bearer returns the token of an Authorization header, "" when there is
-// none or it is not a bearer token.
-func bearer(header string) string {
-	scheme, tok, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return ""
-	}
-	return strings.TrimSpace(tok)
-}
-
 // EnvTokens names the environment variable read when no token file is
 // given; it holds what the file would ("NAME sha256:HEX; NAME2 ...").
 const EnvTokens = "SANDFLEET_TOKENS"

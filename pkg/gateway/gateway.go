@@ -18,6 +18,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/internal/shorten"
+	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -350,10 +351,10 @@ func (g *Gateway) wrap(rt route) http.Handler {
 			// loopback name is a DNS rebinding, and a write another site
 			// sent (Origin, Sec-Fetch-Site) a forged request.
 			switch {
-			case !console.LoopbackHost(r.Host):
+			case !webauth.LoopbackHost(r.Host):
 				g.writeError(rec, r, apiErr(http.StatusForbidden, CodeForbidden, "an open gateway (no tokens) answers on loopback names only, not %q", shorten.Text(r.Host, 100)))
 				return
-			case r.Method != http.MethodGet && r.Method != http.MethodHead && !console.SameOrigin(r):
+			case r.Method != http.MethodGet && r.Method != http.MethodHead && !webauth.SameOrigin(r):
 				g.writeError(rec, r, apiErr(http.StatusForbidden, CodeForbidden, "an open gateway (no tokens) refuses writes another site sent"))
 				return
 			}
@@ -377,7 +378,7 @@ func (g *Gateway) wrap(rt route) http.Handler {
 
 		var tok *Token
 		if !rt.open && g.cfg.Tokens.Len() > 0 {
-			secret := bearer(r.Header.Get("Authorization"))
+			secret := webauth.Bearer(r.Header.Get("Authorization"))
 			if secret == "" && g.console != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 				// The console's login cookie, for what its pages read
 				// without a header of their own (EventSource, downloads).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/mcp"
+	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -81,7 +82,7 @@ func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, err
 // the token (and, on an open gateway, Host and Origin) as for the API.
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	if tok != nil {
-		if bearer(r.Header.Get("Authorization")) == "" {
+		if webauth.Bearer(r.Header.Get("Authorization")) == "" {
 			// The console's cookie is for its pages, not for a session
 			// of tools.
 			return apiErr(http.StatusUnauthorized, CodeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")

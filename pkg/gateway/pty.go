@@ -11,7 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/sandfleet/sandfleet/internal/console"
+	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -39,7 +39,7 @@ import (
 const maxWSMessage = 1 << 20
 
 func (g *Gateway) ptySession(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	if !console.SameOrigin(r) {
+	if !webauth.SameOrigin(r) {
 		return apiErr(http.StatusForbidden, CodeForbidden, "a terminal opens from this gateway's own pages only")
 	}
 	c, err := g.sessionsOf(tok)
