@@ -96,38 +96,62 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 // both streams, or the container's exit, or the executor's own kill at a
 // limit or a cancellation.
 func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, restore *jobs.Snapshot, stdin []byte) (observed, error) {
-	// Calls after the job ended or was killed use a context of their own, so
-	// that a canceled caller still gets its container killed; each has its
-	// deadline (callDeadlines).
-	fresh := func() (context.Context, context.CancelFunc) {
-		return context.WithCancel(context.WithoutCancel(ctx))
-	}
 	obs := observed{started: time.Now()}
-	timer := time.NewTimer(lim.Timeout.D())
-	defer timer.Stop()
-	// The launcher's last frame is its signed trailer, sent once the job's
-	// process has ended. With it in, and saying whether the cgroup saw an
-	// OOM kill, the verdict is known: there is no need to wait for the
-	// engine to tear the container down and report its exit, which is most
-	// of a trivial job's time. release kills and removes it.
-	ended := s.out.ended
-	early := false
+	f := startFeed(s, env.header, restore, stdin)
+	// Every goroutine is waited for before watch returns: closing the
+	// connection unblocks the feed (release waits for the copy).
+	defer func() {
+		s.att.Close()
+		<-f.done
+	}()
 
-	feedDone := make(chan struct{})
-	var feedErr error // reading the snapshot failed: the worker's fault
+	early, err := e.awaitEnd(ctx, log, s, lim, env, &obs)
+	if err != nil {
+		return obs, err
+	}
+	if !early {
+		e.awaitExit(ctx, log, s, &obs)
+	}
+	if restore != nil {
+		s.att.Close()
+		<-f.done
+		if f.err != nil {
+			return obs, infraErr("restore", fmt.Errorf("%w: %w", errRestoreSource, f.err))
+		}
+	}
+	obs.collect(s.out)
+	return obs, nil
+}
+
+// detached is a context for the calls made after the job ended or was
+// killed: a canceled caller still gets its container killed; each call has
+// its deadline (callDeadlines).
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// feed writes the job's input to the sandbox: the envelope's header, the
+// snapshot to restore, then stdin. err is read once done is closed.
+type feed struct {
+	done chan struct{}
+	err  error // reading the snapshot failed: the worker's fault
+}
+
+func startFeed(s *sandbox, header []byte, restore *jobs.Snapshot, stdin []byte) *feed {
+	f := &feed{done: make(chan struct{})}
 	go func() {
-		defer close(feedDone)
+		defer close(f.done)
 		// Errors here mean the container is gone, which the wait reports.
-		if _, err := s.att.Conn.Write(env.header); err != nil {
+		if _, err := s.att.Conn.Write(header); err != nil {
 			return
 		}
 		if restore != nil {
 			// Large writes (the connection's ReadFrom would copy 32 KiB at
 			// a time): each one crosses dockerd and the shim.
 			conn := struct{ io.Writer }{s.att.Conn}
-			n, err := io.CopyBuffer(conn, io.LimitReader(readerOnly{restore.R, &feedErr}, restore.Size), make([]byte, 256<<10))
-			if err == nil && n < restore.Size && feedErr == nil { // the snapshot is shorter than announced
-				feedErr = io.ErrUnexpectedEOF
+			n, err := io.CopyBuffer(conn, io.LimitReader(readerOnly{restore.R, &f.err}, restore.Size), make([]byte, 256<<10))
+			if err == nil && n < restore.Size && f.err == nil { // the snapshot is shorter than announced
+				f.err = io.ErrUnexpectedEOF
 			}
 			if err != nil || n < restore.Size {
 				_ = s.att.CloseWrite()
@@ -141,12 +165,22 @@ func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim 
 		}
 		_ = s.att.CloseWrite()
 	}()
-	// Every goroutine is waited for before watch returns: closing the
-	// connection unblocks the feed (release waits for the copy).
-	defer func() {
-		s.att.Close()
-		<-feedDone
-	}()
+	return f
+}
+
+// awaitEnd waits for the job's end: its trailer, or the container's exit.
+// On the way it kills the sandbox at the wall-clock limit, the output limit
+// or the caller's cancellation, and records the first reason in obs. early
+// is true when the trailer alone settled the verdict.
+func (e *Executor) awaitEnd(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, obs *observed) (early bool, err error) {
+	timer := time.NewTimer(lim.Timeout.D())
+	defer timer.Stop()
+	// The launcher's last frame is its signed trailer, sent once the job's
+	// process has ended. With it in, and saying whether the cgroup saw an
+	// OOM kill, the verdict is known: there is no need to wait for the
+	// engine to tear the container down and report its exit, which is most
+	// of a trivial job's time. release kills and removes it.
+	ended := s.out.ended
 
 	var killDeadline <-chan time.Time
 	kill := func(reason jobs.Status) {
@@ -154,7 +188,7 @@ func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim 
 			return
 		}
 		obs.killed = reason
-		kctx, cancel := fresh()
+		kctx, cancel := detached(ctx)
 		defer cancel()
 		if _, err := e.api.ContainerKill(kctx, s.id, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 			log.Warn("killing the sandbox failed", "container", s.short, "error", err)
@@ -199,39 +233,40 @@ wait:
 		case <-s.overflow:
 			kill(jobs.StatusOutputLimit)
 		case <-killDeadline:
-			return obs, infraErr("wait", fmt.Errorf("container %s still running %s after it was killed", s.short, e.cfg.KillGrace))
+			return false, infraErr("wait", fmt.Errorf("container %s still running %s after it was killed", s.short, e.cfg.KillGrace))
 		}
 	}
 	obs.finished = time.Now()
 	if waitErr != nil {
-		return obs, infraErr("wait", waitErr)
+		return false, infraErr("wait", waitErr)
 	}
+	return early, nil
+}
 
-	if !early {
-		select {
-		case <-s.copyDone:
-		case <-time.After(streamGrace):
-			log.Warn("output stream still open after the sandbox exited; cutting it", "container", s.short)
-			s.att.Close()
-			<-s.copyDone
-		}
-		ictx, cancel := fresh()
-		info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
-		cancel()
-		if ierr != nil {
-			log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", s.short, "error", ierr)
-		} else if info.Container.State != nil {
-			obs.engineOOM = info.Container.State.OOMKilled
-		}
-	}
-	if restore != nil {
+// awaitExit follows a container that exited without a trailer that settled
+// the verdict: it lets the output stream drain and asks the engine whether
+// it killed the container for its memory.
+func (e *Executor) awaitExit(ctx context.Context, log *slog.Logger, s *sandbox, obs *observed) {
+	select {
+	case <-s.copyDone:
+	case <-time.After(streamGrace):
+		log.Warn("output stream still open after the sandbox exited; cutting it", "container", s.short)
 		s.att.Close()
-		<-feedDone
-		if feedErr != nil {
-			return obs, infraErr("restore", fmt.Errorf("%w: %w", errRestoreSource, feedErr))
-		}
+		<-s.copyDone
 	}
-	c := s.out // the copy has ended: no lock needed
+	ictx, cancel := detached(ctx)
+	info, ierr := e.api.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
+	cancel()
+	if ierr != nil {
+		log.Warn("inspecting the exited sandbox failed; OOM unknown", "container", s.short, "error", ierr)
+	} else if info.Container.State != nil {
+		obs.engineOOM = info.Container.State.OOMKilled
+	}
+}
+
+// collect records what the output copy gathered. The copy has ended: no
+// lock is needed.
+func (obs *observed) collect(c *capture) {
 	obs.stdout, obs.stderr = c.stdout.buf, c.stderr.buf
 	obs.stdoutN, obs.stderrN = c.stdout.n, c.stderr.n
 	obs.trailer, obs.diag = c.trailer, c.diag
@@ -242,7 +277,6 @@ wait:
 	obs.compileOut, obs.compileN = c.compile.buf, c.compile.n
 	obs.cases, obs.casesN, obs.casesSHA = c.cases, c.caseSum.Count(), c.caseSum.Sum()
 	obs.displays, obs.displaysN, obs.displaysSHA = c.displays, c.displaySum.Count(), c.displaySum.Sum()
-	return obs, nil
 }
 
 // streamGrace is how long the output may keep flowing after the container
