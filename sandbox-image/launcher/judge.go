@@ -123,14 +123,14 @@ func (b *boundedBuf) Write(p []byte) (int, error) {
 // compile runs the header's compile step. It frames the compiler's output
 // (stdout and stderr as one) up to limit and fills the trailer's compile
 // fields; ok reports that it exited 0.
-func compile(fr *framer, argv, env []string, dir string, limit int64, sigs, chld <-chan os.Signal, t *envelope.Trailer) (ok bool) {
+func compile(fr *framer, px procEnv, argv []string, limit int64, t *envelope.Trailer) (ok bool) {
 	start := time.Now()
 	code := 0
 	defer func() {
 		t.CompileExit = &code
 		t.CompileMS = time.Since(start).Milliseconds()
 	}()
-	path, err := lookPath(argv[0], env)
+	path, err := lookPath(argv[0], px.env)
 	if err != nil {
 		code = exitNotFound
 		t.Error = fmt.Sprintf("compile: %s: command not found", argv[0])
@@ -150,7 +150,7 @@ func compile(fr *framer, argv, env []string, dir string, limit int64, sigs, chld
 		return false
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Dir: dir, Env: env,
+		Dir: px.dir, Env: px.env,
 		Files: []uintptr{null.Fd(), w.Fd(), w.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
@@ -164,7 +164,7 @@ func compile(fr *framer, argv, env []string, dir string, limit int64, sigs, chld
 	out := &compileOut{fr: fr, limit: limit}
 	var pumps sync.WaitGroup
 	pumps.Go(func() { pump(out, r) })
-	st, _ := await(pid, true, sigs, chld, nil, nil)
+	st, _ := await(pid, true, px.sigs, px.chld, nil, nil)
 	_ = syscall.Kill(-pid, syscall.SIGKILL) // what the compiler left behind
 	_ = r.SetReadDeadline(time.Now().Add(lingerGrace))
 	pumps.Wait()
@@ -195,17 +195,18 @@ func (c *compileOut) Write(p []byte) (int, error) {
 // runCases runs every case of tests in order and frames each one's
 // report; the trailer gets their count and digest. exit is 0 when every
 // case ran and passed, else 1.
-func runCases(fr *framer, tests *envelope.Tests, argv, env []string, dir string, sigs, chld <-chan os.Signal, t *envelope.Trailer) (exit int) {
+func runCases(fr *framer, px procEnv, tests *envelope.Tests, argv []string, t *envelope.Trailer) (exit int) {
 	var digest envelope.CaseDigest
 	defer func() { t.Cases, t.CasesSHA256 = digest.Count(), digest.Sum() }()
-	path, err := lookPath(argv[0], env)
+	path, err := lookPath(argv[0], px.env)
 	if err != nil {
 		t.Error = fmt.Sprintf("%s: command not found", argv[0])
 		return exitNotFound
 	}
+	r := caseRunner{procEnv: px, path: path, argv: argv, limit: tests.OutputLimit}
 	exit = 0
 	for i, c := range tests.Cases {
-		rep := runCase(i, c, path, argv, env, dir, tests.OutputLimit, sigs, chld)
+		rep := r.run(i, c)
 		b, _ := json.Marshal(rep) // plain fields only
 		if err := fr.frame(envelope.FrameCase, b); err != nil {
 			return 1
@@ -221,62 +222,82 @@ func runCases(fr *framer, tests *envelope.Tests, argv, env []string, dir string,
 	return exit
 }
 
-// runCase runs one case as a fresh process and judges it.
-func runCase(i int, c envelope.Case, path string, argv, env []string, dir string, limit int64, sigs, chld <-chan os.Signal) envelope.CaseReport {
+// caseRunner runs the cases of one judged job: each is the same command
+// with the case's arguments added, as a fresh process.
+type caseRunner struct {
+	procEnv
+	path  string   // argv[0], resolved
+	argv  []string // the command the cases share
+	limit int64    // the bytes a case may write to each stream
+}
+
+// casePipes are a case's stdin, stdout and stderr: the child's ends and
+// the launcher's.
+type casePipes struct {
+	inR, inW, outR, outW, errR, errW *os.File
+}
+
+func openCasePipes() (*casePipes, error) {
+	var p casePipes
+	var err error
+	if p.inR, p.inW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		p.outR.Close()
+		p.outW.Close()
+		return nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	return &p, nil
+}
+
+// run runs case i and judges it.
+func (r caseRunner) run(i int, c envelope.Case) envelope.CaseReport {
 	rep := envelope.CaseReport{Index: i}
-	inR, inW, err := os.Pipe()
+	p, err := openCasePipes()
 	if err != nil {
-		rep.Verdict, rep.Error = envelope.CaseRuntimeErr, fmt.Sprintf("stdin pipe: %v", err)
-		return rep
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		rep.Verdict, rep.Error = envelope.CaseRuntimeErr, fmt.Sprintf("stdout pipe: %v", err)
-		return rep
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		rep.Verdict, rep.Error = envelope.CaseRuntimeErr, fmt.Sprintf("stderr pipe: %v", err)
+		rep.Verdict, rep.Error = envelope.CaseRuntimeErr, err.Error()
 		return rep
 	}
 	oomsBefore := cgroupOOMs()
 	start := time.Now()
-	pid, err := syscall.ForkExec(path, append(append([]string{}, argv...), c.Args...), &syscall.ProcAttr{
-		Dir: dir, Env: env,
-		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+	pid, err := syscall.ForkExec(r.path, append(append([]string{}, r.argv...), c.Args...), &syscall.ProcAttr{
+		Dir: r.dir, Env: r.env,
+		Files: []uintptr{p.inR.Fd(), p.outW.Fd(), p.errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	p.inR.Close()
+	p.outW.Close()
+	p.errW.Close()
 	if err != nil {
-		inW.Close()
-		outR.Close()
-		errR.Close()
+		p.inW.Close()
+		p.outR.Close()
+		p.errR.Close()
 		code := startErr(err)
-		rep.Verdict, rep.Exit, rep.Error = envelope.CaseRuntimeErr, &code, fmt.Sprintf("%s: %v", argv[0], err)
+		rep.Verdict, rep.Exit, rep.Error = envelope.CaseRuntimeErr, &code, fmt.Sprintf("%s: %v", r.argv[0], err)
 		return rep
 	}
 	over := make(chan struct{}, 1)
-	stdout := newBoundedBuf(limit, limit, over)
-	stderr := newBoundedBuf(envelope.MaxCaseStderr, limit, over)
+	stdout := newBoundedBuf(r.limit, r.limit, over)
+	stderr := newBoundedBuf(envelope.MaxCaseStderr, r.limit, over)
 	var io sync.WaitGroup
 	io.Go(func() {
 		// A case that does not read its stdin gets EPIPE here, or the
 		// close below ends the write: either way it is the case's choice.
-		_, _ = inW.Write(c.Stdin)
-		inW.Close()
+		_, _ = p.inW.Write(c.Stdin)
+		p.inW.Close()
 	})
-	io.Go(func() { pump(stdout, outR) })
-	io.Go(func() { pump(stderr, errR) })
+	io.Go(func() { pump(stdout, p.outR) })
+	io.Go(func() { pump(stderr, p.errR) })
 	timer := time.NewTimer(time.Duration(c.TimeoutMS) * time.Millisecond)
-	st, why := await(pid, true, sigs, chld, timer.C, over)
+	st, why := await(pid, true, r.sigs, r.chld, timer.C, over)
 	timer.Stop()
 	rep.DurationMS = time.Since(start).Milliseconds()
 	// What the case left running is not the next case's business: its
@@ -284,9 +305,9 @@ func runCase(i int, c envelope.Case, path string, argv, env []string, dir string
 	// had their grace.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	deadline := time.Now().Add(lingerGrace)
-	_ = outR.SetReadDeadline(deadline)
-	_ = errR.SetReadDeadline(deadline)
-	_ = inW.SetWriteDeadline(deadline)
+	_ = p.outR.SetReadDeadline(deadline)
+	_ = p.errR.SetReadDeadline(deadline)
+	_ = p.inW.SetWriteDeadline(deadline)
 	io.Wait()
 	quiesce()
 
@@ -295,6 +316,14 @@ func runCase(i int, c envelope.Case, path string, argv, env []string, dir string
 	rep.MaxRSS, rep.CPUMS = &rss, &cpu
 	rep.StdoutN, rep.StderrN = stdout.n, stderr.n
 	rep.Stderr = strings.ToValidUTF8(string(stderr.buf), "\uFFFD")
+	r.judge(&rep, c, st, why, oomsBefore, stdout.buf)
+	return rep
+}
+
+// judge gives the verdict of a case that ran: a kill of the launcher's,
+// the memory limit, a signal, an exit status, or the comparison of its
+// stdout with what was expected.
+func (r caseRunner) judge(rep *envelope.CaseReport, c envelope.Case, st waited, why killReason, oomsBefore *int64, stdout []byte) {
 	exit, sig := exitOf(st.status)
 	oomsAfter := cgroupOOMs()
 	switch {
@@ -303,7 +332,7 @@ func runCase(i int, c envelope.Case, path string, argv, env []string, dir string
 		rep.Error = fmt.Sprintf("killed at the case's time limit of %dms", c.TimeoutMS)
 	case why == killedOutput:
 		rep.Verdict = envelope.CaseOutputLimit
-		rep.Error = fmt.Sprintf("wrote more than %d bytes to a stream", limit)
+		rep.Error = fmt.Sprintf("wrote more than %d bytes to a stream", r.limit)
 	case oomsAfter != nil && oomsBefore != nil && *oomsAfter > *oomsBefore && sig == int(syscall.SIGKILL):
 		rep.Verdict, rep.Signal = envelope.CaseOOM, sig
 		rep.Error = "killed by the sandbox's memory limit"
@@ -315,13 +344,12 @@ func runCase(i int, c envelope.Case, path string, argv, env []string, dir string
 		rep.Error = fmt.Sprintf("exited with status %d", exit)
 	default:
 		rep.Exit = &exit
-		if d := judge.Compare(c.Compare, c.Tolerance, c.Expected, stdout.buf); d != nil {
+		if d := judge.Compare(c.Compare, c.Tolerance, c.Expected, stdout); d != nil {
 			rep.Verdict, rep.Diff = envelope.CaseWrongAnswer, d
 		} else {
 			rep.Verdict = envelope.CasePassed
 		}
 	}
-	return rep
 }
 
 // cgroupOOMs reads the sandbox cgroup's OOM kill count.
