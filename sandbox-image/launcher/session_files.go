@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+)
+
+// resolve confines a path to the sandbox's writable tree: the working
+// directory (relative paths are in it) and /tmp. The agent runs as the
+// session's own user, so this gives no more than a command could do; it
+// is there to make a wrong path a clear error.
+func (a *agent) resolve(p string) (string, error) {
+	if p == "" || strings.IndexByte(p, 0) >= 0 {
+		return "", errors.New("path: empty, or has a NUL byte")
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(a.dir, p)
+	}
+	p = filepath.Clean(p)
+	for _, root := range []string{a.dir, "/tmp"} {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("path %q: outside the session's files (%s and /tmp)", p, a.dir)
+}
+
+func entryOf(path string, fi fs.FileInfo) envelope.Entry {
+	e := envelope.Entry{Name: fi.Name(), Path: path, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), MTimeMS: fi.ModTime().UnixMilli()}
+	switch {
+	case fi.Mode().IsRegular():
+		e.Type = "file"
+	case fi.IsDir():
+		e.Type, e.Size = "dir", 0
+	case fi.Mode()&fs.ModeSymlink != 0:
+		e.Type = "symlink"
+		e.Target, _ = os.Readlink(path)
+	default:
+		e.Type = "other"
+	}
+	return e
+}
+
+func fileErr(id uint64, err error) *envelope.Reply {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fail(id, envelope.ErrCodeNotFound, "%v", err)
+	case errors.Is(err, fs.ErrExist):
+		return fail(id, envelope.ErrCodeExists, "%v", err)
+	}
+	return fail(id, envelope.ErrCodeFailed, "%v", err)
+}
+
+func (a *agent) file(req *envelope.Request) *envelope.Reply {
+	path, err := a.resolve(req.Path)
+	if err != nil {
+		return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+	}
+	r := &envelope.Reply{ID: req.ID}
+	switch req.Op {
+	case envelope.OpRead:
+		f, err := os.Open(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return fail(req.ID, envelope.ErrCodeInvalid, "%s is a directory", path)
+		}
+		n := req.Length
+		if n <= 0 || n > maxReadChunk {
+			n = maxReadChunk
+		}
+		buf := make([]byte, n)
+		got, err := f.ReadAt(buf, req.Offset)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fileErr(req.ID, err)
+		}
+		r.Data, r.EOF = buf[:got], errors.Is(err, io.EOF)
+	case envelope.OpWrite:
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fileErr(req.ID, err)
+		}
+		flags := os.O_WRONLY | os.O_CREATE
+		if req.Append {
+			flags |= os.O_APPEND
+		} else {
+			flags |= os.O_TRUNC
+		}
+		mode := fs.FileMode(req.Mode & 0o777)
+		if mode == 0 {
+			mode = 0o644
+		}
+		f, err := os.OpenFile(path, flags, mode)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		_, werr := f.Write(req.Data)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fileErr(req.ID, werr)
+		}
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		e := entryOf(path, fi)
+		r.Entry = &e
+	case envelope.OpList:
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		r.Entries = []envelope.Entry{}
+		for _, d := range ents[:min(len(ents), maxEntries)] {
+			if fi, err := d.Info(); err == nil {
+				r.Entries = append(r.Entries, entryOf(filepath.Join(path, d.Name()), fi))
+			}
+		}
+	case envelope.OpStat:
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return fileErr(req.ID, err)
+		}
+		e := entryOf(path, fi)
+		r.Entry = &e
+	case envelope.OpRemove:
+		if path == a.dir || path == "/tmp" {
+			return fail(req.ID, envelope.ErrCodeInvalid, "%s cannot be removed", path)
+		}
+		if _, err := os.Lstat(path); err != nil {
+			return fileErr(req.ID, err)
+		}
+		rm := os.Remove
+		if req.Recursive {
+			rm = os.RemoveAll
+		}
+		if err := rm(path); err != nil {
+			return fileErr(req.ID, err)
+		}
+	case envelope.OpMkdir:
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return fileErr(req.ID, err)
+		}
+	case envelope.OpRename:
+		to, err := a.resolve(req.To)
+		if err != nil {
+			return fail(req.ID, envelope.ErrCodeInvalid, "to: %v", err)
+		}
+		if err := os.Rename(path, to); err != nil {
+			return fileErr(req.ID, err)
+		}
+	}
+	return r
+}
