@@ -58,6 +58,8 @@ func fileErr(id uint64, err error) *envelope.Reply {
 	return fail(id, envelope.ErrCodeFailed, "%v", err)
 }
 
+// file serves a request on the session's files, each op by a function of
+// its own; the path is confined first.
 func (a *agent) file(req *envelope.Request) *envelope.Reply {
 	path, err := a.resolve(req.Path)
 	if err != nil {
@@ -66,99 +68,123 @@ func (a *agent) file(req *envelope.Request) *envelope.Reply {
 	r := &envelope.Reply{ID: req.ID}
 	switch req.Op {
 	case envelope.OpRead:
-		f, err := os.Open(path)
-		if err != nil {
-			return fileErr(req.ID, err)
-		}
-		defer f.Close()
-		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			return fail(req.ID, envelope.ErrCodeInvalid, "%s is a directory", path)
-		}
-		n := req.Length
-		if n <= 0 || n > maxReadChunk {
-			n = maxReadChunk
-		}
-		buf := make([]byte, n)
-		got, err := f.ReadAt(buf, req.Offset)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fileErr(req.ID, err)
-		}
-		r.Data, r.EOF = buf[:got], errors.Is(err, io.EOF)
+		return readFile(req, path, r)
 	case envelope.OpWrite:
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return fileErr(req.ID, err)
-		}
-		flags := os.O_WRONLY | os.O_CREATE
-		if req.Append {
-			flags |= os.O_APPEND
-		} else {
-			flags |= os.O_TRUNC
-		}
-		mode := fs.FileMode(req.Mode & 0o777)
-		if mode == 0 {
-			mode = 0o644
-		}
-		f, err := os.OpenFile(path, flags, mode)
-		if err != nil {
-			return fileErr(req.ID, err)
-		}
-		_, werr := f.Write(req.Data)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return fileErr(req.ID, werr)
-		}
-		fi, err := os.Lstat(path)
-		if err != nil {
-			return fileErr(req.ID, err)
-		}
-		e := entryOf(path, fi)
-		r.Entry = &e
+		return writeFile(req, path, r)
 	case envelope.OpList:
-		ents, err := os.ReadDir(path)
-		if err != nil {
-			return fileErr(req.ID, err)
-		}
-		r.Entries = []envelope.Entry{}
-		for _, d := range ents[:min(len(ents), maxEntries)] {
-			if fi, err := d.Info(); err == nil {
-				r.Entries = append(r.Entries, entryOf(filepath.Join(path, d.Name()), fi))
-			}
-		}
+		return listDir(req, path, r)
 	case envelope.OpStat:
-		fi, err := os.Lstat(path)
-		if err != nil {
-			return fileErr(req.ID, err)
-		}
-		e := entryOf(path, fi)
-		r.Entry = &e
+		return statFile(req, path, r)
 	case envelope.OpRemove:
-		if path == a.dir || path == "/tmp" {
-			return fail(req.ID, envelope.ErrCodeInvalid, "%s cannot be removed", path)
-		}
-		if _, err := os.Lstat(path); err != nil {
-			return fileErr(req.ID, err)
-		}
-		rm := os.Remove
-		if req.Recursive {
-			rm = os.RemoveAll
-		}
-		if err := rm(path); err != nil {
-			return fileErr(req.ID, err)
-		}
+		return a.remove(req, path, r)
 	case envelope.OpMkdir:
 		if err := os.MkdirAll(path, 0o755); err != nil {
 			return fileErr(req.ID, err)
 		}
 	case envelope.OpRename:
-		to, err := a.resolve(req.To)
-		if err != nil {
-			return fail(req.ID, envelope.ErrCodeInvalid, "to: %v", err)
+		return a.rename(req, path, r)
+	}
+	return r
+}
+
+func readFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+	f, err := os.Open(path)
+	if err != nil {
+		return fileErr(req.ID, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return fail(req.ID, envelope.ErrCodeInvalid, "%s is a directory", path)
+	}
+	n := req.Length
+	if n <= 0 || n > maxReadChunk {
+		n = maxReadChunk
+	}
+	buf := make([]byte, n)
+	got, err := f.ReadAt(buf, req.Offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fileErr(req.ID, err)
+	}
+	r.Data, r.EOF = buf[:got], errors.Is(err, io.EOF)
+	return r
+}
+
+func writeFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fileErr(req.ID, err)
+	}
+	flags := os.O_WRONLY | os.O_CREATE
+	if req.Append {
+		flags |= os.O_APPEND
+	} else {
+		flags |= os.O_TRUNC
+	}
+	mode := fs.FileMode(req.Mode & 0o777)
+	if mode == 0 {
+		mode = 0o644
+	}
+	f, err := os.OpenFile(path, flags, mode)
+	if err != nil {
+		return fileErr(req.ID, err)
+	}
+	_, werr := f.Write(req.Data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fileErr(req.ID, werr)
+	}
+	return statFile(req, path, r)
+}
+
+func listDir(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return fileErr(req.ID, err)
+	}
+	r.Entries = []envelope.Entry{}
+	for _, d := range ents[:min(len(ents), maxEntries)] {
+		if fi, err := d.Info(); err == nil {
+			r.Entries = append(r.Entries, entryOf(filepath.Join(path, d.Name()), fi))
 		}
-		if err := os.Rename(path, to); err != nil {
-			return fileErr(req.ID, err)
-		}
+	}
+	return r
+}
+
+func statFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fileErr(req.ID, err)
+	}
+	e := entryOf(path, fi)
+	r.Entry = &e
+	return r
+}
+
+func (a *agent) remove(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+	if path == a.dir || path == "/tmp" {
+		return fail(req.ID, envelope.ErrCodeInvalid, "%s cannot be removed", path)
+	}
+	if _, err := os.Lstat(path); err != nil {
+		return fileErr(req.ID, err)
+	}
+	rm := os.Remove
+	if req.Recursive {
+		rm = os.RemoveAll
+	}
+	if err := rm(path); err != nil {
+		return fileErr(req.ID, err)
+	}
+	return r
+}
+
+func (a *agent) rename(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+	to, err := a.resolve(req.To)
+	if err != nil {
+		return fail(req.ID, envelope.ErrCodeInvalid, "to: %v", err)
+	}
+	if err := os.Rename(path, to); err != nil {
+		return fileErr(req.ID, err)
 	}
 	return r
 }
