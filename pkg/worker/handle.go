@@ -191,11 +191,12 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	var ws *wsStep // the job's workspace and outputs, if any (workspace.go)
 	defer func() { ws.close() }()
 	if !errors.Is(context.Cause(jobCtx), ErrCancelRequested) {
-		var d *decision
-		ws, res, d = w.beginWorkspace(stop, jobCtx, job, log)
-		if d != nil {
-			return *d
+		var nr notRun
+		ws, nr = w.beginWorkspace(stop, jobCtx, job, log)
+		if nr.back != nil {
+			return *nr.back
 		}
+		res = nr.result
 		if res == nil && jobCtx.Err() == nil {
 			// The workspace's restore and archive, and the events' output
 			// and start: one RunOptions for each run.
@@ -204,6 +205,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 				o.OnOutput, o.OnStart = e.OnOutput, e.OnStart
 				return o
 			}
+			var d *decision
 			res, d = w.runHeld(stop, jobCtx, job, opts, log)
 			if d == nil && res != nil {
 				d = ws.afterRun(force, res)

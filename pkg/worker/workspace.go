@@ -106,14 +106,11 @@ func (w *Worker) tenantObjects(ctx context.Context, tenant string) (jobs.ObjectS
 
 // beginWorkspace readies a job's workspace before it runs: it takes the
 // head (waiting while another job holds it), resolves a fork's source, and
-// fetches the snapshot to restore. It returns nil for a job without
-// workspace or outputs; a result when the job cannot run (rejected, or its
-// snapshot is gone), to be stored as is; a decision when the message goes
-// back. A canceled jobCtx returns a nil result and decision: the caller
-// tells why from the context.
-func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*wsStep, *jobs.Result, *decision) {
+// fetches the snapshot to restore. It returns a nil step for a job without
+// workspace or outputs, and why the job does not run when it does not.
+func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*wsStep, notRun) {
 	if job.Workspace == "" && job.WorkspaceFrom == nil && len(job.Outputs) == 0 {
-		return nil, nil, nil
+		return nil, notRun{}
 	}
 	s := &wsStep{w: w, job: job, log: log.With("workspace", job.Workspace)}
 	// The job's workspaces are its tenant's (Validate checked them against
@@ -124,9 +121,9 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 	case errors.As(err, &reserve):
 		// The fleet's storage holds no room for another tenant's quota:
 		// no retry makes it, the operator does.
-		return s, quotaResult(fmt.Sprintf("the object stores of %s cannot be made: %v", tenantName(job.ID), reserve)), nil
+		return s, notRun{result: quotaResult(fmt.Sprintf("the object stores of %s cannot be made: %v", tenantName(job.ID), reserve))}
 	case err != nil:
-		return s.giveBack(jobCtx, "open the object stores of tenant "+jobs.TenantOf(job.ID)+": "+err.Error())
+		return s, s.giveBack(jobCtx, "open the object stores of tenant "+jobs.TenantOf(job.ID)+": "+err.Error())
 	}
 	s.objs = objs
 	var fork *jobs.WorkspaceRef
@@ -134,28 +131,28 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 		ref, from, msg, err := w.resolveFork(jobCtx, *job.WorkspaceFrom)
 		switch {
 		case err != nil:
-			return s.giveBack(jobCtx, "read the workspace to start from: "+err.Error())
+			return s, s.giveBack(jobCtx, "read the workspace to start from: "+err.Error())
 		case msg != "":
-			return s, rejected(msg), nil
+			return s, notRun{result: rejected(msg)}
 		}
 		fork = &ref
 		s.mode, s.base, s.from = modeCopy, ref, from
 	}
 	if job.Workspace != "" {
-		if res, d := s.take(stop, jobCtx, fork); res != nil || d != nil || jobCtx.Err() != nil {
-			return s, res, d
+		if nr := s.take(stop, jobCtx, fork); nr.halts() || jobCtx.Err() != nil {
+			return s, nr
 		}
 	}
 	if s.base.Revision > 0 {
-		if res, d := s.fetch(jobCtx); res != nil || d != nil {
-			return s, res, d
+		if nr := s.fetch(jobCtx); nr.halts() {
+			return s, nr
 		}
 	}
 	s.refreshSnapshot(jobCtx)
 	if s.mode == modeFresh || len(job.Outputs) > 0 {
 		s.arch = &spool{dir: w.cfg.TempDir}
 	}
-	return s, nil, nil
+	return s, notRun{}
 }
 
 // refreshSnapshot puts the snapshot of the workspace's latest revision
@@ -194,15 +191,28 @@ func (s *wsStep) refreshSnapshot(ctx context.Context) {
 	s.log.Info("snapshot put again, its age renewed with the head's", "snapshot", obj, "was_put", info.ModTime)
 }
 
+// notRun is why a job does not run after all, as readying its workspace
+// found: a result to store as is (the job is rejected, or its snapshot is
+// gone), or a decision that gives the message back. The zero value means
+// the job runs, unless its context was canceled: the caller tells why from
+// the context.
+type notRun struct {
+	result *jobs.Result
+	back   *decision
+}
+
+// halts reports that the job does not run.
+func (n notRun) halts() bool { return n.result != nil || n.back != nil }
+
 // giveBack hands the message back for a later delivery, after a failure
 // that is not the job's (NATS, the worker's disk), releasing what the step
 // holds.
-func (s *wsStep) giveBack(ctx context.Context, reason string) (*wsStep, *jobs.Result, *decision) {
+func (s *wsStep) giveBack(ctx context.Context, reason string) notRun {
 	if ctx.Err() != nil {
-		return s, nil, nil
+		return notRun{}
 	}
 	s.abandon()
-	return s, nil, &decision{verdict: verdictNakDelay, reason: "workspace: " + reason}
+	return notRun{back: &decision{verdict: verdictNakDelay, reason: "workspace: " + reason}}
 }
 
 func rejected(msg string) *jobs.Result {
@@ -261,7 +271,7 @@ func contains(s []int64, v int64) bool {
 
 // take takes the job's workspace head, waiting while another job holds it,
 // for HoldMax at most.
-func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*jobs.Result, *decision) {
+func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) notRun {
 	w, name := s.w, s.job.Workspace
 	hold := time.NewTimer(w.cfg.HoldMax)
 	defer hold.Stop()
@@ -274,8 +284,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 	for {
 		h, rev, err := w.readHead(jobCtx, name)
 		if err != nil {
-			_, res, d := s.giveBack(jobCtx, "read the head: "+err.Error())
-			return res, d
+			return s.giveBack(jobCtx, "read the head: "+err.Error())
 		}
 		ev := evBegin{Job: s.job.ID, Worker: w.cfg.ID, Fork: fork, Take: jobs.NewID(), Now: time.Now().UTC()}
 		switch {
@@ -287,13 +296,12 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 			ev.HolderGone = true
 		default:
 			if ev.HolderGone, err = w.holderGone(jobCtx, h.Step.Job); err != nil {
-				_, res, d := s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
-				return res, d
+				return s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
 			}
 		}
 		next, act, err := transition(name, h, ev)
 		if err != nil {
-			return rejected(fmt.Sprintf("workspace_from: %v", err)), nil
+			return notRun{result: rejected(fmt.Sprintf("workspace_from: %v", err))}
 		}
 		switch act {
 		case actWrite:
@@ -303,21 +311,20 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 			}
 			if h == nil && jobs.StoreFull(err) {
 				t := w.cfg.Topology
-				return rejected(fmt.Sprintf("%s: workspace %s cannot be made: the bucket %s holds the fleet's cap of %d workspaces or %s; "+
+				return notRun{result: rejected(fmt.Sprintf("%s: workspace %s cannot be made: the bucket %s holds the fleet's cap of %d workspaces or %s; "+
 					"new workspaces can be made once others expire (after %s without a step) or are removed",
-					jobs.QuotaReason, name, jobs.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL)), nil
+					jobs.QuotaReason, name, jobs.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL))}
 			}
 			if err != nil {
-				_, res, d := s.giveBack(jobCtx, "take the head: "+err.Error())
-				return res, d
+				return s.giveBack(jobCtx, "take the head: "+err.Error())
 			}
 			s.head, s.headRev, s.mode, s.base, s.takeName = next, newRev, modeFresh, next.Step.Base, ev.Take
 			s.log.Debug("workspace taken", "base", next.Step.Base.String())
-			return nil, nil
+			return notRun{}
 		case actReplay:
 			s.head, s.headRev, s.mode, s.base, s.saved = h, rev, modeReplay, h.Step.Base, true
 			s.log.Info("replaying a step whose revision is saved", "revision", h.Revision, "base", h.Step.Base.String())
-			return nil, nil
+			return notRun{}
 		}
 		// actWait: another job holds it.
 		if !s.waitingReported {
@@ -340,50 +347,47 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) (*j
 		case <-updates:
 		case <-time.After(time.Second):
 		case <-jobCtx.Done():
-			return nil, nil
+			return notRun{}
 		case <-stop.Done():
-			return nil, &decision{verdict: verdictNak, reason: "draining while waiting for workspace " + name}
+			return notRun{back: &decision{verdict: verdictNak, reason: "draining while waiting for workspace " + name}}
 		case <-hold.C:
-			return nil, &decision{verdict: verdictNakDelay, reason: fmt.Sprintf(
-				"workspace %s held by job %s for over %s", name, h.Step.Job, w.cfg.HoldMax)}
+			return notRun{back: &decision{verdict: verdictNakDelay, reason: fmt.Sprintf(
+				"workspace %s held by job %s for over %s", name, h.Step.Job, w.cfg.HoldMax)}}
 		}
 	}
 }
 
 // fetch copies the base's snapshot to a spool: from the worker's cache
 // when this worker saved it, else from the object store.
-func (s *wsStep) fetch(ctx context.Context) (*jobs.Result, *decision) {
+func (s *wsStep) fetch(ctx context.Context) notRun {
 	s.snap = &spool{dir: s.w.cfg.TempDir}
 	if s.head != nil && s.base.Name == s.job.Workspace && s.base.Revision == s.head.Revision {
 		k := snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, s.head.Revision, s.head.SHA256}
 		if data := s.w.snaps.get(k); data != nil {
 			if _, err := s.snap.Write(data); err != nil {
-				_, res, d := s.giveBack(ctx, "spool the snapshot: "+err.Error())
-				return res, d
+				return s.giveBack(ctx, "spool the snapshot: "+err.Error())
 			}
 			s.snapSize, s.snapSHA = int64(len(data)), k.sha256
-			return nil, nil
+			return notRun{}
 		}
 	}
 	obj, err := s.objs.Snapshots.Get(ctx, s.baseObject())
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		now := time.Now().UTC()
-		return &jobs.Result{Status: jobs.StatusError, FinishedAt: &now, Error: fmt.Sprintf(
-			"workspace: the snapshot of %s@%d is gone (expired or removed)", s.base.Name, s.base.Revision)}, nil
+		return notRun{result: &jobs.Result{Status: jobs.StatusError, FinishedAt: &now, Error: fmt.Sprintf(
+			"workspace: the snapshot of %s@%d is gone (expired or removed)", s.base.Name, s.base.Revision)}}
 	}
 	if err != nil {
-		_, res, d := s.giveBack(ctx, "get the snapshot: "+err.Error())
-		return res, d
+		return s.giveBack(ctx, "get the snapshot: "+err.Error())
 	}
 	defer obj.Close()
 	sum := sha256.New()
 	n, err := io.Copy(io.MultiWriter(s.snap, sum), obj)
 	if err != nil {
-		_, res, d := s.giveBack(ctx, "get the snapshot: "+err.Error())
-		return res, d
+		return s.giveBack(ctx, "get the snapshot: "+err.Error())
 	}
 	s.snapSize, s.snapSHA = n, hex.EncodeToString(sum.Sum(nil))
-	return nil, nil
+	return notRun{}
 }
 
 // baseObject is the snapshot of the base, as the head of its workspace
