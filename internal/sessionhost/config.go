@@ -1,0 +1,114 @@
+package sessionhost
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// Sandbox is a session's sandbox, as pkg/executor's Session is one.
+type Sandbox interface {
+	Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error)
+	Close(ctx context.Context)
+	Done() <-chan struct{}
+	Why() string
+	ImageID() string
+	// Archive archives the sandbox's /workspace into w while it goes on
+	// (a persistent session's checkpoint).
+	Archive(ctx context.Context, w io.Writer) (*envelope.ArchiveReport, error)
+}
+
+// StartSpec is what Start is asked for.
+type StartSpec struct {
+	ID       string
+	Image    string
+	Limits   limits.Limits
+	Env      map[string]string
+	Files    map[string]string
+	Lifetime time.Duration
+	// MaxOutput bounds what a call's reply carries of each stream.
+	MaxOutput int64
+	// Restore, if set, is the snapshot the sandbox's /workspace starts
+	// from (a persistent session's checkpoint, or a fork's source).
+	Restore *jobs.Snapshot
+	// OnEvent is told the sandbox's live events (its terminals' output);
+	// it must not block.
+	OnEvent func(*envelope.Event)
+}
+
+// Starter starts a session's sandbox.
+type Starter func(ctx context.Context, spec StartSpec) (Sandbox, error)
+
+// Config of a Host. The zero value of each field is its documented
+// default.
+type Config struct {
+	// Worker is the worker's ID, recorded on its sessions.
+	Worker string
+	// Max is the most sessions the host holds at once. Default 16.
+	Max int
+	// MaxLifetime caps what a session may ask for max_lifetime (and
+	// idle_timeout). Default 24h.
+	MaxLifetime time.Duration
+	// Limits resolves a session's limits against the worker's defaults
+	// and caps, as a job's are.
+	Limits func(limits.Limits) (limits.Limits, error)
+	// Images reports whether the worker serves a preset.
+	Images func(string) bool
+	// MaxCalls bounds the calls one session serves at once. Default 16.
+	MaxCalls int
+	// Observer is told of creates, restores and ends. Default none.
+	Observer Observer
+	// Logger default slog.Default().
+	Logger *slog.Logger
+
+	// Workspaces opens the workspace heads and the snapshots' object
+	// store of a tenant ("": of none), where persistent sessions keep
+	// their checkpoints; nil: this worker serves no persistent sessions.
+	Workspaces func(ctx context.Context, tenant string) (jetstream.KeyValue, jetstream.ObjectStore, error)
+	// KeepRevisions is how many checkpoints of a session's workspace
+	// keep their snapshots, as a job's revisions. Default 10.
+	KeepRevisions int
+	// CheckpointQuiet is how long a persistent session that changed
+	// stays without a call before it is checkpointed. Default 2 s.
+	CheckpointQuiet time.Duration
+	// TempDir holds checkpoints on their way (unlinked files). Default
+	// os.TempDir().
+	TempDir string
+}
+
+func (c *Config) setDefaults() {
+	if c.Max <= 0 {
+		c.Max = 16
+	}
+	if c.MaxLifetime <= 0 {
+		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.MaxCalls <= 0 {
+		c.MaxCalls = 16
+	}
+	if c.Limits == nil {
+		c.Limits = func(l limits.Limits) (limits.Limits, error) { return l, nil }
+	}
+	if c.Images == nil {
+		c.Images = func(string) bool { return true }
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.KeepRevisions <= 0 {
+		c.KeepRevisions = 10
+	}
+	if c.CheckpointQuiet <= 0 {
+		c.CheckpointQuiet = 2 * time.Second
+	}
+}

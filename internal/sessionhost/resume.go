@@ -1,0 +1,306 @@
+package sessionhost
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// A session whose worker is lost (its record says running, and nobody
+// answers its subjects) is resumed by the next call's client: a create
+// with From.Resume goes to the queue group, and the worker that takes it
+// moves the record to resuming by compare-and-swap on its KV revision, so
+// that of two resumers one wins and the other's worker waits for it and
+// answers with its record. The old owner, should it come back, finds its
+// next write of the record refused and lets its sandbox go.
+
+// source is a snapshot to restore: revision rev of a workspace (0: its
+// head's).
+type source struct {
+	tenant, workspace string
+	rev               int64
+	// must: a missing snapshot is an error (a resume's checkpoint), not
+	// an empty start.
+	must bool
+}
+
+// workspaceName qualifies a workspace's name with the session's tenant.
+func workspaceName(tenant, name string) string {
+	if tenant == "" {
+		return name
+	}
+	return tenant + "." + name
+}
+
+// persistOpening fills in a new session's workspace: its own (Workspace,
+// else one named as the session) when it persists, restored from its head
+// or from WorkspaceFrom.
+func (h *Host) persistOpening(o *opening, spec sessions.Spec) error {
+	if h.cfg.Workspaces == nil {
+		return sessions.Errorf(sessions.ErrInvalid, "persist: this worker keeps no workspaces")
+	}
+	for at, name := range map[string]string{"workspace": spec.Workspace, "workspace_from.name": fromName(spec.WorkspaceFrom)} {
+		if name == "" {
+			continue
+		}
+		if strings.Contains(name, ".") {
+			return sessions.Errorf(sessions.ErrInvalid, "%s: %q: a session names its tenant's workspaces without the tenant", at, name)
+		}
+		if _, err := jobs.ParseWorkspaceRef(name); err != nil {
+			return sessions.Errorf(sessions.ErrInvalid, "%s: %v", at, err)
+		}
+	}
+	t := spec.Tenant
+	o.info.Persist = spec.Persist || spec.Workspace != ""
+	if o.info.Persist {
+		o.info.Workspace = workspaceName(t, cmpOr(spec.Workspace, o.info.ID))
+		o.from = &source{tenant: t, workspace: o.info.Workspace}
+		o.dirty = len(spec.Files) > 0
+	}
+	if f := spec.WorkspaceFrom; f != nil {
+		o.from = &source{tenant: t, workspace: workspaceName(t, f.Name), rev: f.Revision, must: true}
+		o.dirty = o.info.Persist
+	}
+	return nil
+}
+
+func fromName(r *jobs.WorkspaceRef) string {
+	if r == nil {
+		return ""
+	}
+	return r.Name
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// createFrom starts a session from another's checkpoint: the same one
+// again (a resume), or a fork.
+func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Info, error) {
+	if !sessions.ValidID(spec.From.Session) {
+		return nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", spec.From.Session)
+	}
+	if h.cfg.Workspaces == nil {
+		return nil, sessions.Errorf(sessions.ErrFailed, "this worker keeps no workspaces: it cannot resume or fork a session")
+	}
+	if spec.From.Resume {
+		return h.resume(call, spec.From.Session)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	src, _, err := h.readRecord(ctx, spec.From.Session, call.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if !src.Persist {
+		return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: it has no checkpoint to fork", src.ID)
+	}
+	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
+	o := opening{info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
+		IdleTimeout: src.IdleTimeout, MaxLifetime: src.MaxLifetime, Labels: spec.Labels, ForkedFrom: src.ID},
+		env: src.Env, from: &source{tenant: src.Tenant, workspace: src.Workspace}}
+	o.info.Persist = src.Persist
+	if p := spec.From.Persist; p != nil {
+		o.info.Persist = *p
+	}
+	if o.info.Persist {
+		o.info.Workspace, o.dirty = workspaceName(src.Tenant, id), true
+	}
+	return h.open(o)
+}
+
+// readRecord returns session id's record and its KV revision, as owner
+// may see it.
+func (h *Host) readRecord(ctx context.Context, id, owner string) (*sessions.Info, jetstream.KeyValueEntry, error) {
+	e, err := h.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", id)
+	}
+	if err != nil {
+		return nil, nil, sessions.Errorf(sessions.ErrFailed, "read the session's record: %v", err)
+	}
+	var info sessions.Info
+	if json.Unmarshal(e.Value(), &info) != nil || info.Owner != owner {
+		return nil, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", id)
+	}
+	return &info, e, nil
+}
+
+// resumeStale is how long a resume another worker took may go on before
+// it counts as dead: past a sandbox's start (2 minutes at most) and its
+// restore.
+const resumeStale = 3 * time.Minute
+
+// resume starts session id again from its workspace's head, unless it
+// answers already (another resumer won).
+func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
+	deadline := time.Now().Add(resumeStale)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		info, e, err := h.readRecord(ctx, id, call.Owner)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case info.Status == sessions.StatusEnded:
+			return nil, sessions.Errorf(sessions.ErrGone, "session %s has ended: %s", id, info.EndReason)
+		case !info.Persist:
+			return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: it cannot be resumed", id)
+		case info.Status == sessions.StatusRunning:
+			if live, ok := h.ask(id, call.Owner); ok {
+				return live, nil
+			}
+		case info.Status == sessions.StatusResuming && time.Since(info.ActiveAt) < resumeStale:
+			// Another worker resumes it: wait for its record to move.
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		why := "lost"
+		if info.Status == sessions.StatusPaused {
+			why = "paused"
+		}
+		info.Status, info.Worker, info.ActiveAt = sessions.StatusResuming, h.cfg.Worker, time.Now().UTC()
+		b, err := json.Marshal(info)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		rev, err := h.kv.Update(ctx, id, b, e.Revision())
+		cancel()
+		if raced(err) {
+			continue // another resumer, or a call, wrote first: look again
+		}
+		if err != nil {
+			return nil, sessions.Errorf(sessions.ErrFailed, "take the session's record: %v", err)
+		}
+		h.log.Info("resuming a session", "session_id", id, "why", why)
+		return h.open(opening{info: *info, env: info.Env, kvRev: rev, prev: e.Value(), restore: why,
+			from: &source{tenant: info.Tenant, workspace: info.Workspace, must: info.Checkpoint != nil}})
+	}
+	return nil, sessions.Errorf(sessions.ErrFailed, "session %s: another worker's resume did not finish within %s", id, resumeStale)
+}
+
+// ask returns the record of session id from its owner, if one answers.
+func (h *Host) ask(id, owner string) (*sessions.Info, bool) {
+	data, _ := json.Marshal(sessions.Call{Owner: owner})
+	msg, err := h.nc.Request(sessions.Subject(id, sessions.OpInfo), data, 5*time.Second)
+	if err != nil {
+		return nil, false
+	}
+	var a sessions.Answer
+	var info sessions.Info
+	if json.Unmarshal(msg.Data, &a) != nil || a.Error != nil || json.Unmarshal(a.Result, &info) != nil {
+		return nil, false
+	}
+	return &info, true
+}
+
+// giveBack puts back the record a failed resume took, so that the next
+// call may try again (on another worker).
+func (h *Host) giveBack(ctx context.Context, o opening) {
+	if o.prev == nil {
+		return
+	}
+	if _, err := h.kv.Update(ctx, o.info.ID, o.prev, o.kvRev); err != nil {
+		h.log.Warn("putting back a session's record after a failed resume", "session_id", o.info.ID, "error", err)
+	}
+}
+
+// spooled is a snapshot in an unlinked temporary file.
+type spooled struct {
+	f    *os.File
+	size int64
+	sha  string
+}
+
+func (s *spooled) close() {
+	if s != nil {
+		s.f.Close()
+	}
+}
+
+func (s *spooled) snapshot() *jobs.Snapshot {
+	if s == nil {
+		return nil
+	}
+	return &jobs.Snapshot{R: io.NewSectionReader(s.f, 0, s.size), Size: s.size, SHA256: s.sha}
+}
+
+func (h *Host) tempFile() (*os.File, error) {
+	f, err := os.CreateTemp(h.cfg.TempDir, "sandfleet-session-*")
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(f.Name())
+	return f, nil
+}
+
+// fetch spools the snapshot src names, and the revision it is; nil and 0
+// for a workspace without one (when src need not have one).
+func (h *Host) fetch(ctx context.Context, src *source) (*spooled, int64, error) {
+	heads, snaps, err := h.cfg.Workspaces(ctx, src.tenant)
+	if err != nil {
+		return nil, 0, sessions.Errorf(sessions.ErrFailed, "open the workspaces: %v", err)
+	}
+	e, err := heads.Get(ctx, src.workspace)
+	var head *jobs.WorkspaceHead
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+	case err != nil:
+		return nil, 0, sessions.Errorf(sessions.ErrFailed, "read workspace %s: %v", src.workspace, err)
+	default:
+		if head, err = jobs.DecodeWorkspaceHead(src.workspace, e.Value()); err != nil {
+			return nil, 0, sessions.Errorf(sessions.ErrFailed, "%v", err)
+		}
+	}
+	rev := src.rev
+	if head != nil && rev == 0 {
+		rev = head.Revision
+	}
+	switch {
+	case head == nil || head.Revision == 0:
+		if src.must {
+			return nil, 0, sessions.Errorf(sessions.ErrGone, "workspace %s has no revision to start from (expired or removed)", src.workspace)
+		}
+		return nil, 0, nil
+	case rev != head.Revision && !slices.Contains(head.Kept, rev):
+		return nil, 0, sessions.Errorf(sessions.ErrInvalid, "workspace_from: %s does not keep revision %d (it keeps %v)", src.workspace, rev, head.Kept)
+	}
+	obj, err := snaps.Get(ctx, head.Snapshot(rev))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, 0, sessions.Errorf(sessions.ErrGone, "the snapshot of %s@%d is gone (expired or removed)", src.workspace, rev)
+	}
+	if err != nil {
+		return nil, 0, sessions.Errorf(sessions.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
+	}
+	defer obj.Close()
+	f, err := h.tempFile()
+	if err != nil {
+		return nil, 0, sessions.Errorf(sessions.ErrFailed, "spool the snapshot: %v", err)
+	}
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, sum), obj)
+	if err != nil {
+		f.Close()
+		return nil, 0, sessions.Errorf(sessions.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
+	}
+	return &spooled{f: f, size: n, sha: hex.EncodeToString(sum.Sum(nil))}, rev, nil
+}
