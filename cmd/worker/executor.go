@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
+)
+
+// executorConfig builds the executor's configuration from --config and the
+// cap flags (flags win).
+func executorConfig(o *options) (executor.Config, error) {
+	var fc fileConfig
+	if o.configFile != "" {
+		data, err := os.ReadFile(o.configFile)
+		if err != nil {
+			return executor.Config{}, fmt.Errorf("--config: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&fc); err != nil {
+			return executor.Config{}, cmdline.Usagef("--config %s: %w", o.configFile, err)
+		}
+	}
+	cfg := executor.Config{
+		Presets:  fc.Presets,
+		Defaults: fc.Defaults,
+		Runtime:  fc.Runtime,
+		WorkerID: o.id,
+		Pool:     o.pool,
+		PoolMax:  o.poolMax,
+		UIDs:     o.uids,
+	}
+	if o.runtime != "" {
+		cfg.Runtime = o.runtime
+	}
+	cfg.NetworkRuntime = o.networkRuntime
+	if cfg.NetworkRuntime == "" && cfg.Runtime == "runsc" {
+		cfg.NetworkRuntime = "runsc-net" // runsc itself is registered with no network at all
+	}
+	// The cap flags win over the file's caps, field by field.
+	cfg.Caps = limits.Caps(o.caps.Fill(fc.Caps))
+	allow, err := limits.ParseRules(o.egressAllow)
+	if err != nil {
+		return executor.Config{}, cmdline.Usagef("--egress-allow: %w", err)
+	}
+	// The flags add to the file's caps.network.
+	nw := limits.Network{Open: o.allowNetwork, Allow: allow}
+	if fc.Caps.Network != nil {
+		nw.Open = nw.Open || fc.Caps.Network.Open
+		nw.Allow = append(nw.Allow, fc.Caps.Network.Allow...)
+	}
+	if !nw.None() {
+		cfg.Caps.Network = &nw
+	}
+	return cfg, nil
+}
+
+// startGateway starts the egress gateway of a worker whose jobs may have
+// a network: its internal network and proxy, named after the worker.
+func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Gateway, error) {
+	hosts, err := egress.ParseHosts(o.egressHosts)
+	if err != nil {
+		return nil, cmdline.Usagef("--egress-hosts: %w", err)
+	}
+	subnets, err := netip.ParsePrefix(o.egressSubnets)
+	if err != nil {
+		return nil, cmdline.Usagef("--egress-subnets: %w", err)
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("egress: docker client: %w", err)
+	}
+	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
+	return egress.StartGateway(ctx, egress.GatewayConfig{
+		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: subnets, Logger: log,
+	})
+}
+
+// newExecutor is the one place that wires pkg/executor in.
+func newExecutor(cfg executor.Config) (interface {
+	worker.Executor
+	Close() error
+}, error) {
+	e, err := executor.New(cfg)
+	if err != nil {
+		return nil, cmdline.Usagef("%w", err)
+	}
+	return executor.StartReaping(e), nil
+}
+
+var _ worker.Pinger = (*executor.Reaping)(nil)

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/sessionhost"
+	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// sessionStarter is an executor that starts sessions' sandboxes.
+type sessionStarter interface {
+	StartSession(ctx context.Context, spec executor.SessionSpec) (*executor.Session, error)
+	ResolveLimits(limits.Limits) (limits.Limits, error)
+	HasPreset(name string) bool
+}
+
+// startSession is how the session host starts a sandbox on ss.
+func startSession(ss sessionStarter) sessionhost.Starter {
+	return func(ctx context.Context, spec sessionhost.StartSpec) (sessionhost.Sandbox, error) {
+		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits,
+			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore, OnEvent: spec.OnEvent})
+	}
+}
+
+// sessionWorkspaces opens the workspace stores persistent sessions keep
+// their checkpoints in, with the fleet's settings, each once per process.
+func sessionWorkspaces(js jetstream.JetStream, topo jobs.Topology) func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	var mu sync.Mutex
+	var heads jetstream.KeyValue
+	snaps := map[string]jetstream.ObjectStore{}
+	return func(ctx context.Context, tenant string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if heads == nil {
+			ws, err := topo.EnsureWorkspaces(ctx, js)
+			if err != nil {
+				return nil, nil, err
+			}
+			heads, snaps[""] = ws.Heads, ws.Snapshots
+		}
+		if s, ok := snaps[tenant]; ok {
+			return heads, s, nil
+		}
+		o, err := topo.EnsureObjects(ctx, js, tenant)
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps[tenant] = o.Snapshots
+		return heads, o.Snapshots, nil
+	}
+}
