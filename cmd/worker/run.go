@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sandfleet/sandfleet/internal/metrics"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
@@ -82,49 +84,17 @@ func Run(stop, force context.Context, args []string, stdout io.Writer) error {
 // serve connects (or starts the embedded server) and runs the worker on
 // exec. It is Run without the executor, so tests can pass a fake one.
 func serve(stop, force context.Context, o *options, log *slog.Logger, exec worker.Executor) error {
-	// After the first signal, the grace period; then force.
-	force, forceNow := context.WithCancel(force)
+	force, forceNow := forceAfterGrace(stop, force, o.grace, log)
 	defer forceNow()
-	defer context.AfterFunc(stop, func() {
-		t := time.AfterFunc(o.grace, func() {
-			log.Warn("grace period over; stopping the jobs in flight", "grace", o.grace)
-			forceNow()
-		})
-		context.AfterFunc(force, func() { t.Stop() })
-	})()
 
 	url := natsconn.ServerURL(o.natsURL)
 	if o.embedded {
-		if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
-			return fmt.Errorf("--data-dir: %w", err)
-		}
-		so := natsembed.Options{Listen: o.listen, StoreDir: o.dataDir}
-		credentials := "none"
-		if !o.noCredentials {
-			path, user, password, err := natsembed.Credentials(o.dataDir)
-			if errors.Is(err, natsembed.ErrCredentialsMode) || errors.Is(err, natscreds.ErrBad) {
-				return cmdline.Usagef("--data-dir: %w", err)
-			}
-			if err != nil {
-				return fmt.Errorf("--data-dir: %w", err)
-			}
-			so.User, so.Password, credentials = user, password, path
-		}
-		srv, err := natsembed.Start(so)
+		u, shutdown, err := startEmbedded(o, log)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		url = natsembed.ClientURL(srv, so)
-		log.Info("embedded NATS JetStream server started", "url", srv.ClientURL(), "data_dir", o.dataDir, "credentials", credentials)
-		if o.noCredentials {
-			log.Warn("the embedded NATS server takes connections without credentials (--no-credentials): any local process may read, forge and delete jobs and results")
-		} else if !natsembed.Loopback(o.listen) {
-			log.Warn("the embedded NATS server listens beyond this machine without TLS: its password and the jobs cross the network in clear", "listen", o.listen)
-		}
+		defer shutdown()
+		url = u
 	}
 	nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-worker", Persistent: true, Log: log})
 	if err != nil {
@@ -145,31 +115,12 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		m = newMetrics(metrics.NewRegistry(), presets)
 		obs = m
 	}
-	topo := jobs.Topology{
-		AckWait:       o.ackWait,
-		MaxDeliver:    o.maxDeliver,
-		MaxAckPending: o.maxAckPending,
-		Replicas:      o.replicas,
-		WorkspaceTTL:  o.workspaceTTL,
-		EventsMaxAge:  o.eventsMaxAge,
-
-		MaxBytes:           int64(o.store.jobs),
-		ResultsMaxBytes:    int64(o.store.results),
-		EventsMaxBytes:     int64(o.store.events),
-		IndexMaxBytes:      int64(o.store.index),
-		CancelsMaxKeys:     o.store.cancelsKeys,
-		CancelsMaxBytes:    int64(o.store.cancels),
-		WorkspacesMaxKeys:  o.store.workspacesKeys,
-		WorkspacesMaxBytes: int64(o.store.workspaces),
-		SnapshotsMaxBytes:  int64(o.store.workspaceQuota),
-		ArtifactsMaxBytes:  int64(o.store.artifactQuota),
-	}
 	w, err := worker.New(js, exec, worker.Config{
 		ID:       o.id,
 		Queues:   o.lanes,
 		Slots:    o.slots,
 		Version:  cmdline.Version(version),
-		Topology: topo,
+		Topology: o.topology(),
 		Logger:   log,
 		Observer: obs,
 		NoEvents: !o.events,
@@ -210,29 +161,109 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 		// Beside the jobs: a fleet whose sessions cannot be set up (a
 		// bucket its credentials may not make) still runs jobs, and a stop
 		// during the set-up is no failure.
-		var sobs sessionhost.Observer
-		if m != nil {
-			sobs = m
-		}
-		wg.Go(func() {
-			host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
-				Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
-				Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
-				Workspaces: sessionWorkspaces(js, topo),
-			})
-			if err != nil {
-				if stop.Err() == nil {
-					log.Error("sessions not served", "err", err)
-				}
-				return
-			}
-			if m != nil {
-				m.watchSessions(host) // a registry takes collectors while it serves
-			}
-			_ = host.Run(stop) // it logs "serving sessions" once listening
-		})
+		wg.Go(func() { serveSessions(stop, js, ss, o, m, log) })
 	}
 	return w.Run(stop, force)
+}
+
+// forceAfterGrace returns force canceled also at the end of the grace
+// period after the first signal (stop). The returned func cancels it and
+// lets the timer go.
+func forceAfterGrace(stop, force context.Context, grace time.Duration, log *slog.Logger) (context.Context, func()) {
+	force, forceNow := context.WithCancel(force)
+	unwatch := context.AfterFunc(stop, func() {
+		t := time.AfterFunc(grace, func() {
+			log.Warn("grace period over; stopping the jobs in flight", "grace", grace)
+			forceNow()
+		})
+		context.AfterFunc(force, func() { t.Stop() })
+	})
+	return force, func() {
+		unwatch()
+		forceNow()
+	}
+}
+
+// startEmbedded starts the embedded NATS server (--embedded) in
+// --data-dir, with the credentials kept there unless --no-credentials,
+// and returns the URL its client connects to.
+func startEmbedded(o *options, log *slog.Logger) (url string, shutdown func(), err error) {
+	if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
+		return "", nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	so := natsembed.Options{Listen: o.listen, StoreDir: o.dataDir}
+	credentials := "none"
+	if !o.noCredentials {
+		path, user, password, err := natsembed.Credentials(o.dataDir)
+		if errors.Is(err, natsembed.ErrCredentialsMode) || errors.Is(err, natscreds.ErrBad) {
+			return "", nil, cmdline.Usagef("--data-dir: %w", err)
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("--data-dir: %w", err)
+		}
+		so.User, so.Password, credentials = user, password, path
+	}
+	srv, err := natsembed.Start(so)
+	if err != nil {
+		return "", nil, err
+	}
+	log.Info("embedded NATS JetStream server started", "url", srv.ClientURL(), "data_dir", o.dataDir, "credentials", credentials)
+	if o.noCredentials {
+		log.Warn("the embedded NATS server takes connections without credentials (--no-credentials): any local process may read, forge and delete jobs and results")
+	} else if !natsembed.Loopback(o.listen) {
+		log.Warn("the embedded NATS server listens beyond this machine without TLS: its password and the jobs cross the network in clear", "listen", o.listen)
+	}
+	return natsembed.ClientURL(srv, so), func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}, nil
+}
+
+// topology is the fleet-wide settings the flags give.
+func (o *options) topology() jobs.Topology {
+	return jobs.Topology{
+		AckWait:       o.ackWait,
+		MaxDeliver:    o.maxDeliver,
+		MaxAckPending: o.maxAckPending,
+		Replicas:      o.replicas,
+		WorkspaceTTL:  o.workspaceTTL,
+		EventsMaxAge:  o.eventsMaxAge,
+
+		MaxBytes:           int64(o.store.jobs),
+		ResultsMaxBytes:    int64(o.store.results),
+		EventsMaxBytes:     int64(o.store.events),
+		IndexMaxBytes:      int64(o.store.index),
+		CancelsMaxKeys:     o.store.cancelsKeys,
+		CancelsMaxBytes:    int64(o.store.cancels),
+		WorkspacesMaxKeys:  o.store.workspacesKeys,
+		WorkspacesMaxBytes: int64(o.store.workspaces),
+		SnapshotsMaxBytes:  int64(o.store.workspaceQuota),
+		ArtifactsMaxBytes:  int64(o.store.artifactQuota),
+	}
+}
+
+// serveSessions runs the session host until stop; m, when set, gets its
+// metrics.
+func serveSessions(stop context.Context, js jetstream.JetStream, ss sessionStarter, o *options, m *jobMetrics, log *slog.Logger) {
+	var sobs sessionhost.Observer
+	if m != nil {
+		sobs = m
+	}
+	host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
+		Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
+		Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
+		Workspaces: sessionWorkspaces(js, o.topology()),
+	})
+	if err != nil {
+		if stop.Err() == nil {
+			log.Error("sessions not served", "err", err)
+		}
+		return
+	}
+	if m != nil {
+		m.watchSessions(host) // a registry takes collectors while it serves
+	}
+	_ = host.Run(stop) // it logs "serving sessions" once listening
 }
 
 // releaseStartMemory hands the heap that setting up left behind (the
