@@ -36,23 +36,9 @@ func TestMCPOnDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec := workertest.Sandbox(t, cfg)
-	addr := testutil.FreeAddr(t)
-	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "mcp", "--http", addr},
-		&executor.Reaping{Executor: exec})
-	defer s.Stop(t)
+	w := startAPIWorker(t, &executor.Reaping{Executor: workertest.Sandbox(t, cfg)}, "mcp", "--slots", "2")
 
-	// The API opens its client in the background.
-	var cs *sdk.ClientSession
-	err = testutil.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
-		c := sdk.NewClient(&sdk.Implementation{Name: "sandfleet-test", Version: "1"}, nil)
-		cs, err = c.Connect(ctx, mcptest.HTTP("http://"+addr+"/mcp", ""), nil)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := mcpConnect(t, w.addr)
 	mcptest.Exercise(t, cs, mcptest.Python, 32<<10)
 
 	ctx := t.Context()
@@ -83,21 +69,8 @@ func TestMCPSessionOnDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec := workertest.Sandbox(t, cfg)
-	addr := testutil.FreeAddr(t)
-	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "mcp-s", "--http", addr},
-		&executor.Reaping{Executor: exec})
-	defer s.Stop(t)
-	var cs *sdk.ClientSession
-	err = testutil.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
-		c := sdk.NewClient(&sdk.Implementation{Name: "sandfleet-test", Version: "1"}, nil)
-		cs, err = c.Connect(ctx, mcptest.HTTP("http://"+addr+"/mcp", ""), nil)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	w := startAPIWorker(t, &executor.Reaping{Executor: workertest.Sandbox(t, cfg)}, "mcp-s", "--slots", "1")
+	cs := mcpConnect(t, w.addr)
 	ctx := t.Context()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -151,4 +124,22 @@ func TestMCPSessionOnDocker(t *testing.T) {
 	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id, "command": "true"}); !res.IsError || !strings.Contains(mcptest.Text(res), "gone") {
 		t.Fatalf("exec after close: %s", mcptest.Text(res))
 	}
+}
+
+// mcpConnect connects an MCP client to the API's /mcp at addr, once it
+// answers: the API opens its client in the background. It is closed when
+// the test ends.
+func mcpConnect(t *testing.T, addr string) *sdk.ClientSession {
+	t.Helper()
+	var cs *sdk.ClientSession
+	err := testutil.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
+		c := sdk.NewClient(&sdk.Implementation{Name: "sandfleet-test", Version: "1"}, nil)
+		cs, err = c.Connect(ctx, mcptest.HTTP("http://"+addr+"/mcp", ""), nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }

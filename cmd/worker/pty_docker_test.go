@@ -3,19 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
-	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -27,23 +22,9 @@ import (
 // an unknown session is the API's 404.
 func TestSessionPTYOverWebSocketDocker(t *testing.T) {
 	t.Parallel()
-	cfg := executor.Config{WorkerID: "pty-" + fmt.Sprint(time.Now().UnixNano()%1e6)}
-	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
-		cfg.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
-	}
-	exec := workertest.Sandbox(t, cfg)
-	addr := testutil.FreeAddr(t)
-	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "p1",
-		"--http", addr, "--slots", "1", "--pool", "0", "--sessions", "1"}, exec)
-	defer s.Stop(t)
-	api := httpCall{t, "http://" + addr}
-	testutil.Eventually(t, 30*time.Second, "the API up", func() bool {
-		res, err := http.Get(api.base + "/v1/sessions")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == 200
-	})
+	w := startAPIWorker(t, pythonSandbox(t, runID("pty")), "p1", "--slots", "1", "--pool", "0", "--sessions", "1")
+	w.sessionsUp(t)
+	api, addr := w.api, w.addr
 	var info sessions.Info
 	api.do("POST", "/v1/sessions", map[string]any{"image": "python"}, 201, &info)
 	url := "ws://" + addr + "/v1/sessions/" + info.ID + "/pty?cols=80&rows=24"

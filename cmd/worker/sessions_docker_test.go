@@ -6,14 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -60,23 +55,9 @@ func (c httpCall) do(method, path string, body any, want int, out any) []byte {
 // deleted it is 410 with why.
 func TestSessionsOverHTTPDocker(t *testing.T) {
 	t.Parallel()
-	cfg := executor.Config{WorkerID: "sess-" + fmt.Sprint(time.Now().UnixNano()%1e6)}
-	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
-		cfg.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
-	}
-	exec := workertest.Sandbox(t, cfg)
-	addr := testutil.FreeAddr(t)
-	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "s1",
-		"--http", addr, "--slots", "1", "--pool", "0", "--sessions", "2"}, exec)
-	defer s.Stop(t)
-	api := httpCall{t, "http://" + addr}
-	testutil.Eventually(t, 30*time.Second, "the API up", func() bool {
-		res, err := http.Get(api.base + "/v1/sessions")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == 200
-	})
+	w := startAPIWorker(t, pythonSandbox(t, runID("sess")), "s1", "--slots", "1", "--pool", "0", "--sessions", "2")
+	w.sessionsUp(t)
+	api := w.api
 
 	var info sessions.Info
 	api.do("POST", "/v1/sessions", map[string]any{"image": "python", "idle_timeout": "2m"}, 201, &info)

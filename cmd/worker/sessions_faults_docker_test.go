@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -44,23 +41,9 @@ func rawCall(t *testing.T, method, url, key string, body any) (int, http.Header,
 // same Idempotency-Key while the first still runs runs once.
 func TestSessionsFaultsDocker(t *testing.T) {
 	t.Parallel()
-	cfg := executor.Config{WorkerID: "sessf-" + fmt.Sprint(time.Now().UnixNano()%1e6)}
-	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
-		cfg.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
-	}
-	exec := workertest.Sandbox(t, cfg)
-	addr := testutil.FreeAddr(t)
-	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "f1",
-		"--http", addr, "--slots", "1", "--pool", "0", "--sessions", "1"}, exec)
-	defer s.Stop(t)
-	api := httpCall{t, "http://" + addr}
-	testutil.Eventually(t, 30*time.Second, "the API up", func() bool {
-		res, err := http.Get(api.base + "/v1/sessions")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == 200
-	})
+	w := startAPIWorker(t, pythonSandbox(t, runID("sessf")), "f1", "--slots", "1", "--pool", "0", "--sessions", "1")
+	w.sessionsUp(t)
+	api := w.api
 
 	code, _, body := rawCall(t, "POST", api.base+"/v1/sessions", "", map[string]any{"limits": map[string]any{"memory": "512g"}})
 	if code != 400 || !strings.Contains(string(body), "memory") {

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"fmt"
-	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -18,23 +13,10 @@ import (
 // running gauge comes back to 0.
 func TestSessionMetricsDocker(t *testing.T) {
 	t.Parallel()
-	cfg := executor.Config{WorkerID: "sm-" + fmt.Sprint(time.Now().UnixNano()%1e6)}
-	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
-		cfg.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
-	}
-	exec := workertest.Sandbox(t, cfg)
-	addr, maddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "m1",
-		"--http", addr, "--metrics", maddr, "--slots", "1", "--pool", "0", "--sessions", "3"}, exec)
-	defer s.Stop(t)
-	api := httpCall{t, "http://" + addr}
-	testutil.Eventually(t, 30*time.Second, "the API up", func() bool {
-		res, err := http.Get(api.base + "/v1/sessions")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == 200
-	})
+	maddr := testutil.FreeAddr(t)
+	w := startAPIWorker(t, pythonSandbox(t, runID("sm")), "m1", "--metrics", maddr, "--slots", "1", "--pool", "0", "--sessions", "3")
+	w.sessionsUp(t)
+	api := w.api
 	// The sessions are set up beside the jobs: their gauges come with them.
 	testutil.Eventually(t, 30*time.Second, "sandfleet_sessions_max at 3", func() bool { return metric(maddr, "sandfleet_sessions_max") == 3 })
 	var a, b sessions.Info

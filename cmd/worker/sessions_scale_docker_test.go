@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
-	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
@@ -28,11 +27,8 @@ func TestFiftyIdleSessionsDocker(t *testing.T) {
 		t.Skip("starts 50 sandboxes")
 	}
 	const n = 50
-	cfg := executor.Config{WorkerID: fmt.Sprintf("sess-50-%d", os.Getpid())}
-	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
-		cfg.Presets = map[string]executor.Preset{"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}}}
-	}
-	exec := workertest.Sandbox(t, cfg)
+	workerID := fmt.Sprintf("sess-50-%d", os.Getpid())
+	exec := pythonSandbox(t, workerID)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "s50",
 		"--http", "", "--slots", "2", "--pool", "0", "--sessions", strconv.Itoa(n)}, &executor.Reaping{Executor: exec})
 	defer s.Stop(t)
@@ -84,7 +80,7 @@ func TestFiftyIdleSessionsDocker(t *testing.T) {
 			t.Fatalf("session %s after the jobs: %+v %v", id, r, err)
 		}
 	}
-	for _, c := range running(t, executor.LabelWorker+"="+cfg.WorkerID) {
+	for _, c := range running(t, executor.LabelWorker+"="+workerID) {
 		b, err := os.ReadFile("/sys/fs/cgroup/memory/docker/" + c + "/memory.usage_in_bytes")
 		if err != nil { // cgroup v2 or another driver: no figure
 			continue
