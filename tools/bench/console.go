@@ -8,14 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -43,19 +41,11 @@ type pageFigure struct {
 // workers leave them (a result in RESULTS, a summary and a spec in INDEX),
 // and times the console's pages over it through a real gateway.
 func consoleLists(ctx context.Context, o options) (*consoleFigures, error) {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-console-")
+	srv, stop, err := embedded("console")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := natsembed.Start(natsembed.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
+	defer stop()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		return nil, err

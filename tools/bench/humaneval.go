@@ -52,26 +52,20 @@ func (p *perf2) humanEval(ctx context.Context, o options) error {
 		return err
 	}
 	step("(n) HumanEval: %d canonical solutions, submit batch vs docker run %d at once, halves ABBA", len(ps), o.conc)
-	dir, err := os.MkdirTemp("", "sandfleet-bench-humaneval-")
+	rg, err := newRig(ctx, o, "humaneval")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	args, err := imageArgs(dir, o.image)
-	if err != nil {
-		return err
-	}
+	defer rg.close()
 	conc := fmt.Sprint(o.conc)
-	w, err := startWorker(ctx, o, "humaneval", append([]string{"--slots", conc, "--pool", conc}, args...)...)
+	w, err := rg.worker("humaneval", "--slots", conc, "--pool", conc)
 	if err != nil {
 		return err
 	}
-	defer w.stop()
-	dr, err := newDockerRunner(o.image)
+	dr, err := rg.dockerRun()
 	if err != nil {
 		return err
 	}
-	defer dr.close()
 	h := &heFigures{problems: len(ps), slots: o.conc, conc: o.conc, dataset: path}
 	half := len(ps) / 2
 	halves := [][]problems.Problem{ps[:half], ps[half:]}
@@ -95,11 +89,11 @@ func (p *perf2) humanEval(ctx context.Context, o options) error {
 		return err
 	}
 	viaFleet := func(part []problems.Problem, name string) error {
-		batch := filepath.Join(dir, name+".jsonl")
+		batch := filepath.Join(rg.dir, name+".jsonl")
 		if err := writeBatch(batch, part, "bench-"+runID+"-"+name+"-"); err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, o.submitBin, "batch", batch, "-o", filepath.Join(dir, name+".results.jsonl"), "--json")
+		cmd := exec.CommandContext(ctx, o.submitBin, "batch", batch, "-o", filepath.Join(rg.dir, name+".results.jsonl"), "--json")
 		cmd.Env = append(os.Environ(), "NATS_URL="+w.nc.ConnectedUrl())
 		var out, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &stderr

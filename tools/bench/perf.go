@@ -31,7 +31,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,16 +144,19 @@ func (p *perf2) err() error {
 // (i) ------------------------------------------------------------------------
 
 func (p *perf2) seedVsDockerRun(ctx context.Context, o options) error {
-	seed, err := newSeed(o.image)
+	rg, err := newRig(ctx, o, "seed")
 	if err != nil {
 		return err
 	}
-	defer seed.close()
-	dr, err := newDockerRunner(o.image)
+	defer rg.close()
+	seed, err := rg.seed()
 	if err != nil {
 		return err
 	}
-	defer dr.close()
+	dr, err := rg.dockerRun()
+	if err != nil {
+		return err
+	}
 	// Warm-up of both: the image's layers in the page cache.
 	if err := seed.run(ctx, o.code); err != nil {
 		return err
@@ -197,31 +199,24 @@ func alternate(n int, sides []func() error, pause time.Duration) error {
 // (j) ------------------------------------------------------------------------
 
 func (p *perf2) agentLike(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-agent-")
+	rg, err := newRig(ctx, o, "agent")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	args, err := imageArgs(dir, o.image)
-	if err != nil {
-		return err
-	}
+	defer rg.close()
 	// The worker's defaults: --slots = cores, --pool = slots.
-	w, err := startWorker(ctx, o, "agent", args...)
+	w, err := rg.worker("agent")
 	if err != nil {
 		return err
 	}
-	defer w.stop()
-	seed, err := newSeed(o.image)
+	seed, err := rg.seed()
 	if err != nil {
 		return err
 	}
-	defer seed.close()
-	dr, err := newDockerRunner(o.image)
+	dr, err := rg.dockerRun()
 	if err != nil {
 		return err
 	}
-	defer dr.close()
 	fleet := func() error {
 		res, err := submitWait(ctx, w, &jobs.Job{Image: "python", Code: o.code})
 		if err != nil {
@@ -263,41 +258,32 @@ func submitWait(ctx context.Context, w *workerProc, j *jobs.Job) (*jobs.Result, 
 // (k) ------------------------------------------------------------------------
 
 func (p *perf2) throughput(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-tput-")
+	rg, err := newRig(ctx, o, "tput")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	args, err := imageArgs(dir, o.image)
-	if err != nil {
-		return err
-	}
+	defer rg.close()
 	conc := fmt.Sprint(o.conc)
-	fresh, err := startWorker(ctx, o, "tput-fresh", append([]string{"--slots", conc, "--pool", "0"}, args...)...)
+	fresh, err := rg.worker("tput-fresh", "--slots", conc, "--pool", "0")
 	if err != nil {
 		return err
 	}
-	defer fresh.stop()
-	pooled, err := startWorker(ctx, o, "tput-pooled", append([]string{"--slots", conc, "--pool", conc}, args...)...)
+	pooled, err := rg.worker("tput-pooled", "--slots", conc, "--pool", conc)
 	if err != nil {
 		return err
 	}
-	defer pooled.stop()
-	ceil, err := newCeiling(o.image)
+	ceil, err := rg.ceiling()
 	if err != nil {
 		return err
 	}
-	defer ceil.close()
-	seed, err := newSeed(o.image)
+	seed, err := rg.seed()
 	if err != nil {
 		return err
 	}
-	defer seed.close()
-	dr, err := newDockerRunner(o.image)
+	dr, err := rg.dockerRun()
 	if err != nil {
 		return err
 	}
-	defer dr.close()
 	for _, w := range []*workerProc{fresh, pooled} {
 		if _, err := submitWait(ctx, w, &jobs.Job{Image: "python", Code: o.code}); err != nil {
 			return err
@@ -381,11 +367,15 @@ type churn struct {
 }
 
 func (p *perf2) engineChurn(ctx context.Context, o options) error {
-	ceil, err := newCeiling(o.image)
+	rg, err := newRig(ctx, o, "churn")
 	if err != nil {
 		return err
 	}
-	defer ceil.close()
+	defer rg.close()
+	ceil, err := rg.ceiling()
+	if err != nil {
+		return err
+	}
 	if _, err := ceil.run(ctx); err != nil { // warm-up
 		return err
 	}
@@ -429,20 +419,15 @@ type levers struct {
 }
 
 func (p *perf2) leverCosts(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-levers-")
+	rg, err := newRig(ctx, o, "levers")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	args, err := imageArgs(dir, o.image)
+	defer rg.close()
+	w, err := rg.worker("levers", "--slots", "1", "--pool", "2")
 	if err != nil {
 		return err
 	}
-	w, err := startWorker(ctx, o, "levers", append([]string{"--slots", "1", "--pool", "2"}, args...)...)
-	if err != nil {
-		return err
-	}
-	defer w.stop()
 	inSandbox := func(d *[]time.Duration, wall *[]time.Duration, j *jobs.Job) func() error {
 		return func() error {
 			t := time.Now()
@@ -474,18 +459,10 @@ func (p *perf2) leverCosts(ctx context.Context, o options) error {
 		return nil
 	}
 	// (m'): the lever on and off, one warm worker each, alternating.
-	if err := os.MkdirAll(filepath.Join(dir, "base"), 0o700); err != nil {
-		return err
-	}
-	bargs, err := imageArgs(filepath.Join(dir, "base"), o.leverBase)
+	b, err := rg.workerOn(o.leverBase, "lever-base", "--slots", "1", "--pool", "2")
 	if err != nil {
 		return err
 	}
-	b, err := startWorker(ctx, o, "lever-base", append([]string{"--slots", "1", "--pool", "2"}, bargs...)...)
-	if err != nil {
-		return err
-	}
-	defer b.stop()
 	if _, err := submitWait(ctx, b, &jobs.Job{Image: "python", Code: "pass"}); err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -33,15 +32,11 @@ type poolSizing struct {
 }
 
 func (p *perf2) poolSize(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-poolsize-")
+	rg, err := newRig(ctx, o, "poolsize")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	args, err := imageArgs(dir, o.image)
-	if err != nil {
-		return err
-	}
+	defer rg.close()
 	ps := &poolSizing{slots: o.conc, small: o.conc, big: 4 * o.conc}
 	type side struct {
 		w       *workerProc
@@ -54,8 +49,8 @@ func (p *perf2) poolSize(ctx context.Context, o options) error {
 		if err != nil {
 			return nil, err
 		}
-		w, err := startWorker(ctx, o, "poolsize-"+name, append([]string{"--slots", strconv.Itoa(o.conc),
-			"--pool", strconv.Itoa(pool), "--pool-max", strconv.Itoa(poolMax), "--metrics", addr}, args...)...)
+		w, err := rg.worker("poolsize-"+name, "--slots", strconv.Itoa(o.conc),
+			"--pool", strconv.Itoa(pool), "--pool-max", strconv.Itoa(poolMax), "--metrics", addr)
 		if err != nil {
 			return nil, err
 		}
@@ -65,17 +60,14 @@ func (p *perf2) poolSize(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer small.w.stop()
 	big, err := start("fixed-big", ps.big, ps.big, &ps.seqB, &ps.missB)
 	if err != nil {
 		return err
 	}
-	defer big.w.stop()
 	auto, err := start("self-sizing", ps.small, ps.big, &ps.seqA, &ps.missA)
 	if err != nil {
 		return err
 	}
-	defer auto.w.stop()
 	block := func(s *side) error {
 		// The pool full again (or 60 s): each block starts as a burst would.
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {

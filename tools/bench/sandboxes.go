@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -91,27 +90,19 @@ func parallel(total, conc int, do func() error) (float64, error) {
 }
 
 func viaWorker(ctx context.Context, o options, pool int, f *figures, measureRSS bool, r *report) error {
+	rg, err := newRig(ctx, o, "image")
+	if err != nil {
+		return err
+	}
+	defer rg.close()
 	args := []string{"--slots", strconv.Itoa(o.slots), "--pool", strconv.Itoa(pool)}
 	if o.runtime != "" {
 		args = append(args, "--runtime", o.runtime)
 	}
-	if o.image != "" {
-		dir, err := os.MkdirTemp("", "sandfleet-bench-image-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		img, err := imageArgs(dir, o.image)
-		if err != nil {
-			return err
-		}
-		args = append(args, img...)
-	}
-	w, err := startWorker(ctx, o, strconv.Itoa(pool), args...)
+	w, err := rg.worker(strconv.Itoa(pool), args...)
 	if err != nil {
 		return err
 	}
-	defer w.stop()
 	id, cmd, nc, cli, fail := w.id, w.cmd, w.nc, w.cli, w.fail
 	job := func() *jobs.Job { return &jobs.Job{Image: "python", Code: o.code} }
 	one := func() error {

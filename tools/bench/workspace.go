@@ -66,16 +66,13 @@ func imageArgs(dir, image string) ([]string, error) {
 }
 
 func workspaceCost(ctx context.Context, o options) (*wsFigures, error) {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-ws-")
+	rg, err := newRig(ctx, o, "ws")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer rg.close()
+	dir, extra := rg.dir, rg.image
 	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	extra, err := imageArgs(dir, o.image)
 	if err != nil {
 		return nil, err
 	}
