@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -36,78 +37,116 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 		return res
 	}
 
-	preset, ok := e.cfg.Presets[job.Image]
-	if !ok {
-		return done(jobs.StatusRejected, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
-			job.Image, strings.Join(e.Presets(), ", "))), nil
-	}
-	if preset.Optional {
-		if _, err := e.resolveImage(ctx, preset.Image, false); errors.Is(err, ErrImageMissing) {
-			return done(jobs.StatusRejected, fmt.Sprintf("image: preset %q needs the image %s, which this worker does not have (%s)",
-				job.Image, preset.Image, e.buildHint(preset.Image))), nil
-		}
-	}
-	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
-	if err != nil {
-		return done(jobs.StatusRejected, err.Error()), nil
-	}
-	env, err := buildEnvelope(job, preset, lim, opts, nil)
-	if err != nil {
-		return done(jobs.StatusRejected, err.Error()), nil
+	a, msg := e.accept(ctx, job, opts)
+	if msg != "" {
+		return done(jobs.StatusRejected, msg), nil
 	}
 	if ctx.Err() != nil {
 		return done(jobs.StatusCanceled, "canceled before it started"), nil
 	}
-
-	var s *sandbox
-	if e.pool != nil && e.pool.fits(lim) {
-		if s = e.pool.take(preset.Image); s == nil {
-			s = e.pool.await(ctx, preset.Image)
+	s, err := e.sandboxFor(ctx, log, a.preset.Image, job.ID, a.lim)
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller's cancellation is the job's outcome, not the engine's fault.
+			return done(jobs.StatusCanceled, "canceled before it started"), nil
 		}
+		log.Warn("sandbox failed", "error", err)
+		return nil, err
 	}
-	if s != nil {
-		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
-	} else {
-		s, err = e.admit(ctx, preset.Image, job.ID, lim)
-		if err != nil {
-			if ctx.Err() != nil {
-				// The caller's cancellation is the job's outcome, not the engine's fault.
-				return done(jobs.StatusCanceled, "canceled before it started"), nil
-			}
-			log.Warn("sandbox failed", "error", err)
-			return nil, err
-		}
-	}
-	r, err := func() (*outcome, error) {
-		// Released however execute ends: a panic (the caller's OnStart,
-		// a bug), which the worker recovers, would leave the sandbox
-		// running with no timer to stop it.
-		defer e.release(ctx, log, s)
-		if s.net != nil {
-			// Registered before the envelope is sent: the launcher runs
-			// nothing of the job's until it has it. The envelope now holds
-			// the environment of this sandbox's proxy (it was checked
-			// before the sandbox was made, without it).
-			if env, err = buildEnvelope(job, preset, lim, opts, s.net.Env); err != nil {
-				return nil, infraErr("egress envelope", err)
-			}
-			if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
-				return nil, infraErr("egress", err)
-			}
-			defer func() {
-				use, err := e.cfg.Egress.Release(context.WithoutCancel(ctx), s.id)
-				if err != nil {
-					log.Error("releasing the sandbox from the egress proxy failed", "container", s.short, "error", err)
-				}
-				res.Egress = use
-			}()
-		}
-		return e.execute(ctx, log, s, lim, env, []byte(job.Stdin), opts)
-	}()
+	r, err := e.runIn(ctx, log, s, job, a, opts, res)
 	if err != nil {
 		log.Warn("sandbox failed", "error", err)
 		return nil, err
 	}
+	r.fill(res)
+	res.ImageDigest = s.imageID
+	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
+		"duration_ms", *res.DurationMS, "container", r.container)
+	return res, nil
+}
+
+// accepted is a job the executor takes: its preset, its limits within the
+// caps and its envelope.
+type accepted struct {
+	preset Preset
+	lim    limits.Limits
+	env    sealed
+}
+
+// accept checks a job against this executor: a preset it has (with its
+// image, if optional), limits within its caps, an envelope it can build.
+// msg says why the job is rejected, "" when it is not.
+func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (a accepted, msg string) {
+	preset, ok := e.cfg.Presets[job.Image]
+	if !ok {
+		return a, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
+			job.Image, strings.Join(e.Presets(), ", "))
+	}
+	if preset.Optional {
+		if _, err := e.resolveImage(ctx, preset.Image, false); errors.Is(err, ErrImageMissing) {
+			return a, fmt.Sprintf("image: preset %q needs the image %s, which this worker does not have (%s)",
+				job.Image, preset.Image, e.buildHint(preset.Image))
+		}
+	}
+	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
+	if err != nil {
+		return a, err.Error()
+	}
+	env, err := buildEnvelope(job, preset, lim, opts, nil)
+	if err != nil {
+		return a, err.Error()
+	}
+	return accepted{preset: preset, lim: lim, env: env}, ""
+}
+
+// sandboxFor is the sandbox a job runs in: a warm one of the pool when the
+// job fits it, else one made for the job.
+func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, image, jobID string, lim limits.Limits) (*sandbox, error) {
+	var s *sandbox
+	if e.pool != nil && e.pool.fits(lim) {
+		if s = e.pool.take(image); s == nil {
+			s = e.pool.await(ctx, image)
+		}
+	}
+	if s != nil {
+		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
+		return s, nil
+	}
+	return e.admit(ctx, image, jobID, lim)
+}
+
+// runIn runs the job in s and releases s however that ends: a panic (the
+// caller's OnStart, a bug), which the worker recovers, would leave the
+// sandbox running with no timer to stop it. A sandbox with a network is
+// admitted to the egress proxy first, and what it used is recorded in res.
+func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, job *jobs.Job, a accepted, opts jobs.RunOptions, res *jobs.Result) (*outcome, error) {
+	defer e.release(ctx, log, s)
+	env := a.env
+	if s.net != nil {
+		// Registered before the envelope is sent: the launcher runs
+		// nothing of the job's until it has it. The envelope now holds
+		// the environment of this sandbox's proxy (it was checked
+		// before the sandbox was made, without it).
+		var err error
+		if env, err = buildEnvelope(job, a.preset, a.lim, opts, s.net.Env); err != nil {
+			return nil, infraErr("egress envelope", err)
+		}
+		if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, a.lim.Network); err != nil {
+			return nil, infraErr("egress", err)
+		}
+		defer func() {
+			use, err := e.cfg.Egress.Release(context.WithoutCancel(ctx), s.id)
+			if err != nil {
+				log.Error("releasing the sandbox from the egress proxy failed", "container", s.short, "error", err)
+			}
+			res.Egress = use
+		}()
+	}
+	return e.execute(ctx, log, s, a.lim, env, []byte(job.Stdin), opts)
+}
+
+// fill records the outcome in res.
+func (r *outcome) fill(res *jobs.Result) {
 	res.Status, res.Error = r.status, r.msg
 	res.Exit = r.exit
 	res.SetOutput(r.stdout, r.stderr)
@@ -118,10 +157,6 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	res.CPUMS, res.PeakMemoryBytes = r.cpuMS, r.peakBytes
 	res.Compile, res.Tests = r.compile, r.tests
 	res.Display, res.DisplayDropped = r.display, r.displayDropped
-	res.ImageDigest = s.imageID
-	log.Info("job finished", "status", res.Status, "exit_code", derefInt(res.Exit),
-		"duration_ms", ms, "container", r.container)
-	return res, nil
 }
 
 // sealed is the envelope of one job: the header bytes and the seal of the
