@@ -58,6 +58,30 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	out := &outcome{started: o.started, finished: o.finished, stdout: o.stdout, stderr: o.stderr}
 	capped := int64(lim.Output)
 	out.stdoutTrunc, out.stderrTrunc = o.stdoutN > capped, o.stderrN > capped
+	c := o.claim(seal)
+	code := int(o.exitCode)
+	if c.signed {
+		code = c.t.Exit
+		out.believe(o, c.t)
+	}
+	oom := o.engineOOM || (c.signed && c.t.CgroupOOMKills != nil && *c.t.CgroupOOMKills > 0)
+	out.settle(o, c, code, oom, lim)
+	return out
+}
+
+// claim is what the launcher's trailer says of the job, and whether it is
+// to be believed.
+type claim struct {
+	t       envelope.Trailer
+	signed  bool                  // signed with the job's seal, and what it counts is what came
+	reports []envelope.CaseReport // a judged job's case reports, when signed
+}
+
+// claim opens the trailer and checks it against what arrived: the
+// framing held, and its byte counts and digests (streams, archive,
+// compile output, cases, displays) are those of the frames; a judged
+// job's case reports decode and a compile step asked for is reported.
+func (o observed) claim(seal envelope.Seal) claim {
 	t, signed := seal.Open(o.trailer)
 	signed = signed && o.framesBroken == nil && t.StdoutBytes == o.stdoutN && t.StderrBytes == o.stderrN &&
 		t.ArchiveBytes == o.archiveN && t.ArchiveSHA256 == o.archiveSHA &&
@@ -71,23 +95,24 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 		// trailer for this header.
 		signed = ok && (!o.judge.compiled || t.CompileExit != nil)
 	}
-	if signed && o.killed == "" {
+	return claim{t: t, signed: signed, reports: reports}
+}
+
+// believe records what a signed trailer reports besides the status: the
+// archive (unless the executor killed the job), the displays, the usage
+// figures and the compile step.
+func (out *outcome) believe(o observed, t envelope.Trailer) {
+	if o.killed == "" {
 		out.archive = archiveVerdict{signed: true, files: t.ArchiveFiles, skipped: t.ArchiveSkipped, err: t.ArchiveError}
 		for _, s := range t.ArchiveSkips {
 			out.archive.skips = append(out.archive.skips, jobs.SkippedEntry{Name: s.Name, Reason: s.Reason})
 		}
 	}
-	if signed {
-		out.display, out.displayDropped = decodeDisplays(o.displays)
-		out.displayDropped += t.DisplaysDropped + t.Displays - len(o.displays)
-	}
-	code := int(o.exitCode)
-	if signed {
-		code = t.Exit
-		out.cpuMS = nanosToMS(firstNonNil(t.CgroupCPUNanos, t.CPUNanos))
-		out.peakBytes = firstNonNil(t.CgroupPeakBytes, t.MaxRSSBytes)
-	}
-	if signed && o.judge != nil && o.judge.compiled && t.CompileExit != nil {
+	out.display, out.displayDropped = decodeDisplays(o.displays)
+	out.displayDropped += t.DisplaysDropped + t.Displays - len(o.displays)
+	out.cpuMS = nanosToMS(firstNonNil(t.CgroupCPUNanos, t.CPUNanos))
+	out.peakBytes = firstNonNil(t.CgroupPeakBytes, t.MaxRSSBytes)
+	if o.judge != nil && o.judge.compiled && t.CompileExit != nil {
 		out.compile = &jobs.CompileReport{
 			Exit:            t.CompileExit,
 			DurationMS:      t.CompileMS,
@@ -95,8 +120,12 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 			OutputTruncated: t.CompileSeen > t.CompileBytes,
 		}
 	}
-	oom := o.engineOOM || (signed && t.CgroupOOMKills != nil && *t.CgroupOOMKills > 0)
+}
 
+// settle gives the job's status, exit and message, in the order of
+// verdict's rules: the executor's kills, memory, output, the trailer.
+func (out *outcome) settle(o observed, c claim, code int, oom bool, lim limits.Limits) {
+	t := c.t
 	switch {
 	case o.killed == jobs.StatusCanceled:
 		out.status, out.msg = o.killed, "canceled while running"
@@ -108,7 +137,7 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 	case o.killed == jobs.StatusOutputLimit || out.stdoutTrunc || out.stderrTrunc:
 		out.status = jobs.StatusOutputLimit
 		out.msg = fmt.Sprintf("wrote more than the output limit of %s per stream", lim.Output)
-	case !signed:
+	case !c.signed:
 		out.status = jobs.StatusFailed
 		out.msg = fmt.Sprintf("%s (the container exited with status %d)", errNoVerdict, o.exitCode)
 		if d := strings.TrimSpace(string(o.diag)); d != "" {
@@ -121,7 +150,7 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 			out.msg = t.Error
 		}
 	case o.judge != nil && o.judge.tests:
-		out.tests = testReport(o.judge.names, reports)
+		out.tests = testReport(o.judge.names, c.reports)
 		out.exit = &code
 		switch {
 		case code == 0 && out.tests.Passed == out.tests.Total:
@@ -141,7 +170,6 @@ func verdict(o observed, seal envelope.Seal, lim limits.Limits) *outcome {
 			out.msg = fmt.Sprintf("killed by signal %d (%s)", t.Signal, syscall.Signal(t.Signal))
 		}
 	}
-	return out
 }
 
 func firstNonNil(ps ...*int64) *int64 {
