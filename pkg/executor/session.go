@@ -92,6 +92,54 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
+	spec.setDefaults()
+	seal := envelope.NewSeal()
+	header, err := e.sessionHeader(spec, lim, seal)
+	if err != nil {
+		return nil, err
+	}
+	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
+	var s *sandbox
+	if e.pool != nil && e.pool.fits(lim) {
+		s = e.pool.take(preset.Image)
+	}
+	if s == nil {
+		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
+			return nil, err
+		}
+	}
+	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
+		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1024), ended: make(chan struct{})}
+	s.out.serveSession(ss.frame)
+	if err := handOff(s, header, spec.Restore); err != nil {
+		e.release(ctx, log, s)
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-s.out.ended:
+		case <-s.copyDone:
+		}
+		ss.end()
+	}()
+	var pctx context.Context
+	pctx, ss.stopPing = context.WithCancel(context.Background())
+	go ss.ping(pctx)
+	if spec.Restore != nil {
+		// The agent answers once the snapshot is in place; one it refused
+		// ends the sandbox, its trailer saying why.
+		if _, err := ss.Do(ctx, &envelope.Request{Op: envelope.OpPing}); err != nil {
+			ss.Close(ctx)
+			return nil, fmt.Errorf("%w: %s", ErrRestore, cmp.Or(ss.Why(), err.Error()))
+		}
+	}
+	log.Info("session started", "container", s.short, "image", spec.Image)
+	return ss, nil
+}
+
+// setDefaults fills in the deadman, the lifetime and the processes a
+// session's spec leaves out.
+func (spec *SessionSpec) setDefaults() {
 	if spec.Deadman <= 0 {
 		spec.Deadman = 30 * time.Second
 	}
@@ -101,11 +149,17 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	if spec.MaxProcesses <= 0 {
 		spec.MaxProcesses = 32
 	}
+}
+
+// sessionHeader is the envelope that makes a sandbox a session's: its
+// limits, its files and the snapshot it restores, sealed with seal. A
+// snapshot over the tmpfs, or a header that cannot be built, is
+// ErrRejected.
+func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envelope.Seal) ([]byte, error) {
 	out := int64(lim.Output)
 	if spec.OutputLimit > 0 && spec.OutputLimit < out {
 		out = spec.OutputLimit
 	}
-	seal := envelope.NewSeal()
 	h := &envelope.Header{Env: jobEnv(nil, spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
 		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
 		OutputLimit: out, MaxProcesses: spec.MaxProcesses, Runtime: e.cfg.Runtime,
@@ -129,49 +183,21 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
-	var s *sandbox
-	if e.pool != nil && e.pool.fits(lim) {
-		s = e.pool.take(preset.Image)
-	}
-	if s == nil {
-		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
-			return nil, err
-		}
-	}
-	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
-		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1024), ended: make(chan struct{})}
-	s.out.serveSession(ss.frame)
+	return header, nil
+}
+
+// handOff writes a session's envelope to its sandbox, then the snapshot
+// it restores.
+func handOff(s *sandbox, header []byte, restore *jobs.Snapshot) error {
 	if _, err := s.att.Conn.Write(header); err != nil {
-		e.release(ctx, log, s)
-		return nil, infraErr("hand the session its envelope", err)
+		return infraErr("hand the session its envelope", err)
 	}
-	if r := spec.Restore; r != nil {
+	if r := restore; r != nil {
 		if _, err := io.Copy(s.att.Conn, io.LimitReader(r.R, r.Size)); err != nil {
-			e.release(ctx, log, s)
-			return nil, infraErr("hand the session its snapshot", err)
+			return infraErr("hand the session its snapshot", err)
 		}
 	}
-	go func() {
-		select {
-		case <-s.out.ended:
-		case <-s.copyDone:
-		}
-		ss.end()
-	}()
-	var pctx context.Context
-	pctx, ss.stopPing = context.WithCancel(context.Background())
-	go ss.ping(pctx)
-	if spec.Restore != nil {
-		// The agent answers once the snapshot is in place; one it refused
-		// ends the sandbox, its trailer saying why.
-		if _, err := ss.Do(ctx, &envelope.Request{Op: envelope.OpPing}); err != nil {
-			ss.Close(ctx)
-			return nil, fmt.Errorf("%w: %s", ErrRestore, cmp.Or(ss.Why(), err.Error()))
-		}
-	}
-	log.Info("session started", "container", s.short, "image", spec.Image)
-	return ss, nil
+	return nil
 }
 
 // ResolveLimits is what limits a job or session asking for l gets: the
