@@ -169,23 +169,8 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	indexed := w.index.running(job, w.cfg.ID, dl)
 	defer indexed.end()
 
-	jobCtx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	defer context.AfterFunc(force, func() { cancel(ErrForced) })()
-	r := &run{id: job.ID, cancel: cancel}
-	w.mu.Lock()
-	w.running[r] = struct{}{}
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.running, r)
-		w.mu.Unlock()
-	}()
-	// Checked after registering, so a request arriving in between is seen
-	// by the watcher.
-	if w.cancelRequested(job.ID, log) {
-		cancel(ErrCancelRequested)
-	}
+	jobCtx, untrack := w.track(force, job, log)
+	defer untrack()
 
 	var res *jobs.Result
 	var ws *wsStep // the job's workspace and outputs, if any (workspace.go)
@@ -216,20 +201,13 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 			}
 		}
 	}
-	switch cause := context.Cause(jobCtx); {
-	case errors.Is(cause, ErrForced):
+	cause := context.Cause(jobCtx)
+	if errors.Is(cause, ErrForced) {
 		ws.abandon()
 		return decision{verdict: verdictNak, reason: "forced stop"}
-	case errors.Is(cause, ErrCancelRequested):
-		switch {
-		case res == nil: // canceled before it ran
-			now := time.Now().UTC()
-			res = &jobs.Result{Status: jobs.StatusCanceled, Error: ErrCancelRequested.Error(), FinishedAt: &now}
-		case res.Status == jobs.StatusCanceled: // the executor stopped it
-			res.Error = ErrCancelRequested.Error()
-		}
-		// Otherwise the job ended on its own before the request landed:
-		// its result stands.
+	}
+	if errors.Is(cause, ErrCancelRequested) {
+		res = canceledOnRequest(res)
 	}
 	w.fill(res, job, dl)
 	ev.ended(res)
@@ -237,6 +215,45 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	d := w.finish(force, dl, job, res, ev, log)
 	ws.settled(d)
 	return d
+}
+
+// track gives the job its context, canceled with ErrForced by force and
+// with ErrCancelRequested by a cancel request, and registers it with the
+// cancel watcher until untrack.
+func (w *Worker) track(force context.Context, job *jobs.Job, log *slog.Logger) (jobCtx context.Context, untrack func()) {
+	jobCtx, cancel := context.WithCancelCause(context.Background())
+	stopForce := context.AfterFunc(force, func() { cancel(ErrForced) })
+	r := &run{id: job.ID, cancel: cancel}
+	w.mu.Lock()
+	w.running[r] = struct{}{}
+	w.mu.Unlock()
+	// Checked after registering, so a request arriving in between is seen
+	// by the watcher.
+	if w.cancelRequested(job.ID, log) {
+		cancel(ErrCancelRequested)
+	}
+	return jobCtx, func() {
+		w.mu.Lock()
+		delete(w.running, r)
+		w.mu.Unlock()
+		stopForce()
+		cancel(nil)
+	}
+}
+
+// canceledOnRequest is the result of a job whose cancellation was
+// requested, from what it had when the request landed.
+func canceledOnRequest(res *jobs.Result) *jobs.Result {
+	switch {
+	case res == nil: // canceled before it ran
+		now := time.Now().UTC()
+		res = &jobs.Result{Status: jobs.StatusCanceled, Error: ErrCancelRequested.Error(), FinishedAt: &now}
+	case res.Status == jobs.StatusCanceled: // the executor stopped it
+		res.Error = ErrCancelRequested.Error()
+	}
+	// Otherwise the job ended on its own before the request landed: its
+	// result stands.
+	return res
 }
 
 // runHeld runs the job. On an infrastructure error it marks the executor
