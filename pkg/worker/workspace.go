@@ -285,18 +285,9 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 		if err != nil {
 			return s.giveBack(jobCtx, "read the head: "+err.Error())
 		}
-		ev := evBegin{Job: s.job.ID, Worker: w.cfg.ID, Fork: fork, Take: jobs.NewID(), Now: time.Now().UTC()}
-		switch {
-		case h == nil || h.Step == nil || h.Step.Job == s.job.ID:
-		case jobs.TenantOf(h.Step.Job) != jobs.TenantOf(name):
-			// No job of the workspace's tenant: a head a tenant forged (its
-			// heads are its own to write) must not make the worker look up
-			// another tenant's job for it, which would tell whether it exists.
-			ev.HolderGone = true
-		default:
-			if ev.HolderGone, err = w.holderGone(jobCtx, h.Step.Job); err != nil {
-				return s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
-			}
+		ev, err := s.begin(jobCtx, h, fork)
+		if err != nil {
+			return s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
 		}
 		next, act, err := transition(name, h, ev)
 		if err != nil {
@@ -309,10 +300,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 				continue
 			}
 			if h == nil && jobs.StoreFull(err) {
-				t := w.cfg.Topology
-				return notRun{result: rejected(fmt.Sprintf("%s: workspace %s cannot be made: the bucket %s holds the fleet's cap of %d workspaces or %s; "+
-					"new workspaces can be made once others expire (after %s without a step) or are removed",
-					jobs.QuotaReason, name, jobs.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL))}
+				return notRun{result: rejected(workspacesFull(w.cfg.Topology, name))}
 			}
 			if err != nil {
 				return s.giveBack(jobCtx, "take the head: "+err.Error())
@@ -354,6 +342,33 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 				"workspace %s held by job %s for over %s", name, h.Step.Job, w.cfg.HoldMax)}}
 		}
 	}
+}
+
+// begin is the event of the step's take of head h: whether the job that
+// holds it is gone, looked up in RESULTS when it is another job of the
+// workspace's tenant.
+func (s *wsStep) begin(ctx context.Context, h *jobs.WorkspaceHead, fork *jobs.WorkspaceRef) (evBegin, error) {
+	ev := evBegin{Job: s.job.ID, Worker: s.w.cfg.ID, Fork: fork, Take: jobs.NewID(), Now: time.Now().UTC()}
+	var err error
+	switch {
+	case h == nil || h.Step == nil || h.Step.Job == s.job.ID:
+	case jobs.TenantOf(h.Step.Job) != jobs.TenantOf(s.job.Workspace):
+		// No job of the workspace's tenant: a head a tenant forged (its
+		// heads are its own to write) must not make the worker look up
+		// another tenant's job for it, which would tell whether it exists.
+		ev.HolderGone = true
+	default:
+		ev.HolderGone, err = s.w.holderGone(ctx, h.Step.Job)
+	}
+	return ev, err
+}
+
+// workspacesFull says why workspace name cannot be made: the bucket of
+// heads is at the fleet's cap.
+func workspacesFull(t jobs.Topology, name string) string {
+	return fmt.Sprintf("%s: workspace %s cannot be made: the bucket %s holds the fleet's cap of %d workspaces or %s; "+
+		"new workspaces can be made once others expire (after %s without a step) or are removed",
+		jobs.QuotaReason, name, jobs.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL)
 }
 
 // fetch copies the base's snapshot to a spool: from the worker's cache
