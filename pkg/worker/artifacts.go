@@ -20,7 +20,7 @@ import (
 )
 
 // A job's artifacts: the files of its archive that match its outputs, put
-// into ARTIFACTS after the run (workspace.go).
+// into ARTIFACTS after the run (wscommit.go's afterRun).
 
 // maxSkippedListed bounds the skipped artifacts a result lists; the rest
 // are counted in ArtifactsError.
