@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,15 +22,7 @@ import (
 // labels (key=value).
 func containers(t *testing.T, labels ...string) []string {
 	t.Helper()
-	args := []string{"ps", "-aq", "--no-trunc"}
-	for _, l := range labels {
-		args = append(args, "--filter", "label="+l)
-	}
-	out, err := exec.Command("docker", args...).Output()
-	if err != nil {
-		t.Fatalf("docker ps: %v", err)
-	}
-	return strings.Fields(string(out))
+	return dockerPS(t, "-aq", labels)
 }
 
 // dockerWorker starts the binary on real Docker under a fresh worker ID,
@@ -64,15 +54,7 @@ func defaultImageOnly(t *testing.T) string {
 			presets[name] = p
 		}
 	}
-	data, err := json.Marshal(map[string]any{"presets": presets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "worker.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeConfig(t, presets)
 }
 
 // sandboxRunning reports whether worker id's sandbox runs job: a fresh

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +68,34 @@ func (w *apiWorker) sessionsUp(t *testing.T) {
 		}
 		return err == nil && res.StatusCode == 200
 	})
+}
+
+// writeConfig writes a worker's --config file of these presets alone and
+// returns its path.
+func writeConfig(t *testing.T, presets map[string]executor.Preset) string {
+	t.Helper()
+	data, err := json.Marshal(map[string]any{"presets": presets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "worker.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dockerPS lists the IDs of the containers with these labels (key=value):
+// running ones with flags "-q", all with "-aq".
+func dockerPS(t *testing.T, flags string, labels []string) []string {
+	t.Helper()
+	args := []string{"ps", flags, "--no-trunc"}
+	for _, l := range labels {
+		args = append(args, "--filter", "label="+l)
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
 }

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -90,13 +88,5 @@ func TestSessionWorkerKilledDocker(t *testing.T) {
 // running lists the running containers with the labels.
 func running(t *testing.T, labels ...string) []string {
 	t.Helper()
-	args := []string{"ps", "-q", "--no-trunc"}
-	for _, l := range labels {
-		args = append(args, "--filter", "label="+l)
-	}
-	out, err := exec.Command("docker", args...).Output()
-	if err != nil {
-		t.Fatalf("docker ps: %v", err)
-	}
-	return strings.Fields(string(out))
+	return dockerPS(t, "-q", labels)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,15 +25,7 @@ func pythonOnly(t *testing.T) string {
 	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
 		p.Image = img
 	}
-	data, err := json.Marshal(map[string]any{"presets": map[string]executor.Preset{"python": p}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "worker.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeConfig(t, map[string]executor.Preset{"python": p})
 }
 
 // sessionWorker starts a worker process that serves sessions on real

@@ -112,14 +112,10 @@ func testImageConfig(t *testing.T) []string {
 	if img == "" {
 		return nil
 	}
-	cfg := fmt.Sprintf(`{"presets": {
-		"python": {"image": %q, "main_file": "main.py", "argv": ["python3", "main.py"]},
-		"shell": {"image": %q, "main_file": "main.sh", "argv": ["sh", "main.sh"]}}}`, img, img)
-	path := filepath.Join(t.TempDir(), "worker.json")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--config", path}
+	return []string{"--config", writeConfig(t, map[string]executor.Preset{
+		"python": {Image: img, MainFile: "main.py", Argv: []string{"python3", "main.py"}},
+		"shell":  {Image: img, MainFile: "main.sh", Argv: []string{"sh", "main.sh"}},
+	})}
 }
 
 // An agent's ten-step workspace session, on real Docker and two worker processes
