@@ -2,6 +2,7 @@ package worker
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -70,18 +71,8 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		if hdr.Typeflag != tar.TypeReg || !archive.MatchAny(s.job.Outputs, hdr.Name) {
 			continue
 		}
-		switch {
-		case full != "":
-			skip(hdr.Name, hdr.Size, full)
-			continue
-		case field.FileName(hdr.Name) != nil:
-			skip(hdr.Name, hdr.Size, "not a name a file can have here")
-			continue
-		case len(res.Artifacts) >= s.w.cfg.MaxArtifacts:
-			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %d artifacts", s.w.cfg.MaxArtifacts))
-			continue
-		case total+hdr.Size > s.w.cfg.MaxArtifactBytes:
-			skip(hdr.Name, hdr.Size, fmt.Sprintf("over the limit of %s of artifacts", limits.Size(s.w.cfg.MaxArtifactBytes)))
+		if why := cmp.Or(full, s.refusal(hdr, len(res.Artifacts), total)); why != "" {
+			skip(hdr.Name, hdr.Size, why)
 			continue
 		}
 		key := jobs.ArtifactKey(s.job.ID, run, hdr.Name)
@@ -90,8 +81,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))
 		cancel()
 		if jobs.StoreFull(err) {
-			full = fmt.Sprintf("%s: the artifacts of %s (object store %s) are at their quota of %s: they expire with their results (after %s)",
-				jobs.QuotaReason, tenantName(s.job.ID), jobs.ArtifactsBucketOf(jobs.TenantOf(s.job.ID)), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
+			full = s.artifactsFull()
 			skip(hdr.Name, hdr.Size, full)
 			continue
 		}
@@ -109,6 +99,27 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 		res.ArtifactsError = full
 		overQuota(res, full)
 	}
+}
+
+// refusal is why a file that matches the outputs is not kept, told before
+// it is read: a name no file may have, or the worker's caps, given the
+// kept files so far and their bytes; "" when it may be kept.
+func (s *wsStep) refusal(hdr *tar.Header, kept int, total int64) string {
+	switch {
+	case field.FileName(hdr.Name) != nil:
+		return "not a name a file can have here"
+	case kept >= s.w.cfg.MaxArtifacts:
+		return fmt.Sprintf("over the limit of %d artifacts", s.w.cfg.MaxArtifacts)
+	case total+hdr.Size > s.w.cfg.MaxArtifactBytes:
+		return fmt.Sprintf("over the limit of %s of artifacts", limits.Size(s.w.cfg.MaxArtifactBytes))
+	}
+	return ""
+}
+
+// artifactsFull says why the job's tenant's artifacts store takes no more.
+func (s *wsStep) artifactsFull() string {
+	return fmt.Sprintf("%s: the artifacts of %s (object store %s) are at their quota of %s: they expire with their results (after %s)",
+		jobs.QuotaReason, tenantName(s.job.ID), jobs.ArtifactsBucketOf(jobs.TenantOf(s.job.ID)), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
 }
 
 // dropArtifacts deletes the artifacts of a run whose result lost the store
