@@ -276,7 +276,7 @@ func TestDockerEndToEnd(t *testing.T) {
 func TestRetentionFlags(t *testing.T) {
 	t.Parallel()
 	// No HTTP API: its client may make a bucket beside the worker, the
-	// race the README's storage section leaves (see TestOpenLeavesTheWorkersSettings).
+	// race docs/jobs.md's "Limits and caps" leaves (see TestOpenLeavesTheWorkersSettings).
 	args := []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "1", "--id", "ret1", "--http", "",
 		"--events-max-age", "10m", "--workspace-ttl", "2h"}
 	s := startServe(t, args, &fakeexec.Executor{})

@@ -208,8 +208,8 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // consumer-create requests as fast as it can (the server's one API queue
 // fills and is dropped, over and over), a's and the operator's
 // SubmitAndWait calls all finish within a deadline. It logs the
-// result-wait p50 and p99 with and without the flood (the README's tenants
-// section quotes them: run it with -v).
+// result-wait p50 and p99 with and without the flood (docs/operations.md's
+// tenants section quotes them: run it with -v).
 func TestTenantAPIFlood(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -85,7 +85,7 @@ func load(t *testing.T) *manifests {
 				strict(&o)
 				m.budgets = append(m.budgets, &o)
 			case "v1 Secret":
-				t.Fatalf("%s #%d: a Secret is committed; passwords are made at deploy time (README)", f, i)
+				t.Fatalf("%s #%d: a Secret is committed; passwords are made at deploy time (docs/operations.md)", f, i)
 			default:
 				t.Fatalf("%s #%d: kind %s %s is not one this test checks", f, i, tm.APIVersion, tm.Kind)
 			}

@@ -23,7 +23,7 @@ import (
 
 // ScreenshotsEnv names the variable that makes the browser tests save
 // their screenshots in that directory (relative to the repository's
-// root): SANDFLEET_SCREENSHOTS=docs/ writes the README's pictures.
+// root): SANDFLEET_SCREENSHOTS=docs/ writes the docs' pictures.
 const ScreenshotsEnv = "SANDFLEET_SCREENSHOTS"
 
 // browser is one headless Chromium for a test, its tab logged in.

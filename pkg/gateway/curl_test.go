@@ -10,7 +10,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
-// The README's curl lines, with the real curl: what a shell user sees.
+// The curl lines of docs/http-api.md, with the real curl: what a shell user sees.
 func TestCurl(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {

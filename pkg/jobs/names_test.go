@@ -8,7 +8,7 @@ import (
 )
 
 // The patterns ValidID, ValidQueue and ValidTenant are written out from:
-// the specification, as documented in README and docs/design.md.
+// the specification, as documented in docs/jobs.md and docs/design.md.
 var (
 	idPattern     = regexp.MustCompile(`^(?:[a-z0-9][a-z0-9-]{0,31}\.)?[A-Za-z0-9_-]{1,128}$`)
 	queuePattern  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -28,7 +28,7 @@ func TestParseWorkspaceRef(t *testing.T) {
 	}
 }
 
-// The wire names of the workspace fields, as README documents them.
+// The wire names of the workspace fields, as docs/workspaces.md documents them.
 func TestWorkspaceJSON(t *testing.T) {
 	t.Parallel()
 	j, err := Decode([]byte(`{"image":"python","code":"x","workspace":"agent-7",

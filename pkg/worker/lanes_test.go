@@ -149,7 +149,7 @@ func quantiles(d []time.Duration) (p50, p95 time.Duration) {
 //     (1/11; at least half of it is required).
 //
 // Measured and logged: p50/p95 queue wait (started_at - queued_at) of
-// each lane (README, "Priority lanes").
+// each lane (docs/worker.md, "Priority lanes").
 func TestLanesSaturation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2,000 jobs; skipped under -short")
