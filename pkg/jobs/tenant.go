@@ -67,7 +67,7 @@ import (
 // by the stream), so a flood costs another tenant's waits CPU, not the
 // wait. Accounts would give per-tenant connection, subscription and
 // JetStream limits, but not a queue of their own, and would split the one
-// topology the workers serve; the README (Tenants) measures the residue.
+// topology the workers serve; docs/operations.md (Tenants) measures the residue.
 
 // ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31},
 // lower-case, so that it can also name users and environment variables.
