@@ -23,7 +23,9 @@ type templateCommand struct {
 	out output
 }
 
-func (c *templateCommand) synopsis() string { return "template add FILE|- | ls | show NAME | rm NAME [--json]" }
+func (c *templateCommand) synopsis() string {
+	return "template add FILE|- | ls | show NAME | rm NAME [--json]"
+}
 
 func (c *templateCommand) about() string {
 	return `Registers, lists, shows and removes the fleet's templates: named images

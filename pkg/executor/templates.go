@@ -109,8 +109,8 @@ func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Templat
 	if len(t.Start) == 0 && len(t.Ready) == 0 {
 		return nil
 	}
-	api, ok := e.api.(execAPI)
-	if !ok {
+	api := e.execAPI()
+	if api == nil {
 		return fmt.Errorf("%w: this engine client runs no start or ready commands", errNotReady)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.ReadyWithin())
@@ -191,4 +191,20 @@ func withTemplateEnv(job *jobs.Job, t *templates.Template) *jobs.Job {
 	j.Env = maps.Clone(t.Env)
 	maps.Copy(j.Env, job.Env)
 	return &j
+}
+
+// execAPI is the engine's client for start and ready commands: the
+// Docker client the executor was given or made (e.api wraps it with the
+// calls' deadlines, which prepare's own bound replaces here).
+func (e *Executor) execAPI() execAPI {
+	switch {
+	case e.cfg.Client != nil:
+		return e.cfg.Client
+	case e.ownClient != nil:
+		return e.ownClient
+	}
+	if api, ok := e.api.(execAPI); ok {
+		return api
+	}
+	return nil
 }
