@@ -55,6 +55,7 @@ Commands:
   session create|ls|get|exec|run|cp|rm
                                      long-lived sandboxes: commands, Python, files
   mcp [--url URL]                    serve the tools (run_code) to an MCP client on stdio
+  template add|ls|show|rm [NAME]     the fleet's templates: images with commands, limits, start and ready
   help [COMMAND]                     this text, or a command's
 
 Global flags (before or after the command):
@@ -129,6 +130,8 @@ func (m *Main) command(name string) command {
 		return &sessionCommand{m: m}
 	case "mcp":
 		return &mcpCommand{m: m}
+	case "template":
+		return &templateCommand{m: m}
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ With --detach, prints the job ID and exits; "submit wait ID" gets the result.
 func (c *runCommand) define(fs *pflag.FlagSet) {
 	c.files.what, c.env.what, c.labels.what = "NAME=PATH", "K=V", "K=V"
 	fs.StringVarP(&c.code, "code", "c", "", "the job's `CODE` (instead of a FILE or -)")
-	fs.StringVar(&c.image, "image", "", "preset `NAME` of the worker (python, shell, node, c, cpp, java, go, rust; default shell for a .sh FILE, else python)")
+	fs.StringVar(&c.image, "image", "", "preset `NAME` of the worker (python, shell, node, c, cpp, java, go, rust) or a template's (submit template ls); default shell for a .sh FILE, else python")
 	fs.Var(cmdline.Value(&c.lim.Timeout, "duration"), "timeout", "wall-clock limit `D`, e.g. 30s (default the worker's, 30s)")
 	fs.Var(cmdline.Value(&c.lim.Memory, "size"), "memory", "memory limit `SIZE`, e.g. 512m (default the worker's, 512m)")
 	fs.Float64Var(&c.lim.CPUs, "cpus", 0, "CPU limit `N`, e.g. 1.5 (default the worker's, 1)")

@@ -157,6 +157,9 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 	if sd, ok := exec.(storageDriverer); ok {
 		wg.Go(func() { logStorageDriver(running, log, sd) })
 	}
+	if ts, ok := exec.(templateSetter); ok {
+		wg.Go(func() { serveTemplates(running, js, o.replicas, ts, log) })
+	}
 	if ss, ok := exec.(sessionStarter); ok && o.sessions > 0 {
 		// Beside the jobs: a fleet whose sessions cannot be set up (a
 		// bucket its credentials may not make) still runs jobs, and a stop

@@ -25,6 +25,7 @@ type Executor struct {
 	pool      *pool           // nil when Config.Pool is 0
 	starts    *startGate      // whether sandboxes start: every launch asks it
 	uids      *uidClaims      // the uids this Executor's sandboxes hold
+	templates templateSet     // the fleet's templates, as the worker last heard of them
 
 	// Leftovers Reap failed to remove, which it skips from then on: a
 	// container wedged in the engine hangs every call that touches it.

@@ -13,6 +13,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 // Run runs job in a fresh sandbox and returns its result. Every outcome of
@@ -44,7 +45,8 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 	if ctx.Err() != nil {
 		return done(jobs.StatusCanceled, "canceled before it started"), nil
 	}
-	s, err := e.sandboxFor(ctx, log, a.preset.Image, job.ID, a.lim)
+	res.Template = a.ref
+	s, err := e.sandboxFor(ctx, log, a, job.ID)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller's cancellation is the job's outcome, not the engine's fault.
@@ -53,7 +55,10 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 		log.Warn("sandbox failed", "error", err)
 		return nil, err
 	}
-	r, err := e.runIn(ctx, log, s, job, a, opts, res)
+	r, err := e.runIn(ctx, log, s, a, opts, res)
+	if errors.Is(err, errNotReady) {
+		return done(jobs.StatusError, fmt.Sprintf("template %s: %v", a.tmpl.Name, err)), nil
+	}
 	if err != nil {
 		log.Warn("sandbox failed", "error", err)
 		return nil, err
@@ -66,29 +71,42 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 }
 
 // accepted is a job the executor takes: its preset, its limits within the
-// caps and its envelope.
+// caps and its envelope; for a job on a template, the template, what the
+// result says of it, and the job with the template's env under its own.
 type accepted struct {
 	preset Preset
 	lim    limits.Limits
 	env    sealed
+	job    *jobs.Job
+	tmpl   *templates.Template
+	ref    *templates.Ref
 }
 
 // accept checks a job against this executor: a preset it has (with its
 // image, if optional), limits within its caps, an envelope it can build.
 // msg says why the job is rejected, "" when it is not.
 func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (a accepted, msg string) {
-	preset, ok := e.cfg.Presets[job.Image]
+	preset, tmpl, ok := e.lookup(job.Image)
 	if !ok {
-		return a, fmt.Sprintf("image: unknown preset %q (this worker allows %s)",
-			job.Image, strings.Join(e.Presets(), ", "))
+		return a, fmt.Sprintf("image: unknown preset or template %q (this worker allows %s)",
+			job.Image, strings.Join(append(e.Presets(), e.Templates()...), ", "))
 	}
-	if preset.Optional {
+	def, caps := e.cfg.Defaults, e.cfg.Caps
+	if tmpl != nil {
+		ref, err := e.templateRef(ctx, tmpl)
+		if errors.Is(err, ErrImageMissing) {
+			return a, err.Error()
+		}
+		// Another error of the engine's is the launch's to meet.
+		a.tmpl, a.ref, job = tmpl, ref, withTemplateEnv(job, tmpl)
+		def, caps = e.templateLimits(tmpl)
+	} else if preset.Optional {
 		if _, err := e.resolveImage(ctx, preset.Image, false); errors.Is(err, ErrImageMissing) {
 			return a, fmt.Sprintf("image: preset %q needs the image %s, which this worker does not have (%s)",
 				job.Image, preset.Image, e.buildHint(preset.Image))
 		}
 	}
-	lim, err := limits.Resolve(job.Limits, e.cfg.Defaults, e.cfg.Caps)
+	lim, err := limits.Resolve(job.Limits, def, caps)
 	if err != nil {
 		return a, err.Error()
 	}
@@ -96,14 +114,17 @@ func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts jobs.RunOptio
 	if err != nil {
 		return a, err.Error()
 	}
-	return accepted{preset: preset, lim: lim, env: env}, ""
+	a.preset, a.lim, a.env, a.job = preset, lim, env, job
+	return a, ""
 }
 
 // sandboxFor is the sandbox a job runs in: a warm one of the pool when the
-// job fits it, else one made for the job.
-func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, image, jobID string, lim limits.Limits) (*sandbox, error) {
+// job fits it, else one made for the job (always for a template's job:
+// its sandbox runs the template's start and ready first).
+func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, a accepted, jobID string) (*sandbox, error) {
+	image, lim := a.preset.Image, a.lim
 	var s *sandbox
-	if e.pool != nil && e.pool.fits(lim) {
+	if e.pool != nil && a.tmpl == nil && e.pool.fits(lim) {
 		if s = e.pool.take(image); s == nil {
 			s = e.pool.await(ctx, image)
 		}
@@ -119,8 +140,9 @@ func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, image, jobI
 // caller's OnStart, a bug), which the worker recovers, would leave the
 // sandbox running with no timer to stop it. A sandbox with a network is
 // admitted to the egress proxy first, and what it used is recorded in res.
-func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, job *jobs.Job, a accepted, opts jobs.RunOptions, res *jobs.Result) (*outcome, error) {
+func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts jobs.RunOptions, res *jobs.Result) (*outcome, error) {
 	defer e.release(ctx, log, s)
+	job := a.job
 	env := a.env
 	if s.net != nil {
 		// Registered before the envelope is sent: the launcher runs
@@ -141,6 +163,11 @@ func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, job 
 			}
 			res.Egress = use
 		}()
+	}
+	if a.tmpl != nil {
+		if err := e.prepare(ctx, s, a.tmpl); err != nil {
+			return nil, err
+		}
 	}
 	return e.execute(ctx, log, s, a.lim, env, []byte(job.Stdin), opts)
 }

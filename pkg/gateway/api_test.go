@@ -745,3 +745,40 @@ func TestUnknownRoutes(t *testing.T) {
 		t.Errorf("chunked POST to no route: %s", resp.Status)
 	}
 }
+
+// The template registry over HTTP: an operator's token registers, lists,
+// shows and removes; a read-only token lists; a tenant's token is refused;
+// a bad template is 400 naming the field, an unknown one 404.
+func TestTemplatesAPI(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{})
+	body := `{"image":"sandfleet/sandbox:latest","main_file":"main.py","argv":["python3","main.py"],` +
+		`"start":["sh","-c","touch /tmp/ok"],"ready":["test","-e","/tmp/ok"],"env":{"A":"1"}}`
+	var v1, v2 struct {
+		Name    string `json:"name"`
+		Version uint64 `json:"version"`
+	}
+	apiCase{method: "PUT", path: "/v1/templates/repo-x", token: b.alice, body: body, status: 200}.run(t, b, doc).decode(t, &v1)
+	apiCase{method: "PUT", path: "/v1/templates/repo-x", token: b.alice, body: body, status: 200}.run(t, b, doc).decode(t, &v2)
+	if v1.Name != "repo-x" || v2.Version <= v1.Version {
+		t.Errorf("two puts: %+v then %+v, want a new version", v1, v2)
+	}
+	r := apiCase{method: "GET", path: "/v1/templates", token: b.alice, status: 200}.run(t, b, doc)
+	if !strings.Contains(string(r.body), `"repo-x"`) {
+		t.Errorf("list: %s", r.body)
+	}
+	apiCase{method: "GET", path: "/v1/templates/repo-x", token: b.alice, status: 200}.run(t, b, doc)
+	for _, c := range []apiCase{
+		{name: "a preset's name", method: "PUT", path: "/v1/templates/python", token: b.alice, body: body, status: 400, code: gateway.CodeInvalidRequest},
+		{name: "no argv", method: "PUT", path: "/v1/templates/repo-y", token: b.alice, body: `{"image":"x","main_file":"m.py"}`, status: 400, code: gateway.CodeInvalidRequest},
+		{name: "another name in the body", method: "PUT", path: "/v1/templates/repo-y", token: b.alice, body: `{"name":"repo-z","image":"x","main_file":"m.py","argv":["x"]}`, status: 400, code: gateway.CodeInvalidRequest},
+		{name: "unknown field", method: "PUT", path: "/v1/templates/repo-y", token: b.alice, body: `{"imag":"x"}`, status: 400, code: gateway.CodeInvalidJSON, docRefuses: true},
+		{name: "unknown", method: "GET", path: "/v1/templates/nope", token: b.alice, status: 404, code: gateway.CodeNotFound},
+		{name: "no token", method: "GET", path: "/v1/templates", status: 401, code: gateway.CodeUnauthorized},
+	} {
+		c.run(t, b, doc)
+	}
+	apiCase{method: "DELETE", path: "/v1/templates/repo-x", token: b.alice, status: 204}.run(t, b, doc)
+	apiCase{name: "deleted", method: "GET", path: "/v1/templates/repo-x", token: b.alice, status: 404, code: gateway.CodeNotFound}.run(t, b, doc)
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
+	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 // Config of a Gateway. The zero value of each field is its documented
@@ -180,8 +181,9 @@ type Gateway struct {
 	uploads *slots
 	ptys    *slots
 	// The MCP server of /mcp, and its tools for GET /v1/tools.
-	mcp     http.Handler
-	mcpCall time.Duration
+	mcp       http.Handler
+	mcpCall   time.Duration
+	templates *templateRegistry // GET, PUT, DELETE /v1/templates
 	// mcpServer runs POST /v1/tools/{name}'s calls.
 	mcpServer *mcp.Server
 	tools     []mcp.Def
@@ -200,16 +202,17 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{
-		views:   vs,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		mux:     http.NewServeMux(),
-		metrics: newMetrics(),
-		waiting: newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
-		batches: newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
-		streams: newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
-		ptys:    newSlots("terminals", "session terminals open", cfg.MaxTerminals, cfg.MaxTerminalsPerToken, cfg.MaxTerminalsPerTenant),
-		uploads: newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
+		views:     vs,
+		templates: &templateRegistry{nc: nc},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		mux:       http.NewServeMux(),
+		metrics:   newMetrics(),
+		waiting:   newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
+		batches:   newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
+		streams:   newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
+		ptys:      newSlots("terminals", "session terminals open", cfg.MaxTerminals, cfg.MaxTerminalsPerToken, cfg.MaxTerminalsPerTenant),
+		uploads:   newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
 	}
 	if err := g.newMCP(); err != nil {
 		vs.close()
@@ -299,6 +302,10 @@ func (g *Gateway) routes() []route {
 		{pattern: "DELETE /v1/sessions/{id}/files/{path...}", h: g.removeFile, write: true},
 		{pattern: "GET /v1/sessions/{id}/pty", h: g.ptySession, write: true, stream: true},
 		{pattern: "GET /v1/status", h: g.status},
+		{pattern: "GET /v1/templates", h: g.listTemplates},
+		{pattern: "GET /v1/templates/{name}", h: g.getTemplate},
+		{pattern: "PUT /v1/templates/{name}", h: g.putTemplate, write: true, body: templates.MaxBytes},
+		{pattern: "DELETE /v1/templates/{name}", h: g.deleteTemplate, write: true},
 		{pattern: "GET /v1/tools", h: g.listTools},
 		{pattern: "POST /v1/tools/{name}", h: g.callTool, write: true, body: g.cfg.MaxJobBytes + 64<<10, stream: true},
 		// A session's POST waits for its tool calls and may stream them

@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 // Job is one piece of untrusted code to run, as published on jobs.<queue>.<id>.
@@ -161,6 +162,10 @@ type Result struct {
 	// egress proxy, per destination and verdict (allowed or denied, by
 	// which rule).
 	Egress []limits.NetworkUse `json:"egress,omitempty"`
+	// Template is the template the job ran on (its image a template's, not
+	// a preset's): its name, the registration's version and the image's
+	// ID on the worker.
+	Template *templates.Ref `json:"template,omitempty"`
 	// Display are the job's display outputs in the order it made them: the
 	// figures a matplotlib program showed or left open, like a notebook's
 	// display data. DisplayDropped counts those past the bounds (count and

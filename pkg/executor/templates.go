@@ -1,0 +1,210 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/templates"
+)
+
+// templateSet is the fleet's templates as the worker last heard of them
+// (SetTemplates): a job naming one where it names a preset runs on it.
+type templateSet struct {
+	mu sync.RWMutex
+	m  map[string]*templates.Template
+}
+
+// SetTemplates replaces the templates this executor serves: the worker
+// calls it with every registration as it changes (templates.Registry's
+// Watch). A preset of the same name wins over a template.
+func (e *Executor) SetTemplates(m map[string]*templates.Template) {
+	e.templates.mu.Lock()
+	defer e.templates.mu.Unlock()
+	e.templates.m = maps.Clone(m)
+}
+
+// Templates are the names of the templates this executor serves.
+func (e *Executor) Templates() []string {
+	e.templates.mu.RLock()
+	defer e.templates.mu.RUnlock()
+	names := make([]string, 0, len(e.templates.m))
+	for n := range e.templates.m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// lookup is the preset a job's image names: a preset of the worker's, or
+// a template (then t is it).
+func (e *Executor) lookup(name string) (p Preset, t *templates.Template, ok bool) {
+	if p, ok := e.cfg.Presets[name]; ok {
+		return p, nil, true
+	}
+	e.templates.mu.RLock()
+	t = e.templates.m[name]
+	e.templates.mu.RUnlock()
+	if t == nil {
+		return Preset{}, nil, false
+	}
+	return Preset{Image: t.Image, MainFile: t.MainFile, Argv: t.Argv, Compile: t.Compile}, t, true
+}
+
+// templateLimits are the defaults and caps of a template's jobs: its own
+// where it sets them, the worker's otherwise, never past the worker's caps.
+func (e *Executor) templateLimits(t *templates.Template) (limits.Limits, limits.Caps) {
+	def := t.Limits.Fill(e.cfg.Defaults)
+	caps := e.cfg.Caps
+	m := t.MaxLimits
+	lower := func(c *limits.Duration, v limits.Duration) {
+		if v > 0 && v < *c {
+			*c = v
+		}
+	}
+	lowerSize := func(c *limits.Size, v limits.Size) {
+		if v > 0 && v < *c {
+			*c = v
+		}
+	}
+	lower(&caps.Timeout, m.Timeout)
+	lowerSize(&caps.Memory, m.Memory)
+	lowerSize(&caps.Output, m.Output)
+	lowerSize(&caps.Tmpfs, m.Tmpfs)
+	if m.CPUs > 0 && m.CPUs < caps.CPUs {
+		caps.CPUs = m.CPUs
+	}
+	if m.Pids > 0 && m.Pids < caps.Pids {
+		caps.Pids = m.Pids
+	}
+	return def, caps
+}
+
+// execAPI is what start and ready checks need of the engine: the real
+// client has it, the unit tests' fakes need not.
+type execAPI interface {
+	ExecCreate(ctx context.Context, containerID string, options client.ExecCreateOptions) (client.ExecCreateResult, error)
+	ExecStart(ctx context.Context, execID string, options client.ExecStartOptions) (client.ExecStartResult, error)
+	ExecInspect(ctx context.Context, execID string, options client.ExecInspectOptions) (client.ExecInspectResult, error)
+}
+
+// errNotReady is a template's sandbox whose start or ready check failed:
+// the job's error, not the engine's.
+var errNotReady = errors.New("the template's sandbox did not become ready")
+
+// prepare runs a template's start command in s, then its ready check until
+// it passes, before s gets its job's envelope: no job sees a sandbox of the
+// template before both. Each runs as the sandbox's user, with the
+// template's env, inside the sandbox's limits; the launcher waits for its
+// envelope meanwhile, and the whole is bounded by ReadyWithin.
+func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Template) error {
+	if len(t.Start) == 0 && len(t.Ready) == 0 {
+		return nil
+	}
+	api := e.execAPI()
+	if api == nil {
+		return fmt.Errorf("%w: this engine client runs no start or ready commands", errNotReady)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.ReadyWithin())
+	defer cancel()
+	env := make([]string, 0, len(t.Env))
+	for k, v := range t.Env {
+		env = append(env, k+"="+v)
+	}
+	run := func(cmd []string) (int, error) {
+		c, err := api.ExecCreate(ctx, s.id, client.ExecCreateOptions{Cmd: cmd, Env: env, WorkingDir: "/workspace"})
+		if err != nil {
+			return 0, err
+		}
+		if _, err := api.ExecStart(ctx, c.ID, client.ExecStartOptions{Detach: true}); err != nil {
+			return 0, err
+		}
+		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+			in, err := api.ExecInspect(ctx, c.ID, client.ExecInspectOptions{})
+			if err != nil {
+				return 0, err
+			}
+			if !in.Running {
+				return in.ExitCode, nil
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(delay):
+			}
+		}
+	}
+	if len(t.Start) > 0 {
+		code, err := run(t.Start)
+		if err != nil {
+			return fmt.Errorf("%w: start %q: %v", errNotReady, t.Start, err)
+		}
+		if code != 0 {
+			return fmt.Errorf("%w: start %q exited %d", errNotReady, t.Start, code)
+		}
+	}
+	for delay := 20 * time.Millisecond; len(t.Ready) > 0; delay = min(2*delay, time.Second) {
+		code, err := run(t.Ready)
+		if err != nil {
+			return fmt.Errorf("%w: ready %q did not pass within %s: %v", errNotReady, t.Ready, t.ReadyWithin(), err)
+		}
+		if code == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: ready %q did not pass within %s (it last exited %d)", errNotReady, t.Ready, t.ReadyWithin(), code)
+		case <-time.After(delay):
+		}
+	}
+	return nil
+}
+
+// templateRef is what the result says of t, once this worker has t's
+// image; a worker without it refuses the job, naming the image.
+func (e *Executor) templateRef(ctx context.Context, t *templates.Template) (*templates.Ref, error) {
+	id, err := e.resolveImage(ctx, t.Image, false)
+	if errors.Is(err, ErrImageMissing) {
+		return nil, fmt.Errorf("image: template %q needs the image %s, which this worker does not have (%w)", t.Name, t.Image, ErrImageMissing)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &templates.Ref{Name: t.Name, Version: t.Version, Digest: id}, nil
+}
+
+// withTemplateEnv is job with t's env under its own: a job's variable of
+// the same name wins.
+func withTemplateEnv(job *jobs.Job, t *templates.Template) *jobs.Job {
+	if len(t.Env) == 0 {
+		return job
+	}
+	j := *job
+	j.Env = maps.Clone(t.Env)
+	maps.Copy(j.Env, job.Env)
+	return &j
+}
+
+// execAPI is the engine's client for start and ready commands: the
+// Docker client the executor was given or made (e.api wraps it with the
+// calls' deadlines, which prepare's own bound replaces here).
+func (e *Executor) execAPI() execAPI {
+	switch {
+	case e.cfg.Client != nil:
+		return e.cfg.Client
+	case e.ownClient != nil:
+		return e.ownClient
+	}
+	if api, ok := e.api.(execAPI); ok {
+		return api
+	}
+	return nil
+}
