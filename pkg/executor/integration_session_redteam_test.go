@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -554,6 +555,60 @@ print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").re
 		if !strings.Contains(out, "victim's False\n") || !strings.Contains(out, "files []\n") || strings.Contains(out, "reached") ||
 			!strings.Contains(out, "ifaces ['lo']\n") {
 			t.Errorf("the spy reached the victim or the host:\n%s", out)
+		}
+	})
+}
+
+// Under gVisor a session's code can write frames on the agent's stdout
+// (/proc/1/fd/1): reply parts that no last part ever finishes, for a
+// thousand ids. None is checked before its last part, so the worker must
+// not keep them: what it holds of the session stays bounded, or the
+// session ends as broken. Not parallel: the heap it measures is the test
+// binary's.
+func TestIntegrationSessionRedTeamReplyParts(t *testing.T) {
+	attack := `import os, struct, errno
+try:
+    fd = os.open("/proc/1/fd/1", os.O_WRONLY)
+except OSError as err:
+    print("denied", err.errno)
+    raise SystemExit(0)
+chunk = b"x" * (3 << 10)  # a frame of under PIPE_BUF: written whole
+n = 0
+for part in range(64):
+    for i in range(1, 1025):
+        p = struct.pack(">Q", i) + chunk
+        b = b"p" + struct.pack(">I", len(p)) + p
+        while b:
+            b = b[os.write(fd, b):]
+        n += len(p)
+print("wrote", n)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", attack}})
+		switch {
+		case err == ErrSessionEnded:
+			t.Logf("the session ended (%q)", s.Why())
+			if s.Why() != "broken" {
+				t.Errorf("the session ended as %q, want broken", s.Why())
+			}
+		case err != nil:
+			t.Fatal(err)
+		default:
+			t.Logf("the attack: exit %v, said %q %q", derefInt(r.Exit), r.Stdout, r.Stderr)
+		}
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("the worker's heap grew by %d MiB", grown>>20)
+		if grown > 64<<20 {
+			t.Errorf("the worker holds %d MiB more after the sandbox wrote reply parts, want under 64 MiB", grown>>20)
 		}
 	})
 }
