@@ -612,3 +612,41 @@ print("wrote", n)
 		}
 	})
 }
+
+// A session's code makes a FIFO, and a symlink to one, where the owner's
+// file calls look: opening a FIFO waits for its other end, so a read, a
+// write or a listing of it would hold the call, and one of the agent's
+// requests, for ever. Each is an honest error at once, and the session
+// serves on.
+func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "mkfifo pipe && ln -s pipe link && mkfifo /tmp/pipe"}))
+		if r.Exit == nil || *r.Exit != 0 {
+			t.Fatalf("mkfifo: exit %v stderr %q", derefInt(r.Exit), r.Stderr)
+		}
+		for _, req := range []envelope.Request{
+			{Op: envelope.OpRead, Path: "pipe"},
+			{Op: envelope.OpRead, Path: "link"},
+			{Op: envelope.OpRead, Path: "/tmp/pipe"},
+			{Op: envelope.OpWrite, Path: "pipe", Data: []byte("x")},
+			{Op: envelope.OpWrite, Path: "link", Data: []byte("x"), Append: true},
+			{Op: envelope.OpList, Path: "pipe"},
+		} {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			r, err := s.Do(ctx, &req)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s %s: %v: the agent waits on the FIFO", req.Op, req.Path, err)
+			}
+			if r.Error == nil {
+				t.Fatalf("%s %s: no error, want one for a FIFO", req.Op, req.Path)
+			}
+			t.Logf("%s %s: %v", req.Op, req.Path, r.Error)
+		}
+		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "echo on"})); string(r.Stdout) != "on\n" {
+			t.Fatalf("after the FIFOs: %q", r.Stdout)
+		}
+	})
+}
