@@ -650,3 +650,43 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 		}
 	})
 }
+
+// A cell's value and error are as long as the cell likes (a repr of 20
+// MiB, an exception's message of as much): the reply carries each up to
+// the output limit, and the session serves on, where a reply over a
+// message's bound would end it.
+func TestIntegrationSessionRedTeamHugeCell(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{OutputLimit: 64 << 10})
+		for _, code := range []string{"'x' * (20 << 20)", "raise ValueError('y' * (20 << 20))"} {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpCode, Code: code, TimeoutMS: 50000})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: %v (the session ended as %q)", code, err, sessionWhy(s))
+			}
+			okReply(t, r)
+			n := len(r.Text)
+			if r.CodeError != nil {
+				n = max(len(r.CodeError.Value), len(r.CodeError.Traceback))
+			}
+			if n == 0 || n > 64<<10 {
+				t.Fatalf("%s: %d bytes of value or error, want 1 to 64 KiB", code, n)
+			}
+		}
+		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: "6*7"})); r.Text != "42" {
+			t.Fatalf("the next cell: %+v", r)
+		}
+	})
+}
+
+// sessionWhy is why s ended, or "" while it runs.
+func sessionWhy(s *Session) string {
+	select {
+	case <-s.Done():
+		return s.Why()
+	default:
+		return ""
+	}
+}

@@ -175,6 +175,11 @@ func (a *agent) read(in *os.File) {
 
 func (a *agent) reply(r *envelope.Reply) {
 	msg := a.seal.SignReply(r)
+	if len(msg) > envelope.MaxMessageBytes {
+		// The executor takes no message over the bound (its check would
+		// end the session): the call fails instead, saying why.
+		msg = a.seal.SignReply(fail(r.ID, envelope.ErrCodeLimit, "the reply is %d bytes, over the %d a message may have", len(msg), envelope.MaxMessageBytes))
+	}
 	b := envelope.AppendMessage(nil, envelope.FrameReplyPart, envelope.FrameReply, r.ID, msg)
 	a.fr.raw(b)
 }
