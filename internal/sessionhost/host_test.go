@@ -39,6 +39,14 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 	if req.Op != envelope.OpExec {
 		return &envelope.Reply{ID: req.ID}, nil
 	}
+	if len(req.Argv) == 2 && req.Argv[0] == "sleep" {
+		d, _ := time.ParseDuration(req.Argv[1]) // a command that runs that long, unless the sandbox ends
+		select {
+		case <-time.After(d):
+		case <-f.done:
+			return nil, errors.New("ended")
+		}
+	}
 	n := int(f.runs.Add(1))
 	return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Join(req.Argv, " "))}, nil
 }
@@ -230,4 +238,25 @@ func TestRestartMarksLost(t *testing.T) {
 	if info, _ := c.Get(t.Context(), "theirs"); info.Status != sessions.StatusRunning {
 		t.Errorf("another worker's session: %+v, want it left running", info)
 	}
+}
+
+// A call that runs past the session's idle timeout (an exec's timeout may
+// be longer) is activity: the session does not end under it as idle, and
+// the call gets its own answer.
+func TestIdleNotDuringACall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{IdleTimeout: limits.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"sleep", "4s"}})
+	if err != nil || r.ExitCode == nil {
+		t.Fatalf("a call of 4 s in a session idle after 1 s: %+v %v, want its answer", r, err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the session idle after the call", func() bool {
+		info, err := b.client.Get(ctx, s.ID)
+		return err == nil && info.EndReason == sessions.EndIdle
+	})
 }
