@@ -690,3 +690,29 @@ func sessionWhy(s *Session) string {
 		return ""
 	}
 }
+
+// A background process that never reads its stdin is given more than its
+// pipe holds to start with: the start is answered all the same (its
+// pid), as a foreground command's is, and the process can be signalled.
+func TestIntegrationSessionRedTeamUnreadStdin(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"sleep", "600"}, Background: true,
+			Stdin: []byte(strings.Repeat("x", 1<<20))})
+		if err != nil {
+			t.Fatalf("a background start with 1 MiB of stdin it never reads: %v", err)
+		}
+		okReply(t, r)
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpSignal, PID: r.PID, Signal: 9}))
+		// What a start gives and what comes after keep their order.
+		cat := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"cat"}, Background: true, Stdin: []byte("first ")}))
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpStdin, PID: cat.PID, Data: []byte("then"), EOF: true}))
+		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: cat.PID, TimeoutMS: 30000}))
+		if string(w.Output) != "first then" {
+			t.Fatalf("cat's output: %q, want %q", w.Output, "first then")
+		}
+	})
+}

@@ -63,8 +63,9 @@ type proc struct {
 	started time.Time
 	exited  chan struct{} // closed once reaped; st is then set
 	st      waited
-	stdin   *os.File // a background process's, until closed
-	out     *ring    // a background process's output
+	stdin   *os.File      // a background process's, until closed
+	inTurn  chan struct{} // held by the write to stdin under way, so that writes keep their order
+	out     *ring         // a background process's output
 	pumps   sync.WaitGroup
 }
 

@@ -19,9 +19,16 @@ func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string
 	if err != nil {
 		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
 	}
-	p.stdin, p.out = stdin, &ring{max: a.spec.OutputLimit}
+	p.stdin, p.out, p.inTurn = stdin, &ring{max: a.spec.OutputLimit}, make(chan struct{}, 1)
 	if len(req.Stdin) > 0 {
-		_, _ = stdin.Write(req.Stdin)
+		// Written while the process runs, not before the start is
+		// answered: one that does not read its stdin (yet) would hold
+		// the call, and its pid, for ever.
+		p.inTurn <- struct{}{}
+		go func() {
+			defer func() { <-p.inTurn }()
+			_, _ = stdin.Write(req.Stdin)
+		}()
 	}
 	a.mu.Lock()
 	a.bg[p.pid] = p
@@ -175,6 +182,12 @@ func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
 	p, bad := a.background(req.ID, req.PID)
 	if bad != nil {
 		return bad
+	}
+	select {
+	case p.inTurn <- struct{}{}:
+		defer func() { <-p.inTurn }()
+	case <-time.After(10 * time.Second):
+		return fail(req.ID, envelope.ErrCodeFailed, "process %d has not taken the stdin it was given before", p.pid)
 	}
 	a.mu.Lock()
 	in := p.stdin
