@@ -716,3 +716,39 @@ func TestIntegrationSessionRedTeamUnreadStdin(t *testing.T) {
 		}
 	})
 }
+
+// A command past its timeout is killed by its process group; one that
+// moved itself into another group of the session (a background
+// process's) must be killed all the same: the call ends timed out, not
+// never.
+func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		bg := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"sleep", "600"}, Background: true}))
+		leave := fmt.Sprintf("import os, time\nos.setpgid(0, %d)\nprint('moved', flush=True)\ntime.sleep(600)\n", bg.PID)
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", leave}, TimeoutMS: 3000})
+		if err != nil {
+			t.Fatalf("a command that left its process group, past its timeout: %v", err)
+		}
+		okReply(t, r)
+		t.Logf("stdout %q stderr %q", r.Stdout, r.Stderr)
+		if !r.TimedOut {
+			t.Fatalf("timed out %v, exit %v: want timed out", r.TimedOut, derefInt(r.Exit))
+		}
+		// A background process that did the same is signalled all the
+		// same.
+		mover := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", leave}, Background: true}))
+		testutil.Eventually(t, 30*time.Second, "the process to move", func() bool {
+			r := do(t, s, envelope.Request{Op: envelope.OpOutput, PID: mover.PID})
+			return strings.Contains(string(r.Output), "moved")
+		})
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpSignal, PID: mover.PID, Signal: 9}))
+		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: mover.PID, TimeoutMS: 20000}))
+		if w.TimedOut || w.Signal != 9 {
+			t.Fatalf("the moved process after its SIGKILL: timed out %v signal %d", w.TimedOut, w.Signal)
+		}
+	})
+}

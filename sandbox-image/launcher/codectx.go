@@ -156,7 +156,7 @@ func (a *agent) startContext(lang string) (*codeContext, error) {
 
 // kill ends a context's process.
 func (c *codeContext) kill() {
-	_ = syscall.Kill(-c.p.pid, syscall.SIGKILL)
+	killGroup(c.p.pid)
 	c.req.Close()
 	c.rep.Close()
 }

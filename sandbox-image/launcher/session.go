@@ -379,7 +379,7 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	case <-p.exited:
 	case <-timeout:
 		r.TimedOut = true
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		killGroup(p.pid)
 		<-p.exited
 	}
 	// What the pipes still hold, or what a descendant that outlived the
@@ -394,6 +394,14 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	r.Stdout, r.StdoutBytes = stdout.buf, stdout.n
 	r.Stderr, r.StderrBytes = stderr.buf, stderr.n
 	return r
+}
+
+// killGroup kills the process group pid leads, and pid itself: a
+// process may move into another group of the session (setpgid), where
+// the group's kill no longer reaches it.
+func killGroup(pid int) {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // capped keeps the first limit bytes of a stream and counts them all.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"sync"
 	"syscall"
 	"time"
@@ -172,7 +173,14 @@ func (a *agent) signal(req *envelope.Request) *envelope.Reply {
 		return fail(req.ID, envelope.ErrCodeNotFound, "process %d has exited", p.pid)
 	default:
 	}
-	if err := syscall.Kill(-p.pid, sig); err != nil {
+	err := syscall.Kill(-p.pid, sig)
+	if pg, perr := syscall.Getpgid(p.pid); perr == nil && pg != p.pid {
+		// It left its group (setpgid): itself too.
+		if kerr := syscall.Kill(p.pid, sig); errors.Is(err, syscall.ESRCH) {
+			err = kerr
+		}
+	}
+	if err != nil {
 		return fail(req.ID, envelope.ErrCodeFailed, "signal %d: %v", p.pid, err)
 	}
 	return &envelope.Reply{ID: req.ID, PID: p.pid}
