@@ -752,3 +752,24 @@ func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
 		}
 	})
 }
+
+// A background process that exits, leaving a child that holds its
+// output pipes, is waited for as it is: the wait answers with its exit
+// status (what the pipes held within the grace), not when the child ends.
+func TestIntegrationSessionRedTeamWaitOrphan(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		bg := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "sleep 600 & echo left; exit 3", Background: true}))
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		w, err := s.Do(ctx, &envelope.Request{Op: envelope.OpWait, PID: bg.PID, TimeoutMS: 10000})
+		if err != nil {
+			t.Fatalf("the wait: %v", err)
+		}
+		okReply(t, w)
+		if w.TimedOut || w.Exit == nil || *w.Exit != 3 || string(w.Output) != "left\n" {
+			t.Fatalf("the wait: timed out %v exit %v output %q, want exit 3 and %q", w.TimedOut, derefInt(w.Exit), w.Output, "left\n")
+		}
+	})
+}

@@ -128,7 +128,18 @@ func (a *agent) wait(req *envelope.Request) *envelope.Reply {
 	case <-timeout:
 		return &envelope.Reply{ID: req.ID, PID: p.pid, Running: true, TimedOut: true}
 	}
-	p.pumps.Wait()
+	// What its pipes still hold, within the grace: a child of its that
+	// holds them (a server a shell started with &) may write on for as
+	// long as it lives, and its output is still kept meanwhile.
+	pumped := make(chan struct{})
+	go func() {
+		p.pumps.Wait()
+		close(pumped)
+	}()
+	select {
+	case <-pumped:
+	case <-time.After(lingerGrace):
+	}
 	exit, sig := exitOf(p.st.status)
 	out, dropped, next := p.out.since(req.Since)
 	a.mu.Lock()
