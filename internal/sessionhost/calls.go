@@ -78,12 +78,22 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 			a.Result, _ = json.Marshal(result)
 		}
 		data, _ := json.Marshal(a)
+		if max := h.nc.MaxPayload(); max > 0 && int64(len(data)) > max-answerRoom {
+			// NATS would refuse it, and the caller wait out its timeout
+			// for nothing (a listing of long names, many processes' argv).
+			data, _ = json.Marshal(sessions.Answer{Error: sessions.Errorf(sessions.ErrLimit,
+				"the answer is %d bytes, over the %d a message of this fleet may carry", len(data), max-answerRoom)})
+		}
 		if claim != nil {
 			l.answers.finish(op+" "+call.Key, claim, data)
 		}
 		_ = msg.Respond(data)
 	})
 }
+
+// answerRoom is what a reply's subject and headers may take of a NATS
+// message's payload bound.
+const answerRoom = 4 << 10
 
 func decode(body json.RawMessage, v any) error {
 	if len(body) == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,10 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 		}
 	}
 	n := int(f.runs.Add(1))
+	if len(req.Argv) == 2 && req.Argv[0] == "yes" {
+		size, _ := strconv.Atoi(req.Argv[1]) // a command that writes that much
+		return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Repeat("y", size))}, nil
+	}
 	return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Join(req.Argv, " "))}, nil
 }
 func (f *fakeSandbox) Close(context.Context) { f.closed.Store(true); f.end() }
@@ -259,4 +264,24 @@ func TestIdleNotDuringACall(t *testing.T) {
 		info, err := b.client.Get(ctx, s.ID)
 		return err == nil && info.EndReason == sessions.EndIdle
 	})
+}
+
+// An answer over what a NATS message may carry (the test server's 8 MiB)
+// is refused by the server: the call gets ErrLimit at once, not the wait
+// for an answer that never comes.
+func TestAnswerOverThePayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s, err := b.client.Create(ctx, sessions.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "9000000"}}); !errors.Is(err, sessions.ErrLimit) {
+		t.Fatalf("an answer of 9 MB: %v, want ErrLimit", err)
+	}
+	if r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "1000"}}); err != nil || len(r.Stdout) != 1000 {
+		t.Fatalf("the next call: %v", err)
+	}
 }
