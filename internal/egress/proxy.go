@@ -29,6 +29,8 @@ const (
 	headerTimeout      = 30 * time.Second // a request's head, or a ClientHello, within this
 	dialTimeout        = 10 * time.Second
 	maxHelloBytes      = 64 << 10
+	maxHeadBytes       = 64 << 10 // a request's head (what the connection's reader holds)
+	maxRefusing        = 1024     // refused connections whose request is read at once
 )
 
 // Proxy is the egress proxy: the one endpoint a sandbox with a network can
@@ -40,6 +42,8 @@ type Proxy struct {
 	Resolver *Resolver
 	Protect  []netip.Prefix // the protected ranges: Protected and what the gateway adds
 	Log      *slog.Logger
+
+	refusing atomic.Int64 // refused connections being read (serveConn)
 
 	mu     sync.Mutex
 	byIP   map[netip.Addr]*sandboxEntry
@@ -253,9 +257,18 @@ func (p *Proxy) serveConn(c net.Conn) {
 	}
 	// A refusal answers the client's request, read first: an answer
 	// before it is one the client may take for a stale connection's.
+	// Its head is read within the bound of an accepted one's (Go's
+	// ReadRequest alone reads a header line without end), and past
+	// maxRefusing such reads at once a refused connection is closed
+	// unread: a sandbox may open connections faster than they time out.
 	refuseFirst := func(reason string) {
+		if p.refusing.Add(1) > maxRefusing {
+			p.refusing.Add(-1)
+			return
+		}
+		defer p.refusing.Add(-1)
 		c.SetReadDeadline(time.Now().Add(headerTimeout))
-		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+		if _, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, maxHeadBytes))); err == nil {
 			refuse(c, reason)
 		}
 	}
@@ -274,7 +287,7 @@ func (p *Proxy) serveConn(c net.Conn) {
 		return
 	}
 	defer e.untrack(c)
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(c, maxHeadBytes)
 	for {
 		c.SetReadDeadline(time.Now().Add(headerTimeout))
 		hosts, err := peekHost(br)

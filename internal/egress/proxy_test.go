@@ -15,8 +15,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandfleet/sandfleet/internal/egress/egresstest"
+	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -270,4 +272,57 @@ func TestProxyTunnelToNameNeedsTLS(t *testing.T) {
 	if len(use) != 1 || use[0].Allowed || !strings.Contains(use[0].Reason, "TLS") {
 		t.Errorf("use %+v", use)
 	}
+}
+
+// A connection the proxy refuses (from an address no sandbox has, or one
+// past a sandbox's connections at once) has its request read first, so
+// that the refusal answers it: a head that never ends must not be read
+// without bound. Each sends a header line of 64 MiB; the proxy cuts the
+// connection long before it took it all.
+func TestProxyBoundsARefusedRequestsHead(t *testing.T) {
+	b := setup(t)
+	huge := func(t *testing.T) error {
+		c, err := net.Dial("tcp", b.proxyURL.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		line := []byte("GET http://a.example.test/ HTTP/1.1\r\nX-Pad: ")
+		pad := []byte(strings.Repeat("a", 1<<20))
+		if _, err := c.Write(line); err != nil {
+			return err
+		}
+		for range 64 {
+			if _, err := c.Write(pad); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	t.Run("unknown source", func(t *testing.T) {
+		if err := huge(t); err == nil {
+			t.Fatal("the proxy read a 64 MiB request head from an address no sandbox has")
+		}
+	})
+	t.Run("over the connections", func(t *testing.T) {
+		if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test")); err != nil {
+			t.Fatal(err)
+		}
+		defer b.proxy.Release("s")
+		for range maxConnsPerSandbox {
+			c, err := net.Dial("tcp", b.proxyURL.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write([]byte("GET http://a.example.test/ HTTP/1.1\r\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := b.proxy.lookup(netip.MustParseAddr("127.0.0.1"))
+		testutil.Eventually(t, 30*time.Second, "the sandbox's connections held", func() bool { return e.conns.Load() >= maxConnsPerSandbox })
+		if err := huge(t); err == nil {
+			t.Fatal("the proxy read a 64 MiB request head from a connection past the sandbox's bound")
+		}
+	})
 }

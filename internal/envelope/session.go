@@ -422,3 +422,6 @@ func (a *Assembler) Add(payload []byte, last bool) (id uint64, msg []byte, done 
 	delete(a.parts, id)
 	return id, msg, true, nil
 }
+
+// Drop forgets what came of message id so far.
+func (a *Assembler) Drop(id uint64) { delete(a.parts, id) }

@@ -78,12 +78,22 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 			a.Result, _ = json.Marshal(result)
 		}
 		data, _ := json.Marshal(a)
+		if max := h.nc.MaxPayload(); max > 0 && int64(len(data)) > max-answerRoom {
+			// NATS would refuse it, and the caller wait out its timeout
+			// for nothing (a listing of long names, many processes' argv).
+			data, _ = json.Marshal(sessions.Answer{Error: sessions.Errorf(sessions.ErrLimit,
+				"the answer is %d bytes, over the %d a message of this fleet may carry", len(data), max-answerRoom)})
+		}
 		if claim != nil {
 			l.answers.finish(op+" "+call.Key, claim, data)
 		}
 		_ = msg.Respond(data)
 	})
 }
+
+// answerRoom is what a reply's subject and headers may take of a NATS
+// message's payload bound.
+const answerRoom = 4 << 10
 
 func decode(body json.RawMessage, v any) error {
 	if len(body) == 0 {
@@ -311,6 +321,7 @@ type answerCache struct {
 	max   int
 	order []string
 	m     map[string]*cachedAnswer
+	bytes int // of the answers kept
 }
 
 // cachedAnswer is a key's answer: data once done is closed, nil when it
@@ -328,6 +339,12 @@ func newAnswerCache(max int) *answerCache {
 // read) is not kept, and a retry of it runs again, which a read may.
 const maxCachedAnswer = 1 << 20
 
+// maxCachedBytes bounds the answers a session keeps in all: 64 answers
+// of near maxCachedAnswer each (a read's, an exec's output) would hold
+// 64 MiB a session on the worker, which an owner's keys choose. Past
+// it the oldest are forgotten first: a retry comes soon after its call.
+const maxCachedBytes = 8 << 20
+
 // claim returns key's answer, and whether this call is its first, which
 // must then finish it.
 func (c *answerCache) claim(key string) (a *cachedAnswer, first bool) {
@@ -337,8 +354,7 @@ func (c *answerCache) claim(key string) (a *cachedAnswer, first bool) {
 		return a, false
 	}
 	if len(c.order) >= c.max {
-		delete(c.m, c.order[0])
-		c.order = c.order[1:]
+		c.evictLocked()
 	}
 	a = &cachedAnswer{done: make(chan struct{})}
 	c.order = append(c.order, key)
@@ -350,11 +366,29 @@ func (c *answerCache) claim(key string) (a *cachedAnswer, first bool) {
 func (c *answerCache) finish(key string, a *cachedAnswer, data []byte) {
 	c.mu.Lock()
 	if len(data) <= maxCachedAnswer {
-		a.data = data
+		a.data = data // for the retries waiting on it, kept or not
+		if c.m[key] == a {
+			c.bytes += len(data)
+			for c.bytes > maxCachedBytes && len(c.order) > 1 {
+				c.evictLocked()
+			}
+		}
 	} else if c.m[key] == a {
 		delete(c.m, key) // the next retry runs again
 		c.order = slices.DeleteFunc(c.order, func(k string) bool { return k == key })
 	}
 	c.mu.Unlock()
 	close(a.done)
+}
+
+// evictLocked forgets the oldest key. A call still running keeps its
+// claim (its answer then is not kept): its retries wait on the claim
+// they hold already.
+func (c *answerCache) evictLocked() {
+	k := c.order[0]
+	c.order = c.order[1:]
+	if a := c.m[k]; a != nil {
+		c.bytes -= len(a.data)
+	}
+	delete(c.m, k)
 }

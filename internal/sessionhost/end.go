@@ -71,7 +71,9 @@ func (h *Host) expire(now time.Time) {
 	h.mu.Unlock()
 	for _, l := range ls {
 		l.mu.Lock()
-		idle := now.Sub(l.active) >= l.info.IdleTimeout.D()
+		// A call in flight is activity, however long it runs (an exec's
+		// timeout may be past the idle timeout): idle counts from its end.
+		idle := l.ck.pending == 0 && now.Sub(l.active) >= l.info.IdleTimeout.D()
 		old := !now.Before(l.info.ExpiresAt)
 		stale := l.active.Sub(l.recorded) > 10*time.Second
 		l.mu.Unlock()

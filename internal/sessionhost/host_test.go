@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,19 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 	if req.Op != envelope.OpExec {
 		return &envelope.Reply{ID: req.ID}, nil
 	}
+	if len(req.Argv) == 2 && req.Argv[0] == "sleep" {
+		d, _ := time.ParseDuration(req.Argv[1]) // a command that runs that long, unless the sandbox ends
+		select {
+		case <-time.After(d):
+		case <-f.done:
+			return nil, errors.New("ended")
+		}
+	}
 	n := int(f.runs.Add(1))
+	if len(req.Argv) == 2 && req.Argv[0] == "yes" {
+		size, _ := strconv.Atoi(req.Argv[1]) // a command that writes that much
+		return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Repeat("y", size))}, nil
+	}
 	return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Join(req.Argv, " "))}, nil
 }
 func (f *fakeSandbox) Close(context.Context) { f.closed.Store(true); f.end() }
@@ -229,5 +242,46 @@ func TestRestartMarksLost(t *testing.T) {
 	})
 	if info, _ := c.Get(t.Context(), "theirs"); info.Status != sessions.StatusRunning {
 		t.Errorf("another worker's session: %+v, want it left running", info)
+	}
+}
+
+// A call that runs past the session's idle timeout (an exec's timeout may
+// be longer) is activity: the session does not end under it as idle, and
+// the call gets its own answer.
+func TestIdleNotDuringACall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{IdleTimeout: limits.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"sleep", "4s"}})
+	if err != nil || r.ExitCode == nil {
+		t.Fatalf("a call of 4 s in a session idle after 1 s: %+v %v, want its answer", r, err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the session idle after the call", func() bool {
+		info, err := b.client.Get(ctx, s.ID)
+		return err == nil && info.EndReason == sessions.EndIdle
+	})
+}
+
+// An answer over what a NATS message may carry (the test server's 8 MiB)
+// is refused by the server: the call gets ErrLimit at once, not the wait
+// for an answer that never comes.
+func TestAnswerOverThePayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s, err := b.client.Create(ctx, sessions.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "9000000"}}); !errors.Is(err, sessions.ErrLimit) {
+		t.Fatalf("an answer of 9 MB: %v, want ErrLimit", err)
+	}
+	if r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "1000"}}); err != nil || len(r.Stdout) != 1000 {
+		t.Fatalf("the next call: %v", err)
 	}
 }

@@ -82,6 +82,7 @@ func (l *live) callEnded() {
 	defer l.mu.Unlock()
 	l.ck.pending--
 	l.ck.ended = time.Now()
+	l.active = l.ck.ended.UTC()
 }
 
 // idlePoint reports whether a persistent session is due a checkpoint:

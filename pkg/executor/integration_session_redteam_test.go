@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -554,6 +555,237 @@ print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").re
 		if !strings.Contains(out, "victim's False\n") || !strings.Contains(out, "files []\n") || strings.Contains(out, "reached") ||
 			!strings.Contains(out, "ifaces ['lo']\n") {
 			t.Errorf("the spy reached the victim or the host:\n%s", out)
+		}
+	})
+}
+
+// Under gVisor a session's code can write frames on the agent's stdout
+// (/proc/1/fd/1): reply parts that no last part ever finishes, for a
+// thousand ids. None is checked before its last part, so the worker must
+// not keep them: what it holds of the session stays bounded, or the
+// session ends as broken. Not parallel: the heap it measures is the test
+// binary's.
+func TestIntegrationSessionRedTeamReplyParts(t *testing.T) {
+	attack := `import os, struct, errno
+try:
+    fd = os.open("/proc/1/fd/1", os.O_WRONLY)
+except OSError as err:
+    print("denied", err.errno)
+    raise SystemExit(0)
+chunk = b"x" * (3 << 10)  # a frame of under PIPE_BUF: written whole
+n = 0
+for part in range(64):
+    for i in range(1, 1025):
+        p = struct.pack(">Q", i) + chunk
+        b = b"p" + struct.pack(">I", len(p)) + p
+        while b:
+            b = b[os.write(fd, b):]
+        n += len(p)
+print("wrote", n)
+`
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", attack}})
+		switch {
+		case err == ErrSessionEnded:
+			t.Logf("the session ended (%q)", s.Why())
+			if s.Why() != "broken" {
+				t.Errorf("the session ended as %q, want broken", s.Why())
+			}
+		case err != nil:
+			t.Fatal(err)
+		default:
+			t.Logf("the attack: exit %v, said %q %q", derefInt(r.Exit), r.Stdout, r.Stderr)
+		}
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("the worker's heap grew by %d MiB", grown>>20)
+		if grown > 64<<20 {
+			t.Errorf("the worker holds %d MiB more after the sandbox wrote reply parts, want under 64 MiB", grown>>20)
+		}
+	})
+}
+
+// A session's code makes a FIFO, and a symlink to one, where the owner's
+// file calls look: opening a FIFO waits for its other end, so a read, a
+// write or a listing of it would hold the call, and one of the agent's
+// requests, for ever. Each is an honest error at once, and the session
+// serves on.
+func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "mkfifo pipe && ln -s pipe link && mkfifo /tmp/pipe"}))
+		if r.Exit == nil || *r.Exit != 0 {
+			t.Fatalf("mkfifo: exit %v stderr %q", derefInt(r.Exit), r.Stderr)
+		}
+		for _, req := range []envelope.Request{
+			{Op: envelope.OpRead, Path: "pipe"},
+			{Op: envelope.OpRead, Path: "link"},
+			{Op: envelope.OpRead, Path: "/tmp/pipe"},
+			{Op: envelope.OpWrite, Path: "pipe", Data: []byte("x")},
+			{Op: envelope.OpWrite, Path: "link", Data: []byte("x"), Append: true},
+			{Op: envelope.OpList, Path: "pipe"},
+		} {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			r, err := s.Do(ctx, &req)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s %s: %v: the agent waits on the FIFO", req.Op, req.Path, err)
+			}
+			if r.Error == nil {
+				t.Fatalf("%s %s: no error, want one for a FIFO", req.Op, req.Path)
+			}
+			t.Logf("%s %s: %v", req.Op, req.Path, r.Error)
+		}
+		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "echo on"})); string(r.Stdout) != "on\n" {
+			t.Fatalf("after the FIFOs: %q", r.Stdout)
+		}
+	})
+}
+
+// A cell's value and error are as long as the cell likes (a repr of 20
+// MiB, an exception's message of 4): the reply carries each up to
+// the output limit, and the session serves on, where a reply over a
+// message's bound would end it.
+func TestIntegrationSessionRedTeamHugeCell(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{OutputLimit: 64 << 10})
+		for _, code := range []string{"'x' * (20 << 20)", "raise ValueError('y' * (4 << 20))"} {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpCode, Code: code, TimeoutMS: 50000})
+			cancel()
+			if err == ErrSessionEnded && e.cfg.Runtime == "runsc" && s.Why() != "broken" {
+				// gVisor counts the copies of the value the interpreter
+				// makes against the sandbox's memory: an honest end.
+				t.Logf("under runsc the sandbox ended (%q)", s.Why())
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: %v (the session ended as %q)", code, err, sessionWhy(s))
+			}
+			okReply(t, r)
+			n := len(r.Text)
+			if r.CodeError != nil {
+				n = max(len(r.CodeError.Value), len(r.CodeError.Traceback))
+			}
+			if n == 0 || n > 64<<10 {
+				t.Fatalf("%s: %d bytes of value or error, want 1 to 64 KiB", code, n)
+			}
+		}
+		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: "6*7"})); r.Text != "42" {
+			t.Fatalf("the next cell: %+v", r)
+		}
+	})
+}
+
+// sessionWhy is why s ended, or "" while it runs.
+func sessionWhy(s *Session) string {
+	select {
+	case <-s.Done():
+		return s.Why()
+	default:
+		return ""
+	}
+}
+
+// A background process that never reads its stdin is given more than its
+// pipe holds to start with: the start is answered all the same (its
+// pid), as a foreground command's is, and the process can be signalled.
+func TestIntegrationSessionRedTeamUnreadStdin(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"sleep", "600"}, Background: true,
+			Stdin: []byte(strings.Repeat("x", 1<<20))})
+		if err != nil {
+			t.Fatalf("a background start with 1 MiB of stdin it never reads: %v", err)
+		}
+		okReply(t, r)
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpSignal, PID: r.PID, Signal: 9}))
+		// What a start gives and what comes after keep their order.
+		cat := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"cat"}, Background: true, Stdin: []byte("first ")}))
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpStdin, PID: cat.PID, Data: []byte("then"), EOF: true}))
+		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: cat.PID, TimeoutMS: 30000}))
+		if string(w.Output) != "first then" {
+			t.Fatalf("cat's output: %q, want %q", w.Output, "first then")
+		}
+	})
+}
+
+// A command past its timeout is killed by its process group; one that
+// moved itself into another group of the session (a background
+// process's) must be killed all the same: the call ends timed out, not
+// never.
+func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		bg := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"sleep", "600"}, Background: true}))
+		leave := fmt.Sprintf("import os, time\nos.setpgid(0, %d)\nprint('moved', flush=True)\ntime.sleep(600)\n", bg.PID)
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", leave}, TimeoutMS: 3000})
+		if err != nil {
+			t.Fatalf("a command that left its process group, past its timeout: %v", err)
+		}
+		okReply(t, r)
+		t.Logf("stdout %q stderr %q", r.Stdout, r.Stderr)
+		if !r.TimedOut {
+			t.Fatalf("timed out %v, exit %v: want timed out", r.TimedOut, derefInt(r.Exit))
+		}
+		// A background process that did the same is signalled all the
+		// same. Under runsc, with the machine loaded, the sandbox may
+		// end by itself from here (no trailer): an honest end.
+		ctx, cancel = context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		mr, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", leave}, Background: true})
+		if err == ErrSessionEnded && runscEnded(t, e, s) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		mover := okReply(t, mr)
+		testutil.Eventually(t, 30*time.Second, "the process to move", func() bool {
+			r := do(t, s, envelope.Request{Op: envelope.OpOutput, PID: mover.PID})
+			return strings.Contains(string(r.Output), "moved")
+		})
+		okReply(t, do(t, s, envelope.Request{Op: envelope.OpSignal, PID: mover.PID, Signal: 9}))
+		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: mover.PID, TimeoutMS: 20000}))
+		if w.TimedOut || w.Signal != 9 {
+			t.Fatalf("the moved process after its SIGKILL: timed out %v signal %d", w.TimedOut, w.Signal)
+		}
+	})
+}
+
+// A background process that exits, leaving a child that holds its
+// output pipes, is waited for as it is: the wait answers with its exit
+// status (what the pipes held within the grace), not when the child ends.
+func TestIntegrationSessionRedTeamWaitOrphan(t *testing.T) {
+	t.Parallel()
+	forEachRuntime(t, func(t *testing.T, e *Executor) {
+		s := startSession(t, e, SessionSpec{})
+		bg := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "sleep 600 & echo left; exit 3", Background: true}))
+		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+		defer cancel()
+		w, err := s.Do(ctx, &envelope.Request{Op: envelope.OpWait, PID: bg.PID, TimeoutMS: 10000})
+		if err != nil {
+			t.Fatalf("the wait: %v", err)
+		}
+		okReply(t, w)
+		if w.TimedOut || w.Exit == nil || *w.Exit != 3 || string(w.Output) != "left\n" {
+			t.Fatalf("the wait: timed out %v exit %v output %q, want exit 3 and %q", w.TimedOut, derefInt(w.Exit), w.Output, "left\n")
 		}
 	})
 }

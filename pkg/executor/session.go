@@ -3,6 +3,7 @@ package executor
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,8 +109,12 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 			return nil, err
 		}
 	}
+	// One reply in progress at a time: the agent writes each reply's
+	// parts at once, under its lock, so a part of a second before the
+	// first's last is not its agent's, and what is not yet checked is
+	// bounded by one message.
 	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
-		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1024), ended: make(chan struct{})}
+		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1), ended: make(chan struct{})}
 	s.out.serveSession(ss.frame)
 	if err := handOff(s, header, spec.Restore); err != nil {
 		e.release(ctx, log, s)
@@ -275,8 +280,22 @@ func (ss *Session) frame(kind byte, p []byte) {
 		ss.mu.Unlock()
 	case envelope.FrameReplyPart, envelope.FrameReply:
 		ss.mu.Lock()
+		if len(p) >= 8 {
+			if _, ok := ss.waiting[binary.BigEndian.Uint64(p)]; !ok {
+				// Nobody waits for it (a call given up on): not kept, so
+				// that parts no reply will finish cannot pile up.
+				ss.asm.Drop(binary.BigEndian.Uint64(p))
+				ss.mu.Unlock()
+				return
+			}
+		}
 		id, msg, done, err := ss.asm.Add(p, kind == envelope.FrameReply)
-		if err != nil || !done {
+		if err != nil {
+			ss.mu.Unlock()
+			ss.broken(err)
+			return
+		}
+		if !done {
 			ss.mu.Unlock()
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 )
@@ -155,7 +156,7 @@ func (a *agent) startContext(lang string) (*codeContext, error) {
 
 // kill ends a context's process.
 func (c *codeContext) kill() {
-	_ = syscall.Kill(-c.p.pid, syscall.SIGKILL)
+	killGroup(c.p.pid)
 	c.req.Close()
 	c.rep.Close()
 }
@@ -275,11 +276,28 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 		r.CodeError = &envelope.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
 		return r
 	}
+	// The value and the error are the cell's, as long as it likes: each
+	// is kept to the output limit, as its streams are.
+	limit := a.spec.OutputLimit
 	if ans.Text != nil {
-		r.Text = *ans.Text
+		r.Text = clipText(*ans.Text, limit)
 	}
-	r.CodeError = ans.Error
+	if e := ans.Error; e != nil {
+		r.CodeError = &envelope.CodeError{Name: clipText(e.Name, 256), Value: clipText(e.Value, limit), Traceback: clipText(e.Traceback, limit)}
+	}
 	return r
+}
+
+// clipText keeps the first n bytes of s, cut at a character's start.
+func clipText(s string, n int64) string {
+	if int64(len(s)) <= n {
+		return s
+	}
+	i := int(n)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
 // drain gives the context's pumps a moment to hand on what its pipes hold.

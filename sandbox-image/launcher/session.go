@@ -63,8 +63,9 @@ type proc struct {
 	started time.Time
 	exited  chan struct{} // closed once reaped; st is then set
 	st      waited
-	stdin   *os.File // a background process's, until closed
-	out     *ring    // a background process's output
+	stdin   *os.File      // a background process's, until closed
+	inTurn  chan struct{} // held by the write to stdin under way, so that writes keep their order
+	out     *ring         // a background process's output
 	pumps   sync.WaitGroup
 }
 
@@ -175,6 +176,11 @@ func (a *agent) read(in *os.File) {
 
 func (a *agent) reply(r *envelope.Reply) {
 	msg := a.seal.SignReply(r)
+	if len(msg) > envelope.MaxMessageBytes {
+		// The executor takes no message over the bound (its check would
+		// end the session): the call fails instead, saying why.
+		msg = a.seal.SignReply(fail(r.ID, envelope.ErrCodeLimit, "the reply is %d bytes, over the %d a message may have", len(msg), envelope.MaxMessageBytes))
+	}
 	b := envelope.AppendMessage(nil, envelope.FrameReplyPart, envelope.FrameReply, r.ID, msg)
 	a.fr.raw(b)
 }
@@ -373,7 +379,7 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	case <-p.exited:
 	case <-timeout:
 		r.TimedOut = true
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		killGroup(p.pid)
 		<-p.exited
 	}
 	// What the pipes still hold, or what a descendant that outlived the
@@ -388,6 +394,14 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	r.Stdout, r.StdoutBytes = stdout.buf, stdout.n
 	r.Stderr, r.StderrBytes = stderr.buf, stderr.n
 	return r
+}
+
+// killGroup kills the process group pid leads, and pid itself: a
+// process may move into another group of the session (setpgid), where
+// the group's kill no longer reaches it.
+func killGroup(pid int) {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // capped keeps the first limit bytes of a stream and counts them all.

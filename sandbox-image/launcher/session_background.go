@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"sync"
 	"syscall"
 	"time"
@@ -19,9 +20,16 @@ func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string
 	if err != nil {
 		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
 	}
-	p.stdin, p.out = stdin, &ring{max: a.spec.OutputLimit}
+	p.stdin, p.out, p.inTurn = stdin, &ring{max: a.spec.OutputLimit}, make(chan struct{}, 1)
 	if len(req.Stdin) > 0 {
-		_, _ = stdin.Write(req.Stdin)
+		// Written while the process runs, not before the start is
+		// answered: one that does not read its stdin (yet) would hold
+		// the call, and its pid, for ever.
+		p.inTurn <- struct{}{}
+		go func() {
+			defer func() { <-p.inTurn }()
+			_, _ = stdin.Write(req.Stdin)
+		}()
 	}
 	a.mu.Lock()
 	a.bg[p.pid] = p
@@ -120,7 +128,18 @@ func (a *agent) wait(req *envelope.Request) *envelope.Reply {
 	case <-timeout:
 		return &envelope.Reply{ID: req.ID, PID: p.pid, Running: true, TimedOut: true}
 	}
-	p.pumps.Wait()
+	// What its pipes still hold, within the grace: a child of its that
+	// holds them (a server a shell started with &) may write on for as
+	// long as it lives, and its output is still kept meanwhile.
+	pumped := make(chan struct{})
+	go func() {
+		p.pumps.Wait()
+		close(pumped)
+	}()
+	select {
+	case <-pumped:
+	case <-time.After(lingerGrace):
+	}
 	exit, sig := exitOf(p.st.status)
 	out, dropped, next := p.out.since(req.Since)
 	a.mu.Lock()
@@ -165,7 +184,14 @@ func (a *agent) signal(req *envelope.Request) *envelope.Reply {
 		return fail(req.ID, envelope.ErrCodeNotFound, "process %d has exited", p.pid)
 	default:
 	}
-	if err := syscall.Kill(-p.pid, sig); err != nil {
+	err := syscall.Kill(-p.pid, sig)
+	if pg, perr := syscall.Getpgid(p.pid); perr == nil && pg != p.pid {
+		// It left its group (setpgid): itself too.
+		if kerr := syscall.Kill(p.pid, sig); errors.Is(err, syscall.ESRCH) {
+			err = kerr
+		}
+	}
+	if err != nil {
 		return fail(req.ID, envelope.ErrCodeFailed, "signal %d: %v", p.pid, err)
 	}
 	return &envelope.Reply{ID: req.ID, PID: p.pid}
@@ -175,6 +201,12 @@ func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
 	p, bad := a.background(req.ID, req.PID)
 	if bad != nil {
 		return bad
+	}
+	select {
+	case p.inTurn <- struct{}{}:
+		defer func() { <-p.inTurn }()
+	case <-time.After(10 * time.Second):
+		return fail(req.ID, envelope.ErrCodeFailed, "process %d has not taken the stdin it was given before", p.pid)
 	}
 	a.mu.Lock()
 	in := p.stdin

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 )
@@ -48,12 +50,41 @@ func entryOf(path string, fi fs.FileInfo) envelope.Entry {
 	return e
 }
 
+// errNotRegular: a read or write names what is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens a regular file, the only kind a read or write serves.
+// O_NONBLOCK: the open of a FIFO the session's code made (or a symlink to
+// one) returns at once instead of waiting for its other end, which would
+// hold the call, and one of the agent's requests, for ever.
+func openRegular(path string, flags int, mode fs.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flags|syscall.O_NONBLOCK, mode)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+	case fi.IsDir():
+		err = fmt.Errorf("%s is a directory: %w", path, errNotRegular)
+	case !fi.Mode().IsRegular():
+		err = fmt.Errorf("%s: %w", path, errNotRegular)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 func fileErr(id uint64, err error) *envelope.Reply {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fail(id, envelope.ErrCodeNotFound, "%v", err)
 	case errors.Is(err, fs.ErrExist):
 		return fail(id, envelope.ErrCodeExists, "%v", err)
+	case errors.Is(err, errNotRegular), errors.Is(err, syscall.ENXIO):
+		return fail(id, envelope.ErrCodeInvalid, "%v", err)
 	}
 	return fail(id, envelope.ErrCodeFailed, "%v", err)
 }
@@ -88,14 +119,11 @@ func (a *agent) file(req *envelope.Request) *envelope.Reply {
 }
 
 func readFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
-	f, err := os.Open(path)
+	f, err := openRegular(path, os.O_RDONLY, 0)
 	if err != nil {
 		return fileErr(req.ID, err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		return fail(req.ID, envelope.ErrCodeInvalid, "%s is a directory", path)
-	}
 	n := req.Length
 	if n <= 0 || n > maxReadChunk {
 		n = maxReadChunk
@@ -123,7 +151,7 @@ func writeFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.
 	if mode == 0 {
 		mode = 0o644
 	}
-	f, err := os.OpenFile(path, flags, mode)
+	f, err := openRegular(path, flags, mode)
 	if err != nil {
 		return fileErr(req.ID, err)
 	}
@@ -138,10 +166,18 @@ func writeFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.
 }
 
 func listDir(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
-	ents, err := os.ReadDir(path)
+	// O_DIRECTORY: a FIFO named here fails at once, as os.ReadDir's
+	// plain open would wait for its writer.
+	d, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return fileErr(req.ID, err)
 	}
+	ents, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return fileErr(req.ID, err)
+	}
+	slices.SortFunc(ents, func(x, y fs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
 	r.Entries = []envelope.Entry{}
 	for _, d := range ents[:min(len(ents), maxEntries)] {
 		if fi, err := d.Info(); err == nil {
