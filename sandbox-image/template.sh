@@ -71,7 +71,8 @@ docker image inspect "$base" >/dev/null 2>&1 ||
 	refuse "$base is not a sandfleet sandbox image (no sandfleet.image label): start FROM sandfleet/sandbox:latest, sandfleet/sandbox-langs:latest, sandfleet/sandbox-data:latest or another template"
 base_id=$(inspect "$base" '{{.Id}}')
 
-tmp=sandfleet/template-build:$$
+# Unique among concurrent builds on one engine, whatever their PID namespace.
+tmp=sandfleet/template-build:$$-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
 trap 'docker image rm "$tmp" >/dev/null 2>&1 || true' EXIT
 log "building $tag FROM $base (network: $network)"
 set -- --pull=false --force-rm -q --network "$network" -t "$tmp" \
@@ -97,10 +98,11 @@ inspect "$base" '{{range .Config.Env}}{{println .}}{{end}}' | while IFS= read -r
 		log "warning: the image changes ${kv%%=*} (the base's is $kv), a deterministic default of the jobs"
 done
 
-# The filesystem, read as root with no capabilities and no network.
+# The filesystem, read as root with no network and no capability but
+# DAC_READ_SEARCH, so that no directory's mode hides a file from find.
 launcher=/usr/local/bin/sandfleet-launcher
 look() {
-	docker run --rm --network none --cap-drop ALL --security-opt no-new-privileges \
+	docker run --rm --network none --cap-drop ALL --cap-add DAC_READ_SEARCH --security-opt no-new-privileges \
 		--user 0:0 --entrypoint /bin/sh "$1" -c "$2"
 }
 want=$(look "$base" "sha256sum $launcher") || refuse "cannot read $base's launcher"
