@@ -26,16 +26,28 @@ import (
 // It returns build.sh's standard output and error, and its error.
 func buildTemplate(t *testing.T, cli *client.Client, tag, dockerfile string, files map[string]string) (stdout, stderr string, err error) {
 	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buildTemplateIn(t, cli, tag, dir, dockerfile)
+}
+
+// buildTemplateIn is buildTemplate on the context dir as it is.
+func buildTemplateIn(t *testing.T, cli *client.Client, tag, dir, dockerfile string) (stdout, stderr string, err error) {
+	t.Helper()
 	base := os.Getenv("SANDFLEET_TEST_IMAGE")
 	if base == "" {
 		base = DefaultImage
 	}
-	dir := t.TempDir()
-	files["Dockerfile"] = strings.ReplaceAll(dockerfile, "BASE", base)
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(strings.ReplaceAll(dockerfile, "BASE", base)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
