@@ -11,6 +11,12 @@
 #                   always offline, Debian bookworm's python3 with numpy,
 #                   pandas, matplotlib, scipy, scikit-learn, sympy and pillow,
 #                   cached as sandfleet/debian-data-base:bookworm
+#   build.sh template DOCKERFILE [TAG]
+#                   a template image: the operator's Dockerfile, whose final
+#                   stage starts FROM one of the images above (or another
+#                   template), built offline and checked to keep the
+#                   launcher, user and hardening (sandbox-image/template.sh;
+#                   docs/templates.md)
 #
 # The default image:
 #   online:  FROM python:3.12-slim + pip install of the seed's pinned versions
@@ -32,6 +38,10 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 flavor=${1:-default}
+if [ "$flavor" = template ]; then
+	shift
+	exec "$here/template.sh" "$@"
+fi
 online_base=python:3.12-slim
 case "$flavor" in
 default)
@@ -61,7 +71,7 @@ data)
 	mode=offline
 	;;
 *)
-	echo "build.sh: unknown image $flavor (want nothing, langs or data)" >&2
+	echo "build.sh: unknown image $flavor (want nothing, langs, data or template)" >&2
 	exit 2
 	;;
 esac
