@@ -260,30 +260,47 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 			t.Errorf("agent session over HTTP: %+v", got)
 		}
 	})
-	t.Run("python tool loop", func(t *testing.T) {
-		out := run(t, "python", append(env, "PYTHONPATH=."), "python3", "examples/tool_loop.py")
-		var got struct {
-			OpenAI struct {
-				Answer  string
-				Results []string
-			} `json:"openai"`
-			Anthropic struct {
-				Answer  string
-				Errors  []bool
-				Results []string
-			} `json:"anthropic"`
-		}
-		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
-			t.Fatalf("output %q: %v", out, err)
-		}
-		// Both shapes ran the same programs in sandboxes: the same answer,
-		// the failing one an error result with its stderr.
-		if got.OpenAI.Answer != "The sum is 45." || got.Anthropic.Answer != got.OpenAI.Answer ||
-			!slices.Equal(got.Anthropic.Errors, []bool{false, true}) || len(got.OpenAI.Results) != 2 ||
-			!strings.Contains(got.OpenAI.Results[1], "bad input") || !strings.Contains(got.Anthropic.Results[1], "bad input") {
-			t.Errorf("tool loop: %s", out)
-		}
-	})
+	// The same loop in each client and each shape: the model's calls run
+	// the same programs, and the results are equal but for the job's ID
+	// and time, which each run has its own of.
+	var loops []string
+	for _, c := range []struct{ name, dir, cmd, example string }{
+		{"python tool loop", "python", "python3", "examples/tool_loop.py"},
+		{"typescript tool loop", "typescript", "node", "examples/tool_loop.mjs"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := run(t, c.dir, append(env, "PYTHONPATH=."), c.cmd, c.example)
+			var got struct {
+				OpenAI struct {
+					Answer  string
+					Results []string
+				} `json:"openai"`
+				Anthropic struct {
+					Answer  string
+					Errors  []bool
+					Results []string
+				} `json:"anthropic"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &got); err != nil {
+				t.Fatalf("output %q: %v", out, err)
+			}
+			// Both shapes ran the same programs in sandboxes: the same answer,
+			// the failing one an error result with its stderr.
+			if got.OpenAI.Answer != "The sum is 45." || got.Anthropic.Answer != got.OpenAI.Answer ||
+				!slices.Equal(got.Anthropic.Errors, []bool{false, true}) || len(got.OpenAI.Results) != 2 ||
+				!strings.Contains(got.OpenAI.Results[1], "bad input") || !strings.Contains(got.Anthropic.Results[1], "bad input") {
+				t.Errorf("tool loop: %s", out)
+			}
+			o, a := toolTexts(got.OpenAI.Results), toolTexts(got.Anthropic.Results)
+			if !slices.Equal(o, a) {
+				t.Errorf("the OpenAI shape's results %q, the Anthropic shape's %q: want the same", o, a)
+			}
+			loops = append(loops, strings.Join(o, "\n"))
+		})
+	}
+	if len(loops) == 2 && loops[0] != loops[1] {
+		t.Errorf("Python's results %q, TypeScript's %q: want the same", loops[0], loops[1])
+	}
 	t.Run("python session", func(t *testing.T) {
 		out := run(t, "python", append(env, "PYTHONPATH=."), "python3", "examples/session.py")
 		var got map[string]any
@@ -346,4 +363,21 @@ func TestSeedExamplesOnDocker(t *testing.T) {
 	if strings.Contains(gwLog.String(), secret) {
 		t.Error("the gateway logged the token")
 	}
+}
+
+// toolTexts are run_code's results without what differs from one run of
+// the same call to the next: the job's ID and how long it ran
+// ("status: failed (exit code 2) in 35ms, job ID" keeps "status: failed
+// (exit code 2)").
+func toolTexts(results []string) []string {
+	var out []string
+	for _, r := range results {
+		first, rest, _ := strings.Cut(r, "\n")
+		first, _, _ = strings.Cut(first, ", job ")
+		if i := strings.LastIndex(first, " in "); i >= 0 {
+			first = first[:i]
+		}
+		out = append(out, first+"\n"+rest)
+	}
+	return out
 }

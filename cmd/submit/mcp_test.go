@@ -169,7 +169,8 @@ func TestMCPStdioThroughGateway(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t)
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	workertest.Start(t, js, &fakeexec.Executor{}, worker.Config{ID: "w1", Slots: 4})
+	fx := &fakeexec.Executor{}
+	workertest.Start(t, js, fx, worker.Config{ID: "w1", Slots: 4})
 	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +218,21 @@ func TestMCPStdioThroughGateway(t *testing.T) {
 	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != "via http\n" {
 		t.Errorf("read out/notes.txt: %v %+v; result %q", err, read, mcptest.Text(res))
 	}
+
+	// A call the agent gives up on (notifications/cancelled on stdin)
+	// cancels its job through the gateway: it does not run on for nobody.
+	cctx, cancelCall := context.WithCancel(t.Context())
+	called := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "block"}})
+		called <- err
+	}()
+	testutil.Eventually(t, 10*time.Second, "the long call's job runs", func() bool { return fx.Running() == 1 })
+	cancelCall()
+	if err := <-called; err == nil {
+		t.Error("a canceled call returned no error")
+	}
+	testutil.Eventually(t, 20*time.Second, "the canceled call's job ends", func() bool { return fx.Running() == 0 })
 
 	for _, c := range []struct{ name, token string }{{"no token", ""}, {"a wrong token", "sft_wrong"}} {
 		cmd := exec.CommandContext(t.Context(), submitBinary(t), "mcp")

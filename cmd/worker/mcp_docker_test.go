@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestMCPOnDocker(t *testing.T) {
 	}
 	w := startAPIWorker(t, &executor.Reaping{Executor: workertest.Sandbox(t, cfg)}, "mcp", "--slots", "2")
 
-	cs := mcpConnect(t, w.addr)
+	cs := mcpConnect(t, w.addr, nil)
 	mcptest.Exercise(t, cs, mcptest.Python, 32<<10)
 
 	ctx := t.Context()
@@ -70,7 +71,14 @@ func TestMCPSessionOnDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := startAPIWorker(t, &executor.Reaping{Executor: workertest.Sandbox(t, cfg)}, "mcp-s", "--slots", "1")
-	cs := mcpConnect(t, w.addr)
+	var mu sync.Mutex
+	var heard []*sdk.ProgressNotificationParams
+	cs := mcpConnect(t, w.addr, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard = append(heard, req.Params)
+		}})
 	ctx := t.Context()
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -120,6 +128,18 @@ func TestMCPSessionOnDocker(t *testing.T) {
 	if res := mcptest.Call(t, ctx, cs, "list_files", map[string]any{"session": id}); !strings.Contains(mcptest.Text(res), "dir\tnotes") {
 		t.Fatalf("list_files: %q", mcptest.Text(res))
 	}
+	// A command longer than the server's progress period (10 s) that asks
+	// for progress hears that it still runs, as run_code's jobs do.
+	params := &sdk.CallToolParams{Name: "exec", Arguments: map[string]any{"session": id, "command": "sleep 12; echo slept"}}
+	params.SetProgressToken("exec-1")
+	if res, err := cs.CallTool(ctx, params); err != nil || res.IsError || !strings.Contains(mcptest.Text(res), "slept") {
+		t.Fatalf("a long command: %v %+v", err, res)
+	}
+	testutil.Eventually(t, 10*time.Second, "the long command's progress heard", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(heard) >= 1 && heard[0].ProgressToken == "exec-1"
+	})
 	mcptest.Call(t, ctx, cs, "close_session", map[string]any{"session": id})
 	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id, "command": "true"}); !res.IsError || !strings.Contains(mcptest.Text(res), "gone") {
 		t.Fatalf("exec after close: %s", mcptest.Text(res))
@@ -129,11 +149,11 @@ func TestMCPSessionOnDocker(t *testing.T) {
 // mcpConnect connects an MCP client to the API's /mcp at addr, once it
 // answers: the API opens its client in the background. It is closed when
 // the test ends.
-func mcpConnect(t *testing.T, addr string) *sdk.ClientSession {
+func mcpConnect(t *testing.T, addr string, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
 	var cs *sdk.ClientSession
 	err := testutil.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (err error) {
-		c := sdk.NewClient(&sdk.Implementation{Name: "sandfleet-test", Version: "1"}, nil)
+		c := sdk.NewClient(&sdk.Implementation{Name: "sandfleet-test", Version: "1"}, opts)
 		cs, err = c.Connect(ctx, mcptest.HTTP("http://"+addr+"/mcp", ""), nil)
 		return err
 	})

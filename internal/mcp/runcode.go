@@ -98,6 +98,9 @@ func (s *Server) render(ctx context.Context, r Runner, res *jobs.Result) *sdk.Ca
 	out := &sdk.CallToolResult{IsError: isError(res.Status)}
 	var foot strings.Builder
 	budget := s.opts.MaxImageBytes
+	imgs, note := displays(res.Display, res.DisplayDropped, &budget)
+	out.Content = append(out.Content, imgs...)
+	foot.WriteString(note)
 	var listed int
 	for _, a := range res.Artifacts {
 		if ctx.Err() != nil {

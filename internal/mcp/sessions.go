@@ -122,8 +122,10 @@ func (s *Server) sessionFailure(err error) *sdk.CallToolResult {
 	return s.failure("the session call failed: " + err.Error())
 }
 
+// textResult is a result of text within MaxOutput: a longer one keeps its
+// start and end and says how much it left out.
 func (s *Server) textResult(isErr bool, text string) *sdk.CallToolResult {
-	return &sdk.CallToolResult{IsError: isErr, Content: []sdk.Content{&sdk.TextContent{Text: clip(text, s.opts.MaxOutput)}}}
+	return &sdk.CallToolResult{IsError: isErr, Content: []sdk.Content{&sdk.TextContent{Text: cut(text, s.opts.MaxOutput)}}}
 }
 
 func seconds(f float64) limits.Duration {
@@ -148,10 +150,27 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecArgs
 	if c == nil {
 		return fail, err
 	}
+	stop := s.progress(ctx, req, s.callTimeout(in.Timeout))
 	r, err := c.Exec(ctx, in.Session, "", sessions.ExecRequest{Shell: in.Command, Timeout: seconds(in.Timeout)})
+	stop()
 	if err != nil {
 		return s.sessionFailure(err), nil
 	}
+	return s.execResult(r), nil
+}
+
+// callTimeout is how long a session's call may run: its timeout, or the
+// default; what a progress notification gives as its total.
+func (s *Server) callTimeout(timeout float64) time.Duration {
+	if timeout > 0 {
+		return seconds(timeout).D()
+	}
+	return s.opts.Limits.Timeout.D()
+}
+
+// execResult is exec's result: the exit, then both streams within
+// MaxOutput.
+func (s *Server) execResult(r *sessions.ExecResult) *sdk.CallToolResult {
 	var head strings.Builder
 	switch {
 	case r.TimedOut:
@@ -160,7 +179,7 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecArgs
 		fmt.Fprintf(&head, "exit code: %d", *r.ExitCode)
 	}
 	out := s.twoStreams(head.String(), decode(r.Stdout, r.StdoutEncoding), decode(r.Stderr, r.StderrEncoding), r.StdoutTruncated || r.StderrTruncated)
-	return s.textResult(r.TimedOut || r.ExitCode == nil || *r.ExitCode != 0, out), nil
+	return s.textResult(r.TimedOut || r.ExitCode == nil || *r.ExitCode != 0, out)
 }
 
 // runCell runs run_code's code as a cell of the session's Python context.
@@ -172,10 +191,20 @@ func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 	if c == nil {
 		return fail, err
 	}
+	stop := s.progress(ctx, req, s.callTimeout(in.Timeout))
 	r, err := c.RunCode(ctx, in.Session, "", sessions.CodeRequest{Code: in.Code, Timeout: seconds(in.Timeout)})
+	stop()
 	if err != nil {
 		return s.sessionFailure(err), nil
 	}
+	return s.cellResult(r), nil
+}
+
+// cellResult is a cell's result: what it raised and the value of its
+// trailing expression, each cut to a quarter of MaxOutput (a value's repr
+// may be any size), its streams within the rest, then its figures as
+// images within MaxImageBytes.
+func (s *Server) cellResult(r *sessions.CodeResult) *sdk.CallToolResult {
 	var head strings.Builder
 	if r.Reset {
 		head.WriteString("(a fresh Python context: nothing of earlier cells is defined)\n")
@@ -183,25 +212,36 @@ func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 	if r.TimedOut {
 		head.WriteString("interrupted at its timeout; the context is kept\n")
 	}
+	quarter := s.opts.MaxOutput / 4
 	if r.Error != nil {
-		fmt.Fprintf(&head, "error: %s: %s\n", r.Error.Name, r.Error.Value)
+		fmt.Fprintf(&head, "error: %s\n", cut(clip(r.Error.Name, 200)+": "+strings.ToValidUTF8(r.Error.Value, "\uFFFD"), quarter))
 	}
 	if r.Text != "" {
-		fmt.Fprintf(&head, "value: %s\n", r.Text)
+		fmt.Fprintf(&head, "value: %s\n", cut(strings.ToValidUTF8(r.Text, "\uFFFD"), quarter))
 	}
 	errText := ""
 	if r.Error != nil {
 		errText = r.Error.Traceback
 	}
+	budget := s.opts.MaxImageBytes
+	imgs, note := displays(r.Display, r.DisplayDropped, &budget)
+	if note != "" {
+		head.WriteString(clip(note, quarter))
+	}
 	out := s.twoStreams(strings.TrimSuffix(head.String(), "\n"), decode(r.Stdout, r.StdoutEncoding),
 		decode(r.Stderr, r.StderrEncoding)+errText, false)
-	return s.textResult(r.Error != nil, out), nil
+	res := s.textResult(r.Error != nil, out)
+	res.Content = append(res.Content, imgs...)
+	return res
 }
 
 // twoStreams writes a head and two streams within MaxOutput, cutting each
 // stream in the middle when they are too long together.
 func (s *Server) twoStreams(head, stdout, stderr string, cutBySandbox bool) string {
-	room := max(s.opts.MaxOutput-len(head)-64, 256)
+	// What is written around the streams: the sandbox's note and the two
+	// labels.
+	const around = 128
+	room := max(s.opts.MaxOutput-len(head)-around, 256)
 	so, se := stdout, stderr
 	if len(so)+len(se) > room {
 		share := room / 2

@@ -149,8 +149,9 @@ func (o *Options) runCodeDef() Def {
 		"Limits: timeout %s by default, at most %s; %s of memory; %g CPU; %s; each of stdout and stderr is cut at %s by the sandbox, "+
 		"and the result shows at most %d bytes of them together (the middle of a longer output is left out, and the result says so). "+
 		"A program that fails or times out is a result with isError set, its stderr included. "+
-		"Files matching outputs (globs such as \"*.png\") are returned: images as image content, other files as links.",
-		l.Timeout.D(), o.MaxTimeout, human(l.Memory), l.CPUs, network, human(l.Output), o.MaxOutput)
+		"Files matching outputs (globs such as \"*.png\") are returned: images as image content, other files as links; "+
+		"figures the program shows (matplotlib with python-data) come back as images too, at most %s of images a result.",
+		l.Timeout.D(), o.MaxTimeout, human(l.Memory), l.CPUs, network, human(l.Output), o.MaxOutput, human(limits.Size(max(o.MaxImageBytes, 0))))
 	langs := make([]any, len(o.Languages))
 	for i, s := range o.Languages {
 		langs[i] = s

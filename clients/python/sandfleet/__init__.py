@@ -403,12 +403,24 @@ class Sandbox:
         else:
             name, args, shape, call_id = _tool_call(call)
         if isinstance(args, str):
-            args = json.loads(args) if args.strip() else {}
-        timeout = float((args or {}).get("timeout") or 0)
-        _, res = self._request("POST", "/v1/tools/" + _quote(name), body=dict(args or {}), wait=timeout + 60.0)
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError as e:
+                # A model's arguments that are not JSON are its mistake to
+                # correct, told as the server tells a schema's refusal.
+                return ToolResult({"isError": True, "content": [{"type": "text", "text": _clip(
+                    "validating \"arguments\": not JSON (%s): %s" % (e, args), 1000)}]}, shape=shape, call_id=call_id)
+        if args is None:
+            args = {}
+        timeout = 0.0
+        if isinstance(args, Mapping):
+            args = dict(args)
+            try:
+                timeout = max(0.0, float(args.get("timeout") or 0))
+            except (TypeError, ValueError):
+                pass  # the server's schema refuses it
+        _, res = self._request("POST", "/v1/tools/" + _quote(name), body=args, wait=timeout + 60.0)
         return ToolResult(res, shape=shape, call_id=call_id)
-
-        # -- HTTP --------------------------------------------------------------
 
     # -- sessions ----------------------------------------------------------
 
@@ -506,6 +518,10 @@ class Sandbox:
             delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             time.sleep(max(delay, err.retry_after or 0.0))
             attempt += 1
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[:n] + "..."
 
 
 def _field(obj: Any, key: str) -> Any:

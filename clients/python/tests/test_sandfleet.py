@@ -245,6 +245,20 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(sandfleet.SandfleetError):
             self.sb.call_tool({"name": "run_code"})  # neither shape
 
+        # Arguments a model got wrong are a result it can correct, not an
+        # exception that ends the loop: not JSON is told at once, the rest
+        # goes to the server, whose schema says what is wrong.
+        sent = len(Fake.seen)
+        bad = {"id": "call_2", "type": "function", "function": {"name": "run_code", "arguments": '{"code": "print(1)"'}}
+        reply = self.sb.call_tool(bad).to_message()
+        self.assertEqual((reply["role"], reply["tool_call_id"]), ("tool", "call_2"))
+        self.assertIn("not JSON", reply["content"])
+        self.assertEqual(len(Fake.seen), sent, "nothing sent for arguments that are not JSON")
+        Fake.script[("POST", "/v1/tools/run_code")] = [(200, {}, {"content": [{"type": "text", "text": "must be an object"}], "isError": True})]
+        res = self.sb.call_tool({"id": "call_3", "type": "function", "function": {"name": "run_code", "arguments": "[1, 2]"}})
+        self.assertTrue(res.is_error)
+        self.assertEqual(json.loads(Fake.seen[-1][3]), [1, 2])
+
     def test_tools(self):
         Fake.script[("GET", "/v1/tools")] = [(200, {}, {"format": "anthropic", "tools": [{"name": "run_code"}]})]
         self.assertEqual(self.sb.tools("anthropic"), [{"name": "run_code"}])

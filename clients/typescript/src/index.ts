@@ -441,8 +441,17 @@ export class Sandbox {
     let name: string, shape: ToolShape = "", id = "";
     if (typeof call === "string") name = call;
     else [name, args, shape, id] = toolCallOf(call);
-    const input: Record<string, unknown> = typeof args === "string" ? (args.trim() ? JSON.parse(args) : {}) : { ...(args ?? {}) };
-    const timeout = Number(input.timeout ?? 0) || 0;
+    let input: unknown = args ?? {};
+    if (typeof args === "string") {
+      try {
+        input = args.trim() ? JSON.parse(args) : {};
+      } catch (e) {
+        // A model's arguments that are not JSON are its mistake to correct, told as the server tells a schema's refusal.
+        const text = `validating "arguments": not JSON (${(e as Error).message}): ${args}`;
+        return new ToolResult({ isError: true, content: [{ type: "text", text: text.length > 1000 ? text.slice(0, 1000) + "..." : text }] }, shape, id);
+      }
+    }
+    const timeout = input !== null && typeof input === "object" ? Math.max(0, Number((input as { timeout?: unknown }).timeout ?? 0) || 0) : 0;
     const { body } = await this.request("POST", `/v1/tools/${encodeURIComponent(name)}`, { body: input, waitMs: (timeout + 60) * 1000 });
     return new ToolResult(body as { content?: ToolContent[]; isError?: boolean }, shape, id);
   }

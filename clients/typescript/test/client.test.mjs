@@ -240,6 +240,19 @@ test("callTool answers each shape of a model's call in its own shape", async () 
   assert.equal(failed.toAnthropic("t").is_error, true);
   await assert.rejects(sb.callTool({ name: "run_code" }), SandfleetError);
 
+  // Arguments a model got wrong are a result it can correct, not a throw that ends the loop: not JSON is told at
+  // once, the rest goes to the server, whose schema says what is wrong.
+  const sent = seen.length;
+  const bad = await sb.callTool({ id: "call_2", type: "function", function: { name: "run_code", arguments: '{"code": "print(1)"' } });
+  assert.equal(bad.isError, true);
+  assert.deepEqual([bad.toMessage().role, bad.toMessage().tool_call_id], ["tool", "call_2"]);
+  assert.match(bad.toMessage().content, /not JSON/);
+  assert.equal(seen.length, sent, "nothing sent for arguments that are not JSON");
+  reset({ "POST /v1/tools/run_code": [[200, {}, { content: [{ type: "text", text: "must be an object" }], isError: true }]] });
+  const notObject = await sb.callTool({ id: "call_3", type: "function", function: { name: "run_code", arguments: "[1, 2]" } });
+  assert.equal(notObject.isError, true);
+  assert.deepEqual(JSON.parse(seen.at(-1).body), [1, 2]);
+
   reset({ "GET /v1/tools": [[200, {}, { format: "anthropic", tools: [{ name: "run_code" }] }]] });
   assert.deepEqual(await sb.tools("anthropic"), [{ name: "run_code" }]);
   assert.match(seen.at(-1).url, /\?format=anthropic$/);
