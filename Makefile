@@ -124,7 +124,7 @@ lint: vet
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(STATICCHECK) -tags $(TESTHOOKS) ./cmd/worker
 
-## docs: regenerate docs/cli.md from the binaries' own --help (TestCLIPage fails when it is stale)
+## docs: regenerate docs/cli.md and docs/metrics.md from the binaries (TestCLIPage, TestMetricsPage fail when stale)
 docs:
 	$(GO) run ./tools/docgen
 

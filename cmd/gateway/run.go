@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/mcp"
+	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -34,6 +35,7 @@ const usage = `usage: gateway [--nats URL] [--listen ADDR] [--tokens FILE] [--ma
                [--console-session-ttl D] [--max-console-sessions N]
                [--tenant-creds T=FILE]... [--mcp-max-output BYTES]
        gateway token NAME [--queues Q1,Q2] [--role read] [--tenant T]
+       gateway metrics
 
 Serves sandfleet's HTTP API (GET /openapi.yaml describes it) over the
 fleet's NATS JetStream. Without tokens (--tokens FILE or $SANDFLEET_TOKENS)
@@ -46,6 +48,9 @@ batches alone, over a connection made with T's own NATS credentials
 (--tenant-creds T=FILE, a NATS .creds file or one line USER:PASSWORD).
 When every token is a tenant's, the gateway makes no connection of its
 own: --nats then needs no user or password.
+
+"gateway metrics" lists the metrics GET /metrics serves, one a line:
+name, type, labels and help, separated by tabs.
 
 The first SIGINT/SIGTERM stops it: requests in progress get --grace,
 long polls and batch streams are then cut (their jobs go on).
@@ -144,6 +149,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "token:       %s\ntokens file: %s\n", secret, line)
 		return nil
+	}
+	if fs.NArg() == 1 && fs.Arg(0) == "metrics" {
+		return metrics.WriteList(stdout, gateway.MetricDescs())
 	}
 	if fs.NArg() > 0 {
 		return cmdline.Usagef("unexpected argument %q (see --help)", fs.Arg(0))

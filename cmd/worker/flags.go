@@ -25,6 +25,7 @@ const usage = `usage: worker [--nats URL | --embedded [--listen ADDR] [--data-di
               [--queue NAME[:WEIGHT]]... [--slots N] [--pool N] [--pool-max N] [--id NAME] [--config FILE]
               [--metrics ADDR] [--grace D] [--http ADDR [--tokens FILE]]
               [cap flags] [fleet-wide flags]
+       worker metrics
 
 Pulls sandfleet jobs from NATS JetStream (stream JOBS, consumer
 workers-<queue>) and runs each in a fresh, locked-down Docker sandbox.
@@ -33,6 +34,9 @@ The first SIGINT/SIGTERM drains: no more jobs are fetched, the jobs in flight
 finish (for at most --grace) and are acked. A second signal, SIGQUIT or the
 end of the grace period stops the sandboxes and hands their jobs back for
 immediate redelivery.
+
+"worker metrics" lists the metrics --metrics serves, one a line: name,
+type, labels and help, separated by tabs.
 
 Exit codes: 0 clean stop, 2 usage or configuration error, 1 anything else.
 

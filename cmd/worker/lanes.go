@@ -29,12 +29,38 @@ func parseLanes(flags []string) ([]worker.Lane, error) {
 	return lanes, nil
 }
 
-// laneFamilies exports each lane's figures at scrape time, so that an
-// autoscaler can act on a queue's backlog: pending and in flight (the
-// queue's consumer, the same from every worker of the queue: take the max,
-// not the sum), the age of the oldest job never delivered, and this
-// worker's busy slots on the lane. One read of the lanes serves them all.
-func laneFamilies(w *worker.Worker) func() []metrics.Family {
+// The lanes' families: pending and in flight are the queue's consumer's,
+// the same from every worker of the queue (take the max, not the sum).
+var (
+	queuePending = laneGauge("sandfleet_queue_pending",
+		"Jobs of the queue never delivered yet, fleet-wide (the same from every worker of the queue).")
+	queueInFlight = laneGauge("sandfleet_queue_in_flight",
+		"Jobs of the queue delivered and not yet acknowledged, fleet-wide: running, or held until their lease expires.")
+	queueOldest = laneGauge("sandfleet_queue_oldest_pending_age_seconds",
+		"Age of the queue's oldest job never delivered, fleet-wide; 0 when none waits.")
+	queueBusy   = laneGauge("sandfleet_queue_slots_busy", "This worker's slots running the queue's jobs.")
+	queueWeight = laneGauge("sandfleet_queue_weight",
+		"The lane's weight on this worker (--queue NAME:WEIGHT): its share of the slots, and its priority.")
+	queueStatsUp = metrics.Desc{Name: "sandfleet_queue_stats_up", Type: metrics.GaugeType,
+		Help: "1 if the queues' fleet-wide figures were read at this scrape, else 0 (they are then left out)."}
+
+	laneDescs = []metrics.Desc{queuePending, queueInFlight, queueOldest, queueBusy, queueWeight, queueStatsUp}
+)
+
+func laneGauge(name, help string) metrics.Desc {
+	return metrics.Desc{Name: name, Help: help, Type: metrics.GaugeType, Labels: []string{"queue"}}
+}
+
+// laneReader is what laneFamilies reads: a *worker.Worker.
+type laneReader interface {
+	Lanes(ctx context.Context) ([]worker.LaneStats, error)
+}
+
+// laneFamilies exports each lane's figures (laneDescs) at scrape time, so
+// that an autoscaler can act on a queue's backlog: pending and in flight,
+// the age of the oldest job never delivered, and this worker's busy slots
+// on the lane. One read of the lanes serves them all.
+func laneFamilies(w laneReader) func() []metrics.Family {
 	return func() []metrics.Family {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -46,21 +72,9 @@ func laneFamilies(w *worker.Worker) func() []metrics.Family {
 				slog.Warn("metrics: read the queues' figures", "err", err)
 			}
 		}
-		gauge := func(name, help string) metrics.Family {
-			return metrics.Family{Name: name, Help: help, Type: metrics.GaugeType}
-		}
-		pending := gauge("sandfleet_queue_pending",
-			"Jobs of the queue never delivered yet, fleet-wide (the same from every worker of the queue).")
-		inFlight := gauge("sandfleet_queue_in_flight",
-			"Jobs of the queue delivered and not yet acknowledged, fleet-wide: running, or held until their lease expires.")
-		oldest := gauge("sandfleet_queue_oldest_pending_age_seconds",
-			"Age of the queue's oldest job never delivered, fleet-wide; 0 when none waits.")
-		busy := gauge("sandfleet_queue_slots_busy", "This worker's slots running the queue's jobs.")
-		weight := gauge("sandfleet_queue_weight",
-			"The lane's weight on this worker (--queue NAME:WEIGHT): its share of the slots, and its priority.")
-		stats := gauge("sandfleet_queue_stats_up",
-			"1 if the queues' fleet-wide figures were read at this scrape, else 0 (they are then left out).")
-		stats.Samples = []metrics.Sample{{Value: up}}
+		pending, inFlight, oldest := queuePending.Family(), queueInFlight.Family(), queueOldest.Family()
+		busy, weight := queueBusy.Family(), queueWeight.Family()
+		stats := queueStatsUp.Family(metrics.Sample{Value: up})
 		now := time.Now()
 		for _, l := range lanes {
 			q := []string{"queue", l.Queue}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"slices"
 
@@ -90,17 +91,22 @@ func (m *jobMetrics) Ended(reason string) {
 	m.sessionsEnded.With(reason).Inc()
 }
 
+var sessionsByState = metrics.Desc{Name: "sandfleet_sessions", Type: metrics.GaugeType, Labels: []string{"state"},
+	Help: "Sessions this worker holds now, by state (starting: their sandbox is being made)."}
+
+// sessionStatser is what watchSessions reads: a *sessionhost.Host.
+type sessionStatser interface{ Stats() sessionhost.Stats }
+
 // watchSessions registers the gauges of the worker's sessions: by state,
 // and its capacity (--sessions).
-func (m *jobMetrics) watchSessions(h *sessionhost.Host) {
+func (m *jobMetrics) watchSessions(h sessionStatser) {
 	m.reg.Collect(func() []metrics.Family {
 		st := h.Stats()
-		return []metrics.Family{{Name: "sandfleet_sessions", Help: "Sessions this worker holds now, by state (starting: their sandbox is being made).",
-			Type: metrics.GaugeType, Samples: []metrics.Sample{
-				{Labels: []string{"state", "running"}, Value: float64(st.Live)},
-				{Labels: []string{"state", "starting"}, Value: float64(st.Starting)},
-			}}}
-	})
+		return []metrics.Family{sessionsByState.Family(
+			metrics.Sample{Labels: []string{"state", "running"}, Value: float64(st.Live)},
+			metrics.Sample{Labels: []string{"state", "starting"}, Value: float64(st.Starting)},
+		)}
+	}, sessionsByState)
 	m.reg.GaugeFunc("sandfleet_sessions_max", "Sessions this worker holds at most (--sessions).", func() float64 { return float64(h.Stats().Max) })
 }
 
@@ -134,9 +140,17 @@ func (m *jobMetrics) Finished(res *jobs.Result, preset string) {
 
 func (m *jobMetrics) DeadLettered() { m.deadLetters.Inc() }
 
+// watched is what watch reads: a *worker.Worker.
+type watched interface {
+	laneReader
+	Status() jobs.WorkerStatus
+	Held() int
+	Ready() bool
+}
+
 // watch registers the gauges read at scrape time: the worker's slots and
 // state, the NATS connection and, if exec has one, the warm pool.
-func (m *jobMetrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Executor) {
+func (m *jobMetrics) watch(w watched, natsUp func() bool, exec any) {
 	st := w.Status()
 	b := func(v bool) float64 {
 		if v {
@@ -152,7 +166,7 @@ func (m *jobMetrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Exe
 	m.reg.GaugeFunc("sandfleet_executor_ready", "1 while the sandbox infrastructure (Docker) is believed up, else 0: nothing is fetched.", func() float64 { return b(w.Status().Ready) })
 	m.reg.GaugeFunc("sandfleet_ready", "1 when /readyz answers 200: NATS connected, topology set up, executor up.", func() float64 { return b(natsUp() && w.Ready()) })
 	m.reg.GaugeFunc("sandfleet_draining", "1 once a drain began: no more jobs are fetched.", func() float64 { return b(w.Status().Draining) })
-	m.reg.Collect(laneFamilies(w))
+	m.reg.Collect(laneFamilies(w), laneDescs...)
 	ps, ok := exec.(poolStatser)
 	if !ok {
 		return
@@ -170,3 +184,23 @@ func (m *jobMetrics) watch(w *worker.Worker, natsUp func() bool, exec worker.Exe
 }
 
 func (m *jobMetrics) handler() http.Handler { return m.reg.Handler() }
+
+// metricDescs are the metrics a worker serves with --metrics, --sessions
+// and a warm pool: its registrations, made on a worker that never starts.
+func metricDescs() []metrics.Desc {
+	m := newMetrics(metrics.NewRegistry(), nil)
+	m.watch(unstarted{}, func() bool { return false }, unstarted{})
+	m.watchSessions(unstarted{})
+	return m.reg.Describe()
+}
+
+// unstarted stands for the worker, its pool and its sessions in
+// metricDescs: registering reads none of them but the worker's status.
+type unstarted struct{}
+
+func (unstarted) Lanes(context.Context) ([]worker.LaneStats, error) { return nil, worker.ErrNotSetUp }
+func (unstarted) Status() jobs.WorkerStatus                         { return jobs.WorkerStatus{} }
+func (unstarted) Held() int                                         { return 0 }
+func (unstarted) Ready() bool                                       { return false }
+func (unstarted) PoolStats() executor.PoolStats                     { return executor.PoolStats{} }
+func (unstarted) Stats() sessionhost.Stats                          { return sessionhost.Stats{} }

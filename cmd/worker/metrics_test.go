@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -117,11 +118,32 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s missing", k)
 		}
 	}
+	undescribed(t, m)
 	if t.Failed() {
 		for k, v := range m {
 			if strings.HasPrefix(k, "sandfleet_") {
 				t.Logf("%s %v", k, v)
 			}
+		}
+	}
+}
+
+// undescribed fails for each family of the scrape m that "worker metrics"
+// (metricDescs, which docs/metrics.md is generated from) leaves out.
+func undescribed(t *testing.T, m map[string]float64) {
+	t.Helper()
+	described := map[string]bool{}
+	for _, d := range metricDescs() {
+		described[d.Name] = true
+		if d.Type == metrics.HistogramType {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				described[d.Name+s] = true
+			}
+		}
+	}
+	for k := range m {
+		if name, _, _ := strings.Cut(k, "{"); !described[name] {
+			t.Errorf("%s is served but not in worker metrics", name)
 		}
 	}
 }

@@ -36,6 +36,9 @@ var version string
 // --version print on stdout and return nil; errors of the command line
 // and of the configuration match cmdline.ErrUsage.
 func Run(stop, force context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 1 && args[0] == "metrics" {
+		return metrics.WriteList(stdout, metricDescs())
+	}
 	o, err := parseFlags(args)
 	if errors.Is(err, cmdline.ErrHelp) {
 		writeHelp(stdout)

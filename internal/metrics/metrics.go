@@ -47,10 +47,24 @@ type Family struct {
 	Samples    []Sample
 }
 
+// A Desc describes a family without its samples: what a reference of the
+// metrics lists. Labels are the label names; a histogram's le is implied.
+type Desc struct {
+	Name, Help string
+	Type       Type
+	Labels     []string
+}
+
+// Family returns the family d describes, with these samples.
+func (d Desc) Family(samples ...Sample) Family {
+	return Family{Name: d.Name, Help: d.Help, Type: d.Type, Samples: samples}
+}
+
 // Registry holds the families one /metrics serves.
 type Registry struct {
 	mu         sync.Mutex
 	collectors []func() []Family
+	descs      []Desc
 }
 
 // NewRegistry returns an empty registry.
@@ -58,26 +72,49 @@ func NewRegistry() *Registry { return &Registry{} }
 
 // Collect registers f, called at each scrape for families whose samples
 // are read then; one call may yield several families, so that what they
-// share is read once.
-func (r *Registry) Collect(f func() []Family) {
+// share is read once. descs are the families f may yield, for Describe.
+func (r *Registry) Collect(f func() []Family, descs ...Desc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.collectors = append(r.collectors, f)
+	r.descs = append(r.descs, descs...)
+}
+
+// Describe returns the families registered, whether or not they have
+// samples yet, sorted by name, each once (under the first one's help):
+// the list a reference of the metrics is generated from.
+func (r *Registry) Describe() []Desc {
+	r.mu.Lock()
+	descs := slices.Clone(r.descs)
+	r.mu.Unlock()
+	slices.SortStableFunc(descs, func(a, b Desc) int { return cmp.Compare(a.Name, b.Name) })
+	return slices.CompactFunc(descs, func(a, b Desc) bool { return a.Name == b.Name })
 }
 
 // GaugeFunc registers a gauge read from f at each scrape; labels are
 // constant pairs (name, value, ...).
 func (r *Registry) GaugeFunc(name, help string, f func() float64, labels ...string) {
+	d := Desc{Name: name, Help: help, Type: GaugeType, Labels: pairNames(labels)}
 	r.Collect(func() []Family {
-		return []Family{{Name: name, Help: help, Type: GaugeType, Samples: []Sample{{Labels: labels, Value: f()}}}}
-	})
+		return []Family{d.Family(Sample{Labels: labels, Value: f()})}
+	}, d)
+}
+
+// pairNames returns the names of label pairs (name, value, ...).
+func pairNames(pairs []string) []string {
+	var names []string
+	for i := 0; i < len(pairs); i += 2 {
+		names = append(names, pairs[i])
+	}
+	return names
 }
 
 // CounterFunc registers a counter read from f at each scrape.
 func (r *Registry) CounterFunc(name, help string, f func() float64) {
+	d := Desc{Name: name, Help: help, Type: CounterType}
 	r.Collect(func() []Family {
-		return []Family{{Name: name, Help: help, Type: CounterType, Samples: []Sample{{Value: f()}}}}
-	})
+		return []Family{d.Family(Sample{Value: f()})}
+	}, d)
 }
 
 // Counter registers a counter without labels.
@@ -94,7 +131,7 @@ func (r *Registry) CounterVec(name, help string, labels ...string) *CounterVec {
 			f.Samples = append(f.Samples, Sample{Labels: pairs, Value: float64(c.n.Load())})
 		})
 		return []Family{f}
-	})
+	}, Desc{Name: name, Help: help, Type: CounterType, Labels: labels})
 	return v
 }
 
@@ -110,7 +147,7 @@ func (r *Registry) GaugeVec(name, help string, labels ...string) *GaugeVec {
 			f.Samples = append(f.Samples, Sample{Labels: pairs, Value: float64(g.n.Load())})
 		})
 		return []Family{f}
-	})
+	}, Desc{Name: name, Help: help, Type: GaugeType, Labels: labels})
 	return v
 }
 
@@ -129,7 +166,7 @@ func (r *Registry) HistogramVec(name, help string, buckets []float64, labels ...
 		f := Family{Name: name, Help: help, Type: HistogramType}
 		v.vec.each(func(pairs []string, h *Histogram) { f.Samples = h.samples(f.Samples, pairs) })
 		return []Family{f}
-	})
+	}, Desc{Name: name, Help: help, Type: HistogramType, Labels: labels})
 	return v
 }
 
@@ -348,3 +385,19 @@ type HistogramVec struct{ vec vec[Histogram] }
 
 // With returns the histogram of these label values.
 func (v *HistogramVec) With(values ...string) *Histogram { return v.vec.with(values) }
+
+// WriteList writes descs one a line, fields separated by tabs: name,
+// type, label names (comma-separated, "-" when none) and help. It is what
+// "worker metrics" and "gateway metrics" print, and what the reference
+// page docs/metrics.md is generated from.
+func WriteList(w io.Writer, descs []Desc) error {
+	bw := bufio.NewWriter(w)
+	for _, d := range descs {
+		labels := strings.Join(d.Labels, ",")
+		if labels == "" {
+			labels = "-"
+		}
+		bw.WriteString(d.Name + "\t" + string(d.Type) + "\t" + labels + "\t" + helpEscaper.Replace(d.Help) + "\n")
+	}
+	return bw.Flush()
+}

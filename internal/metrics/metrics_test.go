@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -197,5 +198,59 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	if total != 8000 || count != 8000 {
 		t.Errorf("counted %v and observed %d, want 8000 each", total, count)
+	}
+}
+
+// Describe lists every family registered, those without samples yet
+// included, with its label names, each once: a reference of the metrics
+// generated from it leaves none out. Every family a scrape writes is in it.
+func TestDescribe(t *testing.T) {
+	r := NewRegistry()
+	r.Runtime()
+	r.CounterVec("jobs_total", "Jobs by status.", "status", "preset").With("ok", "python").Inc()
+	r.GaugeVec("slots_busy", "Slots busy.", "kind")
+	r.GaugeFunc("info", "Always 1.", func() float64 { return 1 }, "worker", "w1", "queue", "default")
+	r.CounterFunc("hits_total", "Hits.", func() float64 { return 5 })
+	r.Histogram("wait_seconds", "Waits.", []float64{1})
+	lanes := Desc{Name: "lane_pending", Help: "Pending.", Type: GaugeType, Labels: []string{"queue"}}
+	r.Collect(func() []Family { return []Family{lanes.Family(Sample{Labels: []string{"queue", "a"}, Value: 1})} }, lanes)
+	r.Collect(func() []Family { return nil }, Desc{Name: "slots_busy", Help: "Second help.", Type: GaugeType, Labels: []string{"kind"}})
+
+	byName := map[string]Desc{}
+	var names []string
+	for _, d := range r.Describe() {
+		if _, dup := byName[d.Name]; dup {
+			t.Errorf("%s described twice", d.Name)
+		}
+		byName[d.Name] = d
+		names = append(names, d.Name)
+	}
+	if !slices.IsSorted(names) {
+		t.Errorf("not sorted by name: %v", names)
+	}
+	for name, want := range map[string]string{
+		"jobs_total": "status,preset", "slots_busy": "kind", "info": "worker,queue",
+		"hits_total": "", "wait_seconds": "", "lane_pending": "queue", "go_goroutines": "", "go_info": "version",
+	} {
+		d, ok := byName[name]
+		if !ok {
+			t.Errorf("%s not described", name)
+			continue
+		}
+		if got := strings.Join(d.Labels, ","); got != want {
+			t.Errorf("%s: labels %q, want %q", name, got, want)
+		}
+	}
+	if d := byName["slots_busy"]; d.Help != "Slots busy." || d.Type != GaugeType {
+		t.Errorf("slots_busy: %+v, want the first registration's help", d)
+	}
+	if d := byName["wait_seconds"]; d.Type != HistogramType {
+		t.Errorf("wait_seconds: type %s", d.Type)
+	}
+	_, fams := scrape(t, r)
+	for name := range fams {
+		if _, ok := byName[name]; !ok {
+			t.Errorf("%s is written but not described", name)
+		}
 	}
 }

@@ -30,6 +30,10 @@ var goMetrics = []struct {
 // there to read, the process's (process_*).
 func (r *Registry) Runtime() {
 	r.GaugeFunc("go_info", "Information about the Go environment.", func() float64 { return 1 }, "version", runtime.Version())
+	goDescs := make([]Desc, len(goMetrics))
+	for i, m := range goMetrics {
+		goDescs[i] = Desc{Name: m.name, Help: m.help, Type: m.typ}
+	}
 	r.Collect(func() []Family {
 		s := make([]rtmetrics.Sample, len(goMetrics))
 		for i, m := range goMetrics {
@@ -37,7 +41,7 @@ func (r *Registry) Runtime() {
 		}
 		rtmetrics.Read(s)
 		var out []Family
-		for i, m := range goMetrics {
+		for i := range goMetrics {
 			var v float64
 			switch s[i].Value.Kind() {
 			case rtmetrics.KindUint64:
@@ -47,24 +51,32 @@ func (r *Registry) Runtime() {
 			default:
 				continue // not in this Go's runtime
 			}
-			out = append(out, Family{Name: m.name, Help: m.help, Type: m.typ, Samples: []Sample{{Value: v}}})
+			out = append(out, goDescs[i].Family(Sample{Value: v}))
 		}
 		return out
-	})
-	r.Collect(processFamilies)
+	}, goDescs...)
+	r.Collect(processFamilies, processCPU, processVirtual, processResident, processStart, processOpenFDs, processMaxFDs)
 }
+
+// The process's figures, under the names of Prometheus' process collector.
+var (
+	processCPU      = Desc{Name: "process_cpu_seconds_total", Help: "Total user and system CPU time spent in seconds.", Type: CounterType}
+	processVirtual  = Desc{Name: "process_virtual_memory_bytes", Help: "Virtual memory size in bytes.", Type: GaugeType}
+	processResident = Desc{Name: "process_resident_memory_bytes", Help: "Resident memory size in bytes.", Type: GaugeType}
+	processStart    = Desc{Name: "process_start_time_seconds", Help: "Start time of the process since the Unix epoch in seconds.", Type: GaugeType}
+	processOpenFDs  = Desc{Name: "process_open_fds", Help: "Number of open file descriptors.", Type: GaugeType}
+	processMaxFDs   = Desc{Name: "process_max_fds", Help: "Maximum number of open file descriptors.", Type: GaugeType}
+)
 
 // processFamilies reads the process's figures from /proc/self, as
 // Prometheus' process collector does; what cannot be read is left out.
 func processFamilies() []Family {
 	var out []Family
-	add := func(name, help string, typ Type, v float64) {
-		out = append(out, Family{Name: name, Help: help, Type: typ, Samples: []Sample{{Value: v}}})
-	}
+	add := func(d Desc, v float64) { out = append(out, d.Family(Sample{Value: v})) }
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", CounterType, cpu.Seconds())
+		add(processCPU, cpu.Seconds())
 	}
 	if stat, err := os.ReadFile("/proc/self/stat"); err == nil {
 		// The fields after the command, which is in parentheses and may
@@ -73,20 +85,20 @@ func processFamilies() []Family {
 			if f := strings.Fields(string(stat[i+1:])); len(f) > 21 {
 				vsize, _ := strconv.ParseFloat(f[20], 64)
 				rss, _ := strconv.ParseFloat(f[21], 64)
-				add("process_virtual_memory_bytes", "Virtual memory size in bytes.", GaugeType, vsize)
-				add("process_resident_memory_bytes", "Resident memory size in bytes.", GaugeType, rss*float64(os.Getpagesize()))
+				add(processVirtual, vsize)
+				add(processResident, rss*float64(os.Getpagesize()))
 				if start, ok := startTime(f[19]); ok {
-					add("process_start_time_seconds", "Start time of the process since the Unix epoch in seconds.", GaugeType, start)
+					add(processStart, start)
 				}
 			}
 		}
 	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
-		add("process_open_fds", "Number of open file descriptors.", GaugeType, float64(len(fds)))
+		add(processOpenFDs, float64(len(fds)))
 	}
 	var lim syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
-		add("process_max_fds", "Maximum number of open file descriptors.", GaugeType, float64(lim.Cur))
+		add(processMaxFDs, float64(lim.Cur))
 	}
 	return out
 }

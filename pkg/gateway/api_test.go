@@ -251,6 +251,15 @@ func TestAPI(t *testing.T) {
 			if !strings.Contains(string(r.body), `sandfleet_gateway_requests_total{code="200",route="POST /v1/jobs"}`) {
 				t.Errorf("metrics lack the request counter:\n%.2000s", r.body)
 			}
+			described := map[string]bool{}
+			for _, d := range gateway.MetricDescs() {
+				described[d.Name] = true
+			}
+			for line := range strings.Lines(string(r.body)) {
+				if f := strings.Fields(line); len(f) == 4 && f[1] == "TYPE" && !described[f[2]] {
+					t.Errorf("%s is served but not in gateway.MetricDescs (docs/metrics.md)", f[2])
+				}
+			}
 		}},
 		{name: "document", method: "GET", path: "/openapi.yaml", status: 200},
 		{name: "no route", method: "GET", path: "/v2/jobs", token: a, status: 404, code: gateway.CodeNotFound},

@@ -38,6 +38,10 @@ func newMetrics() *gatewayMetrics {
 	}
 }
 
+// MetricDescs are the metrics a gateway serves on /metrics: what
+// "gateway metrics" prints and docs/metrics.md lists.
+func MetricDescs() []metrics.Desc { return newMetrics().reg.Describe() }
+
 func (m *gatewayMetrics) observe(route string, status int, d time.Duration) {
 	if status == 0 {
 		status = http.StatusOK

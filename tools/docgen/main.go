@@ -1,12 +1,14 @@
 // Command docgen writes docs/cli.md, the reference of every command and
 // flag of worker, gateway and submit, from what the binaries themselves
-// print for --help and "submit help COMMAND". The binaries are the one
-// source: their flag sets and help texts. TestCLIPage fails when the
-// committed page and the binaries differ.
+// print for --help and "submit help COMMAND", and docs/metrics.md, the
+// reference of every metric, from what "worker metrics" and "gateway
+// metrics" print. The binaries are the one source: their flag sets, help
+// texts and metrics' registrations. TestCLIPage and TestMetricsPage fail
+// when the committed pages and the binaries differ.
 //
 // Usage (make docs), from the repository's root:
 //
-//	go run ./tools/docgen [-out docs/cli.md] [-bin DIR]
+//	go run ./tools/docgen [-out docs/cli.md] [-metrics docs/metrics.md] [-bin DIR]
 //
 // Without -bin it builds the three binaries into a temporary directory
 // first.
@@ -32,7 +34,8 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("docgen", flag.ContinueOnError)
-	out := fs.String("out", filepath.Join("docs", "cli.md"), "the page to write")
+	out := fs.String("out", filepath.Join("docs", "cli.md"), "the command-line page to write")
+	metricsOut := fs.String("metrics", filepath.Join("docs", "metrics.md"), "the metrics page to write")
 	bin := fs.String("bin", "", "`DIR` of worker, gateway and submit already built (default: build them)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,7 +55,13 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(*out, page, 0o644)
+	if err := os.WriteFile(*out, page, 0o644); err != nil {
+		return err
+	}
+	if page, err = metricsPage(*bin); err != nil {
+		return err
+	}
+	return os.WriteFile(*metricsOut, page, 0o644)
 }
 
 // build builds the three binaries of the module at root into dir.
