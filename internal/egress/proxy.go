@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,12 @@ type Proxy struct {
 	Resolver *Resolver
 	Protect  []netip.Prefix // the protected ranges: Protected and what the gateway adds
 	Log      *slog.Logger
+	// CA signs the certificates of the hosts the proxy intercepts, those
+	// a sandbox's secrets are for; nil: no sandbox may have secrets.
+	CA *CA
+	// Roots verify the real hosts of intercepted tunnels; nil: the
+	// system's.
+	Roots *x509.CertPool
 
 	refusing atomic.Int64 // refused connections being read (serveConn)
 
@@ -58,7 +65,10 @@ type sandboxEntry struct {
 	ip    netip.Addr
 	pol   policy
 	tr    *http.Transport
+	tlsTr *http.Transport // to the hosts of its secrets, verified
 	conns atomic.Int64
+
+	secrets []Secret
 
 	mu     sync.Mutex
 	closed bool
@@ -72,23 +82,33 @@ type useKey struct {
 	rule    string
 }
 
-// Register sets the policy of the sandbox id at ip; a later registration
-// of ip (its address given to another sandbox) replaces it.
-func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network) error {
+// Register sets the policy of the sandbox id at ip, with the secrets its
+// policy names; a later registration of ip (its address given to another
+// sandbox) replaces it.
+func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network, secrets []Secret) error {
 	if n.None() {
 		return errors.New("a sandbox registered with no network")
 	}
-	ip = ip.Unmap()
-	e := &sandboxEntry{id: id, ip: ip, pol: policy{net: n, protect: p.Protect},
-		open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
-	e.tr = &http.Transport{
-		Proxy:                 nil, // never the proxy's own environment
-		DialContext:           func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dialHTTP(ctx, e, addr) },
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
-		DisableCompression:    true,
-		ResponseHeaderTimeout: 5 * time.Minute,
+	if len(secrets) > 0 && p.CA == nil {
+		return errors.New("a sandbox with secrets, and the proxy has no CA to intercept their hosts with")
 	}
+	ip = ip.Unmap()
+	e := &sandboxEntry{id: id, ip: ip, pol: policy{net: n, protect: p.Protect}, secrets: secrets,
+		open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
+	transport := func() *http.Transport {
+		return &http.Transport{
+			Proxy:                 nil, // never the proxy's own environment
+			DialContext:           func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dialHTTP(ctx, e, addr) },
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       30 * time.Second,
+			DisableCompression:    true,
+			ResponseHeaderTimeout: 5 * time.Minute,
+			TLSHandshakeTimeout:   dialTimeout,
+		}
+	}
+	e.tr = transport()
+	e.tlsTr = transport()
+	e.tlsTr.TLSClientConfig = &tls.Config{RootCAs: p.Roots, MinVersion: tls.VersionTLS12}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byIP == nil {
@@ -117,6 +137,7 @@ func (p *Proxy) Release(id string) ([]limits.NetworkUse, bool) {
 		return nil, false
 	}
 	e.tr.CloseIdleConnections()
+	e.tlsTr.CloseIdleConnections()
 	e.mu.Lock()
 	e.closed = true
 	for c := range e.open {
@@ -479,6 +500,10 @@ func (p *Proxy) tunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.
 		refuse(c, "CONNECT "+req.Host+": "+err.Error())
 		return
 	}
+	if secrets := e.secretsFor(host); host != "" && len(secrets) > 0 {
+		p.interceptTunnel(e, c, br, req, host, port, secrets)
+		return
+	}
 	up, v, err := p.dial(context.Background(), e, host, addr, port)
 	if err != nil {
 		e.account(req.Host, v, 0, 0, true)
@@ -495,20 +520,9 @@ func (p *Proxy) tunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.
 	}
 	var hello []byte
 	if host != "" {
-		c.SetReadDeadline(time.Now().Add(headerTimeout))
-		sni, raw, err := peekSNI(br)
-		c.SetReadDeadline(time.Time{})
-		if err != nil || sni != host {
-			why := fmt.Sprintf("the TLS server name %q does not match the CONNECT target %q", sni, host)
-			if err != nil {
-				why = fmt.Sprintf("a tunnel to a host name carries TLS naming it: %v", err)
-			}
-			e.account(req.Host, denied(v.rule, "%s", why), 0, 0, true)
-			c.Write(alertAccessDenied)
-			p.Log.Info("egress tunnel refused", "sandbox", shortID(e.id), "target", req.Host, "reason", why)
+		if hello = p.helloFor(e, c, br, req.Host, host, v); hello == nil {
 			return
 		}
-		hello = raw
 	}
 	e.account(req.Host, v, 0, 0, true)
 	cu := &counted{Conn: up, e: e, host: req.Host, v: v}
@@ -516,6 +530,47 @@ func (p *Proxy) tunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.
 		return
 	}
 	splice(c, br, cu)
+}
+
+// helloFor reads the ClientHello of a tunnel to host and returns its
+// bytes, or nil when its server name is not host (the tunnel is refused,
+// and accounted so).
+func (p *Proxy) helloFor(e *sandboxEntry, c net.Conn, br *bufio.Reader, connect, host string, v verdict) []byte {
+	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	sni, raw, err := peekSNI(br)
+	c.SetReadDeadline(time.Time{})
+	if err == nil && sni == host {
+		return raw
+	}
+	why := fmt.Sprintf("the TLS server name %q does not match the CONNECT target %q", sni, host)
+	if err != nil {
+		why = fmt.Sprintf("a tunnel to a host name carries TLS naming it: %v", err)
+	}
+	e.account(connect, denied(v.rule, "%s", why), 0, 0, true)
+	c.Write(alertAccessDenied)
+	p.Log.Info("egress tunnel refused", "sandbox", shortID(e.id), "target", connect, "reason", why)
+	return nil
+}
+
+// interceptTunnel serves a CONNECT to a host the sandbox has secrets
+// for: the policy decides on the name, and each request in the tunnel is
+// dialled (and decided on its addresses, and accounted) as the proxy
+// makes it.
+func (p *Proxy) interceptTunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.Request, host string, port uint16, secrets []Secret) {
+	v := e.pol.name(host, port)
+	if !v.allow {
+		e.account(req.Host, v, 0, 0, true)
+		refuse(c, "CONNECT "+req.Host+": "+v.reason)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	hello := p.helloFor(e, c, br, req.Host, host, v)
+	if hello == nil {
+		return
+	}
+	p.intercept(e, c, br, hello, host, req.Host, secrets)
 }
 
 // alertAccessDenied is a TLS fatal alert, access_denied (49): the client
