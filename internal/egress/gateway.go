@@ -458,6 +458,28 @@ func (g *Gateway) Admit(ctx context.Context, id string, att Attachment, n *limit
 	return g.ctl.Register(ctx, id, ep.IPAddress, n, secrets)
 }
 
+// Update replaces the policy of the admitted sandbox id (a session's):
+// n may grant nothing. Secrets need the CA bundle the sandbox was made
+// with (att.CABundle).
+func (g *Gateway) Update(ctx context.Context, id string, att Attachment, n *limits.Network) error {
+	if n == nil {
+		n = &limits.Network{}
+	}
+	if len(n.Secrets) > 0 && att.CABundle == "" {
+		return errors.New("egress: secrets for a sandbox made without them (it has no CA bundle to trust the proxy by)")
+	}
+	secrets, err := pick(g.cfg.Secrets, n)
+	if err != nil {
+		return err
+	}
+	return g.ctl.Update(ctx, id, n, secrets)
+}
+
+// Usage returns the sandbox id's egress so far.
+func (g *Gateway) Usage(ctx context.Context, id string) ([]limits.NetworkUse, error) {
+	return g.ctl.Usage(ctx, id)
+}
+
 // Release forgets the sandbox id and returns its egress.
 func (g *Gateway) Release(ctx context.Context, id string) ([]limits.NetworkUse, error) {
 	return g.ctl.Release(ctx, id)

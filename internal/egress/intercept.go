@@ -107,7 +107,7 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 // secretsFor returns the secrets of e for host.
 func (e *sandboxEntry) secretsFor(host string) []Secret {
 	var out []Secret
-	for _, s := range e.secrets {
+	for _, s := range e.state.Load().secrets {
 		if slices.Contains(s.Hosts, host) {
 			out = append(out, s)
 		}

@@ -63,18 +63,25 @@ type Proxy struct {
 type sandboxEntry struct {
 	id    string
 	ip    netip.Addr
-	pol   policy
+	state atomic.Pointer[entryState] // its policy now: a session's may change
 	tr    *http.Transport
 	tlsTr *http.Transport // to the hosts of its secrets, verified
 	conns atomic.Int64
-
-	secrets []Secret
 
 	mu     sync.Mutex
 	closed bool
 	open   map[net.Conn]struct{}
 	use    map[useKey]*limits.NetworkUse
 }
+
+// entryState is a sandbox's policy and the secrets it names, replaced
+// whole when a session's policy changes.
+type entryState struct {
+	pol     policy
+	secrets []Secret
+}
+
+func (e *sandboxEntry) policy() policy { return e.state.Load().pol }
 
 type useKey struct {
 	host    string
@@ -93,8 +100,8 @@ func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network, secrets []
 		return errors.New("a sandbox with secrets, and the proxy has no CA to intercept their hosts with")
 	}
 	ip = ip.Unmap()
-	e := &sandboxEntry{id: id, ip: ip, pol: policy{net: n, protect: p.Protect}, secrets: secrets,
-		open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
+	e := &sandboxEntry{id: id, ip: ip, open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
 	transport := func() *http.Transport {
 		return &http.Transport{
 			Proxy:                 nil, // never the proxy's own environment
@@ -121,6 +128,64 @@ func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network, secrets []
 	return nil
 }
 
+// Update replaces the policy of the registered sandbox id (a session's,
+// changed while it runs): n may grant nothing ("install, then lock").
+// The sandbox's connections are closed, so that none opened under the
+// old policy outlives it; its accounting goes on.
+func (p *Proxy) Update(id string, n *limits.Network, secrets []Secret) error {
+	if len(secrets) > 0 && p.CA == nil {
+		return errors.New("a sandbox with secrets, and the proxy has no CA to intercept their hosts with")
+	}
+	if n == nil {
+		n = &limits.Network{}
+	}
+	p.mu.Lock()
+	e := p.byID[id]
+	p.mu.Unlock()
+	if e == nil {
+		return errNoSandbox
+	}
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	e.tr.CloseIdleConnections()
+	e.tlsTr.CloseIdleConnections()
+	e.mu.Lock()
+	for c := range e.open {
+		c.Close()
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// errNoSandbox: no sandbox is registered under the ID.
+var errNoSandbox = errors.New("no such sandbox")
+
+// Usage returns what the sandbox id's connections carried so far.
+func (p *Proxy) Usage(id string) ([]limits.NetworkUse, bool) {
+	p.mu.Lock()
+	e := p.byID[id]
+	p.mu.Unlock()
+	if e == nil {
+		return nil, false
+	}
+	return e.usage(), true
+}
+
+func (e *sandboxEntry) usage() []limits.NetworkUse {
+	e.mu.Lock()
+	out := make([]limits.NetworkUse, 0, len(e.use))
+	for _, u := range e.use {
+		out = append(out, *u)
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b limits.NetworkUse) int {
+		if c := strings.Compare(a.Host, b.Host); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Rule, b.Rule)
+	})
+	return out
+}
+
 // Release forgets the sandbox id, closes its connections and returns what
 // they carried, sorted by host.
 func (p *Proxy) Release(id string) ([]limits.NetworkUse, bool) {
@@ -143,18 +208,8 @@ func (p *Proxy) Release(id string) ([]limits.NetworkUse, bool) {
 	for c := range e.open {
 		c.Close()
 	}
-	out := make([]limits.NetworkUse, 0, len(e.use))
-	for _, u := range e.use {
-		out = append(out, *u)
-	}
 	e.mu.Unlock()
-	slices.SortFunc(out, func(a, b limits.NetworkUse) int {
-		if c := strings.Compare(a.Host, b.Host); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Rule, b.Rule)
-	})
-	return out, true
+	return e.usage(), true
 }
 
 func (p *Proxy) lookup(ip netip.Addr) *sandboxEntry {
@@ -371,14 +426,14 @@ func (d *denial) Error() string { return d.v.reason }
 // the destination is accounted.
 func (p *Proxy) dial(ctx context.Context, e *sandboxEntry, host string, addr netip.Addr, port uint16) (net.Conn, verdict, error) {
 	if host == "" {
-		v := e.pol.addr(addr, port, nil, false)
+		v := e.policy().addr(addr, port, nil, false)
 		if !v.allow {
 			return nil, v, &denial{v}
 		}
 		c, err := p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, port).String())
 		return c, v, err
 	}
-	byName := e.pol.name(host, port)
+	byName := e.policy().name(host, port)
 	if !byName.allow {
 		return nil, byName, &denial{byName}
 	}
@@ -391,7 +446,7 @@ func (p *Proxy) dial(ctx context.Context, e *sandboxEntry, host string, addr net
 	last := byName
 	var lastErr error = fmt.Errorf("%s has no address", host)
 	for _, a := range addrs {
-		v := e.pol.addr(a, port, &byName, pinned)
+		v := e.policy().addr(a, port, &byName, pinned)
 		if !v.allow {
 			last, lastErr = v, &denial{v}
 			continue
@@ -557,7 +612,7 @@ func (p *Proxy) helloFor(e *sandboxEntry, c net.Conn, br *bufio.Reader, connect,
 // dialled (and decided on its addresses, and accounted) as the proxy
 // makes it.
 func (p *Proxy) interceptTunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.Request, host string, port uint16, secrets []Secret) {
-	v := e.pol.name(host, port)
+	v := e.policy().name(host, port)
 	if !v.allow {
 		e.account(req.Host, v, 0, 0, true)
 		refuse(c, "CONNECT "+req.Host+": "+v.reason)

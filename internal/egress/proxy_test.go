@@ -410,3 +410,35 @@ func TestProxyInjectsSecret(t *testing.T) {
 		t.Errorf("the intercepted host accounted %+v; all %+v", a, use)
 	}
 }
+
+// A sandbox's policy changes while it runs (a session locking itself
+// after its installs): the same request then gets a 403, the tunnel
+// opened before is closed, and the accounting goes on.
+func TestProxyUpdateLocks(t *testing.T) {
+	b := setup(t)
+	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test"), nil); err != nil {
+		t.Fatal(err)
+	}
+	cl := b.client("a.example.test")
+	url := "https://a.example.test:" + b.httpsPort + "/"
+	resp, err := cl.Get(url)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("before: %v %v", err, statusOf(resp))
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := b.proxy.Update("s", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The kept-alive tunnel is gone: the client dials again and is refused.
+	if resp, err := cl.Get(url); err == nil || !strings.Contains(err.Error(), "no allow rule names a.example.test") {
+		t.Fatalf("after the lock: %v %v, want a 403 with the reason", err, statusOf(resp))
+	}
+	if err := b.proxy.Update("nobody", nil, nil); !errors.Is(err, errNoSandbox) {
+		t.Errorf("updating no sandbox: %v", err)
+	}
+	use, _ := b.proxy.Usage("s")
+	if len(use) != 2 || use[0].Allowed || use[0].Connections != 1 || !use[1].Allowed || use[1].Connections != 1 {
+		t.Errorf("use %+v, want the allowed tunnel and the denied one", use)
+	}
+}

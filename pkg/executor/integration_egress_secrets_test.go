@@ -4,12 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -212,4 +214,52 @@ func toStrings(v any) []string {
 		out[i], _ = x.(string)
 	}
 	return out
+}
+
+// A session installs with its network, then locks it: the fetch that
+// worked before fails with the proxy's 403, a policy beyond the worker's
+// caps is rejected (it cannot re-open wider than them), and the session's
+// egress lists both. A session started without a network gets none later.
+func TestIntegrationEgressSessionLocks(t *testing.T) {
+	t.Parallel()
+	cli := requireDocker(t)
+	inet := startInternet(t, cli)
+	gw := startGateway(t, cli, inet)
+	caps := limits.DefaultCaps()
+	caps.Network = &limits.Network{Allow: mustRules(t, "a.example.test")}
+	e := setup(t, func(c *Config) { c.Caps, c.Egress = caps, gw })
+	s := startSession(t, e, SessionSpec{Limits: limits.Limits{Network: &limits.Network{Allow: mustRules(t, "a.example.test")}}})
+	fetch := envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", `
+import urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen("http://a.example.test:8080/install", timeout=20).read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())`}}
+	if r := okReply(t, do(t, s, fetch)); !strings.Contains(string(r.Stdout), "path=/install") {
+		t.Fatalf("before the lock: %q %q", r.Stdout, r.Stderr)
+	}
+	if _, err := s.SetNetwork(t.Context(), &limits.Network{Allow: mustRules(t, "b.example.test")}); !errors.Is(err, ErrRejected) ||
+		!strings.Contains(err.Error(), "--egress-allow") {
+		t.Errorf("re-opening beyond the caps: %v, want rejected", err)
+	}
+	lim, err := s.SetNetwork(t.Context(), nil)
+	if err != nil || lim.Network != nil {
+		t.Fatalf("lock: %v %v", lim.Network, err)
+	}
+	if r := okReply(t, do(t, s, fetch)); !strings.Contains(string(r.Stdout), "403 sandfleet egress: no allow rule names a.example.test:8080") {
+		t.Errorf("after the lock: %q %q, want the proxy's 403", r.Stdout, r.Stderr)
+	}
+	use, err := s.Egress(t.Context())
+	if err != nil || len(use) != 2 {
+		t.Fatalf("egress %+v %v, want the allowed fetch and the denied one", use, err)
+	}
+	for _, u := range use {
+		if u.Host != "a.example.test:8080" || u.Connections != 1 || u.Allowed == (u.Reason != "") {
+			t.Errorf("egress line %+v", u)
+		}
+	}
+	plain := startSession(t, e, SessionSpec{})
+	if _, err := plain.SetNetwork(t.Context(), &limits.Network{Allow: mustRules(t, "a.example.test")}); !errors.Is(err, ErrRejected) {
+		t.Errorf("a session without a network given one: %v, want rejected", err)
+	}
 }

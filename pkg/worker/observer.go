@@ -28,9 +28,9 @@ type Observer interface {
 
 type nopObserver struct{}
 
-func (nopObserver) Delivered(int)                 {}
+func (nopObserver) Delivered(int)                         {}
 func (nopObserver) Finished(*jobs.Result, string, string) {}
-func (nopObserver) DeadLettered()                 {}
+func (nopObserver) DeadLettered()                         {}
 
 // presetOf is the preset a job asked for, for Observer.Finished.
 func presetOf(job *jobs.Job) string {
