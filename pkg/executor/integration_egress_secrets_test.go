@@ -92,7 +92,9 @@ regions = 0
 with open("/proc/self/mem", "rb") as mem:
     for line in open("/proc/self/maps"):
         addr, perms = line.split()[:2]
-        if "r" not in perms or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+        # Private mappings: where a value read or built would be. Shared
+        # ones and the kernel's pages are not the process's own.
+        if "r" not in perms or "s" in perms or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]", "[vdso]")):
             continue
         lo, hi = (int(x, 16) for x in addr.split("-"))
         # In pieces that overlap by a value's length: a region may be
