@@ -7,11 +7,16 @@
 //	egress --sandbox-net CIDR [--listen ADDR] [--control ADDR]
 //	       [--hosts NAME=IP,...] [--protect CIDR,...]
 //
-// The control API's token is read from SANDFLEET_EGRESS_TOKEN.
+// The control API's token is read from SANDFLEET_EGRESS_TOKEN, and PEM
+// the proxy trusts besides the system's roots, when it verifies a host it
+// intercepts, from SANDFLEET_EGRESS_UPSTREAM_CA. The fleet CA it signs
+// intercepted hosts' certificates with is made at its start; its key
+// never leaves the process.
 package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,7 +79,18 @@ func run(ctx context.Context, args []string) error {
 		prot = append(prot, p)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	p := &egress.Proxy{Resolver: res, Protect: prot, Log: log}
+	ca, err := egress.NewCA()
+	if err != nil {
+		return fmt.Errorf("the fleet CA: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if extra := os.Getenv("SANDFLEET_EGRESS_UPSTREAM_CA"); extra != "" && !roots.AppendCertsFromPEM([]byte(extra)) {
+		return errors.New("SANDFLEET_EGRESS_UPSTREAM_CA holds no PEM certificate")
+	}
+	p := &egress.Proxy{Resolver: res, Protect: prot, Log: log, CA: ca, Roots: roots}
 	pl, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err

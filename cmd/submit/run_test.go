@@ -264,3 +264,25 @@ func TestRunEgressFlags(t *testing.T) {
 		t.Errorf("a bad rule: %v", err)
 	}
 }
+
+// session network's POLICY: none, a JSON limits.network, or rules.
+func TestParsePolicy(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"none":              "none",
+		`"none"`:            "none",
+		"false":             "none",
+		"a.org,*.b.org:443": `{"allow":["a.org","*.b.org:443"]}`,
+		`{"allow": ["a.org"], "secrets": ["gh"]}`: `{"allow":["a.org"],"secrets":["gh"]}`,
+		"a..b":                         "",
+		`{"allow": ["a.org"], "x": 1}`: "",
+	} {
+		n, err := parsePolicy(in)
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("%q: %v, want an error", in, n)
+		case want != "" && (err != nil || n.String() != want):
+			t.Errorf("%q: %v %v, want %s", in, n, err, want)
+		}
+	}
+}

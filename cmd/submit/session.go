@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -36,10 +37,11 @@ type sessionCommand struct {
 	context       string
 	persist       bool
 	workspace     string
+	egress        []string
 }
 
 func (c *sessionCommand) synopsis() string {
-	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | pause ID | resume ID | fork ID | attach ID | rm ID"
+	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
 }
 
 func (c *sessionCommand) about() string {
@@ -58,6 +60,9 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
                      globals stay for the next run; prints the output, then
                      the value of a trailing expression; an exception exits 1
   cp SRC DST         copy a file in or out: one side is ID:PATH
+  network ID POLICY  replace its egress policy while it runs, within the
+                     worker's caps: none (lock it after the installs), a
+                     JSON limits.network, or rules (a.org,*.b.org)
   pause ID           checkpoint a --persist session and free its sandbox
   resume ID          start a paused one again from its checkpoint (any worker)
   fork ID            start a new session from its latest checkpoint; prints
@@ -93,22 +98,40 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\")")
 	fs.BoolVar(&c.persist, "persist", false, "create: checkpoint /workspace, so that the session survives its sandbox")
 	fs.StringVar(&c.workspace, "workspace", "", "create: persist in the workspace `NAME` (default one named as the session)")
+	fs.StringArrayVar(&c.egress, "egress", nil, "create: allow egress to `RULE`: a host (*.example.org), an IP or CIDR, with an optional :PORT (repeatable; within the worker's --egress-allow); session network changes it later")
 }
 
 func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	args := fs.Args()
 	if len(args) == 0 {
-		return usageError("session", "session takes create, ls, get, exec, run, cp, pause, resume, fork, attach or rm")
+		return usageError("session", "session takes create, ls, get, exec, run, cp, network, pause, resume, fork, attach or rm")
 	}
 	verb, args := args[0], args[1:]
 	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
-		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}}
+		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}, "network": {2, 2}}
 	n, ok := want[verb]
 	switch {
 	case !ok:
-		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, pause, resume, fork, attach, rm)", verb)
+		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, network, pause, resume, fork, attach, rm)", verb)
 	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
 		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
+	}
+	var policy *limits.Network
+	if verb == "network" {
+		var err error
+		if policy, err = parsePolicy(args[1]); err != nil {
+			return usageError("session", "session network: %v", err)
+		}
+	}
+	if verb == "create" && len(c.egress) > 0 {
+		policy = &limits.Network{}
+		for _, e := range c.egress {
+			r, err := limits.ParseRule(e)
+			if err != nil {
+				return usageError("session", "--egress: %v", err)
+			}
+			policy.Allow = append(policy.Allow, r)
+		}
 	}
 	client, closeConn, err := c.m.connectSessions(ctx)
 	if err != nil {
@@ -117,7 +140,16 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	defer closeConn()
 	switch verb {
 	case "create":
-		return c.create(ctx, client)
+		return c.create(ctx, client, policy)
+	case "network":
+		info, err := client.SetNetwork(ctx, args[0], policy)
+		if err != nil {
+			return sessionFailed(err)
+		}
+		if c.out.json {
+			c.out.printJSON(info)
+		}
+		return nil
 	case "ls":
 		return c.ls(ctx, client)
 	case "get":
@@ -177,9 +209,30 @@ func sessionFailed(err error) error {
 	return fail(exitUnavailable, "%w", err)
 }
 
-func (c *sessionCommand) create(ctx context.Context, client *sessions.Client) error {
+// parsePolicy reads session network's POLICY: none, a JSON
+// limits.network value, or allow rules separated by commas.
+func parsePolicy(s string) (*limits.Network, error) {
+	s = strings.TrimSpace(s)
+	if s == "none" {
+		return nil, nil
+	}
+	if strings.HasPrefix(s, "{") || strings.HasPrefix(s, `"`) || s == "true" || s == "false" {
+		var n limits.Network
+		if err := json.Unmarshal([]byte(s), &n); err != nil {
+			return nil, err
+		}
+		return &n, nil
+	}
+	rules, err := limits.ParseRules(s)
+	if err != nil {
+		return nil, err
+	}
+	return &limits.Network{Allow: rules}, nil
+}
+
+func (c *sessionCommand) create(ctx context.Context, client *sessions.Client, network *limits.Network) error {
 	spec := sessions.Spec{Image: c.image, Env: c.env.m, IdleTimeout: limits.Duration(c.idle), MaxLifetime: limits.Duration(c.life),
-		Limits: limits.Limits{Memory: c.memory, Tmpfs: c.tmpfs, CPUs: c.cpus}, Persist: c.persist, Workspace: c.workspace}
+		Limits: limits.Limits{Memory: c.memory, Tmpfs: c.tmpfs, CPUs: c.cpus, Network: network}, Persist: c.persist, Workspace: c.workspace}
 	info, err := client.Create(ctx, spec)
 	if err != nil {
 		return sessionFailed(err)

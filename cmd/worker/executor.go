@@ -62,7 +62,10 @@ func executorConfig(o *options) (executor.Config, error) {
 		nw.Allow = append(nw.Allow, fc.Caps.Network.Allow...)
 	}
 	if !nw.None() {
+		nw.SecretHosts = egress.SecretHosts(o.secrets)
 		cfg.Caps.Network = &nw
+	} else if len(o.secrets) > 0 {
+		return executor.Config{}, cmdline.Usagef("--secrets: no job may have a network to use them (--egress-allow or --allow-network)")
 	}
 	return cfg, nil
 }
@@ -78,6 +81,12 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 	if err != nil {
 		return nil, cmdline.Usagef("--egress-subnets: %w", err)
 	}
+	var upstream []byte
+	if o.egressUpstreamCA != "" {
+		if upstream, err = os.ReadFile(o.egressUpstreamCA); err != nil {
+			return nil, cmdline.Usagef("--egress-upstream-ca: %w", err)
+		}
+	}
 	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, fmt.Errorf("egress: docker client: %w", err)
@@ -85,6 +94,7 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
 	return egress.StartGateway(ctx, egress.GatewayConfig{
 		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: subnets, Logger: log,
+		Secrets: o.secrets, UpstreamCA: upstream,
 	})
 }
 

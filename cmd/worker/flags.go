@@ -86,6 +86,9 @@ type options struct {
 	egressNetwork       string
 	egressHosts         string // --egress-hosts as given
 	egressSubnets       string
+	egressUpstreamCA    string          // --egress-upstream-ca as given
+	secretsFile         string          // --secrets as given
+	secrets             []egress.Secret // --secrets read
 	networkRuntime      string
 	ackWait             time.Duration
 	maxDeliver          int
@@ -135,6 +138,8 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.egressNetwork, "egress-network", "bridge", "Docker `NETWORK` the egress proxy reaches the world by; the worker reaches the proxy's control API on it")
 	fs.StringVar(&o.egressHosts, "egress-hosts", "", "`LIST` of NAME=IP the egress proxy uses instead of DNS (air-gapped fleets, mirrors); a pinned name may be a private address")
 	fs.StringVar(&o.egressSubnets, "egress-subnets", egress.DefaultSubnets.String(), "IPv4 `CIDR` each sandbox with a network takes a /28 network of its own from (one per sandbox at once); none the host routes to")
+	fs.StringVar(&o.egressUpstreamCA, "egress-upstream-ca", "", "PEM `FILE` of CAs the egress proxy trusts besides the system's when it verifies a host it adds a secret for (a mirror's, a test's)")
+	fs.StringVar(&o.secretsFile, "secrets", "", "JSON `FILE` of credentials the egress proxy adds to jobs' HTTPS requests, never shown to the job: a list of {\"name\", \"hosts\", \"header\", \"value_file\" or \"value_env\"}; a job names those it may use in limits.network.secrets")
 	fs.StringVar(&o.networkRuntime, "network-runtime", "", "OCI runtime `NAME` of sandboxes with a network (default --runtime; runsc-net when --runtime is runsc: deploy/runsc.sh registers it)")
 	fs.DurationVar(&o.ackWait, "ack-wait", 0, "lease `D` of a job, extended while it runs (default 30s; fleet-wide)")
 	fs.IntVar(&o.maxDeliver, "max-deliver", 0, "give a job up after `N` deliveries (default 5; fleet-wide)")
@@ -227,6 +232,11 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.grace < 0 {
 		return nil, cmdline.Usagef("--grace %s is negative", o.grace)
+	}
+	if o.secretsFile != "" {
+		if o.secrets, err = egress.LoadSecrets(o.secretsFile, os.Getenv); err != nil {
+			return nil, cmdline.Usagef("--secrets: %w", err)
+		}
 	}
 	if o.uids, err = executor.ParseUIDRange(o.sandboxUIDs); err != nil {
 		return nil, cmdline.Usagef("--sandbox-uids: %w", err)

@@ -38,6 +38,8 @@ type jobMetrics struct {
 	deliveries   *metrics.Counter
 	redeliveries *metrics.Counter
 	deadLetters  *metrics.Counter
+	egressBytes  *metrics.CounterVec
+	egressConns  *metrics.CounterVec
 
 	sessionsCreated  *metrics.Counter
 	sessionsRestored *metrics.Counter
@@ -68,6 +70,12 @@ func newMetrics(reg *metrics.Registry, presets []string) *jobMetrics {
 			"Deliveries of a job that had been delivered before (attempt > 1): a lease ran out, or a worker handed the job back."),
 		deadLetters: reg.Counter("sandfleet_dead_letters_total",
 			"Jobs given up after MaxDeliver deliveries that this worker finalized with an error result."),
+		egressBytes: reg.CounterVec("sandfleet_egress_bytes_total",
+			"Bytes the jobs' sandboxes sent (out) and received (in) through the egress proxy, by queue, as their results account them.",
+			"queue", "direction"),
+		egressConns: reg.CounterVec("sandfleet_egress_connections_total",
+			"Connections (and plain HTTP requests' upstream connections) of the jobs' sandboxes through the egress proxy, by queue and verdict: allowed or denied.",
+			"queue", "verdict"),
 		sessionsCreated: reg.Counter("sandfleet_sessions_created_total",
 			"Sessions this worker started."),
 		sessionsRestored: reg.Counter("sandfleet_sessions_restored_total",
@@ -124,9 +132,18 @@ func (m *jobMetrics) Delivered(attempt int) {
 	}
 }
 
-func (m *jobMetrics) Finished(res *jobs.Result, preset string) {
+func (m *jobMetrics) Finished(res *jobs.Result, preset, queue string) {
 	preset = m.preset(preset)
 	m.finished.With(string(res.Status), preset).Inc()
+	for _, u := range res.Egress {
+		verdict := "denied"
+		if u.Allowed {
+			verdict = "allowed"
+		}
+		m.egressConns.With(queue, verdict).Add(uint64(max(0, u.Connections)))
+		m.egressBytes.With(queue, "out").Add(uint64(max(0, u.BytesOut)))
+		m.egressBytes.With(queue, "in").Add(uint64(max(0, u.BytesIn)))
+	}
 	if res.StartedAt == nil {
 		return // it never ran: no duration, no queue wait
 	}

@@ -48,7 +48,8 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 // Jobs of every kind run through a worker on the fake executor; /metrics
 // then counts each outcome once under its status and preset (an unknown
 // image under "other"), observes durations and queue waits of the jobs that
-// ran, shows the busy slot while a job runs, and serves the pool gauges,
+// ran, sums the egress the results account per queue, shows the busy slot
+// while a job runs, and serves the pool gauges,
 // the Go and process collectors.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
@@ -62,7 +63,7 @@ func TestMetrics(t *testing.T) {
 	defer cancel()
 
 	for _, j := range []jobs.Job{
-		{ID: "ok1", Image: "python", Code: "print 1"},
+		{ID: "ok1", Image: "python", Code: "print 1\negress a.test:443 true 2 100 5000\negress b.test:80 false 1 0 0"},
 		{ID: "ok2", Image: "python", Code: "print 2"},
 		{ID: "sh", Image: "shell", Code: "exit 3"},
 		{ID: "slow", Image: "python", Code: "timeout"},
@@ -87,26 +88,30 @@ func TestMetrics(t *testing.T) {
 
 	m = scrape(t, addr)
 	want := map[string]float64{
-		`sandfleet_jobs_finished_total{preset="python",status="succeeded"}`: 2,
-		`sandfleet_jobs_finished_total{preset="shell",status="failed"}`:     1,
-		`sandfleet_jobs_finished_total{preset="python",status="timeout"}`:   1,
-		`sandfleet_jobs_finished_total{preset="other",status="rejected"}`:   1,
-		`sandfleet_jobs_finished_total{preset="python",status="canceled"}`:  1,
-		`sandfleet_job_duration_seconds_count{preset="python"}`:             4,
-		`sandfleet_job_duration_seconds_count{preset="shell"}`:              1,
-		`sandfleet_job_queue_wait_seconds_count`:                            5,
-		`sandfleet_job_deliveries_total`:                                    6,
-		`sandfleet_job_redeliveries_total`:                                  0,
-		`sandfleet_dead_letters_total`:                                      0,
-		`sandfleet_jobs_held`:                                               0,
-		`sandfleet_executor_ready`:                                          1,
-		`sandfleet_ready`:                                                   1,
-		`sandfleet_draining`:                                                0,
-		`sandfleet_worker_info{queue="default",version="dev",worker="m1"}`:  1,
-		`sandfleet_pool_size`:                                               3,
-		`sandfleet_pool_idle`:                                               2,
-		`sandfleet_pool_hits_total`:                                         5,
-		`sandfleet_pool_misses_total`:                                       1,
+		`sandfleet_jobs_finished_total{preset="python",status="succeeded"}`:     2,
+		`sandfleet_jobs_finished_total{preset="shell",status="failed"}`:         1,
+		`sandfleet_jobs_finished_total{preset="python",status="timeout"}`:       1,
+		`sandfleet_jobs_finished_total{preset="other",status="rejected"}`:       1,
+		`sandfleet_jobs_finished_total{preset="python",status="canceled"}`:      1,
+		`sandfleet_job_duration_seconds_count{preset="python"}`:                 4,
+		`sandfleet_job_duration_seconds_count{preset="shell"}`:                  1,
+		`sandfleet_job_queue_wait_seconds_count`:                                5,
+		`sandfleet_job_deliveries_total`:                                        6,
+		`sandfleet_egress_connections_total{queue="default",verdict="allowed"}`: 2,
+		`sandfleet_egress_connections_total{queue="default",verdict="denied"}`:  1,
+		`sandfleet_egress_bytes_total{direction="out",queue="default"}`:         100,
+		`sandfleet_egress_bytes_total{direction="in",queue="default"}`:          5000,
+		`sandfleet_job_redeliveries_total`:                                      0,
+		`sandfleet_dead_letters_total`:                                          0,
+		`sandfleet_jobs_held`:                                                   0,
+		`sandfleet_executor_ready`:                                              1,
+		`sandfleet_ready`:                                                       1,
+		`sandfleet_draining`:                                                    0,
+		`sandfleet_worker_info{queue="default",version="dev",worker="m1"}`:      1,
+		`sandfleet_pool_size`:                                                   3,
+		`sandfleet_pool_idle`:                                                   2,
+		`sandfleet_pool_hits_total`:                                             5,
+		`sandfleet_pool_misses_total`:                                           1,
 	}
 	for k, v := range want {
 		if got, ok := m[k]; !ok || got != v {

@@ -361,3 +361,49 @@ func TestEgressAllowFlag(t *testing.T) {
 		t.Errorf("bad --egress-allow: %v", err)
 	}
 }
+
+// --secrets reads the operator's credentials: the caps learn each name
+// and its hosts, and a bad entry is a usage error that names it and never
+// shows a value.
+func TestSecretsFlag(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "gh"), []byte("ghp_value_from_file\n"), 0o600)
+	t.Setenv("SANDFLEET_TEST_SECRET", "value_from_env")
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`[{"name": "gh", "hosts": ["api.github.com"], "header": "authorization", "value_file": "`+filepath.Join(dir, "gh")+`"},
+		{"name": "pypi", "hosts": ["pypi.org"], "header": "X-Token", "value_env": "SANDFLEET_TEST_SECRET"}]`), 0o600)
+	o, err := parseFlags([]string{"--egress-allow", "api.github.com,pypi.org", "--secrets", good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.secrets) != 2 || o.secrets[0].Header != "Authorization" || o.secrets[0].Value != "ghp_value_from_file" || o.secrets[1].Value != "value_from_env" {
+		t.Errorf("secrets %+v", o.secrets)
+	}
+	if s := fmt.Sprintf("%v %+v", o.secrets, o.secrets); strings.Contains(s, "value_from") {
+		t.Errorf("a secret formats with its value: %s", s)
+	}
+	cfg, err := executorConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.Caps.Network.SecretHosts; len(h) != 2 || h["gh"][0] != "api.github.com" {
+		t.Errorf("caps' secrets %v", h)
+	}
+	if _, err := executorConfig(&options{secrets: o.secrets}); !errors.Is(err, cmdline.ErrUsage) {
+		t.Errorf("secrets where no job has a network: %v", err)
+	}
+	for name, body := range map[string]string{
+		"unset env":  `[{"name": "a", "hosts": ["a.b"], "header": "X", "value_env": "SANDFLEET_TEST_UNSET"}]`,
+		"no hosts":   `[{"name": "a", "hosts": [], "header": "X", "value_env": "SANDFLEET_TEST_SECRET"}]`,
+		"bad header": `[{"name": "a", "hosts": ["a.b"], "header": "Host", "value_env": "SANDFLEET_TEST_SECRET"}]`,
+		"twice":      `[{"name": "a", "hosts": ["a.b"], "header": "X", "value_env": "SANDFLEET_TEST_SECRET"}, {"name": "a", "hosts": ["a.b"], "header": "X", "value_env": "SANDFLEET_TEST_SECRET"}]`,
+		"unknown":    `[{"name": "a", "hosts": ["a.b"], "header": "X", "value": "inline"}]`,
+	} {
+		f := filepath.Join(dir, "bad.json")
+		os.WriteFile(f, []byte(body), 0o600)
+		_, err := parseFlags([]string{"--secrets", f})
+		if !errors.Is(err, cmdline.ErrUsage) || !strings.Contains(err.Error(), "--secrets") || strings.Contains(err.Error(), "value_from_env") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

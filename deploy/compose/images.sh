@@ -8,7 +8,8 @@
 #                              for its sandboxes with a network
 #
 # Usage: images.sh [nats] [worker] [egress]    (default: all three)
-# Env:   GO (default go), WORKER_TAG (default sandfleet/worker:latest)
+# Env:   GO (default go), WORKER_TAG (default sandfleet/worker:latest),
+#        EGRESS_TAG (default sandfleet/egress:latest)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -72,6 +73,11 @@ build_egress() {
 	echo "images: building cmd/egress $rev"
 	(cd "$root" && "$GO" build -trimpath -ldflags "-s -w" -o "$dir/egress" ./cmd/egress)
 	cp "$here/egress.Dockerfile" "$dir/Dockerfile"
+	# The roots the proxy verifies the hosts it intercepts by: the host's.
+	: >"$dir/ca-certificates.crt"
+	for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do
+		if [ -r "$f" ]; then cp "$f" "$dir/ca-certificates.crt"; break; fi
+	done
 	docker build -q -t "${EGRESS_TAG:-sandfleet/egress:latest}" --label "org.opencontainers.image.revision=$rev" "$dir" >/dev/null
 	echo "images: ${EGRESS_TAG:-sandfleet/egress:latest}"
 }

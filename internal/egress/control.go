@@ -23,11 +23,20 @@ import (
 // token the worker gave the proxy at its start.
 //
 //	PUT    /v1/sandboxes/{id}   {"ip": "172.18.0.5", "network": {...}}  204
+//	PUT    /v1/sandboxes/{id}/network  {"network": {...}, "secrets": [...]}  204
+//	GET    /v1/sandboxes/{id}   200 {"egress": [NetworkUse...]}
 //	DELETE /v1/sandboxes/{id}   200 {"egress": [NetworkUse...]}
 //	GET    /v1/healthz          200
+//	GET    /v1/ca               200 the fleet CA's certificate, PEM
 type registration struct {
 	IP      netip.Addr      `json:"ip"`
 	Network *limits.Network `json:"network"`
+	Secrets []Secret        `json:"secrets,omitempty"`
+}
+
+type update struct {
+	Network *limits.Network `json:"network"`
+	Secrets []Secret        `json:"secrets,omitempty"`
 }
 
 type released struct {
@@ -39,6 +48,14 @@ type released struct {
 func ControlHandler(p *Proxy, token string, from netip.Prefix) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /v1/ca", func(w http.ResponseWriter, r *http.Request) {
+		if p.CA == nil {
+			http.Error(w, "no CA", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		w.Write(p.CA.PEM)
+	})
 	mux.HandleFunc("PUT /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var reg registration
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
@@ -47,11 +64,37 @@ func ControlHandler(p *Proxy, token string, from netip.Prefix) http.Handler {
 			http.Error(w, fmt.Sprintf("bad registration: %v", err), http.StatusBadRequest)
 			return
 		}
-		if err := p.Register(r.PathValue("id"), reg.IP, reg.Network); err != nil {
+		if err := p.Register(r.PathValue("id"), reg.IP, reg.Network, reg.Secrets); err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) {
+		var u update
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&u); err != nil {
+			http.Error(w, fmt.Sprintf("bad update: %v", err), http.StatusBadRequest)
+			return
+		}
+		if err := p.Update(r.PathValue("id"), u.Network, u.Secrets); errors.Is(err, errNoSandbox) {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		} else if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		use, ok := p.Usage(r.PathValue("id"))
+		if !ok {
+			http.Error(w, "no such sandbox", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(released{Egress: use})
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		use, ok := p.Release(r.PathValue("id"))
@@ -110,23 +153,50 @@ func (c *Control) do(ctx context.Context, method, path string, body any, out any
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("egress proxy: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
 	}
+	if raw, ok := out.(*rawBody); ok {
+		*raw.b, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return err
+	}
 	if out != nil {
 		return json.NewDecoder(resp.Body).Decode(out)
 	}
 	return nil
 }
 
+// rawBody takes a response's body as it is.
+type rawBody struct{ b *[]byte }
+
 // Healthy reports whether the proxy answers.
 func (c *Control) Healthy(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/v1/healthz", nil, nil)
 }
 
-// Register sets the policy of the sandbox id at ip.
-func (c *Control) Register(ctx context.Context, id string, ip netip.Addr, n *limits.Network) error {
+// Register sets the policy of the sandbox id at ip, and the secrets it
+// names.
+func (c *Control) Register(ctx context.Context, id string, ip netip.Addr, n *limits.Network, secrets []Secret) error {
 	if n.None() {
 		return errors.New("egress: no network to register")
 	}
-	return c.do(ctx, http.MethodPut, "/v1/sandboxes/"+id, registration{IP: ip, Network: n}, nil)
+	return c.do(ctx, http.MethodPut, "/v1/sandboxes/"+id, registration{IP: ip, Network: n, Secrets: secrets}, nil)
+}
+
+// Update replaces the policy of the sandbox id; n may grant nothing.
+func (c *Control) Update(ctx context.Context, id string, n *limits.Network, secrets []Secret) error {
+	return c.do(ctx, http.MethodPut, "/v1/sandboxes/"+id+"/network", update{Network: n, Secrets: secrets}, nil)
+}
+
+// Usage returns what the sandbox id's connections carried so far.
+func (c *Control) Usage(ctx context.Context, id string) ([]limits.NetworkUse, error) {
+	var r released
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+id, nil, &r)
+	return r.Egress, err
+}
+
+// CA returns the fleet CA's certificate, PEM.
+func (c *Control) CA(ctx context.Context) ([]byte, error) {
+	var pemBytes []byte
+	err := c.do(ctx, http.MethodGet, "/v1/ca", nil, &rawBody{&pemBytes})
+	return pemBytes, err
 }
 
 // Release forgets the sandbox id and returns what its connections carried.

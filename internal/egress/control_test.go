@@ -18,15 +18,15 @@ func TestControlAPI(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 	n := policyOf(t, false, "a.example.test")
-	if err := (&Control{URL: srv.URL, Token: "wrong"}).Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n); err == nil ||
+	if err := (&Control{URL: srv.URL, Token: "wrong"}).Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n, nil); err == nil ||
 		!strings.Contains(err.Error(), "401") {
 		t.Fatalf("a wrong token: %v", err)
 	}
 	c := &Control{URL: srv.URL, Token: "secret"}
-	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n); err != nil {
+	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.6"), n); err == nil || !strings.Contains(err.Error(), "409") {
+	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.6"), n, nil); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Fatalf("a second registration of one sandbox: %v", err)
 	}
 	if e := p.lookup(netip.MustParseAddr("10.99.0.5")); e == nil || e.id != "s1" {

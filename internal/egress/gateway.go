@@ -10,6 +10,8 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -62,8 +64,25 @@ type GatewayConfig struct {
 	// must not overlap a network the host routes to. Zero: 10.231.0.0/16
 	// (4096 sandboxes at once).
 	Subnets netip.Prefix
-	Logger  *slog.Logger
+	// Secrets are the operator's credentials the proxy adds to the
+	// requests of the sandboxes whose policy names them.
+	Secrets []Secret
+	// UpstreamCA is PEM the proxy trusts, besides the system's roots,
+	// when it verifies an intercepted host (a test's, a mirror's).
+	UpstreamCA []byte
+	// Dir is where the CA bundle that sandboxes with secrets mount is
+	// written: a directory of the Docker engine's host. "": a directory
+	// named after Name in os.TempDir().
+	Dir    string
+	Logger *slog.Logger
 }
+
+// CABundlePath is where a sandbox with secrets finds the CA bundle it
+// trusts: the system's roots and the fleet CA, mounted read-only.
+const CABundlePath = "/etc/sandfleet/ca-bundle.pem"
+
+// systemBundles are where a host keeps its CA roots.
+var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 // DefaultSubnets is GatewayConfig.Subnets' default.
 var DefaultSubnets = netip.MustParsePrefix("10.231.0.0/16")
@@ -80,6 +99,7 @@ type Gateway struct {
 	api       *client.Client
 	container string // the proxy's container ID
 	ctl       *Control
+	bundle    string // the CA bundle's path on the host
 
 	mu    sync.Mutex
 	used  map[int]bool // blocks of Subnets held by a sandbox's network
@@ -95,7 +115,10 @@ type Gateway struct {
 type Attachment struct {
 	Network string
 	Env     map[string]string
-	block   int
+	// CABundle, for a sandbox with secrets, is the host's file to mount
+	// read-only at CABundlePath.
+	CABundle string
+	block    int
 }
 
 // StartGateway starts the proxy on Outside, replacing what a previous run
@@ -130,7 +153,46 @@ func StartGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 		g.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if err := g.writeBundle(ctx); err != nil {
+		g.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	return g, nil
+}
+
+// writeBundle writes the CA bundle of sandboxes with secrets: the host's
+// roots, so that every other host verifies as before, and the proxy's
+// fleet CA, whose key stays in the proxy.
+func (g *Gateway) writeBundle(ctx context.Context) error {
+	ca, err := g.ctl.CA(ctx)
+	if err != nil {
+		return err
+	}
+	var bundle []byte
+	for _, f := range systemBundles {
+		if b, err := os.ReadFile(f); err == nil {
+			bundle = append(b, '\n')
+			break
+		}
+	}
+	bundle = append(bundle, ca...)
+	dir := g.cfg.Dir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), g.cfg.Name)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("egress: the CA bundle's directory: %w", err)
+	}
+	os.Chmod(dir, 0o755) // a sandbox's uid reads it through the mount
+	path := filepath.Join(dir, "ca-bundle.pem")
+	if err := os.WriteFile(path+".new", bundle, 0o644); err != nil {
+		return fmt.Errorf("egress: write the CA bundle: %w", err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		return fmt.Errorf("egress: write the CA bundle: %w", err)
+	}
+	g.bundle = path
+	return nil
 }
 
 func (g *Gateway) removeLeftovers(ctx context.Context) {
@@ -164,12 +226,16 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 		args = append(args, "--hosts", strings.Join(hs, ","))
 	}
 	pids := int64(512)
+	env := []string{"SANDFLEET_EGRESS_TOKEN=" + token}
+	if len(g.cfg.UpstreamCA) > 0 {
+		env = append(env, "SANDFLEET_EGRESS_UPSTREAM_CA="+string(g.cfg.UpstreamCA))
+	}
 	created, err := g.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: g.cfg.Name,
 		Config: &container.Config{
 			Image:  g.cfg.Image,
 			Cmd:    args,
-			Env:    []string{"SANDFLEET_EGRESS_TOKEN=" + token},
+			Env:    env,
 			User:   "65534:65534",
 			Labels: map[string]string{LabelGateway: g.cfg.Name},
 		},
@@ -261,6 +327,10 @@ func (g *Gateway) Prepare(ctx context.Context, n *limits.Network) (Attachment, e
 		}
 		att, err := g.prepare(ctx, block)
 		if err == nil {
+			if len(n.Secrets) > 0 {
+				att.CABundle = g.bundle
+				maps.Copy(att.Env, CAEnv(CABundlePath))
+			}
 			return att, nil
 		}
 		lastErr = err
@@ -296,6 +366,15 @@ func (g *Gateway) prepare(ctx context.Context, block int) (Attachment, error) {
 	}
 	proxy := fmt.Sprintf("http://%s", net.JoinHostPort(proxyIP.String(), fmt.Sprint(ProxyPort)))
 	return Attachment{Network: name, Env: ProxyEnv(proxy), block: block}, nil
+}
+
+// CAEnv is the environment that points programs at the CA bundle: the
+// variables OpenSSL and Go (SSL_CERT_FILE), requests, curl and Node read.
+func CAEnv(path string) map[string]string {
+	return map[string]string{
+		"SSL_CERT_FILE": path, "REQUESTS_CA_BUNDLE": path, "CURL_CA_BUNDLE": path,
+		"NODE_EXTRA_CA_CERTS": path, "PIP_CERT": path, "GIT_SSL_CAINFO": path,
+	}
 }
 
 // Drop removes a sandbox's network once its container is gone.
@@ -372,7 +451,33 @@ func (g *Gateway) Admit(ctx context.Context, id string, att Attachment, n *limit
 	if ep == nil || !ep.IPAddress.IsValid() {
 		return fmt.Errorf("egress: the sandbox has no address on %s", att.Network)
 	}
-	return g.ctl.Register(ctx, id, ep.IPAddress, n)
+	secrets, err := pick(g.cfg.Secrets, n)
+	if err != nil {
+		return err
+	}
+	return g.ctl.Register(ctx, id, ep.IPAddress, n, secrets)
+}
+
+// Update replaces the policy of the admitted sandbox id (a session's):
+// n may grant nothing. Secrets need the CA bundle the sandbox was made
+// with (att.CABundle).
+func (g *Gateway) Update(ctx context.Context, id string, att Attachment, n *limits.Network) error {
+	if n == nil {
+		n = &limits.Network{}
+	}
+	if len(n.Secrets) > 0 && att.CABundle == "" {
+		return errors.New("egress: secrets for a sandbox made without them (it has no CA bundle to trust the proxy by)")
+	}
+	secrets, err := pick(g.cfg.Secrets, n)
+	if err != nil {
+		return err
+	}
+	return g.ctl.Update(ctx, id, n, secrets)
+}
+
+// Usage returns the sandbox id's egress so far.
+func (g *Gateway) Usage(ctx context.Context, id string) ([]limits.NetworkUse, error) {
+	return g.ctl.Usage(ctx, id)
 }
 
 // Release forgets the sandbox id and returns its egress.
@@ -390,6 +495,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 		}
 	}
 	g.removeLeftovers(ctx)
+	if g.bundle != "" {
+		os.Remove(g.bundle)
+	}
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,12 @@ type Proxy struct {
 	Resolver *Resolver
 	Protect  []netip.Prefix // the protected ranges: Protected and what the gateway adds
 	Log      *slog.Logger
+	// CA signs the certificates of the hosts the proxy intercepts, those
+	// a sandbox's secrets are for; nil: no sandbox may have secrets.
+	CA *CA
+	// Roots verify the real hosts of intercepted tunnels; nil: the
+	// system's.
+	Roots *x509.CertPool
 
 	refusing atomic.Int64 // refused connections being read (serveConn)
 
@@ -56,8 +63,9 @@ type Proxy struct {
 type sandboxEntry struct {
 	id    string
 	ip    netip.Addr
-	pol   policy
+	state atomic.Pointer[entryState] // its policy now: a session's may change
 	tr    *http.Transport
+	tlsTr *http.Transport // to the hosts of its secrets, verified
 	conns atomic.Int64
 
 	mu     sync.Mutex
@@ -66,29 +74,48 @@ type sandboxEntry struct {
 	use    map[useKey]*limits.NetworkUse
 }
 
+// entryState is a sandbox's policy and the secrets it names, replaced
+// whole when a session's policy changes.
+type entryState struct {
+	pol     policy
+	secrets []Secret
+}
+
+func (e *sandboxEntry) policy() policy { return e.state.Load().pol }
+
 type useKey struct {
 	host    string
 	allowed bool
 	rule    string
 }
 
-// Register sets the policy of the sandbox id at ip; a later registration
-// of ip (its address given to another sandbox) replaces it.
-func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network) error {
+// Register sets the policy of the sandbox id at ip, with the secrets its
+// policy names; a later registration of ip (its address given to another
+// sandbox) replaces it.
+func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network, secrets []Secret) error {
 	if n.None() {
 		return errors.New("a sandbox registered with no network")
 	}
-	ip = ip.Unmap()
-	e := &sandboxEntry{id: id, ip: ip, pol: policy{net: n, protect: p.Protect},
-		open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
-	e.tr = &http.Transport{
-		Proxy:                 nil, // never the proxy's own environment
-		DialContext:           func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dialHTTP(ctx, e, addr) },
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
-		DisableCompression:    true,
-		ResponseHeaderTimeout: 5 * time.Minute,
+	if len(secrets) > 0 && p.CA == nil {
+		return errors.New("a sandbox with secrets, and the proxy has no CA to intercept their hosts with")
 	}
+	ip = ip.Unmap()
+	e := &sandboxEntry{id: id, ip: ip, open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	transport := func() *http.Transport {
+		return &http.Transport{
+			Proxy:                 nil, // never the proxy's own environment
+			DialContext:           func(ctx context.Context, _, addr string) (net.Conn, error) { return p.dialHTTP(ctx, e, addr) },
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       30 * time.Second,
+			DisableCompression:    true,
+			ResponseHeaderTimeout: 5 * time.Minute,
+			TLSHandshakeTimeout:   dialTimeout,
+		}
+	}
+	e.tr = transport()
+	e.tlsTr = transport()
+	e.tlsTr.TLSClientConfig = &tls.Config{RootCAs: p.Roots, MinVersion: tls.VersionTLS12}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byIP == nil {
@@ -99,6 +126,64 @@ func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network) error {
 	}
 	p.byIP[ip], p.byID[id] = e, e
 	return nil
+}
+
+// Update replaces the policy of the registered sandbox id (a session's,
+// changed while it runs): n may grant nothing ("install, then lock").
+// The sandbox's connections are closed, so that none opened under the
+// old policy outlives it; its accounting goes on.
+func (p *Proxy) Update(id string, n *limits.Network, secrets []Secret) error {
+	if len(secrets) > 0 && p.CA == nil {
+		return errors.New("a sandbox with secrets, and the proxy has no CA to intercept their hosts with")
+	}
+	if n == nil {
+		n = &limits.Network{}
+	}
+	p.mu.Lock()
+	e := p.byID[id]
+	p.mu.Unlock()
+	if e == nil {
+		return errNoSandbox
+	}
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	e.tr.CloseIdleConnections()
+	e.tlsTr.CloseIdleConnections()
+	e.mu.Lock()
+	for c := range e.open {
+		c.Close()
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// errNoSandbox: no sandbox is registered under the ID.
+var errNoSandbox = errors.New("no such sandbox")
+
+// Usage returns what the sandbox id's connections carried so far.
+func (p *Proxy) Usage(id string) ([]limits.NetworkUse, bool) {
+	p.mu.Lock()
+	e := p.byID[id]
+	p.mu.Unlock()
+	if e == nil {
+		return nil, false
+	}
+	return e.usage(), true
+}
+
+func (e *sandboxEntry) usage() []limits.NetworkUse {
+	e.mu.Lock()
+	out := make([]limits.NetworkUse, 0, len(e.use))
+	for _, u := range e.use {
+		out = append(out, *u)
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b limits.NetworkUse) int {
+		if c := strings.Compare(a.Host, b.Host); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Rule, b.Rule)
+	})
+	return out
 }
 
 // Release forgets the sandbox id, closes its connections and returns what
@@ -117,23 +202,14 @@ func (p *Proxy) Release(id string) ([]limits.NetworkUse, bool) {
 		return nil, false
 	}
 	e.tr.CloseIdleConnections()
+	e.tlsTr.CloseIdleConnections()
 	e.mu.Lock()
 	e.closed = true
 	for c := range e.open {
 		c.Close()
 	}
-	out := make([]limits.NetworkUse, 0, len(e.use))
-	for _, u := range e.use {
-		out = append(out, *u)
-	}
 	e.mu.Unlock()
-	slices.SortFunc(out, func(a, b limits.NetworkUse) int {
-		if c := strings.Compare(a.Host, b.Host); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Rule, b.Rule)
-	})
-	return out, true
+	return e.usage(), true
 }
 
 func (p *Proxy) lookup(ip netip.Addr) *sandboxEntry {
@@ -350,14 +426,14 @@ func (d *denial) Error() string { return d.v.reason }
 // the destination is accounted.
 func (p *Proxy) dial(ctx context.Context, e *sandboxEntry, host string, addr netip.Addr, port uint16) (net.Conn, verdict, error) {
 	if host == "" {
-		v := e.pol.addr(addr, port, nil, false)
+		v := e.policy().addr(addr, port, nil, false)
 		if !v.allow {
 			return nil, v, &denial{v}
 		}
 		c, err := p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(addr, port).String())
 		return c, v, err
 	}
-	byName := e.pol.name(host, port)
+	byName := e.policy().name(host, port)
 	if !byName.allow {
 		return nil, byName, &denial{byName}
 	}
@@ -370,7 +446,7 @@ func (p *Proxy) dial(ctx context.Context, e *sandboxEntry, host string, addr net
 	last := byName
 	var lastErr error = fmt.Errorf("%s has no address", host)
 	for _, a := range addrs {
-		v := e.pol.addr(a, port, &byName, pinned)
+		v := e.policy().addr(a, port, &byName, pinned)
 		if !v.allow {
 			last, lastErr = v, &denial{v}
 			continue
@@ -479,6 +555,10 @@ func (p *Proxy) tunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.
 		refuse(c, "CONNECT "+req.Host+": "+err.Error())
 		return
 	}
+	if secrets := e.secretsFor(host); host != "" && len(secrets) > 0 {
+		p.interceptTunnel(e, c, br, req, host, port, secrets)
+		return
+	}
 	up, v, err := p.dial(context.Background(), e, host, addr, port)
 	if err != nil {
 		e.account(req.Host, v, 0, 0, true)
@@ -495,20 +575,9 @@ func (p *Proxy) tunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.
 	}
 	var hello []byte
 	if host != "" {
-		c.SetReadDeadline(time.Now().Add(headerTimeout))
-		sni, raw, err := peekSNI(br)
-		c.SetReadDeadline(time.Time{})
-		if err != nil || sni != host {
-			why := fmt.Sprintf("the TLS server name %q does not match the CONNECT target %q", sni, host)
-			if err != nil {
-				why = fmt.Sprintf("a tunnel to a host name carries TLS naming it: %v", err)
-			}
-			e.account(req.Host, denied(v.rule, "%s", why), 0, 0, true)
-			c.Write(alertAccessDenied)
-			p.Log.Info("egress tunnel refused", "sandbox", shortID(e.id), "target", req.Host, "reason", why)
+		if hello = p.helloFor(e, c, br, req.Host, host, v); hello == nil {
 			return
 		}
-		hello = raw
 	}
 	e.account(req.Host, v, 0, 0, true)
 	cu := &counted{Conn: up, e: e, host: req.Host, v: v}
@@ -516,6 +585,47 @@ func (p *Proxy) tunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.
 		return
 	}
 	splice(c, br, cu)
+}
+
+// helloFor reads the ClientHello of a tunnel to host and returns its
+// bytes, or nil when its server name is not host (the tunnel is refused,
+// and accounted so).
+func (p *Proxy) helloFor(e *sandboxEntry, c net.Conn, br *bufio.Reader, connect, host string, v verdict) []byte {
+	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	sni, raw, err := peekSNI(br)
+	c.SetReadDeadline(time.Time{})
+	if err == nil && sni == host {
+		return raw
+	}
+	why := fmt.Sprintf("the TLS server name %q does not match the CONNECT target %q", sni, host)
+	if err != nil {
+		why = fmt.Sprintf("a tunnel to a host name carries TLS naming it: %v", err)
+	}
+	e.account(connect, denied(v.rule, "%s", why), 0, 0, true)
+	c.Write(alertAccessDenied)
+	p.Log.Info("egress tunnel refused", "sandbox", shortID(e.id), "target", connect, "reason", why)
+	return nil
+}
+
+// interceptTunnel serves a CONNECT to a host the sandbox has secrets
+// for: the policy decides on the name, and each request in the tunnel is
+// dialled (and decided on its addresses, and accounted) as the proxy
+// makes it.
+func (p *Proxy) interceptTunnel(e *sandboxEntry, c net.Conn, br *bufio.Reader, req *http.Request, host string, port uint16, secrets []Secret) {
+	v := e.policy().name(host, port)
+	if !v.allow {
+		e.account(req.Host, v, 0, 0, true)
+		refuse(c, "CONNECT "+req.Host+": "+v.reason)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	hello := p.helloFor(e, c, br, req.Host, host, v)
+	if hello == nil {
+		return
+	}
+	p.intercept(e, c, br, hello, host, req.Host, secrets)
 }
 
 // alertAccessDenied is a TLS fatal alert, access_denied (49): the client

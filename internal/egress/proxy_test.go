@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	ca := egresstest.NewCA(t)
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "host=%s path=%s", r.Host, r.URL.Path)
+		fmt.Fprintf(w, "host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("X-Api-Key"))
 	})
 	plain := httptest.NewServer(echo)
 	t.Cleanup(plain.Close)
@@ -51,6 +52,7 @@ func setup(t *testing.T) *bundle {
 	for _, h := range []string{"a.example.test", "b.example.test", "example.test", "other.test"} {
 		hosts[h] = []netip.Addr{lo}
 	}
+	var l net.Listener
 	p := &Proxy{
 		Resolver: &Resolver{Hosts: hosts, Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			if host == "rebind.test" { // a name a hostile DNS points at a private address
@@ -60,8 +62,14 @@ func setup(t *testing.T) *bundle {
 		}},
 		Protect: Protected,
 		Log:     slog.New(slog.DiscardHandler),
+		Roots:   ca.Pool,
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fleet, err := NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.CA = fleet
+	l, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +150,7 @@ func TestProxyEnforcesPolicy(t *testing.T) {
 	}
 	for i, c := range cases {
 		id := fmt.Sprintf("sandbox-%d", i)
-		if err := b.proxy.Register(id, lo, c.policy); err != nil {
+		if err := b.proxy.Register(id, lo, c.policy, nil); err != nil {
 			t.Fatal(err)
 		}
 		sni := c.sni
@@ -182,7 +190,7 @@ func statusOf(r *http.Response) any {
 // the server would serve what the policy never saw.
 func TestProxyRefusesHostMismatch(t *testing.T) {
 	b := setup(t)
-	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test")); err != nil {
+	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test"), nil); err != nil {
 		t.Fatal(err)
 	}
 	c, err := net.Dial("tcp", b.proxyURL.Host)
@@ -214,7 +222,7 @@ func TestProxyUnknownSourceAndAccounting(t *testing.T) {
 	if resp.StatusCode != 403 || !strings.Contains(string(body), "no sandbox with a network has the address 127.0.0.1") {
 		t.Fatalf("unregistered: %s %q", resp.Status, body)
 	}
-	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test")); err != nil {
+	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test"), nil); err != nil {
 		t.Fatal(err)
 	}
 	cl := b.client("a.example.test")
@@ -249,7 +257,7 @@ func TestProxyUnknownSourceAndAccounting(t *testing.T) {
 // A tunnel to a host name must carry TLS: raw bytes are refused.
 func TestProxyTunnelToNameNeedsTLS(t *testing.T) {
 	b := setup(t)
-	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test")); err != nil {
+	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test"), nil); err != nil {
 		t.Fatal(err)
 	}
 	c, err := net.Dial("tcp", b.proxyURL.Host)
@@ -305,7 +313,7 @@ func TestProxyBoundsARefusedRequestsHead(t *testing.T) {
 		}
 	})
 	t.Run("over the connections", func(t *testing.T) {
-		if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test")); err != nil {
+		if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test"), nil); err != nil {
 			t.Fatal(err)
 		}
 		defer b.proxy.Release("s")
@@ -325,4 +333,112 @@ func TestProxyBoundsARefusedRequestsHead(t *testing.T) {
 			t.Fatal("the proxy read a 64 MiB request head from a connection past the sandbox's bound")
 		}
 	})
+}
+
+// A sandbox with a secret for a.example.test gets the header added to its
+// HTTPS requests there, through a tunnel the proxy terminates with the
+// fleet CA and re-originates verifying the real host; a host without a
+// secret is spliced as before (its own certificate, no header), and a
+// request in the intercepted tunnel naming another host is refused.
+func TestProxyInjectsSecret(t *testing.T) {
+	b := setup(t)
+	secret := Secret{Name: "k", Hosts: []string{"a.example.test"}, Header: "X-Api-Key", Value: "s3cr3t-value"}
+	n := policyOf(t, false, "*.example.test")
+	n.Secrets = []string{"k"}
+	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), n, []Secret{secret}); err != nil {
+		t.Fatal(err)
+	}
+	fleet := x509.NewCertPool()
+	fleet.AppendCertsFromPEM(b.proxy.CA.PEM)
+	get := func(roots *x509.CertPool, url string, hdr ...string) (string, error) {
+		cl := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(b.proxyURL), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+		req, _ := http.NewRequest("GET", url, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.Status + " " + string(body), nil
+	}
+	got, err := get(fleet, "https://a.example.test:"+b.httpsPort+"/in", "X-Api-Key", "the sandbox's own")
+	if err != nil || !strings.Contains(got, "200") || !strings.HasSuffix(got, "path=/in auth=s3cr3t-value") {
+		t.Errorf("intercepted: %q, %v; want the secret's header, replacing the sandbox's", got, err)
+	}
+	if _, err := get(b.ca.Pool, "https://a.example.test:"+b.httpsPort+"/"); err == nil {
+		t.Error("an intercepted host showed the real host's certificate")
+	}
+	got, err = get(b.ca.Pool, "https://b.example.test:"+b.httpsPort+"/spliced")
+	if err != nil || !strings.HasSuffix(got, "path=/spliced auth=") {
+		t.Errorf("spliced: %q, %v; want the real host's certificate and no header", got, err)
+	}
+	if _, err := get(fleet, "https://b.example.test:"+b.httpsPort+"/"); err == nil {
+		t.Error("a host without secrets was intercepted")
+	}
+	// Inside the intercepted tunnel, a request for another host.
+	c, err := net.Dial("tcp", b.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT a.example.test:%s HTTP/1.1\r\nHost: a.example.test:%s\r\n\r\n", b.httpsPort, b.httpsPort)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", err, statusOf(resp))
+	}
+	tc := tls.Client(&replayConn{Conn: c, r: br}, &tls.Config{RootCAs: fleet, ServerName: "a.example.test"})
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: b.example.test:%s\r\n\r\n", b.httpsPort)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || strings.Contains(string(body), "s3cr3t") {
+		t.Errorf("another host in the tunnel: %s %q, want 403", resp.Status, body)
+	}
+	use, _ := b.proxy.Release("s")
+	var a limits.NetworkUse
+	for _, u := range use {
+		if u.Host == "a.example.test:"+b.httpsPort && u.Allowed {
+			a = u
+		}
+	}
+	if a.Connections < 1 || a.BytesIn == 0 || a.BytesOut == 0 {
+		t.Errorf("the intercepted host accounted %+v; all %+v", a, use)
+	}
+}
+
+// A sandbox's policy changes while it runs (a session locking itself
+// after its installs): the same request then gets a 403, the tunnel
+// opened before is closed, and the accounting goes on.
+func TestProxyUpdateLocks(t *testing.T) {
+	b := setup(t)
+	if err := b.proxy.Register("s", netip.MustParseAddr("127.0.0.1"), policyOf(t, false, "a.example.test"), nil); err != nil {
+		t.Fatal(err)
+	}
+	cl := b.client("a.example.test")
+	url := "https://a.example.test:" + b.httpsPort + "/"
+	resp, err := cl.Get(url)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("before: %v %v", err, statusOf(resp))
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := b.proxy.Update("s", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The kept-alive tunnel is gone: the client dials again and is refused.
+	if resp, err := cl.Get(url); err == nil || !strings.Contains(err.Error(), "no allow rule names a.example.test") {
+		t.Fatalf("after the lock: %v %v, want a 403 with the reason", err, statusOf(resp))
+	}
+	if err := b.proxy.Update("nobody", nil, nil); !errors.Is(err, errNoSandbox) {
+		t.Errorf("updating no sandbox: %v", err)
+	}
+	use, _ := b.proxy.Usage("s")
+	if len(use) != 2 || use[0].Allowed || use[0].Connections != 1 || !use[1].Allowed || use[1].Connections != 1 {
+		t.Errorf("use %+v, want the allowed tunnel and the denied one", use)
+	}
 }

@@ -260,6 +260,9 @@ type Counter struct{ n atomic.Uint64 }
 // Inc adds 1.
 func (c *Counter) Inc() { c.n.Add(1) }
 
+// Add adds n.
+func (c *Counter) Add(n uint64) { c.n.Add(n) }
+
 // Gauge goes up and down.
 type Gauge struct{ n atomic.Int64 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -136,7 +137,14 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 	switch op {
 	case sessions.OpInfo, sessions.OpKeepalive:
 		info := l.snapshot()
+		if nw, ok := l.sb.(Networked); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			info.Egress, _ = nw.Egress(ctx) // the accounting is a courtesy: the session answers without it
+			cancel()
+		}
 		return &info, nil
+	case sessions.OpNetwork:
+		return h.setNetwork(l, body)
 	case sessions.OpDelete:
 		h.end(l, sessions.EndDeleted)
 		info := l.snapshot()
@@ -391,4 +399,51 @@ func (c *answerCache) evictLocked() {
 		c.bytes -= len(a.data)
 	}
 	delete(c.m, k)
+}
+
+// Networked is a session's sandbox whose egress policy can change while
+// it runs (pkg/executor's Session).
+type Networked interface {
+	SetNetwork(ctx context.Context, n *limits.Network) (limits.Limits, error)
+	Egress(ctx context.Context) ([]limits.NetworkUse, error)
+}
+
+// setNetwork replaces the session's policy: body is a limits.network
+// value (a policy object, "none" or false, true).
+func (h *Host) setNetwork(l *live, body json.RawMessage) (*sessions.Info, error) {
+	nw, ok := l.sb.(Networked)
+	if !ok {
+		return nil, sessions.Errorf(sessions.ErrInvalid, "this worker's sessions cannot change their network")
+	}
+	var n limits.Network
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, sessions.Errorf(sessions.ErrInvalid, "the body is the new limits.network: a policy object, \"none\" or false")
+	}
+	if err := json.Unmarshal(body, &n); err != nil {
+		return nil, sessions.Errorf(sessions.ErrInvalid, "limits.network: %v", err)
+	}
+	// Checked as a create's limits are: beyond the worker's caps is
+	// invalid, named.
+	l.mu.Lock()
+	want := l.lim
+	l.mu.Unlock()
+	want.Network = &n
+	if _, err := h.cfg.Limits(want); err != nil {
+		return nil, sessions.Errorf(sessions.ErrInvalid, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lim, err := nw.SetNetwork(ctx, &n)
+	if err != nil {
+		return nil, sessions.Errorf(sessions.ErrFailed, "%v", err)
+	}
+	l.mu.Lock()
+	l.lim, l.info.Limits = lim, lim
+	l.mu.Unlock()
+	if err := h.record(ctx, l); err != nil {
+		h.log.Warn("recording the session's new network failed", "session_id", l.info.ID, "error", err)
+	}
+	info := l.snapshot()
+	info.Egress, _ = nw.Egress(ctx)
+	return &info, nil
 }

@@ -61,6 +61,20 @@ func (f *fakeSandbox) Done() <-chan struct{} { return f.done }
 func (f *fakeSandbox) Why() string           { return "" }
 func (f *fakeSandbox) ImageID() string       { return "sha256:fake" }
 
+var _ sessionhost.Networked = (*fakeSandbox)(nil)
+
+func (f *fakeSandbox) SetNetwork(_ context.Context, n *limits.Network) (limits.Limits, error) {
+	l := limits.Default()
+	if !n.None() {
+		l.Network = n
+	}
+	return l, nil
+}
+
+func (f *fakeSandbox) Egress(context.Context) ([]limits.NetworkUse, error) {
+	return []limits.NetworkUse{{Host: "a.test:443", Allowed: true, Connections: 1}}, nil
+}
+
 // Archive: the fake keeps no files, and its sessions do not persist.
 func (f *fakeSandbox) Archive(context.Context, io.Writer) (*envelope.ArchiveReport, error) {
 	return nil, errors.New("the fake sandbox keeps no files")
@@ -283,5 +297,33 @@ func TestAnswerOverThePayload(t *testing.T) {
 	}
 	if r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "1000"}}); err != nil || len(r.Stdout) != 1000 {
 		t.Fatalf("the next call: %v", err)
+	}
+}
+
+// A session's network changes while it runs, within the worker's caps:
+// its info then shows the new policy (and, live, its egress); beyond the
+// caps is invalid, naming the rule.
+func TestSetNetwork(t *testing.T) {
+	t.Parallel()
+	caps := limits.DefaultCaps()
+	caps.Network = &limits.Network{Allow: []limits.Rule{{Host: "a.test"}}}
+	b := setup(t, sessionhost.Config{Worker: "w", Limits: func(l limits.Limits) (limits.Limits, error) {
+		return limits.Resolve(l, limits.Default(), caps)
+	}})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{Limits: limits.Limits{Network: caps.Network}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.SetNetwork(ctx, s.ID, &limits.Network{Allow: []limits.Rule{{Host: "b.test"}}}); !errors.Is(err, sessions.ErrInvalid) ||
+		!strings.Contains(err.Error(), "network.allow[0]") {
+		t.Errorf("beyond the caps: %v, want invalid naming the rule", err)
+	}
+	info, err := b.client.SetNetwork(ctx, s.ID, nil)
+	if err != nil || info.Limits.Network != nil || len(info.Egress) != 1 {
+		t.Fatalf("lock: %+v %v", info, err)
+	}
+	if got, err := b.client.Get(ctx, s.ID); err != nil || got.Limits.Network != nil {
+		t.Errorf("after the lock, the session's limits.network is %v (%v)", got.Limits.Network, err)
 	}
 }

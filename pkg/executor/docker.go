@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/egress"
@@ -338,6 +339,12 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 				{Name: "msgqueue", Soft: 0, Hard: 0},
 			},
 		},
+	}
+	if att != nil && att.CABundle != "" {
+		// The fleet CA the egress proxy intercepts the hosts of the job's
+		// secrets with, and the host's roots: read-only, its key elsewhere.
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: att.CABundle,
+			Target: egress.CABundlePath, ReadOnly: true, BindOptions: &mount.BindOptions{NonRecursive: true}})
 	}
 	return client.ContainerCreateOptions{
 		Config:     cfg,

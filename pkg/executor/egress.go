@@ -17,6 +17,11 @@ type Egress interface {
 	// Admit registers a started sandbox's address with its policy; its
 	// job must not start before.
 	Admit(ctx context.Context, containerID string, att egress.Attachment, n *limits.Network) error
+	// Update replaces the policy of an admitted sandbox (a session's); n
+	// may grant nothing.
+	Update(ctx context.Context, containerID string, att egress.Attachment, n *limits.Network) error
+	// Usage is the sandbox's egress so far.
+	Usage(ctx context.Context, containerID string) ([]limits.NetworkUse, error)
 	// Release forgets the sandbox and returns its egress.
 	Release(ctx context.Context, containerID string) ([]limits.NetworkUse, error)
 	// Drop removes what Prepare made, once the sandbox's container is gone.

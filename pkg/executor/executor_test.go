@@ -480,6 +480,12 @@ func (fakeEgress) Admit(context.Context, string, egress.Attachment, *limits.Netw
 
 func (fakeEgress) Release(context.Context, string) ([]limits.NetworkUse, error) { return nil, nil }
 
+func (fakeEgress) Update(context.Context, string, egress.Attachment, *limits.Network) error {
+	return nil
+}
+
+func (fakeEgress) Usage(context.Context, string) ([]limits.NetworkUse, error) { return nil, nil }
+
 func (fakeEgress) Drop(context.Context, egress.Attachment) error { return nil }
 
 // A worker whose caps grant a network needs a gateway to enforce it.

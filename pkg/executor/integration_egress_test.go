@@ -48,10 +48,15 @@ func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 // asked, and a UDP echo on 5353 (where a DNS server would be), which
 // answers any datagram that reaches it.
 const internetServer = `
-import http.server, socketserver, ssl, threading, socket
+import hashlib, http.server, socketserver, ssl, threading, socket
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = ("host=%s path=%s" % (self.headers.get("Host"), self.path)).encode()
+        if self.path.startswith("/auth"):
+            # What the proxy added, hashed: the value itself must not
+            # reach the sandbox even from the server.
+            key = self.headers.get("X-Api-Key")
+            body += (" key_sha256=%s" % (hashlib.sha256(key.encode()).hexdigest() if key else "none")).encode()
         if self.path.startswith("/big"):
             body = b"x" * (1 << 20)
         self.send_response(200)
@@ -131,7 +136,7 @@ func startInternet(t *testing.T, cli *client.Client) *internet {
 
 // startGateway starts a worker's egress gateway whose outside is the
 // test's internet, with the test names pinned to its server.
-func startGateway(t *testing.T, cli *client.Client, inet *internet) *egress.Gateway {
+func startGateway(t *testing.T, cli *client.Client, inet *internet, opts ...func(*egress.GatewayConfig)) *egress.Gateway {
 	t.Helper()
 	if err := egressImage(); err != nil {
 		t.Fatalf("building the egress image: %v", err)
@@ -142,9 +147,14 @@ func startGateway(t *testing.T, cli *client.Client, inet *internet) *egress.Gate
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	g, err := egress.StartGateway(ctx, egress.GatewayConfig{
+	cfg := egress.GatewayConfig{
 		Client: cli, Name: "sandfleet-test-egress-" + randHex(4), Outside: inet.network, Hosts: hosts,
-	})
+		Image: os.Getenv("EGRESS_TAG"),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	g, err := egress.StartGateway(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

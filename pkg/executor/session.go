@@ -64,6 +64,9 @@ type Session struct {
 	writeMu sync.Mutex
 	archMu  sync.Mutex // one Archive at a time
 
+	netMu  sync.Mutex
+	egress []limits.NetworkUse // once closed: what its sandbox carried
+
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]chan *envelope.Reply
@@ -95,7 +98,7 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	}
 	spec.setDefaults()
 	seal := envelope.NewSeal()
-	header, err := e.sessionHeader(spec, lim, seal)
+	header, err := e.sessionHeader(spec, lim, seal, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +110,19 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	if s == nil {
 		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
 			return nil, err
+		}
+	}
+	if s.net != nil {
+		// As a job's: the proxy's environment in the envelope (checked
+		// above without it), and the sandbox registered before its agent
+		// runs anything.
+		if header, err = e.sessionHeader(spec, lim, seal, s.net.Env); err != nil {
+			e.release(ctx, log, s)
+			return nil, err
+		}
+		if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
+			e.release(ctx, log, s)
+			return nil, infraErr("egress", err)
 		}
 	}
 	// One reply in progress at a time: the agent writes each reply's
@@ -160,12 +176,15 @@ func (spec *SessionSpec) setDefaults() {
 // limits, its files and the snapshot it restores, sealed with seal. A
 // snapshot over the tmpfs, or a header that cannot be built, is
 // ErrRejected.
-func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envelope.Seal) ([]byte, error) {
+//
+// base is the environment under the session's own (the egress proxy's,
+// for a sandbox with a network).
+func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envelope.Seal, base map[string]string) ([]byte, error) {
 	out := int64(lim.Output)
 	if spec.OutputLimit > 0 && spec.OutputLimit < out {
 		out = spec.OutputLimit
 	}
-	h := &envelope.Header{Env: jobEnv(nil, spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
+	h := &envelope.Header{Env: jobEnv(base, spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
 		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
 		OutputLimit: out, MaxProcesses: spec.MaxProcesses, Runtime: e.cfg.Runtime,
 	}}
@@ -449,6 +468,15 @@ func (ss *Session) Close(ctx context.Context) {
 		}
 		cancel()
 		ss.end()
+		if ss.s.net != nil {
+			use, err := ss.e.cfg.Egress.Release(context.WithoutCancel(ctx), ss.s.id)
+			if err != nil {
+				ss.log.Error("releasing the sandbox from the egress proxy failed", "container", ss.s.short, "error", err)
+			}
+			ss.netMu.Lock()
+			ss.egress = use
+			ss.netMu.Unlock()
+		}
 		ss.e.release(ctx, ss.log, ss.s)
 		ss.log.Info("session ended", "container", ss.s.short, "why", ss.why)
 	})
@@ -458,3 +486,44 @@ func (ss *Session) Close(ctx context.Context) {
 // died would: its agent ends it when the deadman runs out. For tests of
 // that path.
 func (ss *Session) Abandon() { ss.stopPing() }
+
+// SetNetwork changes the session's egress policy while it runs: n (nil
+// or one that grants nothing: "none", the lock after the installs) is
+// checked against the worker's caps as at the start, and the proxy
+// applies it at once, closing the connections opened under the old one.
+// A session started without a network has no route to open later.
+// It returns the session's limits with the new policy.
+func (ss *Session) SetNetwork(ctx context.Context, n *limits.Network) (limits.Limits, error) {
+	ss.netMu.Lock()
+	defer ss.netMu.Unlock()
+	if ss.s.net == nil {
+		return limits.Limits{}, fmt.Errorf("%w: limits.network: the session was started without a network; start it with one to change it later", ErrRejected)
+	}
+	lim := ss.lim
+	lim.Network = n
+	lim, err := limits.Resolve(lim, ss.e.cfg.Defaults, ss.e.cfg.Caps)
+	if err != nil {
+		return limits.Limits{}, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	if err := ss.e.cfg.Egress.Update(ctx, ss.s.id, *ss.s.net, lim.Network); err != nil {
+		return limits.Limits{}, infraErr("egress", err)
+	}
+	ss.lim = lim
+	ss.log.Info("session network changed", "container", ss.s.short, "network", lim.Network.String())
+	return lim, nil
+}
+
+// Egress is what the session's sandbox carried through the egress proxy
+// so far, per destination and verdict; nil without a network.
+func (ss *Session) Egress(ctx context.Context) ([]limits.NetworkUse, error) {
+	if ss.s.net == nil {
+		return nil, nil
+	}
+	ss.netMu.Lock()
+	done := ss.egress
+	ss.netMu.Unlock()
+	if done != nil {
+		return done, nil
+	}
+	return ss.e.cfg.Egress.Usage(ctx, ss.s.id)
+}

@@ -165,6 +165,21 @@ func (g *Gateway) keepaliveSession(w http.ResponseWriter, r *http.Request, tok *
 	return nil
 }
 
+// setSessionNetwork replaces a running session's egress policy: the body
+// is a limits.network value, checked by the session's worker.
+func (g *Gateway) setSessionNetwork(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	var n limits.Network
+	if err := decodeBody(r, &n); err != nil {
+		return err
+	}
+	var info sessions.Info
+	if err := g.sessionCall(w, r, tok, sessions.OpNetwork, &n, &info, 0); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, &info)
+	return nil
+}
+
 func (g *Gateway) pauseSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	var info sessions.Info
 	if err := g.sessionCall(w, r, tok, sessions.OpPause, nil, &info, 0); err != nil {

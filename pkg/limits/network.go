@@ -24,7 +24,17 @@ type Network struct {
 	Open  bool
 	Allow []Rule
 	Deny  []Rule
+	// Secrets names the operator's secrets (the worker's --secrets) the
+	// proxy adds to the job's HTTPS requests to their hosts; the job never
+	// sees their values.
+	Secrets []string
+	// SecretHosts, in a worker's caps only, are the secrets a job may
+	// name, each with the hosts it is for. It is never read from JSON.
+	SecretHosts map[string][]string
 }
+
+// MaxSecrets bounds the secrets one policy names.
+const MaxSecrets = 32
 
 // MaxRules bounds each of a policy's lists: the proxy matches every
 // connection against them.
@@ -252,20 +262,21 @@ func (r *Rule) UnmarshalText(b []byte) error {
 
 // networkJSON is the policy object's form.
 type networkJSON struct {
-	Allow []Rule `json:"allow,omitempty"`
-	Deny  []Rule `json:"deny,omitempty"`
+	Allow   []Rule   `json:"allow,omitempty"`
+	Deny    []Rule   `json:"deny,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // MarshalJSON writes true for Open, else the policy object.
 func (n Network) MarshalJSON() ([]byte, error) {
-	if n.Open && len(n.Allow) == 0 && len(n.Deny) == 0 {
+	if n.Open && len(n.Allow) == 0 && len(n.Deny) == 0 && len(n.Secrets) == 0 {
 		return []byte("true"), nil
 	}
 	type open struct {
 		Open bool `json:"open,omitempty"`
 		networkJSON
 	}
-	return json.Marshal(open{n.Open, networkJSON{n.Allow, n.Deny}})
+	return json.Marshal(open{n.Open, networkJSON{n.Allow, n.Deny, n.Secrets}})
 }
 
 // UnmarshalJSON reads true, false, "none", "open" or the policy object. A
@@ -292,7 +303,7 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 	if err := dec.Decode(&v); err != nil {
 		return fmt.Errorf("invalid network policy: %w", err)
 	}
-	*n = Network{Open: v.Open, Allow: v.Allow, Deny: v.Deny}
+	*n = Network{Open: v.Open, Allow: v.Allow, Deny: v.Deny, Secrets: v.Secrets}
 	return n.check()
 }
 
@@ -312,6 +323,9 @@ func (n *Network) check() error {
 	if len(n.Allow) > MaxRules || len(n.Deny) > MaxRules {
 		return fmt.Errorf("invalid network policy: at most %d allow and %d deny rules", MaxRules, MaxRules)
 	}
+	if len(n.Secrets) > MaxSecrets {
+		return fmt.Errorf("invalid network policy: at most %d secrets", MaxSecrets)
+	}
 	return nil
 }
 
@@ -321,7 +335,7 @@ func (n *Network) Equal(o *Network) bool {
 	if n.None() || o.None() {
 		return n.None() && o.None()
 	}
-	return n.Open == o.Open && slices.Equal(n.Allow, o.Allow) && slices.Equal(n.Deny, o.Deny)
+	return n.Open == o.Open && slices.Equal(n.Allow, o.Allow) && slices.Equal(n.Deny, o.Deny) && slices.Equal(n.Secrets, o.Secrets)
 }
 
 // String renders n as its JSON, "none" for no network.
@@ -356,7 +370,34 @@ func (n *Network) within(caps *Network) error {
 				Cap: "not within the worker's --egress-allow"}
 		}
 	}
+	for i, name := range n.Secrets {
+		hosts, ok := caps.SecretHosts[name]
+		if !ok {
+			return &FieldError{Field: fmt.Sprintf("network.secrets[%d]", i), Value: strconv.Quote(name), Err: ErrNotAllow,
+				Cap: "no such secret in the worker's --secrets"}
+		}
+		for _, h := range hosts {
+			if !n.allowsName(h) {
+				return &FieldError{Field: fmt.Sprintf("network.secrets[%d]", i), Value: strconv.Quote(name), Err: ErrNotAllow,
+					Cap: fmt.Sprintf("it is for %s, which the job's network does not allow", h)}
+			}
+		}
+	}
 	return nil
+}
+
+// allowsName reports whether n's rules let a job reach host on some port
+// (a secret is for a host, on whichever port the job names).
+func (n *Network) allowsName(host string) bool {
+	for _, r := range n.Deny {
+		if r.Host != "" && r.Port == 0 && r.MatchesName(host, 0) {
+			return false
+		}
+	}
+	if n.Open {
+		return true
+	}
+	return slices.ContainsFunc(n.Allow, func(r Rule) bool { return r.MatchesName(host, r.Port) })
 }
 
 // NetworkUse is what a job's sandbox sent to and received from one

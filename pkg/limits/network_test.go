@@ -171,6 +171,9 @@ func TestNetworkWithinCaps(t *testing.T) {
 	named.Network = &Network{Allow: allow}
 	open := DefaultCaps()
 	open.Network = &Network{Open: true, Allow: allow}
+	secret := DefaultCaps()
+	secret.Network = &Network{Allow: allow, SecretHosts: map[string][]string{"pypi": {"pypi.org"}, "files": {"files.pythonhosted.org"}}}
+	withSecrets := func(n *Network, names ...string) *Network { n.Secrets = names; return n }
 	policy := func(rules ...string) *Network {
 		n := &Network{}
 		for _, s := range rules {
@@ -198,6 +201,13 @@ func TestNetworkWithinCaps(t *testing.T) {
 		{name: "open where only named hosts are", caps: named, net: &Network{Open: true},
 			field: "network", msg: []string{"no open egress"}},
 		{name: "open where open", caps: open, net: &Network{Open: true}},
+		{name: "a secret for an allowed host", caps: secret, net: withSecrets(policy("pypi.org:443", "*.pythonhosted.org"), "pypi", "files")},
+		{name: "an unknown secret", caps: secret, net: withSecrets(policy("pypi.org"), "pypi", "gh"),
+			field: "network.secrets[1]", msg: []string{`"gh"`, "no such secret"}},
+		{name: "a secret for a host not allowed", caps: secret, net: withSecrets(policy("pypi.org"), "files"),
+			field: "network.secrets[0]", msg: []string{`"files"`, "files.pythonhosted.org", "does not allow"}},
+		{name: "a secret for a host denied", caps: secret, net: withSecrets(&Network{Allow: allow, Deny: []Rule{rule(t, "pypi.org")}}, "pypi"),
+			field: "network.secrets[0]", msg: []string{"pypi.org"}},
 		{name: "deny rules are always fine", caps: named, net: &Network{Allow: allow, Deny: []Rule{rule(t, "github.com")}}},
 	}
 	for _, c := range cases {

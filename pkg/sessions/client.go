@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // Call is what a request to a session (or a create) carries: who asks,
@@ -404,6 +406,17 @@ func (c *Client) Delete(ctx context.Context, id string) (*Info, error) {
 func (c *Client) Keepalive(ctx context.Context, id string) (*Info, error) {
 	var info Info
 	return &info, c.Do(ctx, id, OpKeepalive, "", nil, &info, 0)
+}
+
+// SetNetwork replaces the running session's egress policy (nil or a
+// policy that grants nothing: "none", the lock after the installs),
+// within the worker's caps.
+func (c *Client) SetNetwork(ctx context.Context, id string, n *limits.Network) (*Info, error) {
+	if n == nil {
+		n = &limits.Network{}
+	}
+	var info Info
+	return &info, c.Do(ctx, id, OpNetwork, "", n, &info, 0)
 }
 
 // Exec runs a command in the session.

@@ -70,6 +70,9 @@ const (
 	// OpCheckpoint checkpoints a persistent session now (what Fork asks
 	// of its source first).
 	OpCheckpoint = "checkpoint"
+	// OpNetwork replaces the session's egress policy (limits.network)
+	// while it runs, within the worker's caps: "none" locks it.
+	OpNetwork = "network"
 )
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -197,6 +200,11 @@ type Info struct {
 	PausedAt   *time.Time  `json:"paused_at,omitempty"`
 	// Env is kept for a resume, which starts the sandbox with it again.
 	Env map[string]string `json:"env,omitempty"`
+	// Egress is what the session's sandbox carried through the egress
+	// proxy so far, per destination and verdict (as a job's result has
+	// it); only in the live answer of its worker, omitted without a
+	// network.
+	Egress []limits.NetworkUse `json:"egress,omitempty"`
 }
 
 // ExecRequest runs a command: Cmd (an argv) or Shell (run by /bin/sh -c).

@@ -394,7 +394,7 @@ func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *
 // dead marks a job given up after MaxDeliver.
 func (w *Worker) finished(queue string, job *jobs.Job, stored *jobs.Result, won, dead bool) {
 	if won {
-		w.obs.Finished(stored, presetOf(job))
+		w.obs.Finished(stored, presetOf(job), queue)
 	}
 	w.index.finished(queue, job, stored, dead)
 }

@@ -18,8 +18,9 @@ type Observer interface {
 	// because the job's ID is not a valid key. Summed over a fleet, that is
 	// one call per job. preset is the job's image field as submitted ("" if
 	// the job did not decode): untrusted, so bound its values before using
-	// it as a label.
-	Finished(res *jobs.Result, preset string)
+	// it as a label. queue is the queue the job came from (one this worker
+	// serves).
+	Finished(res *jobs.Result, preset, queue string)
 	// DeadLettered: this worker removed a job given up after MaxDeliver
 	// (its error result, if this worker stored it, went to Finished).
 	DeadLettered()
@@ -27,9 +28,9 @@ type Observer interface {
 
 type nopObserver struct{}
 
-func (nopObserver) Delivered(int)                 {}
-func (nopObserver) Finished(*jobs.Result, string) {}
-func (nopObserver) DeadLettered()                 {}
+func (nopObserver) Delivered(int)                         {}
+func (nopObserver) Finished(*jobs.Result, string, string) {}
+func (nopObserver) DeadLettered()                         {}
 
 // presetOf is the preset a job asked for, for Observer.Finished.
 func presetOf(job *jobs.Job) string {

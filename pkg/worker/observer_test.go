@@ -23,7 +23,7 @@ func (r *recorder) Delivered(attempt int) {
 	r.attempts = append(r.attempts, attempt)
 }
 
-func (r *recorder) Finished(res *jobs.Result, preset string) {
+func (r *recorder) Finished(res *jobs.Result, preset, _ string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.finished == nil {

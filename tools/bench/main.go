@@ -17,6 +17,8 @@
 //
 // Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
+// (p), egress.go: the egress proxy's cost for a 1 MiB HTTPS download and
+// 100 small requests against an open bridge network; -egress-only alone.
 //
 // Then (f), the cost of streaming each job's live output: a warm job with no output,
 // p50 with the worker's events on and off, in pairs, and (f') the same on
@@ -41,28 +43,34 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 )
 
 type options struct {
-	n           int
-	jobs        int
-	parallel    int
-	slots       int
-	pool        int
-	queueJobs   int
-	queueSlots  int
-	workerBin   string
-	cpuProfile  string
-	skipDocker  bool
-	code        string
-	runsc       string // auto, on or off
-	runtime     string // the worker's --runtime for (b); "" for its default
-	httpJobs    int
-	httpClients int
-	quietCode   string
-	eventsN     int
-	eventsOnly  bool
+	n            int
+	jobs         int
+	parallel     int
+	slots        int
+	pool         int
+	queueJobs    int
+	queueSlots   int
+	workerBin    string
+	cpuProfile   string
+	skipDocker   bool
+	code         string
+	runsc        string // auto, on or off
+	runtime      string // the worker's --runtime for (b); "" for its default
+	egressImage  string
+	egressRounds int
+	egressTrials int
+	egress       bool
+	egressOnly   bool
+	httpJobs     int
+	httpClients  int
+	quietCode    string
+	eventsN      int
+	eventsOnly   bool
 
 	perf2Options // (i)-(n), perf.go
 
@@ -113,6 +121,11 @@ func run(args []string) error {
 	fs.IntVar(&o.consoleViews, "console-views", 20, "views of each page in (o)")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run (o), the console's pages, alone")
 	fs.BoolVar(&o.sessionsOnly, "sessions-only", false, "run (s), sessions' time to interactive and round trips, alone")
+	fs.StringVar(&o.egressImage, "egress-image", "", "the egress proxy's `IMAGE` for (p) (default "+egress.DefaultImage+")")
+	fs.IntVar(&o.egressRounds, "egress-rounds", 5, "rounds of (p) per container: a 1 MiB download and 100 small requests each")
+	fs.IntVar(&o.egressTrials, "egress-trials", 3, "containers each way for (p), interleaved")
+	fs.BoolVar(&o.egress, "egress", true, "run (p), the egress proxy against an open bridge network")
+	fs.BoolVar(&o.egressOnly, "egress-only", false, "run (p) alone")
 	definePerf2Flags(fs, &o.perf2Options)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -132,6 +145,18 @@ func run(args []string) error {
 		p2 := runPerf2(ctx, o)
 		p2.print(os.Stdout)
 		return p2.err()
+	}
+	if o.egressOnly {
+		load0, start := loadAvg(), time.Now()
+		step("(p) egress: %d trials each way of a 1 MiB HTTPS download and 100 small requests, %d rounds", o.egressTrials, o.egressRounds)
+		f, err := egressPhase(ctx, o)
+		if err != nil {
+			return fmt.Errorf("(p): %w", err)
+		}
+		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
+			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
+		f.print(os.Stdout)
+		return nil
 	}
 	if o.sessionsOnly {
 		step("(s) sessions: %d creates and %d calls, and the same by hand with docker", o.n, 5*o.n)
@@ -172,6 +197,7 @@ func run(args []string) error {
 	var p2 *perf2
 	var events *streaming
 	var sess *sessionFigures
+	var egr *egressFigures
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -215,6 +241,12 @@ func run(args []string) error {
 		if sess, err = sessionsPhase(ctx, o); err != nil {
 			return fmt.Errorf("(s): %w", err)
 		}
+		if o.egress {
+			step("(p) egress: %d trials each way of a 1 MiB HTTPS download and 100 small requests, %d rounds", o.egressTrials, o.egressRounds)
+			if egr, err = egressPhase(ctx, o); err != nil {
+				return fmt.Errorf("(p): %w", err)
+			}
+		}
 		if o.perf2 {
 			p2 = runPerf2(ctx, o)
 		}
@@ -237,6 +269,7 @@ func run(args []string) error {
 	r.print(os.Stdout)
 	events.print(os.Stdout, o.quietCode)
 	sess.print(os.Stdout)
+	egr.print(os.Stdout)
 	cons.print(os.Stdout)
 	if p2 != nil {
 		p2.reportR = r

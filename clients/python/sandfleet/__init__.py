@@ -688,6 +688,14 @@ class Session:
         self.info = self._call("POST", "/keepalive")
         return self.info
 
+    def set_network(self, network: Any) -> Dict[str, Any]:
+        """Replace the running session's egress policy, within the worker's
+        caps: a limits.network value ({"allow": [...]}, or "none" to lock it
+        after the installs). The proxy applies it at once; the session's
+        info comes back with its egress so far."""
+        self.info = self._call("PUT", "/network", network)
+        return self.info
+
     def pause(self) -> Dict[str, Any]:
         """Checkpoint a persistent session and free its sandbox (status "paused")."""
         self.info = self._call("POST", "/pause")

@@ -346,6 +346,12 @@ export declare class Session {
     }): Promise<CodeResult>;
     /** Count as a call: the idle timeout starts again. */
     keepalive(): Promise<SessionInfo>;
+    /**
+     * Replace the running session's egress policy, within the worker's caps:
+     * a limits.network value (`{allow: [...]}`, or `"none"` to lock it after
+     * the installs). The proxy applies it at once.
+     */
+    setNetwork(network: Json | string | boolean): Promise<SessionInfo>;
     /** The session's record as it is now. */
     refresh(): Promise<SessionInfo>;
     /** End the session; ending one that has ended already is no error. */

@@ -523,6 +523,15 @@ export class Session {
         this.info = (await this.call("POST", "/keepalive"));
         return this.info;
     }
+    /**
+     * Replace the running session's egress policy, within the worker's caps:
+     * a limits.network value (`{allow: [...]}`, or `"none"` to lock it after
+     * the installs). The proxy applies it at once.
+     */
+    async setNetwork(network) {
+        this.info = (await this.call("PUT", "/network", network));
+        return this.info;
+    }
     /** The session's record as it is now. */
     async refresh() {
         this.info = (await this.call("GET", ""));

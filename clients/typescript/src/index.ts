@@ -740,6 +740,16 @@ export class Session {
     return this.info;
   }
 
+  /**
+   * Replace the running session's egress policy, within the worker's caps:
+   * a limits.network value (`{allow: [...]}`, or `"none"` to lock it after
+   * the installs). The proxy applies it at once.
+   */
+  async setNetwork(network: Json | string | boolean): Promise<SessionInfo> {
+    this.info = (await this.call("PUT", "/network", network)) as unknown as SessionInfo;
+    return this.info;
+  }
+
   /** The session's record as it is now. */
   async refresh(): Promise<SessionInfo> {
     this.info = (await this.call("GET", "")) as unknown as SessionInfo;

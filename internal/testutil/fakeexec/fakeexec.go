@@ -13,6 +13,8 @@
 //	               stop early with a canceled result
 //	exit N         finish with exit code N (failed when N != 0)
 //	timeout        finish as timeout
+//	egress H A C O I  account egress to host H: allowed A (true or false),
+//	               C connections, O bytes out and I in (a result's egress)
 //	infra          fail as a broken infrastructure would (an error wrapping
 //	               ErrInfra), without the fake going down: the worker holds
 //	               the job, then hands it back, and its deliveries run out
@@ -230,6 +232,13 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 			return finish(jobs.StatusSucceeded, &n)
 		case "timeout":
 			return finish(jobs.StatusTimeout, nil)
+		case "egress":
+			f := strings.Fields(arg)
+			if len(f) == 5 {
+				n := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
+				res.Egress = append(res.Egress, limits.NetworkUse{Host: f[0], Allowed: f[1] == "true",
+					Connections: n(f[2]), BytesOut: n(f[3]), BytesIn: n(f[4])})
+			}
 		case "infra":
 			return nil, ErrInfra
 		}
