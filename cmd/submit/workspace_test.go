@@ -131,7 +131,7 @@ func TestWorkspaceGetRefusedLeavesNothing(t *testing.T) {
 		}
 	}
 	_, js := natstest.Connect(t, url)
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,7 +168,7 @@ func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func (s *started) Stop(t *testing.T) {
 func connect(t *testing.T, url string) *jobs.Client {
 	t.Helper()
 	_, js := natstest.Connect(t, url)
-	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

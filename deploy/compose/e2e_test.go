@@ -345,7 +345,7 @@ func TestFleetEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the workers did not create the topology: %v", err)
 	}
-	sub, err := jobs.NewClient(ctx, js, jobs.Topology{})
+	sub, err := jobs.NewClient(ctx, js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("open client: %v", err)
 	}

@@ -24,7 +24,7 @@ func TestSecurityEvents(t *testing.T) {
 	topo := jobs.Topology{AckWait: 5 * time.Second}
 	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-events", Slots: 1, Topology: topo})
-	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}

@@ -29,7 +29,7 @@ func TestSecurityIndex(t *testing.T) {
 		t.Fatalf("worker: ensure topology: %v", err)
 	}
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-index", Slots: 1, Topology: topo})
-	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}

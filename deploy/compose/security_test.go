@@ -185,7 +185,7 @@ func TestSecurityModel(t *testing.T) {
 
 	// The submitter's client opens the topology the worker made: with the
 	// submitter's credentials it could not create or change it.
-	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}
@@ -433,7 +433,7 @@ func TestSubmitterCancel(t *testing.T) {
 	defer cancel()
 	topo := jobs.Topology{AckWait: 5 * time.Second, CancelWait: 500 * time.Millisecond}
 	wrk, sub := roles(t, ctx, topo)
-	client, err := jobs.NewClient(ctx, sub.js, topo)
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{CancelWait: topo.CancelWait})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}

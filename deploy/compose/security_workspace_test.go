@@ -32,7 +32,7 @@ func TestWorkspaceRoles(t *testing.T) {
 	topo := jobs.Topology{AckWait: 5 * time.Second}
 	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-ws", Slots: 1, Topology: topo})
-	client, err := jobs.NewClient(ctx, sub.js, topo)
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func startTenantGateway(t *testing.T, s interface{ ClientURL() string }) *tenant
 					default:
 					}
 				}
-			})}}, tenant, creds, jobs.Topology{CancelWait: time.Second})
+			})}}, tenant, creds, jobs.Config{CancelWait: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestGatewayTenantTokens(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
 	// The operator's job, over the submitter's connection.
 	sub := connect(t, s, "submitter", testSubmitterPassword)
-	op, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	op, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func startTenantFleet(t *testing.T, ctx context.Context) *tenantFleet {
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
 	sub := connect(t, s, "submitter", testSubmitterPassword)
 	var err error
-	if f.op, err = jobs.NewClient(ctx, sub.js, jobs.Topology{}); err != nil {
+	if f.op, err = jobs.NewClient(ctx, sub.js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	f.a, f.clientA = tenantConn(t, s, "team-a")

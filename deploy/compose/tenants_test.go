@@ -52,7 +52,7 @@ func startTenantServer(t *testing.T) *server.Server {
 func tenantConn(t *testing.T, s *server.Server, tenant string) (*conn, *jobs.Client) {
 	t.Helper()
 	c := dial(t, s, append(jobs.TenantOptions(tenant), nats.UserInfo("tenant-"+tenant, testTenantPasswords[tenant]))...)
-	client, err := jobs.NewTenantClient(c.js, tenant, jobs.Topology{CancelWait: time.Second})
+	client, err := jobs.NewTenantClient(c.js, tenant, jobs.Config{CancelWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestTenantWorkspaces(t *testing.T) {
 
 	t.Run("the operator's submitter reads them", func(t *testing.T) {
 		op := connect(t, s, "submitter", testSubmitterPassword)
-		client, err := jobs.NewClient(ctx, op.js, jobs.Topology{})
+		client, err := jobs.NewClient(ctx, op.js, jobs.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,7 +55,7 @@ func setup(t testing.TB, o options) *fleet {
 	}
 	f := &fleet{exec: &fakeexec.Executor{Pool: &jobs.PoolStatus{Size: 2, Idle: 2, Hits: 5, Misses: 1}}}
 	workertest.Start(t, js, f.exec, worker.Config{ID: "w-console", Slots: o.slots, Topology: topo, Version: "v-test"})
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

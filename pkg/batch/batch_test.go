@@ -47,7 +47,7 @@ func setupWorker(t testing.TB, cfg worker.Config) *bundle {
 	}
 	exec := &fakeexec.Executor{}
 	workertest.Start(t, js, exec, cfg)
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

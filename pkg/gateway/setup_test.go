@@ -50,7 +50,7 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	b := &bundle{exec: &fakeexec.Executor{}, js: js}
 	workertest.Start(t, js, b.exec, worker.Config{ID: "w1", Slots: 8, Topology: o.topo})
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,12 +41,12 @@ func restrictedServer(t *testing.T) (admin, submitter jetstream.JetStream) {
 func TestCancelPendingWhenResultsWriteRefused(t *testing.T) {
 	t.Parallel()
 	adminJS, subJS := restrictedServer(t)
-	topo := jobs.Topology{CancelWait: 300 * time.Millisecond}
-	admin, err := jobs.NewClient(t.Context(), adminJS, topo)
+	cfg := jobs.Config{CancelWait: 300 * time.Millisecond}
+	admin, err := jobs.NewClient(t.Context(), adminJS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := jobs.NewClient(t.Context(), subJS, topo)
+	sub, err := jobs.NewClient(t.Context(), subJS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

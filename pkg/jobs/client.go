@@ -26,7 +26,7 @@ var (
 	// ErrFinished: Cancel found the job already finished.
 	ErrFinished = errors.New("job already finished")
 	// ErrCancelPending: Cancel recorded the cancel request, but no canceled
-	// result was stored within Topology.CancelWait and the client could
+	// result was stored within Config.CancelWait and the client could
 	// not store one itself (a fleet's submitter may not write RESULTS).
 	// The request stands: the worker that takes the job finishes it as
 	// canceled without running it. Wait returns that result.
@@ -48,7 +48,7 @@ const perSubjectRefusal = "maximum messages per subject exceeded"
 // It is safe for concurrent use.
 type Client struct {
 	js     jetstream.JetStream
-	topo   Topology
+	cfg    Config
 	stores *Stores // nil for a tenant's client
 	tenant string  // see NewTenantClient
 
@@ -57,15 +57,17 @@ type Client struct {
 	objs map[string]jetstream.ObjectStore // tenants' object stores by bucket, bound on first use
 }
 
-// NewClient opens the topology, creating what is missing (Topology.Open),
-// and returns a client. topo's MaxJobBytes and CancelWait apply to the
-// client; its stream and bucket settings only when it creates them.
-func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Client, error) {
-	st, err := topo.Open(ctx, js)
+// NewClient opens the fleet's stream and buckets, creating with the
+// defaults those that are missing, and returns a client.
+func NewClient(ctx context.Context, js jetstream.JetStream, cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := cfg.topology().Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{js: js, topo: topo.WithDefaults(), stores: st}, nil
+	return &Client{js: js, cfg: cfg.withDefaults(), stores: st}, nil
 }
 
 // Stores returns the stream and buckets the client uses; nil for a
@@ -120,7 +122,7 @@ func (c *Client) Enqueue(ctx context.Context, job *Job) (id string, queued bool,
 	if err != nil {
 		return "", false, err
 	}
-	j, data, err := Encode(job, c.topo.MaxJobBytes)
+	j, data, err := Encode(job, c.cfg.MaxJobBytes)
 	if err != nil {
 		return "", false, err
 	}
@@ -334,7 +336,7 @@ type CancelRequest struct {
 // delivered) is finished as canceled by a worker at once, and any later
 // delivery of it finds the request and drops the job unrun.
 //
-// Cancel waits up to Topology.CancelWait for that result. If none comes (no
+// Cancel waits up to Config.CancelWait for that result. If none comes (no
 // worker is up, or the job waits for a redelivery) it stores the canceled
 // result itself; when that write fails too, within CancelWait (a fleet's
 // submitter may not write RESULTS), it returns ErrCancelPending: the
@@ -371,7 +373,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	if _, err := c.stores.Cancels.Put(ctx, id, req); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
 	if r, err := rw.Next(wctx); err == nil {
 		if r.Status != StatusCanceled {
@@ -384,7 +386,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	now := time.Now().UTC()
 	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: CancelReason}
 	// A refused publish gets no reply, only a timeout: bound the write.
-	sctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
 	stored, won, err := StoreResult(sctx, c.stores.Results, res, c.stores.MaxResultBytes)
 	if err != nil {

@@ -345,7 +345,7 @@ func TestFollowBreak(t *testing.T) {
 func TestFollowTenant(t *testing.T) {
 	t.Parallel()
 	s := newStandIn(t, "team-a.live-1", true)
-	tc, err := jobs.NewTenantClient(s.js, "team-a", jobs.Topology{})
+	tc, err := jobs.NewTenantClient(s.js, "team-a", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

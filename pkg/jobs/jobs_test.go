@@ -23,11 +23,22 @@ func setup(t *testing.T, topo jobs.Topology) (*jobs.Client, jetstream.JetStream)
 	t.Helper()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	c, err := jobs.NewClient(t.Context(), js, topo)
+	return clientOn(t, js, topo), js
+}
+
+// clientOn opens topo on js, creating what is missing with its settings
+// (as a worker's would be), and returns a client with topo's cap on a
+// job's size and its CancelWait.
+func clientOn(t *testing.T, js jetstream.JetStream, topo jobs.Topology) *jobs.Client {
+	t.Helper()
+	if _, err := topo.Open(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{MaxJobBytes: topo.MaxJobBytes, CancelWait: topo.CancelWait})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, js
+	return c
 }
 
 func TestTopologyIdempotent(t *testing.T) {
@@ -350,7 +361,7 @@ func TestTenantWritableBucketsRefuseRollups(t *testing.T) {
 	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: jobs.CancelsBucket}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.NewClient(t.Context(), js, jobs.Topology{}); err != nil {
+	if _, err := jobs.NewClient(t.Context(), js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, bucket := range []string{jobs.CancelsBucket, jobs.WorkspacesBucket} {
@@ -396,7 +407,7 @@ func TestOpenLeavesTheWorkersSettings(t *testing.T) {
 	if err := js.DeleteStream(t.Context(), jobs.StreamName); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.NewClient(t.Context(), js, jobs.Topology{}); err != nil {
+	if _, err := jobs.NewClient(t.Context(), js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	for stream, want := range map[string]time.Duration{

@@ -129,20 +129,20 @@ func TenantOptions(t string) []nats.Option {
 
 // NewTenantClient returns a client for tenant t, over a connection made
 // with TenantOptions(t) and t's credentials. It opens nothing (a tenant
-// may not read the topology); topo's MaxJobBytes and CancelWait apply.
+// may not read the topology); cfg applies as to NewClient.
 // Submit qualifies job IDs (id → t.id; a new ID is t.<UUIDv7>) and
 // workspace names (agent → t.agent) and returns the qualified ID, which
 // Get, Wait, Cancel and Follow take; the workspace calls take a name with
 // or without its tenant, and read only t's. Status, Queued and Stores are
 // not a tenant's.
-func NewTenantClient(js jetstream.JetStream, t string, topo Topology) (*Client, error) {
+func NewTenantClient(js jetstream.JetStream, t string, cfg Config) (*Client, error) {
 	if !ValidTenant(t) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, t)
 	}
-	if err := topo.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Client{js: js, topo: topo.WithDefaults(), tenant: t}, nil
+	return &Client{js: js, cfg: cfg.withDefaults(), tenant: t}, nil
 }
 
 // ErrNotTenants is returned by what a tenant's client cannot do.
@@ -368,7 +368,7 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	if _, err := c.js.Publish(ctx, kvSubject(CancelsBucket, id), req); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
 	r, err := rw.Next(wctx)
 	switch {

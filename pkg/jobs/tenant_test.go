@@ -52,7 +52,7 @@ func TestTenantIDsAndReplies(t *testing.T) {
 
 func TestTenantQualifies(t *testing.T) {
 	t.Parallel()
-	c, err := NewTenantClient(nil, "team-a", Topology{})
+	c, err := NewTenantClient(nil, "team-a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestTenantQualifies(t *testing.T) {
 	if _, err := c.QualifyID("team-b.x"); !errors.Is(err, ErrInvalidJob) {
 		t.Errorf("another tenant's ID: %v", err)
 	}
-	if _, err := NewTenantClient(nil, "Team A", Topology{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewTenantClient(nil, "Team A", Config{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("a bad tenant name: %v", err)
 	}
 }
@@ -108,7 +108,7 @@ func TestTenantWorkspaces(t *testing.T) {
 		}
 	}
 
-	c, err := NewTenantClient(nil, "team-a", Topology{})
+	c, err := NewTenantClient(nil, "team-a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

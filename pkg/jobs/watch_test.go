@@ -75,7 +75,7 @@ func TestWatchResultsRefuses(t *testing.T) {
 	if _, err := c.WatchResults(t.Context(), "ok", "not ok"); !errors.Is(err, jobs.ErrInvalidJob) {
 		t.Errorf("an invalid ID: %v, want ErrInvalidJob", err)
 	}
-	tc, err := jobs.NewTenantClient(js, "acme", jobs.Topology{})
+	tc, err := jobs.NewTenantClient(js, "acme", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestWatchResultsRefuses(t *testing.T) {
 func TestTenantWatchResults(t *testing.T) {
 	t.Parallel()
 	c, js := setup(t, jobs.Topology{})
-	tc, err := jobs.NewTenantClient(js, "acme", jobs.Topology{})
+	tc, err := jobs.NewTenantClient(js, "acme", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,11 @@ func TestWatchWithoutItsSubscription(t *testing.T) {
 	_, adminJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
 	_, waiterJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("waiter", "w"),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusal is expected
-	admin, err := jobs.NewClient(t.Context(), adminJS, jobs.Topology{})
+	admin, err := jobs.NewClient(t.Context(), adminJS, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter, err := jobs.NewClient(t.Context(), waiterJS, jobs.Topology{})
+	waiter, err := jobs.NewClient(t.Context(), waiterJS, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 		return len(revs), nil // they expire
 	}
 	for _, r := range revs {
-		dctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+		dctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 		err := snaps.Delete(dctx, h.Snapshot(r))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {

@@ -254,10 +254,7 @@ func TestBrokerRestart(t *testing.T) {
 		return js
 	}
 	topo := jobs.Topology{AckWait: 2 * time.Second}
-	client, err := jobs.NewClient(t.Context(), connect(), topo)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := openClient(t, connect(), topo)
 	b := &bundle{js: connect(), client: client, exec: &fakeexec.Executor{}, topo: topo}
 	b.startWorker(t, worker.Config{Slots: 4})
 
@@ -287,7 +284,8 @@ func TestBrokerRestart(t *testing.T) {
 		id := fmt.Sprintf("br-%02d", i)
 		var res *jobs.Result
 		testutil.Eventually(t, 30*time.Second, "result of "+id, func() bool {
-			res, err = client.Get(ctx, id)
+			r, err := client.Get(ctx, id)
+			res = r
 			return err == nil
 		})
 		if res.Status != jobs.StatusSucceeded || res.Stdout != fmt.Sprintf("%d\n", i) {

@@ -18,7 +18,7 @@ var quotaTopology = jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 1
 
 func (b *bundle) tenant(t *testing.T, name string) *jobs.Client {
 	t.Helper()
-	c, err := jobs.NewTenantClient(b.js, name, b.topo)
+	c, err := jobs.NewTenantClient(b.js, name, clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +141,7 @@ func TestTenantStoresBeyondTheServersStorage(t *testing.T) {
 	reserved := int64(4*4+16+1+1+1+1)<<20 + 2<<20
 	srv := natstest.ServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: reserved})
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	client, err := jobs.NewClient(t.Context(), js, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := openClient(t, js, topo)
 	b := &bundle{url: srv.ClientURL(), nc: nc, js: js, client: client, exec: &fakeexec.Executor{}, topo: topo}
 	b.startWorker(t, worker.Config{})
 	out := []string{"*.txt"}

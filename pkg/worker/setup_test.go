@@ -89,7 +89,7 @@ func TestSetupRetriesUntilJetStream(t *testing.T) {
 	if err := srv.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := jobs.NewClient(waitCtx(t), js, jobs.Topology{AckWait: 2 * time.Second})
+	client, err := jobs.NewClient(waitCtx(t), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

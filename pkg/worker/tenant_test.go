@@ -42,7 +42,7 @@ func TestWorkspaceTenants(t *testing.T) {
 	b.startWorker(t, worker.Config{ID: "w1"})
 
 	// Through team-a's client: the names are qualified for it.
-	clientA, err := jobs.NewTenantClient(b.js, "team-a", b.topo)
+	clientA, err := jobs.NewTenantClient(b.js, "team-a", clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestWorkspaceTenants(t *testing.T) {
 	}
 
 	// The clients refuse them before publishing, too.
-	clientB, err := jobs.NewTenantClient(b.js, "team-b", b.topo)
+	clientB, err := jobs.NewTenantClient(b.js, "team-b", clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestAnotherTenantsMsgIDDropsNoJob(t *testing.T) {
 	if _, err := b.js.Publish(t.Context(), jobs.Subject("nobody", "team-a.decoy"), decoy, jetstream.WithMsgID("team-b.nightly")); err != nil {
 		t.Fatal(err)
 	}
-	clientB, err := jobs.NewTenantClient(b.js, "team-b", b.topo)
+	clientB, err := jobs.NewTenantClient(b.js, "team-b", clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}

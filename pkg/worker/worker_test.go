@@ -49,11 +49,28 @@ func setupWith(t *testing.T, topo jobs.Topology) *bundle {
 	t.Helper()
 	srv := natstest.Server(t)
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	client, err := jobs.NewClient(t.Context(), js, topo)
+	client := openClient(t, js, topo)
+	return &bundle{url: srv.ClientURL(), nc: nc, js: js, client: client, exec: &fakeexec.Executor{}, topo: topo}
+}
+
+// openClient opens topo on js, creating what is missing with its settings
+// as the workers would, and returns a client with its cap on a job's size
+// and its CancelWait.
+func openClient(t *testing.T, js jetstream.JetStream, topo jobs.Topology) *jobs.Client {
+	t.Helper()
+	if _, err := topo.Open(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	client, err := jobs.NewClient(t.Context(), js, clientConfig(topo))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{url: srv.ClientURL(), nc: nc, js: js, client: client, exec: &fakeexec.Executor{}, topo: topo}
+	return client
+}
+
+// clientConfig is the part of topo a client takes.
+func clientConfig(topo jobs.Topology) jobs.Config {
+	return jobs.Config{MaxJobBytes: topo.MaxJobBytes, CancelWait: topo.CancelWait}
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -190,7 +190,7 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 		// request is not answered, hence the short deadline).
 		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
 		if _, err := js.Stream(actx, jobs.StreamName); err == nil {
-			client, err = jobs.NewClient(actx, js, jobs.Topology{})
+			client, err = jobs.NewClient(actx, js, jobs.Config{})
 			if err != nil {
 				client = nil
 			}
