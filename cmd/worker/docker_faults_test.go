@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -121,7 +122,7 @@ func TestBinaryCrashDocker(t *testing.T) {
 			t.Errorf("orphan %s of the killed worker still exists", c)
 		}
 	}
-	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kv, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -291,7 +292,7 @@ func TestTwoEngines(t *testing.T) {
 			afterKill[r.Worker]++
 		}
 	}
-	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kv, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

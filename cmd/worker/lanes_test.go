@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -60,7 +61,7 @@ func TestLaneMetrics(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "two batch jobs running", func() bool { return exec.Running() == 2 })
 	for _, q := range []string{"interactive", "batch"} {
-		ci, err := c.Stores().Stream.Consumer(ctx, jobs.ConsumerName(q))
+		ci, err := c.Stores().Stream.Consumer(ctx, fleet.ConsumerName(q))
 		if err != nil || ci.CachedInfo().Config.MaxAckPending != 77 {
 			t.Errorf("consumer of %s: %v, want MaxAckPending 77 (--max-ack-pending)", q, err)
 		}

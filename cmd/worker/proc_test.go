@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -238,7 +239,7 @@ func echoed(t *testing.T, ctx context.Context, client *jobs.Client, id string) *
 // taken and not run, none lost to a lease running out unseen.
 func assertDeliveries(t *testing.T, ctx context.Context, js jetstream.JetStream, attempts int) {
 	t.Helper()
-	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
+	cons, err := js.Consumer(ctx, fleet.StreamName, fleet.ConsumerName(jobs.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func waitJobsDrained(t *testing.T, ctx context.Context, client *jobs.Client) {
 // how many results it holds.
 func assertResultWrites(t *testing.T, ctx context.Context, js jetstream.JetStream, n uint64) uint64 {
 	t.Helper()
-	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kvStream, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	topology "github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -46,7 +47,7 @@ func setup(t testing.TB, o options) *fleet {
 	t.Helper()
 	srv := natstest.Server(t)
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := topology.Topology{AckWait: 5 * time.Second}
 	if _, err := topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}

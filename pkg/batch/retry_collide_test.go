@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -29,7 +30,7 @@ func TestRetryIDOfAnotherLine(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 2, jobs.Topology{})
+			b := setup(t, 2, fleet.Topology{})
 			ctx := ctxFor(t, 30*time.Second)
 			// A first run without --retry: x failed on the fleet's side,
 			// the line of ID x-retry1 succeeded.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -37,7 +38,7 @@ type bundle struct {
 
 type options struct {
 	cfg  gateway.Config
-	topo jobs.Topology
+	topo fleet.Topology
 	open bool // no tokens
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -74,7 +75,7 @@ func TestCancelPendingWhenResultsWriteRefused(t *testing.T) {
 
 	// A client allowed to write RESULTS finishes it itself.
 	res, err = admin.Cancel(t.Context(), "q1")
-	if err != nil || res.Status != jobs.StatusCanceled || res.Error != jobs.CancelReason {
+	if err != nil || res.Status != jobs.StatusCanceled || res.Error != fleet.CancelReason {
 		t.Fatalf("admin Cancel = %+v, %v", res, err)
 	}
 	// The submitter now reads the canceled result as the job's end.

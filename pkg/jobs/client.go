@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -33,11 +34,6 @@ var (
 	ErrCancelPending = errors.New("cancel requested; the job will finish as canceled when a worker takes it")
 )
 
-// jsErrStoreFailed is the server's JSStreamStoreFailedF (10077): with
-// DiscardNew it is how a stream at MaxMsgs or MaxBytes refuses a message.
-// Oversized jobs, the other cause, are refused by Submit before publishing.
-const jsErrStoreFailed jetstream.ErrorCode = 10077
-
 // perSubjectRefusal is how the server's error describes a message refused
 // for the one-per-subject limit of JOBS (its ErrMaxMsgsPerSubject): the
 // code is the same JSStreamStoreFailedF as a full stream's, and only the
@@ -49,11 +45,11 @@ const perSubjectRefusal = "maximum messages per subject exceeded"
 type Client struct {
 	js     jetstream.JetStream
 	cfg    Config
-	stores *Stores // nil for a tenant's client
-	tenant string  // see NewTenantClient
+	stores *fleet.Stores // nil for a tenant's client
+	tenant string        // see NewTenantClient
 
 	wsMu sync.Mutex
-	ws   *WorkspaceStores                 // opened on first use (workspace_client.go)
+	ws   *fleet.WorkspaceStores           // opened on first use (workspace_client.go)
 	objs map[string]jetstream.ObjectStore // tenants' object stores by bucket, bound on first use
 }
 
@@ -74,7 +70,7 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg Config) (*Client
 // tenant's client. The client's methods cover what a submitter does
 // (WatchResults watches RESULTS): these raw handles are for the tests
 // and tools that act as a worker would.
-func (c *Client) Stores() *Stores { return c.stores }
+func (c *Client) Stores() *fleet.Stores { return c.stores }
 
 // Encode normalizes and validates a copy of job and returns it with its wire
 // form, refusing one over maxBytes (0 means MaxJobBytes).
@@ -126,13 +122,13 @@ func (c *Client) Enqueue(ctx context.Context, job *Job) (id string, queued bool,
 	if err != nil {
 		return "", false, err
 	}
-	_, err = c.js.Publish(ctx, Subject(j.Queue, j.ID), data, jetstream.WithExpectStream(StreamName))
+	_, err = c.js.Publish(ctx, fleet.Subject(j.Queue, j.ID), data, jetstream.WithExpectStream(fleet.StreamName))
 	if err != nil {
 		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
 			switch {
-			case apiErr.ErrorCode == jsErrStoreFailed && strings.Contains(apiErr.Description, perSubjectRefusal):
+			case apiErr.ErrorCode == fleet.ErrCodeStoreFailed && strings.Contains(apiErr.Description, perSubjectRefusal):
 				return j.ID, false, nil // queued already, or running
-			case apiErr.ErrorCode == jsErrStoreFailed:
+			case apiErr.ErrorCode == fleet.ErrCodeStoreFailed:
 				return "", false, fmt.Errorf("submit %s: %w: %w", j.ID, ErrQueueFull, err)
 			case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 				return "", false, fmt.Errorf("submit %s: %w: %w", j.ID, ErrInvalidJob, err)
@@ -200,7 +196,7 @@ func (c *Client) Queued(ctx context.Context, id string) (bool, error) {
 	if c.tenant != "" {
 		return false, fmt.Errorf("queued: %w", ErrNotTenants)
 	}
-	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
+	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -324,12 +320,6 @@ func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 	return res, nil
 }
 
-// CancelRequest is the value a Cancel stores in CANCELS under the job ID.
-// Workers watch the bucket and cancel the job's context when it is running.
-type CancelRequest struct {
-	RequestedAt time.Time `json:"requested_at"`
-}
-
 // Cancel cancels a job. It stores a cancel request in CANCELS, which every
 // worker of the job's queue watches: the worker running the job kills its
 // sandbox and stores a canceled result; a job still queued (never
@@ -364,7 +354,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		}
 		return nil, fmt.Errorf("cancel: %w: %s", ErrNotFound, id)
 	}
-	req, _ := json.Marshal(CancelRequest{RequestedAt: time.Now().UTC()})
+	req, _ := json.Marshal(fleet.CancelRequest{RequestedAt: time.Now().UTC()})
 	rw, err := c.Watch(ctx, id)
 	if err != nil {
 		return nil, err
@@ -384,7 +374,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	now := time.Now().UTC()
-	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: CancelReason}
+	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: fleet.CancelReason}
 	// A refused publish gets no reply, only a timeout: bound the write.
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
@@ -400,9 +390,6 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	}
 	return stored, nil
 }
-
-// CancelReason is the error text of a result canceled by request.
-const CancelReason = "canceled by request"
 
 // StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
 // It returns the stored result (r, or the winner's) and whether r won.

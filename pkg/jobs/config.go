@@ -1,6 +1,11 @@
 package jobs
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/fleet"
+)
 
 // Config is a client's own settings. The zero value of each field means
 // its default. The fleet's stream and buckets are its workers' to set:
@@ -44,6 +49,10 @@ func (c Config) Validate() error {
 
 // topology is the topology a client opens: the defaults, and c's cap
 // on a job's size for the stream it creates when there is none.
-func (c Config) topology() Topology {
-	return Topology{MaxJobBytes: c.MaxJobBytes, CancelWait: c.CancelWait}
+func (c Config) topology() fleet.Topology {
+	return fleet.Topology{MaxJobBytes: c.MaxJobBytes, CancelWait: c.CancelWait}
+}
+
+func badField(field string, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 }

@@ -8,24 +8,6 @@ import (
 	"unicode/utf8"
 )
 
-// Names of the event stream, part of the wire contract like StreamName: a
-// job's events are published on EventSubjectPrefix+"<id>" into the stream
-// EventsStreamName, by the worker that runs it.
-const (
-	EventsStreamName   = "EVENTS"
-	EventSubjectPrefix = "events."
-)
-
-// EventSubject returns the subject of a job's events: events.<id>.
-func EventSubject(id string) string { return EventSubjectPrefix + id }
-
-// EventsStreamOf is the stream of the events of tenant t's jobs:
-// EventsStreamName for jobs of no tenant (events.<id>), EVENTS_<t> for
-// t's (events.<t>.<id>), so that the consumers t creates to follow its
-// jobs are on a stream of its own, whose cap they cannot take from anyone
-// else (Topology.TenantMaxConsumers).
-func EventsStreamOf(t string) string { return tenantBucket(EventsStreamName, t) }
-
 // EventType says what an Event reports.
 type EventType string
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -337,7 +338,7 @@ func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, 
 		return ev, nil, nil
 	}
 	if final == nil {
-		m, err := f.c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+f.id)
+		m, err := f.c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+f.id)
 		switch {
 		case err == nil:
 			ev.Time = m.Time.UTC()
@@ -359,7 +360,7 @@ func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, 
 // stream is the stream of the job's events: its tenant's (EventsStreamOf),
 // made by the first worker that runs a job of the tenant's; until then
 // there are no events to follow.
-func (f *follower) stream() string { return EventsStreamOf(TenantOf(f.id)) }
+func (f *follower) stream() string { return fleet.EventsStreamOf(TenantOf(f.id)) }
 
 // streamPoll is how often Follow looks for the events stream of a tenant
 // whose first job no worker has taken yet.
@@ -424,7 +425,7 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
 	defer cancel()
-	m, err := f.events.GetLastMsgForSubject(ctx, EventSubject(f.id))
+	m, err := f.events.GetLastMsgForSubject(ctx, fleet.EventSubject(f.id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
@@ -451,7 +452,7 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 		// A consumer of one subject: its filter is in the API subject,
 		// where a tenant's permissions see it.
 		cons, err = f.c.js.CreateConsumer(cctx, f.stream(), jetstream.ConsumerConfig{
-			FilterSubject:     EventSubject(f.id),
+			FilterSubject:     fleet.EventSubject(f.id),
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
 			AckPolicy:         jetstream.AckNonePolicy,
 			InactiveThreshold: time.Minute, // removed by the server if stop never comes
@@ -498,7 +499,7 @@ func (f *follower) tenantLastSeq(ctx context.Context) (uint64, error) {
 	if f.noEvents {
 		return 0, nil
 	}
-	m, err := f.c.directGet(ctx, f.stream(), EventSubject(f.id))
+	m, err := f.c.directGet(ctx, f.stream(), fleet.EventSubject(f.id))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return 0, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -39,7 +40,7 @@ func (s *standIn) publish(ev jobs.Event) {
 
 func (s *standIn) raw(data []byte) {
 	s.t.Helper()
-	if _, err := s.js.Publish(s.t.Context(), jobs.EventSubject(s.id), data); err != nil {
+	if _, err := s.js.Publish(s.t.Context(), fleet.EventSubject(s.id), data); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -61,10 +62,10 @@ func (s *standIn) store(res *jobs.Result) {
 
 func newStandIn(t *testing.T, id string, submit bool) *standIn {
 	t.Helper()
-	client, js := setup(t, jobs.Topology{})
+	client, js := setup(t, fleet.Topology{})
 	if tenant := jobs.TenantOf(id); tenant != "" {
 		// As the worker that takes a tenant's job does first.
-		if err := (jobs.Topology{}).EnsureTenantEvents(t.Context(), js, tenant); err != nil {
+		if err := (fleet.Topology{}).EnsureTenantEvents(t.Context(), js, tenant); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +258,7 @@ func TestFollowResultOnly(t *testing.T) {
 func TestFollowWithoutEventsStream(t *testing.T) {
 	t.Parallel()
 	s := newStandIn(t, "no-events-1", true)
-	if err := s.js.DeleteStream(t.Context(), jobs.EventsStreamName); err != nil {
+	if err := s.js.DeleteStream(t.Context(), fleet.EventsStreamName); err != nil {
 		t.Fatal(err)
 	}
 	ch := follow(t, s.client, "no-events-1")
@@ -273,7 +274,7 @@ func TestFollowWithoutEventsStream(t *testing.T) {
 
 func TestFollowUnknownJob(t *testing.T) {
 	t.Parallel()
-	client, _ := setup(t, jobs.Topology{})
+	client, _ := setup(t, fleet.Topology{})
 	for _, id := range []string{"no-such-job", "not a valid id"} {
 		for ev, err := range client.Follow(t.Context(), id) {
 			if !errors.Is(err, jobs.ErrNotFound) {
@@ -388,7 +389,7 @@ func TestFollowTenant(t *testing.T) {
 	}
 	// What the follows and the wait made is gone: a stream holds 1,000
 	// consumers at most, and every tenant shares RESULTS and EVENTS.
-	for _, name := range []string{"KV_" + jobs.ResultsBucket, jobs.EventsStreamOf("team-a")} {
+	for _, name := range []string{"KV_" + fleet.ResultsBucket, fleet.EventsStreamOf("team-a")} {
 		st, err := s.js.Stream(t.Context(), name)
 		if err != nil {
 			t.Fatal(err)
@@ -409,7 +410,7 @@ func TestFollowTenant(t *testing.T) {
 	}
 
 	// A fleet without the tenant's events: queued, then the result.
-	if err := s.js.DeleteStream(t.Context(), jobs.EventsStreamOf("team-a")); err != nil {
+	if err := s.js.DeleteStream(t.Context(), fleet.EventsStreamOf("team-a")); err != nil {
 		t.Fatal(err)
 	}
 	ch = follow(t, tc, s.id)
@@ -423,8 +424,8 @@ func TestFollowTenant(t *testing.T) {
 
 func TestTopologyEvents(t *testing.T) {
 	t.Parallel()
-	_, js := setup(t, jobs.Topology{EventsMaxAge: 10 * time.Minute, EventsMaxBytes: 1 << 20})
-	st, err := js.Stream(t.Context(), jobs.EventsStreamName)
+	_, js := setup(t, fleet.Topology{EventsMaxAge: 10 * time.Minute, EventsMaxBytes: 1 << 20})
+	st, err := js.Stream(t.Context(), fleet.EventsStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func TestTopologyEvents(t *testing.T) {
 		cfg.MaxBytes != 1<<20 || cfg.Subjects[0] != "events.*" || cfg.Storage != jetstream.FileStorage {
 		t.Errorf("stream EVENTS: %+v", cfg)
 	}
-	if def := (jobs.Topology{}).WithDefaults(); def.EventsMaxAge != time.Hour || def.EventsMaxBytes != 1<<30 {
+	if def := (fleet.Topology{}).WithDefaults(); def.EventsMaxAge != time.Hour || def.EventsMaxBytes != 1<<30 {
 		t.Errorf("defaults: %s, %d", def.EventsMaxAge, def.EventsMaxBytes)
 	}
 }

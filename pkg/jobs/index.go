@@ -7,36 +7,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
-// The job index: what the web console lists. RESULTS is a KV bucket, keyed
-// by job ID; listing it means reading all of it, which a console of a
-// fleet with 100,000 results cannot do per page view. So the workers also
-// append small records to a stream of their own, INDEX, which a reader
-// pages through by sequence (newest first) without ever reading RESULTS
-// as a whole:
-//
-//	index.job.<queue>.<batch>.<id>  a JobSummary: written once a worker has
-//	                                run the job for a moment (running: 250 ms,
-//	                                pkg/worker), and when its result is
-//	                                stored (finished)
-//	index.spec.<id>                 a JobSpec: the job's code and files, capped,
-//	                                so that its page can show them once the
-//	                                job has left JOBS
-//	index.dead.<id>                 a JobSummary of a job given up after
-//	                                MaxDeliver (a dead letter)
-//
-// The stream keeps one message per subject (MaxMsgsPerSubject 1): a job's
-// finished record replaces its running one, so every job is in the index
-// once, at the sequence of its latest change. The queue and the batch are
-// subject tokens, so the server filters by them; status, label and ID are
-// filtered by the reader, within a bound on the sequences it scans. The
-// index is a view: RESULTS stays the authority, and a record may be
-// missing (a worker that dropped it under load, an older worker).
+// Tokens of the index's subjects (see internal/fleet).
 const (
-	IndexStreamName    = "INDEX"
-	IndexSubjectPrefix = "index."
 	// NoBatch is the batch token of a job outside any batch; it cannot be
 	// a batch name, which is [A-Za-z0-9_-]{1,64}.
 	NoBatch = "~"
@@ -44,17 +20,6 @@ const (
 	// value the batch's name: the index files the job under it.
 	BatchLabel = "sandfleet.batch"
 )
-
-// IndexJobSubject is the subject of a job's summary record.
-func IndexJobSubject(queue, batch, id string) string {
-	return IndexSubjectPrefix + "job." + queue + "." + batch + "." + id
-}
-
-// IndexSpecSubject is the subject of a job's spec record.
-func IndexSpecSubject(id string) string { return IndexSubjectPrefix + "spec." + id }
-
-// IndexDeadSubject is the subject of a dead letter's record.
-func IndexDeadSubject(id string) string { return IndexSubjectPrefix + "dead." + id }
 
 // BatchOf returns the batch token of a job with these labels: the value of
 // BatchLabel when it is a valid batch name, else NoBatch.
@@ -128,7 +93,7 @@ func (s *JobSummary) Batch() string {
 
 // Subject is where the record is published.
 func (s *JobSummary) Subject() string {
-	return IndexJobSubject(s.Queue, BatchOf(s.Labels), s.ID)
+	return fleet.IndexJobSubject(s.Queue, BatchOf(s.Labels), s.ID)
 }
 
 // RunningSummary is the record of a job a worker has taken (attempt is its

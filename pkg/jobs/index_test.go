@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -34,7 +35,7 @@ func ids(page *jobs.IndexPage) string {
 
 func TestIndexList(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	// j0..j9: even ones on queue a, odd on b; j3 and j4 in batch nightly;
 	// every job running, then j0..j4 finished (their records move up).
 	for i := range 10 {
@@ -63,7 +64,7 @@ func TestIndexList(t *testing.T) {
 		s := jobs.FinishedSummary(job.Queue, job, &jobs.Result{ID: job.ID, Status: status, Labels: job.Labels})
 		publishRecord(t, js, s.Subject(), s)
 	}
-	publishRecord(t, js, jobs.IndexSpecSubject("j1"), jobs.NewJobSpec(&jobs.Job{ID: "j1", Code: "print(1)"}))
+	publishRecord(t, js, fleet.IndexSpecSubject("j1"), jobs.NewJobSpec(&jobs.Job{ID: "j1", Code: "print(1)"}))
 	idx, err := c.Index(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -145,14 +146,14 @@ func TestIndexList(t *testing.T) {
 // A window larger than one batch answer, and tenants' IDs (two tokens).
 func TestIndexManyAndTenants(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	const n = 3000
 	for i := range n {
 		job := &jobs.Job{ID: fmt.Sprintf("acme.j%04d", i), Queue: "default", Image: "python"}
 		s := jobs.RunningSummary(job, "w1", 1, nil)
 		publishRecord(t, js, s.Subject(), s)
 		if i%1000 == 0 {
-			publishRecord(t, js, jobs.IndexDeadSubject(job.ID), s)
+			publishRecord(t, js, fleet.IndexDeadSubject(job.ID), s)
 		}
 	}
 	idx, err := c.Index(t.Context())

@@ -14,12 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-func setup(t *testing.T, topo jobs.Topology) (*jobs.Client, jetstream.JetStream) {
+func setup(t *testing.T, topo fleet.Topology) (*jobs.Client, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
@@ -29,7 +30,7 @@ func setup(t *testing.T, topo jobs.Topology) (*jobs.Client, jetstream.JetStream)
 // clientOn opens topo on js, creating what is missing with its settings
 // (as a worker's would be), and returns a client with topo's cap on a
 // job's size and its CancelWait.
-func clientOn(t *testing.T, js jetstream.JetStream, topo jobs.Topology) *jobs.Client {
+func clientOn(t *testing.T, js jetstream.JetStream, topo fleet.Topology) *jobs.Client {
 	t.Helper()
 	if _, err := topo.Open(t.Context(), js); err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func clientOn(t *testing.T, js jetstream.JetStream, topo jobs.Topology) *jobs.Cl
 
 func TestTopologyIdempotent(t *testing.T) {
 	t.Parallel()
-	topo := jobs.Topology{MaxMsgs: 10, DuplicateWindow: time.Minute}
+	topo := fleet.Topology{MaxMsgs: 10, DuplicateWindow: time.Minute}
 	_, js := setup(t, topo)
 	for range 2 {
 		if _, err := topo.Ensure(t.Context(), js); err != nil {
@@ -53,7 +54,7 @@ func TestTopologyIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	info, err := js.Stream(t.Context(), jobs.StreamName)
+	info, err := js.Stream(t.Context(), fleet.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestTopologyIdempotent(t *testing.T) {
 		cfg.MaxMsgsPerSubject != 1 || !cfg.DiscardNewPerSubject {
 		t.Errorf("stream config: %+v", cfg)
 	}
-	cons, err := js.Consumer(t.Context(), jobs.StreamName, "workers-default")
+	cons, err := js.Consumer(t.Context(), fleet.StreamName, "workers-default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +73,10 @@ func TestTopologyIdempotent(t *testing.T) {
 		t.Errorf("consumer config: %+v", cc)
 	}
 	// A client with other settings does not override the fleet's.
-	if _, err := (jobs.Topology{MaxMsgs: 99}).Open(t.Context(), js); err != nil {
+	if _, err := (fleet.Topology{MaxMsgs: 99}).Open(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := js.Stream(t.Context(), jobs.StreamName)
+	s, _ := js.Stream(t.Context(), fleet.StreamName)
 	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
 		t.Errorf("Open changed MaxMsgs to %d", got)
 	}
@@ -83,7 +84,7 @@ func TestTopologyIdempotent(t *testing.T) {
 
 func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxMsgs: 2})
+	c, _ := setup(t, fleet.Topology{MaxMsgs: 2})
 	job := &jobs.Job{Image: "python", Code: "print(1)"}
 	id, err := c.Submit(t.Context(), job)
 	if err != nil || !jobs.ValidID(id) || job.ID != "" {
@@ -115,7 +116,7 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 // one message, and a full queue still says ErrQueueFull to a new job.
 func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
+	c, _ := setup(t, fleet.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
 	job := &jobs.Job{ID: "again", Image: "python", Code: "print(1)"}
 	if _, err := c.Submit(t.Context(), job); err != nil {
 		t.Fatal(err)
@@ -151,7 +152,7 @@ func (b *countingBackOff) Reset()                     {}
 // room; with no room before its context ends it returns ErrQueueFull.
 func TestSubmitWhenRoom(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxMsgs: 1})
+	c, _ := setup(t, fleet.Topology{MaxMsgs: 1})
 	if _, err := c.Submit(t.Context(), &jobs.Job{ID: "first", Image: "python"}); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestSubmitWhenRoom(t *testing.T) {
 
 func TestSubmitRefusesInvalid(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxJobBytes: 1024})
+	c, _ := setup(t, fleet.Topology{MaxJobBytes: 1024})
 	for _, j := range []*jobs.Job{
 		{ID: "bad id", Image: "python"},
 		{Image: ""},
@@ -222,15 +223,15 @@ func TestParseSubject(t *testing.T) {
 		{"jobs..a", "", "", false},
 	}
 	for _, tc := range tests {
-		q, id, err := jobs.ParseSubject(tc.in)
+		q, id, err := fleet.ParseSubject(tc.in)
 		if (err == nil) != tc.ok || q != tc.queue || id != tc.id {
 			t.Errorf("ParseSubject(%q) = %q, %q, %v", tc.in, q, id, err)
 		}
-		if err != nil && !errors.Is(err, jobs.ErrBadSubject) {
+		if err != nil && !errors.Is(err, fleet.ErrBadSubject) {
 			t.Errorf("ParseSubject(%q): %v does not wrap ErrBadSubject", tc.in, err)
 		}
 	}
-	if got := jobs.Subject("default", "x"); got != "jobs.default.x" {
+	if got := fleet.Subject("default", "x"); got != "jobs.default.x" {
 		t.Errorf("Subject = %q", got)
 	}
 }
@@ -238,14 +239,14 @@ func TestParseSubject(t *testing.T) {
 func TestTopologyValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		topo  jobs.Topology
+		topo  fleet.Topology
 		field string
 	}{
-		{jobs.Topology{Replicas: 7}, "Replicas"},
-		{jobs.Topology{AckWait: time.Millisecond}, "AckWait"},
-		{jobs.Topology{MaxDeliver: -1}, "MaxDeliver"},
-		{jobs.Topology{ResultTTL: -time.Hour}, "ResultTTL"},
-		{jobs.Topology{CancelWait: -1}, "CancelWait"},
+		{fleet.Topology{Replicas: 7}, "Replicas"},
+		{fleet.Topology{AckWait: time.Millisecond}, "AckWait"},
+		{fleet.Topology{MaxDeliver: -1}, "MaxDeliver"},
+		{fleet.Topology{ResultTTL: -time.Hour}, "ResultTTL"},
+		{fleet.Topology{CancelWait: -1}, "CancelWait"},
 	}
 	for _, tc := range tests {
 		err := tc.topo.Validate()
@@ -253,7 +254,7 @@ func TestTopologyValidate(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.topo, err, tc.field)
 		}
 	}
-	if err := (jobs.Topology{}).Validate(); err != nil {
+	if err := (fleet.Topology{}).Validate(); err != nil {
 		t.Errorf("zero Topology: %v", err)
 	}
 }
@@ -358,13 +359,13 @@ func TestTenantWritableBucketsRefuseRollups(t *testing.T) {
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	// As nats.go makes a bucket: rollups on.
-	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: jobs.CancelsBucket}); err != nil {
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: fleet.CancelsBucket}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := jobs.NewClient(t.Context(), js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, bucket := range []string{jobs.CancelsBucket, jobs.WorkspacesBucket} {
+	for _, bucket := range []string{fleet.CancelsBucket, fleet.WorkspacesBucket} {
 		kv, err := js.KeyValue(t.Context(), bucket)
 		if err != nil {
 			t.Fatal(err)
@@ -399,26 +400,26 @@ func TestOpenLeavesTheWorkersSettings(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	worker := jobs.Topology{EventsMaxAge: 10 * time.Minute, WorkspaceTTL: 2 * time.Hour, ResultTTL: 3 * time.Hour, MaxMsgs: 10}
+	worker := fleet.Topology{EventsMaxAge: 10 * time.Minute, WorkspaceTTL: 2 * time.Hour, ResultTTL: 3 * time.Hour, MaxMsgs: 10}
 	if _, err := worker.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
 	// The client looks before the worker made JOBS, and so makes the rest.
-	if err := js.DeleteStream(t.Context(), jobs.StreamName); err != nil {
+	if err := js.DeleteStream(t.Context(), fleet.StreamName); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := jobs.NewClient(t.Context(), js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	for stream, want := range map[string]time.Duration{
-		jobs.EventsStreamName:         10 * time.Minute,
-		jobs.IndexStreamName:          3 * time.Hour,
-		"KV_" + jobs.ResultsBucket:    3 * time.Hour,
-		"KV_" + jobs.CancelsBucket:    3 * time.Hour,
-		"KV_" + jobs.WorkspacesBucket: 2 * time.Hour,
-		"OBJ_" + jobs.SnapshotsBucket: 2*time.Hour + 30*time.Minute, // SnapshotTTL
-		"OBJ_" + jobs.ArtifactsBucket: 3 * time.Hour,
-		jobs.StreamName:               0, // made by the client
+		fleet.EventsStreamName:         10 * time.Minute,
+		fleet.IndexStreamName:          3 * time.Hour,
+		"KV_" + fleet.ResultsBucket:    3 * time.Hour,
+		"KV_" + fleet.CancelsBucket:    3 * time.Hour,
+		"KV_" + fleet.WorkspacesBucket: 2 * time.Hour,
+		"OBJ_" + fleet.SnapshotsBucket: 2*time.Hour + 30*time.Minute, // SnapshotTTL
+		"OBJ_" + fleet.ArtifactsBucket: 3 * time.Hour,
+		fleet.StreamName:               0, // made by the client
 	} {
 		s, err := js.Stream(t.Context(), stream)
 		if err != nil {
@@ -432,7 +433,7 @@ func TestOpenLeavesTheWorkersSettings(t *testing.T) {
 	if _, err := worker.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(t.Context(), jobs.StreamName)
+	s, err := js.Stream(t.Context(), fleet.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

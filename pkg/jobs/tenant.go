@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -68,30 +69,6 @@ import (
 // wait. Accounts would give per-tenant connection, subscription and
 // JetStream limits, but not a queue of their own, and would split the one
 // topology the workers serve; docs/operations.md (Tenants) measures the residue.
-
-// ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31},
-// lower-case, so that it can also name users and environment variables.
-func ValidTenant(s string) bool {
-	if len(s) == 0 || len(s) > 32 || !lowerOrDigit(s[0]) {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if !lowerOrDigit(s[i]) && s[i] != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// TenantOf returns the tenant of a job ID or of a workspace's name, ""
-// for one of no tenant.
-func TenantOf(id string) string {
-	t, _, ok := strings.Cut(id, ".")
-	if !ok {
-		return ""
-	}
-	return t
-}
 
 // TenantInboxPrefix is the inbox prefix of tenant t's connections
 // (nats.CustomInboxPrefix): the only inboxes t may subscribe to.
@@ -261,7 +238,7 @@ func (c *Client) directGet(ctx context.Context, stream, subject string) (*nats.M
 
 // tenantGet reads RESULTS[id] by a direct get of its subject.
 func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
-	m, err := c.directGet(ctx, "KV_"+ResultsBucket, kvSubject(ResultsBucket, id))
+	m, err := c.directGet(ctx, "KV_"+fleet.ResultsBucket, kvSubject(fleet.ResultsBucket, id))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
@@ -281,7 +258,7 @@ func isKVDelete(h nats.Header) bool {
 
 // tenantHead reads WORKSPACES[name] by a direct get of its subject.
 func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, error) {
-	m, err := c.directGet(ctx, "KV_"+WorkspacesBucket, kvSubject(WorkspacesBucket, name))
+	m, err := c.directGet(ctx, "KV_"+fleet.WorkspacesBucket, kvSubject(fleet.WorkspacesBucket, name))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNoWorkspace, name)
@@ -300,8 +277,8 @@ func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, e
 func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	prefix := kvSubject(WorkspacesBucket, c.tenant+".")
-	cons, err := c.js.CreateConsumer(ctx, "KV_"+WorkspacesBucket, jetstream.ConsumerConfig{
+	prefix := kvSubject(fleet.WorkspacesBucket, c.tenant+".")
+	cons, err := c.js.CreateConsumer(ctx, "KV_"+fleet.WorkspacesBucket, jetstream.ConsumerConfig{
 		FilterSubject:     prefix + "*",
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -318,7 +295,7 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	defer func() {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer dcancel()
-		_ = c.js.DeleteConsumer(dctx, "KV_"+WorkspacesBucket, cons.CachedInfo().Name)
+		_ = c.js.DeleteConsumer(dctx, "KV_"+fleet.WorkspacesBucket, cons.CachedInfo().Name)
 	}()
 	var heads []*WorkspaceHead
 	for left := cons.CachedInfo().NumPending; left > 0; {
@@ -332,7 +309,7 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 			if isKVDelete(m.Headers()) {
 				continue
 			}
-			name := strings.TrimPrefix(m.Subject(), kvSubject(WorkspacesBucket, ""))
+			name := strings.TrimPrefix(m.Subject(), kvSubject(fleet.WorkspacesBucket, ""))
 			h, err := DecodeWorkspaceHead(name, m.Data())
 			if err != nil {
 				return nil, err
@@ -364,8 +341,8 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 		return nil, err
 	}
 	defer rw.Stop()
-	req, _ := json.Marshal(CancelRequest{RequestedAt: time.Now().UTC()})
-	if _, err := c.js.Publish(ctx, kvSubject(CancelsBucket, id), req); err != nil {
+	req, _ := json.Marshal(fleet.CancelRequest{RequestedAt: time.Now().UTC()})
+	if _, err := c.js.Publish(ctx, kvSubject(fleet.CancelsBucket, id), req); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 )
 
 func TestTenantIDsAndReplies(t *testing.T) {
@@ -125,11 +126,11 @@ func TestTenantWorkspaces(t *testing.T) {
 		t.Errorf("qualified job %+v, %v", q, err)
 	}
 	for key, want := range map[string]string{"team-a.j/plot.png": "team-a", "j/a.b/c.png": "", "j/plot.png": ""} {
-		if got := ArtifactTenant(key); got != want {
+		if got := fleet.ArtifactTenant(key); got != want {
 			t.Errorf("ArtifactTenant(%q) = %q, want %q", key, got, want)
 		}
 	}
-	if SnapshotsBucketOf("") != SnapshotsBucket || ArtifactsBucketOf("team-a") != "ARTIFACTS_team-a" {
+	if fleet.SnapshotsBucketOf("") != fleet.SnapshotsBucket || fleet.ArtifactsBucketOf("team-a") != "ARTIFACTS_team-a" {
 		t.Error("bucket names")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -29,7 +30,7 @@ func TestWatchResults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, _ := setup(t, jobs.Topology{})
+			c, _ := setup(t, fleet.Topology{})
 			store := func(id string) {
 				t.Helper()
 				res := &jobs.Result{ID: id, Status: jobs.StatusSucceeded}
@@ -71,7 +72,7 @@ func TestWatchResults(t *testing.T) {
 
 func TestWatchResultsRefuses(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	if _, err := c.WatchResults(t.Context(), "ok", "not ok"); !errors.Is(err, jobs.ErrInvalidJob) {
 		t.Errorf("an invalid ID: %v, want ErrInvalidJob", err)
 	}
@@ -88,7 +89,7 @@ func TestWatchResultsRefuses(t *testing.T) {
 // IDs it was opened for, and never another tenant's or the operator's.
 func TestTenantWatchResults(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	tc, err := jobs.NewTenantClient(js, "acme", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestTenantWatchResults(t *testing.T) {
 
 func TestWatchResultsClosed(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{})
+	c, _ := setup(t, fleet.Topology{})
 	rw, err := c.WatchResults(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -75,7 +76,7 @@ func TestArtifactsOfTheStoredResult(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "both deliveries over", func() bool { return b.exec.Running() == 0 })
 	testutil.Eventually(t, 10*time.Second, "the second delivery settled", func() bool {
-		c, err := b.js.Consumer(t.Context(), jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
+		c, err := b.js.Consumer(t.Context(), fleet.StreamName, fleet.ConsumerName(jobs.DefaultQueue))
 		if err != nil {
 			return false
 		}

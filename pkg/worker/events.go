@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -175,7 +176,7 @@ func (w *Worker) tenantEvents(t string, log *slog.Logger) bool {
 func newJobEvents(sink eventSink, id string, attempt int, worker string, outputCap int64, log *slog.Logger) *jobEvents {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &jobEvents{
-		sink: sink, subject: jobs.EventSubject(id), id: id, attempt: attempt, worker: worker, log: log,
+		sink: sink, subject: fleet.EventSubject(id), id: id, attempt: attempt, worker: worker, log: log,
 		ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), flushC: make(chan chan struct{}), stop: make(chan struct{}), exited: make(chan struct{}),
 		cap: outputCap, budget: 2*outputCap + eventOverhead,

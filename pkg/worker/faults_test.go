@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
@@ -28,7 +29,7 @@ import (
 // publish to reply_to; a client waiting on the job is released.
 func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxDeliver: 3})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxDeliver: 3})
 	obs := &recorder{}
 	b.startWorker(t, worker.Config{Slots: 2, HoldMax: 100 * time.Millisecond, Observer: obs})
 
@@ -97,7 +98,7 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 // one and with no result. A worker started later finds it in its sweep.
 func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: time.Second, MaxDeliver: 2})
+	b := setupWith(t, fleet.Topology{AckWait: time.Second, MaxDeliver: 2})
 	cons, err := b.topo.EnsureConsumer(t.Context(), b.js, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 // finalizing is first-writer-wins like every result write.
 func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: time.Second, MaxDeliver: 1})
+	b := setupWith(t, fleet.Topology{AckWait: time.Second, MaxDeliver: 1})
 	cons, err := b.topo.EnsureConsumer(t.Context(), b.js, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 // with the error, and Ready=true again once it is back.
 func TestInfrastructureDownHeartbeat(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, WorkerTTL: time.Second})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, WorkerTTL: time.Second})
 	b.exec.SetDown(true)
 	b.startWorker(t, worker.Config{ID: "sick"})
 	kv := b.client.Stores().Workers
@@ -253,7 +254,7 @@ func TestBrokerRestart(t *testing.T) {
 		_, js := natstest.Connect(t, "nats://"+listen, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		return js
 	}
-	topo := jobs.Topology{AckWait: 2 * time.Second}
+	topo := fleet.Topology{AckWait: 2 * time.Second}
 	client := openClient(t, connect(), topo)
 	b := &bundle{js: connect(), client: client, exec: &fakeexec.Executor{}, topo: topo}
 	b.startWorker(t, worker.Config{Slots: 4})

@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -52,7 +53,7 @@ type delivery struct {
 
 func (w *Worker) handle(stop, force context.Context, msg jetstream.Msg) {
 	var dl delivery
-	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(msg.Subject())
+	dl.queue, dl.id, dl.subjErr = fleet.ParseSubject(msg.Subject())
 	if meta, err := msg.Metadata(); err == nil {
 		dl.attempt = int(meta.NumDelivered)
 		t := meta.Timestamp.UTC()

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -86,7 +87,7 @@ func (x *indexer) running(job *jobs.Job, worker string, dl delivery) *indexRun {
 	if x == nil || !jobs.ValidQueue(job.Queue) || !jobs.ValidID(job.ID) {
 		return nil
 	}
-	x.add(jobs.IndexSpecSubject(job.ID), jobs.NewJobSpec(job))
+	x.add(fleet.IndexSpecSubject(job.ID), jobs.NewJobSpec(job))
 	r, taken := &indexRun{}, time.Now().UTC()
 	r.timer = time.AfterFunc(indexRunningDelay, func() {
 		r.mu.Lock()
@@ -129,7 +130,7 @@ func (x *indexer) finished(queue string, job *jobs.Job, stored *jobs.Result, dea
 	s.DeadLetter = dead
 	x.add(s.Subject(), s)
 	if dead {
-		x.add(jobs.IndexDeadSubject(s.ID), s)
+		x.add(fleet.IndexDeadSubject(s.ID), s)
 	}
 }
 
@@ -174,7 +175,7 @@ func (x *indexer) publish(batch []*nats.Msg) {
 	futures := make([]jetstream.PubAckFuture, 0, len(batch))
 	lost := 0
 	for _, m := range batch {
-		f, err := x.sink.PublishMsgAsync(m, jetstream.WithExpectStream(jobs.IndexStreamName))
+		f, err := x.sink.PublishMsgAsync(m, jetstream.WithExpectStream(fleet.IndexStreamName))
 		if err != nil {
 			lost++
 			continue

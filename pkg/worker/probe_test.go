@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -141,7 +142,7 @@ func TestProbeFollowsRetryAfter(t *testing.T) {
 // why, and is ready again once the engine is back.
 func TestIdleWorkerNoticesTheExecutorDown(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, WorkerTTL: 1500 * time.Millisecond})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, WorkerTTL: 1500 * time.Millisecond})
 	exec := &pingScript{Executor: &fakeexec.Executor{}, ping: func(context.Context) error { return nil }}
 	w := b.startWith(t, "idle", exec)
 	testutil.Eventually(t, 10*time.Second, "ready", w.Ready)

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -36,16 +37,16 @@ type bundle struct {
 	js     jetstream.JetStream
 	client *jobs.Client
 	exec   *fakeexec.Executor
-	topo   jobs.Topology
+	topo   fleet.Topology
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	return setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10})
+	return setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10})
 }
 
 // setupWith starts an in-process server and opens topo on it.
-func setupWith(t *testing.T, topo jobs.Topology) *bundle {
+func setupWith(t *testing.T, topo fleet.Topology) *bundle {
 	t.Helper()
 	srv := natstest.Server(t)
 	nc, js := natstest.Connect(t, srv.ClientURL())
@@ -56,7 +57,7 @@ func setupWith(t *testing.T, topo jobs.Topology) *bundle {
 // openClient opens topo on js, creating what is missing with its settings
 // as the workers would, and returns a client with its cap on a job's size
 // and its CancelWait.
-func openClient(t *testing.T, js jetstream.JetStream, topo jobs.Topology) *jobs.Client {
+func openClient(t *testing.T, js jetstream.JetStream, topo fleet.Topology) *jobs.Client {
 	t.Helper()
 	if _, err := topo.Open(t.Context(), js); err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func openClient(t *testing.T, js jetstream.JetStream, topo jobs.Topology) *jobs.
 }
 
 // clientConfig is the part of topo a client takes.
-func clientConfig(topo jobs.Topology) jobs.Config {
+func clientConfig(topo fleet.Topology) jobs.Config {
 	return jobs.Config{MaxJobBytes: topo.MaxJobBytes, CancelWait: topo.CancelWait}
 }
 
@@ -272,7 +273,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 		return err == nil && info.State.Msgs == 0
 	})
 	data, _ := json.Marshal(job)
-	if _, err := b.js.Publish(t.Context(), jobs.Subject("default", "same-id"), data, jetstream.WithMsgID("other-msg-id")); err != nil {
+	if _, err := b.js.Publish(t.Context(), fleet.Subject("default", "same-id"), data, jetstream.WithMsgID("other-msg-id")); err != nil {
 		t.Fatal(err)
 	}
 	msg, err := sub.NextMsg(10 * time.Second)
@@ -304,7 +305,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 // stream keeps one message per job, and the job runs once.
 func TestSameIDPastTheWindowWhileRunning(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, DuplicateWindow: 100 * time.Millisecond})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, DuplicateWindow: 100 * time.Millisecond})
 	b.startWorker(t, worker.Config{ID: "wa", Slots: 2})
 	release := filepath.Join(t.TempDir(), "go")
 	job := &jobs.Job{ID: "d", Image: "python", Code: "waitfile " + release + "\nprint done"}
@@ -636,7 +637,7 @@ func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.startWorker(t, worker.Config{ID: "beater", Slots: 3, Version: "v9"})
-	kv, err := b.js.KeyValue(t.Context(), jobs.WorkersBucket)
+	kv, err := b.js.KeyValue(t.Context(), fleet.WorkersBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,7 +663,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{worker.Config{Slots: -1}, "Slots"},
 		{worker.Config{Queue: "a.b"}, "Queue"},
-		{worker.Config{Topology: jobs.Topology{AckWait: time.Millisecond}}, "AckWait"},
+		{worker.Config{Topology: fleet.Topology{AckWait: time.Millisecond}}, "AckWait"},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()

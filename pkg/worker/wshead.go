@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -269,7 +270,7 @@ func (w *Worker) holderGone(ctx context.Context, job string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.SubjectPrefix+"*."+job)
+	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+job)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return true, nil
 	}
