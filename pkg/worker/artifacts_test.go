@@ -25,7 +25,7 @@ type perRun struct {
 	n   atomic.Int32
 }
 
-func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
 	n := p.n.Add(1)
 	j := *job
 	j.Code = fmt.Sprintf("waitfile %s\nwrite out.txt run-%d", filepath.Join(p.dir, fmt.Sprint(n)), n)

@@ -186,11 +186,11 @@ func newJobEvents(sink eventSink, id string, attempt int, worker string, outputC
 }
 
 // runOptions are the executor's callbacks into e.
-func (e *jobEvents) runOptions() jobs.RunOptions {
+func (e *jobEvents) runOptions() RunOptions {
 	if e == nil {
-		return jobs.RunOptions{}
+		return RunOptions{}
 	}
-	return jobs.RunOptions{OnOutput: e.output, OnStart: e.started}
+	return RunOptions{OnOutput: e.output, OnStart: e.started}
 }
 
 // redelivered says that this delivery is not the first.
@@ -202,7 +202,7 @@ func (e *jobEvents) redelivered() {
 }
 
 // started is RunOptions.OnStart: a run begins, and its output with it.
-func (e *jobEvents) started(s jobs.Start) {
+func (e *jobEvents) started(s Start) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.gapsLocked()

@@ -21,7 +21,7 @@ import (
 // itself, rejected included, and an error only when the infrastructure
 // failed (the job is then retried, not charged). pkg/executor implements it.
 type Executor interface {
-	Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error)
+	Run(ctx context.Context, job *jobs.Job, opts RunOptions) (*jobs.Result, error)
 }
 
 // Pinger is implemented by executors that can cheaply check their

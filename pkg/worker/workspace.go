@@ -71,7 +71,7 @@ type wsStep struct {
 	snapSize        int64
 	snapSHA         string
 	arch            *spool // the archive the launcher makes
-	req             *jobs.ArchiveRequest
+	req             *ArchiveRequest
 	prune           []string // snapshots of the revisions the save let go, deleted once settled
 	quota           string   // why the save was refused by the tenant's quota, if it was
 	result          jobs.WorkspaceStep

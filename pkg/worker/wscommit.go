@@ -16,17 +16,17 @@ import (
 
 // options returns the run's workspace options, fresh for each run: the
 // snapshot is read from its start, and the archive overwrites the last.
-func (s *wsStep) options() jobs.RunOptions {
-	var o jobs.RunOptions
+func (s *wsStep) options() RunOptions {
+	var o RunOptions
 	if s == nil {
 		return o
 	}
 	if s.snap != nil {
-		o.Restore = &jobs.Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
+		o.Restore = &Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
 	}
 	if s.arch != nil {
 		_ = s.arch.reset() // a failure shows as the archive's: W fails
-		s.req = &jobs.ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
+		s.req = &ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
 		o.Archive = s.req
 	}
 	return o
