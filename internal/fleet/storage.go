@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -59,3 +60,21 @@ func (e *StorageReserveError) Error() string {
 }
 
 func (e *StorageReserveError) Unwrap() error { return e.Err }
+
+// CreateFirst creates kv[key] with data unless it exists: the first
+// writer wins (RESULTS' rule). It returns whether data won, and otherwise
+// the winner's value.
+func CreateFirst(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (winner []byte, won bool, err error) {
+	_, err = kv.Create(ctx, key, data)
+	if err == nil {
+		return data, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, false, fmt.Errorf("store result %s: %w", key, err)
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("read stored result %s: %w", key, err)
+	}
+	return e.Value(), false, nil
+}

@@ -378,7 +378,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	// A refused publish gets no reply, only a timeout: bound the write.
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
-	stored, won, err := StoreResult(sctx, c.stores.Results, res, c.stores.MaxResultBytes)
+	stored, won, err := c.storeCanceled(sctx, res)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -391,6 +391,17 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	return stored, nil
 }
 
+// storeCanceled stores the canceled result res of a job no worker
+// finished, unless another result is stored first. It is far under any
+// server's cap: it holds no output to cut.
+func (c *Client) storeCanceled(ctx context.Context, res *Result) (stored *Result, won bool, err error) {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode result %s: %w", res.ID, err)
+	}
+	return storeEncoded(ctx, c.stores.Results, res, data)
+}
+
 // StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
 // It returns the stored result (r, or the winner's) and whether r won.
 //
@@ -400,18 +411,20 @@ func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result, maxBytes
 	if err != nil {
 		return nil, false, err
 	}
-	_, err = kv.Create(ctx, r.ID, data)
-	if err == nil {
+	return storeEncoded(ctx, kv, r, data)
+}
+
+// storeEncoded stores r, encoded as data, unless RESULTS holds a result at
+// its ID already, and returns the stored result and whether r won.
+func storeEncoded(ctx context.Context, kv jetstream.KeyValue, r *Result, data []byte) (stored *Result, won bool, err error) {
+	winner, won, err := fleet.CreateFirst(ctx, kv, r.ID, data)
+	if err != nil {
+		return nil, false, err
+	}
+	if won {
 		return r, true, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, false, fmt.Errorf("store result %s: %w", r.ID, err)
-	}
-	e, err := kv.Get(ctx, r.ID)
-	if err != nil {
-		return nil, false, fmt.Errorf("read stored result %s: %w", r.ID, err)
-	}
-	w, err := DecodeStoredResult(r.ID, e.Value())
+	w, err := DecodeStoredResult(r.ID, winner)
 	if err != nil {
 		return nil, false, err
 	}
