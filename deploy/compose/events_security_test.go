@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -57,7 +58,7 @@ func TestSecurityEvents(t *testing.T) {
 	wrk.noViolation(t)
 
 	t.Run("submitter cannot publish an event", func(t *testing.T) {
-		forged, _ := jobs.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Stream: jobs.Stdout, Offset: 6, Data: "forged\n"})
+		forged, _ := records.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Stream: jobs.Stdout, Offset: 6, Data: "forged\n"})
 		if err := sub.nc.Publish(fleet.EventSubject(id), forged); err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -376,7 +377,7 @@ func TestSecurityModel(t *testing.T) {
 		if err := msg.InProgress(); err != nil {
 			t.Fatalf("in progress: %v", err)
 		}
-		stored, won, err := jobs.StoreResult(ctx, stores.Results,
+		stored, won, err := records.StoreResult(ctx, stores.Results,
 			&jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "42\n", Worker: "w1"}, stores.MaxResultBytes)
 		if err != nil || !won {
 			t.Fatalf("worker store result: won=%v err=%v", won, err)

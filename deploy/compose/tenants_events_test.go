@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -148,7 +149,7 @@ func TestTenantEvents(t *testing.T) {
 	})
 
 	t.Run("b cannot forge a's events", func(t *testing.T) {
-		forged, _ := jobs.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Data: "forged\n"})
+		forged, _ := records.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Data: "forged\n"})
 		cctx, done := short()
 		defer done()
 		if _, err := b.js.Publish(cctx, fleet.EventSubject(id), forged); err == nil {

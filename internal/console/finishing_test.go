@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/console"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -35,7 +36,7 @@ func TestJobPageWhileTheJobFinishes(t *testing.T) {
 		stored := make(chan error, 1)
 		go func() {
 			time.Sleep(delay)
-			_, _, err := jobs.StoreResult(t.Context(), stores.Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "hi\n"}, 0)
+			_, _, err := records.StoreResult(t.Context(), stores.Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "hi\n"}, 0)
 			stored <- err
 		}()
 		func() {

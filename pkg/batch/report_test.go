@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -58,7 +59,7 @@ func TestRetryErrors(t *testing.T) {
 	b := setup(t, 2, fleet.Topology{})
 	ctx := ctxFor(t, 30*time.Second)
 	for _, r := range []*jobs.Result{{ID: "broke", Status: jobs.StatusError, Error: "deliveries ran out"}, {ID: "fine", Status: jobs.StatusSucceeded}} {
-		if _, _, err := jobs.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
+		if _, _, err := records.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

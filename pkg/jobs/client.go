@@ -402,18 +402,6 @@ func (c *Client) storeCanceled(ctx context.Context, res *Result) (stored *Result
 	return storeEncoded(ctx, c.stores.Results, res, data)
 }
 
-// StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
-// It returns the stored result (r, or the winner's) and whether r won.
-//
-// The result is shortened in place to fit maxBytes first (see EncodeResult).
-func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result, maxBytes int) (stored *Result, won bool, err error) {
-	data, err := EncodeResult(r, maxBytes)
-	if err != nil {
-		return nil, false, err
-	}
-	return storeEncoded(ctx, kv, r, data)
-}
-
 // storeEncoded stores r, encoded as data, unless RESULTS holds a result at
 // its ID already, and returns the stored result and whether r won.
 func storeEncoded(ctx context.Context, kv jetstream.KeyValue, r *Result, data []byte) (stored *Result, won bool, err error) {
@@ -429,83 +417,6 @@ func storeEncoded(ctx context.Context, kv jetstream.KeyValue, r *Result, data []
 		return nil, false, err
 	}
 	return w, false, nil
-}
-
-// EncodeResult encodes r, dropping its display outputs (and counting them
-// dropped), then shortening its stdout and stderr (and marking them
-// truncated) until the encoding fits maxBytes (0: no limit). The output
-// caps count raw bytes, but JSON may take up to six bytes for one ('<',
-// control bytes, invalid UTF-8): without this, a job's own output could make
-// its result impossible to store, and the job would be run again and again.
-func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
-	for {
-		data, err := json.Marshal(r)
-		if err != nil {
-			return nil, fmt.Errorf("encode result %s: %w", r.ID, err)
-		}
-		excess := len(data) - maxBytes
-		if maxBytes <= 0 || excess <= 0 {
-			return data, nil
-		}
-		// Display outputs go first, the last first: they are only for
-		// showing, and one may be most of a result.
-		if n := len(r.Display); n > 0 {
-			r.Display, r.DisplayDropped = r.Display[:n-1], r.DisplayDropped+1
-			if n == 1 {
-				r.Display = nil
-			}
-			continue
-		}
-		// Shrink both streams by the share the encoding is over, so that
-		// each keeps its fair part; a few rounds converge.
-		f := float64(maxBytes) / float64(len(data)) * 0.98
-		cut := false
-		for _, st := range []struct {
-			s        *string
-			trunc    *bool
-			encoding string
-		}{{&r.Stdout, &r.StdoutTruncated, r.StdoutEncoding}, {&r.Stderr, &r.StderrTruncated, r.StderrEncoding}} {
-			if n := int(float64(len(*st.s)) * f); n < len(*st.s) {
-				if st.encoding == EncodingBase64 {
-					n -= n % 4 // whole base64 quanta, so that it still decodes
-				}
-				*st.s, *st.trunc, cut = shorten.Cut(*st.s, n), true, true
-			}
-		}
-		if !cut && !shrinkJudged(r) {
-			return nil, fmt.Errorf("encode result %s: %d bytes without any output, over the %d the server takes", r.ID, len(data), maxBytes)
-		}
-	}
-}
-
-// shrinkJudged halves what a judged result holds of its compiler's output
-// and of each case's stderr and diff, once its stdout and stderr are gone:
-// a thousand failing cases can be more than the server takes. It reports
-// whether anything was left to cut.
-func shrinkJudged(r *Result) bool {
-	cut := false
-	half := func(s *string) {
-		if len(*s) > 0 {
-			*s, cut = shorten.Cut(*s, len(*s)/2), true
-		}
-	}
-	if r.Compile != nil && r.Compile.Output != "" {
-		half(&r.Compile.Output)
-		r.Compile.OutputTruncated = true
-	}
-	if r.Tests != nil {
-		for i := range r.Tests.Cases {
-			c := &r.Tests.Cases[i]
-			half(&c.Stderr)
-			if c.Diff != nil {
-				d := *c.Diff // not the caller's: Diff may be shared
-				half(&d.Expected)
-				half(&d.Actual)
-				c.Diff = &d
-			}
-		}
-	}
-	return cut
 }
 
 // ValidReplyTo reports why s may not be a job's reply subject, or nil:

@@ -2,8 +2,6 @@ package jobs
 
 import (
 	"encoding/base64"
-	"encoding/json"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -96,7 +94,7 @@ func (e *Event) SetData(p []byte) {
 }
 
 // textCost is the size of valid UTF-8 p as a JSON string's contents,
-// written by an encoder without HTML escaping (MarshalEvent's).
+// written by an encoder without HTML escaping (the workers', internal/records).
 func textCost(p []byte) int {
 	n := len(p)
 	for i := 0; i < len(p); {
@@ -118,16 +116,4 @@ func textCost(p []byte) int {
 		i += size
 	}
 	return n
-}
-
-// MarshalEvent encodes an event as it is published: JSON without HTML
-// escaping, so that '<' in a job's output takes one byte, not six.
-func MarshalEvent(e *Event) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
-		return nil, err
-	}
-	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -31,7 +32,7 @@ func (s *standIn) publish(ev jobs.Event) {
 	if ev.Attempt == 0 {
 		ev.Attempt = 1
 	}
-	data, err := jobs.MarshalEvent(&ev)
+	data, err := records.MarshalEvent(&ev)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func (s *standIn) output(stream jobs.Stream, off int64, text string) {
 func (s *standIn) store(res *jobs.Result) {
 	s.t.Helper()
 	res.ID = s.id
-	if _, _, err := jobs.StoreResult(s.t.Context(), s.client.Stores().Results, res, 0); err != nil {
+	if _, _, err := records.StoreResult(s.t.Context(), s.client.Stores().Results, res, 0); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -447,11 +448,11 @@ func FuzzEventData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var ev jobs.Event
 		ev.SetData(p)
-		data, err := jobs.MarshalEvent(&jobs.Event{Data: ev.Data})
+		data, err := records.MarshalEvent(&jobs.Event{Data: ev.Data})
 		if err != nil {
 			t.Fatal(err)
 		}
-		empty, _ := jobs.MarshalEvent(&jobs.Event{})
+		empty, _ := records.MarshalEvent(&jobs.Event{})
 		if n := len(data) - len(empty) - len(`,"data":""`); len(p) > 0 && n > base64.StdEncoding.EncodedLen(len(p)) {
 			t.Errorf("%q takes %d bytes as %q, more than base64", p, n, ev.Encoding)
 		}

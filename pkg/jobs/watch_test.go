@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -34,7 +35,7 @@ func TestWatchResults(t *testing.T) {
 			store := func(id string) {
 				t.Helper()
 				res := &jobs.Result{ID: id, Status: jobs.StatusSucceeded}
-				if _, _, err := jobs.StoreResult(t.Context(), c.Stores().Results, res, 0); err != nil {
+				if _, _, err := records.StoreResult(t.Context(), c.Stores().Results, res, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -105,7 +106,7 @@ func TestTenantWatchResults(t *testing.T) {
 	}
 	defer one.Stop()
 	for _, id := range []string{"other.a", "plain", "acme.a", "acme.b"} {
-		if _, _, err := jobs.StoreResult(t.Context(), c.Stores().Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
+		if _, _, err := records.StoreResult(t.Context(), c.Stores().Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,7 +172,7 @@ func TestWatchWithoutItsSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Stop()
-	if _, _, err := jobs.StoreResult(t.Context(), admin.Stores().Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
+	if _, _, err := records.StoreResult(t.Context(), admin.Stores().Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -216,7 +217,7 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 		w.fill(res, job, dl)
 		var won bool
 		var err error
-		stored, won, err = jobs.StoreResult(ctx, w.stores.Results, res, w.stores.MaxResultBytes)
+		stored, won, err = records.StoreResult(ctx, w.stores.Results, res, w.stores.MaxResultBytes)
 		if err != nil {
 			// Keep the message: without a result, deleting it would lose the job.
 			log.Warn("store the result of a job ended unrun; keeping its message", "status", string(status), "err", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -180,7 +181,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	zero := 0
-	if _, _, err := jobs.StoreResult(t.Context(), b.client.Stores().Results,
+	if _, _, err := records.StoreResult(t.Context(), b.client.Stores().Results,
 		&jobs.Result{ID: "done-then-died", Status: jobs.StatusSucceeded, Exit: &zero, Stdout: "x\n", Worker: "dead", Attempt: 1, FinishedAt: &now}, 0); err != nil {
 		t.Fatal(err)
 	}

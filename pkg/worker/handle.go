@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -410,7 +411,7 @@ func (w *Worker) store(force context.Context, res *jobs.Result) (*jobs.Result, e
 	return backoff.RetryWithData(func() (*jobs.Result, error) {
 		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer acancel()
-		stored, _, err := jobs.StoreResult(actx, w.stores.Results, res, w.stores.MaxResultBytes)
+		stored, _, err := records.StoreResult(actx, w.stores.Results, res, w.stores.MaxResultBytes)
 		if err != nil {
 			w.log.Warn("store result", "job_id", res.ID, "err", err)
 		}

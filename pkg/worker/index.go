@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -87,13 +88,13 @@ func (x *indexer) running(job *jobs.Job, worker string, dl delivery) *indexRun {
 	if x == nil || !jobs.ValidQueue(job.Queue) || !jobs.ValidID(job.ID) {
 		return nil
 	}
-	x.add(fleet.IndexSpecSubject(job.ID), jobs.NewJobSpec(job))
+	x.add(fleet.IndexSpecSubject(job.ID), records.NewJobSpec(job))
 	r, taken := &indexRun{}, time.Now().UTC()
 	r.timer = time.AfterFunc(indexRunningDelay, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if !r.ended {
-			s := jobs.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
+			s := records.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
 			s.StartedAt = &taken
 			x.add(s.Subject(), s)
 		}
@@ -126,7 +127,7 @@ func (x *indexer) finished(queue string, job *jobs.Job, stored *jobs.Result, dea
 	if x == nil || !jobs.ValidQueue(queue) || !jobs.ValidID(stored.ID) {
 		return
 	}
-	s := jobs.FinishedSummary(queue, job, stored)
+	s := records.FinishedSummary(queue, job, stored)
 	s.DeadLetter = dead
 	x.add(s.Subject(), s)
 	if dead {

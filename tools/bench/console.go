@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -176,13 +177,13 @@ func seedJobs(ctx context.Context, js jetstream.JetStream, n int) error {
 			code = 1
 			res.Status, res.Exit = jobs.StatusFailed, &code
 		}
-		summary := jobs.FinishedSummary(job.Queue, job, res)
+		summary := records.FinishedSummary(job.Queue, job, res)
 		for _, rec := range []struct {
 			subject string
 			v       any
 		}{
 			{"$KV." + fleet.ResultsBucket + "." + id, res},
-			{fleet.IndexSpecSubject(id), jobs.NewJobSpec(job)},
+			{fleet.IndexSpecSubject(id), records.NewJobSpec(job)},
 			{summary.Subject(), summary},
 		} {
 			if err := put(rec.subject, rec.v); err != nil {
