@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -207,7 +208,7 @@ func TestTwoEngines(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	watch, err := client.Stores().Results.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := natstest.Stores(t, js).Results.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -280,7 +280,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 			t.Fatal(err)
 		default:
 		}
-		return resultCount(ctx, client)
+		return resultCount(ctx, js)
 	}
 
 	for k := range restarts {

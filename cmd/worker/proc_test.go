@@ -211,8 +211,12 @@ func executions(t *testing.T, path string) (map[string]int, int) {
 
 // resultCount returns how many results RESULTS holds, or -1 when it
 // cannot be read.
-func resultCount(ctx context.Context, client *jobs.Client) int {
-	st, err := client.Stores().Results.Status(ctx)
+func resultCount(ctx context.Context, js jetstream.JetStream) int {
+	kv, err := js.KeyValue(ctx, fleet.ResultsBucket)
+	if err != nil {
+		return -1
+	}
+	st, err := kv.Status(ctx)
 	if err != nil {
 		return -1
 	}
@@ -257,8 +261,8 @@ func assertDeliveries(t *testing.T, ctx context.Context, js jetstream.JetStream,
 func waitJobsDrained(t *testing.T, ctx context.Context, client *jobs.Client) {
 	t.Helper()
 	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
-		si, err := client.Stores().Stream.Info(ctx)
-		return err == nil && si.State.Msgs == 0
+		st, err := client.Status(ctx)
+		return err == nil && st.Messages == 0
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -377,7 +378,7 @@ func TestFleetEndToEnd(t *testing.T) {
 	t.Logf("workers ready after %s", time.Since(started).Round(time.Millisecond))
 
 	log := &resultLog{writes: map[string]int{}, results: map[string]*jobs.Result{}, changed: make(chan struct{}, 1)}
-	watch, err := sub.Stores().Results.WatchAll(ctx)
+	watch, err := natstest.Stores(t, js).Results.WatchAll(ctx)
 	if err != nil {
 		t.Fatalf("watch results: %v", err)
 	}

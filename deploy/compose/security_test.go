@@ -250,13 +250,13 @@ func TestSecurityModel(t *testing.T) {
 		forged, _ := json.Marshal(jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "forged"})
 		cctx, done := short()
 		defer done()
-		if _, err := client.Stores().Results.Create(cctx, id, forged); err == nil {
+		if _, err := natstest.Stores(t, sub.js).Results.Create(cctx, id, forged); err == nil {
 			t.Fatal("submitter created a result")
 		}
 		sub.expectViolation(t, "$KV.RESULTS."+id)
 		cctx, done = short()
 		defer done()
-		if _, err := client.Stores().Results.Put(cctx, id, forged); err == nil {
+		if _, err := natstest.Stores(t, sub.js).Results.Put(cctx, id, forged); err == nil {
 			t.Fatal("submitter put a result")
 		}
 		sub.expectViolation(t, "$KV.RESULTS."+id)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/internal/records"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -29,7 +30,7 @@ func TestJobPageWhileTheJobFinishes(t *testing.T) {
 	for _, rt := range c.Routes() {
 		mux.Handle(rt.Pattern, rt.Handler)
 	}
-	stores := f.client.Stores()
+	stores := natstest.Stores(t, f.js)
 	for i := range 300 {
 		id := fmt.Sprintf("race-%d", i)
 		delay := time.Duration(i%30) * 50 * time.Microsecond

@@ -27,6 +27,7 @@ import (
 // fake executor, and a gateway (with its console) on a loopback listener.
 type fleet struct {
 	url    string
+	js     jetstream.JetStream
 	client *jobs.Client
 	exec   *fakeexec.Executor
 	// Tokens: alice may do everything, viewer is read-only (role=read);
@@ -60,7 +61,7 @@ func setup(t testing.TB, o options) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.client = client
+	f.client, f.js = client, js
 	cfg := o.cfg
 	cfg.Logger, cfg.TempDir = slog.New(slog.NewTextHandler(io.Discard, nil)), t.TempDir()
 	if o.sessions != nil {

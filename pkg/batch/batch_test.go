@@ -52,7 +52,7 @@ func setupWorker(t testing.TB, cfg worker.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{client: client, exec: exec, stores: client.Stores()}
+	return &bundle{client: client, exec: exec, stores: natstest.Stores(t, js)}
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

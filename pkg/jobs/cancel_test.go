@@ -63,7 +63,7 @@ func TestCancelPendingWhenResultsWriteRefused(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Cancel took %s", d)
 	}
-	if _, err := admin.Stores().Cancels.Get(t.Context(), "q1"); err != nil {
+	if _, err := natstest.Stores(t, adminJS).Cancels.Get(t.Context(), "q1"); err != nil {
 		t.Errorf("cancel request not recorded: %v", err)
 	}
 	if _, err := admin.Get(t.Context(), "q1"); !errors.Is(err, jobs.ErrNotFound) {

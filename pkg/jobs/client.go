@@ -66,12 +66,6 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg Config) (*Client
 	return &Client{js: js, cfg: cfg.withDefaults(), stores: st}, nil
 }
 
-// Stores returns the stream and buckets the client uses; nil for a
-// tenant's client. The client's methods cover what a submitter does
-// (WatchResults watches RESULTS): these raw handles are for the tests
-// and tools that act as a worker would.
-func (c *Client) Stores() *fleet.Stores { return c.stores }
-
 // Encode normalizes and validates a copy of job and returns it with its wire
 // form, refusing one over maxBytes (0 means MaxJobBytes).
 func Encode(job *Job, maxBytes int) (*Job, []byte, error) {

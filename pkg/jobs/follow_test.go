@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/records"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -56,7 +57,7 @@ func (s *standIn) output(stream jobs.Stream, off int64, text string) {
 func (s *standIn) store(res *jobs.Result) {
 	s.t.Helper()
 	res.ID = s.id
-	if _, _, err := records.StoreResult(s.t.Context(), s.client.Stores().Results, res, 0); err != nil {
+	if _, _, err := records.StoreResult(s.t.Context(), natstest.Stores(s.t, s.js).Results, res, 0); err != nil {
 		s.t.Fatal(err)
 	}
 }

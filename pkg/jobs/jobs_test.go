@@ -84,7 +84,7 @@ func TestTopologyIdempotent(t *testing.T) {
 
 func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, fleet.Topology{MaxMsgs: 2})
+	c, js := setup(t, fleet.Topology{MaxMsgs: 2})
 	job := &jobs.Job{Image: "python", Code: "print(1)"}
 	id, err := c.Submit(t.Context(), job)
 	if err != nil || !jobs.ValidID(id) || job.ID != "" {
@@ -94,7 +94,7 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	if _, err := c.Submit(t.Context(), job); err != nil {
 		t.Fatalf("duplicate Submit: %v", err)
 	}
-	info, _ := c.Stores().Stream.Info(t.Context())
+	info, _ := natstest.Stores(t, js).Stream.Info(t.Context())
 	if info.State.Msgs != 1 {
 		t.Errorf("stream holds %d messages after a duplicate, want 1", info.State.Msgs)
 	}
@@ -116,7 +116,7 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 // one message, and a full queue still says ErrQueueFull to a new job.
 func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, fleet.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
+	c, js := setup(t, fleet.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
 	job := &jobs.Job{ID: "again", Image: "python", Code: "print(1)"}
 	if _, err := c.Submit(t.Context(), job); err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 			t.Fatalf("submit %d past the window: %q, %v; want the job's ID, no error", i+2, id, err)
 		}
 	}
-	info, _ := c.Stores().Stream.Info(t.Context())
+	info, _ := natstest.Stores(t, js).Stream.Info(t.Context())
 	if info.State.Msgs != 1 {
 		t.Errorf("stream holds %d messages, want 1: the job would run %d times", info.State.Msgs, info.State.Msgs)
 	}
@@ -152,7 +152,7 @@ func (b *countingBackOff) Reset()                     {}
 // room; with no room before its context ends it returns ErrQueueFull.
 func TestSubmitWhenRoom(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, fleet.Topology{MaxMsgs: 1})
+	c, js := setup(t, fleet.Topology{MaxMsgs: 1})
 	if _, err := c.Submit(t.Context(), &jobs.Job{ID: "first", Image: "python"}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestSubmitWhenRoom(t *testing.T) {
 		t.Fatalf("SubmitWhenRoom returned %+v while the queue was full", o)
 	default:
 	}
-	if err := c.Stores().Stream.DeleteMsg(t.Context(), 1); err != nil { // a worker took "first"
+	if err := natstest.Stores(t, js).Stream.DeleteMsg(t.Context(), 1); err != nil { // a worker took "first"
 		t.Fatal(err)
 	}
 	if o := <-done; o.err != nil || o.id != "second" {

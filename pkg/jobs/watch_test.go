@@ -31,11 +31,11 @@ func TestWatchResults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, _ := setup(t, fleet.Topology{})
+			c, js := setup(t, fleet.Topology{})
 			store := func(id string) {
 				t.Helper()
 				res := &jobs.Result{ID: id, Status: jobs.StatusSucceeded}
-				if _, _, err := records.StoreResult(t.Context(), c.Stores().Results, res, 0); err != nil {
+				if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, js).Results, res, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -90,7 +90,7 @@ func TestWatchResultsRefuses(t *testing.T) {
 // IDs it was opened for, and never another tenant's or the operator's.
 func TestTenantWatchResults(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, fleet.Topology{})
+	_, js := setup(t, fleet.Topology{})
 	tc, err := jobs.NewTenantClient(js, "acme", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestTenantWatchResults(t *testing.T) {
 	}
 	defer one.Stop()
 	for _, id := range []string{"other.a", "plain", "acme.a", "acme.b"} {
-		if _, _, err := records.StoreResult(t.Context(), c.Stores().Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
+		if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, js).Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,8 +159,7 @@ func TestWatchWithoutItsSubscription(t *testing.T) {
 	_, adminJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
 	_, waiterJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("waiter", "w"),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusal is expected
-	admin, err := jobs.NewClient(t.Context(), adminJS, jobs.Config{})
-	if err != nil {
+	if _, err := jobs.NewClient(t.Context(), adminJS, jobs.Config{}); err != nil { // creates the topology
 		t.Fatal(err)
 	}
 	waiter, err := jobs.NewClient(t.Context(), waiterJS, jobs.Config{})
@@ -172,7 +171,7 @@ func TestWatchWithoutItsSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Stop()
-	if _, _, err := records.StoreResult(t.Context(), admin.Stores().Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
+	if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, adminJS).Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -78,10 +79,10 @@ func TestWorkspacesWhileHeadsMove(t *testing.T) {
 // are comes from the stream's state, as for workspaces.
 func TestStatusWhileHeartbeats(t *testing.T) {
 	t.Parallel()
-	client, _ := setup(t, fleet.Topology{})
+	client, js := setup(t, fleet.Topology{})
 	whileWriting(t, []string{"w1", "w2", "w3"}, func(id string, _ int64) error {
 		data, _ := json.Marshal(jobs.WorkerStatus{ID: id, Slots: 1})
-		_, err := client.Stores().Workers.Put(t.Context(), id, data)
+		_, err := natstest.Stores(t, js).Workers.Put(t.Context(), id, data)
 		return err
 	}, func() (int, error) {
 		st, err := client.Status(t.Context())

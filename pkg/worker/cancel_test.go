@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -53,7 +54,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 		t.Errorf("no result on reply_to: %v", err)
 	}
 	// The message is gone from the stream; only the busy job is left.
-	if _, err := b.client.Stores().Stream.GetLastMsgForSubject(t.Context(), fleet.Subject("default", "behind")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := natstest.Stores(t, b.js).Stream.GetLastMsgForSubject(t.Context(), fleet.Subject("default", "behind")); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("canceled job still in the stream: %v", err)
 	}
 	if b.exec.Runs("behind") != 0 || b.exec.Running() != 1 {
@@ -65,7 +66,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 		t.Errorf("cancel busy: %v %+v", err, res)
 	}
 	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	if n := b.exec.Runs("behind"); n != 0 {
@@ -85,7 +86,7 @@ func TestCancelStoredBeforeDelivery(t *testing.T) {
 	}
 	request := func(id string) {
 		t.Helper()
-		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{"requested_at":"2026-01-01T00:00:00Z"}`)); err != nil {
+		if _, err := natstest.Stores(t, b.js).Cancels.Put(t.Context(), id, []byte(`{"requested_at":"2026-01-01T00:00:00Z"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +164,7 @@ func TestCancelFloodDoesNotDelayOthersCancels(t *testing.T) {
 	}
 	stored := time.Since(start)
 	for _, id := range []string{"behind", "busy-default"} {
-		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{}`)); err != nil {
+		if _, err := natstest.Stores(t, b.js).Cancels.Put(t.Context(), id, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -62,7 +62,7 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 		t.Errorf("reply_to got %s (%v)", msg.Data, err)
 	}
 	testutil.Eventually(t, 10*time.Second, "dead letter removed from the stream", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	if q, err := b.client.Queued(t.Context(), "doomed"); q || err != nil {
@@ -181,7 +181,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	zero := 0
-	if _, _, err := records.StoreResult(t.Context(), b.client.Stores().Results,
+	if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, b.js).Results,
 		&jobs.Result{ID: "done-then-died", Status: jobs.StatusSucceeded, Exit: &zero, Stdout: "x\n", Worker: "dead", Attempt: 1, FinishedAt: &now}, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestInfrastructureDownHeartbeat(t *testing.T) {
 	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, WorkerTTL: time.Second})
 	b.exec.SetDown(true)
 	b.startWorker(t, worker.Config{ID: "sick"})
-	kv := b.client.Stores().Workers
+	kv := natstest.Stores(t, b.js).Workers
 	beat := func() jobs.WorkerStatus {
 		var st jobs.WorkerStatus
 		if e, err := kv.Get(t.Context(), "sick"); err == nil {
@@ -295,7 +295,7 @@ func TestBrokerRestart(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 15*time.Second, "stream empty", func() bool {
-		info, err := client.Stores().Stream.Info(ctx)
+		info, err := natstest.Stores(t, b.js).Stream.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
 	t.Logf("%d jobs, %d executions, %d finished during the outage", n, b.exec.Total(), total)

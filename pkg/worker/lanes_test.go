@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -192,7 +193,7 @@ func TestLanesSaturation(t *testing.T) {
 	}
 
 	results := make(chan *jobs.Result, batchJobs+trickle+burst)
-	watch, err := b.client.Stores().Results.WatchAll(t.Context(), jetstream.UpdatesOnly())
+	watch, err := natstest.Stores(t, b.js).Results.WatchAll(t.Context(), jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

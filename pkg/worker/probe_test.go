@@ -12,6 +12,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -69,7 +70,7 @@ func (b *bundle) startWith(t *testing.T, id string, exec worker.Executor) *worke
 
 func (b *bundle) beat(t *testing.T, id string) jobs.WorkerStatus {
 	var st jobs.WorkerStatus
-	if e, err := b.client.Stores().Workers.Get(t.Context(), id); err == nil {
+	if e, err := natstest.Stores(t, b.js).Workers.Get(t.Context(), id); err == nil {
 		_ = json.Unmarshal(e.Value(), &st)
 	}
 	return st

@@ -269,7 +269,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 	// The second copy's message leaves the stream once the worker has
 	// answered it from RESULTS: until then a third would be refused.
 	testutil.Eventually(t, 10*time.Second, "the second copy settled", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	data, _ := json.Marshal(job)
@@ -295,7 +295,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 		t.Errorf("job ran %d times, want 1", n)
 	}
 	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 }
@@ -319,7 +319,7 @@ func TestSameIDPastTheWindowWhileRunning(t *testing.T) {
 	}
 	// A second copy stored would go to the free slot and run beside the
 	// first.
-	if info, err := b.client.Stores().Stream.Info(t.Context()); err != nil || info.State.LastSeq != 1 {
+	if info, err := natstest.Stores(t, b.js).Stream.Info(t.Context()); err != nil || info.State.LastSeq != 1 {
 		t.Fatalf("stream after the second submit: %+v, %v; want one message stored", info.State, err)
 	}
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
@@ -492,7 +492,7 @@ func TestInvalidJobsRejected(t *testing.T) {
 		t.Errorf("sandbox runs = %d, want 2", n)
 	}
 	testutil.Eventually(t, 10*time.Second, "rejected jobs removed from the stream", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 }
@@ -584,7 +584,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("canceled running job: %v %+v", err, res)
 	}
 	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	if n := b.exec.Runs("queued"); n != 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -231,7 +232,7 @@ func TestWorkspaceHolderGone(t *testing.T) {
 	b.leave(t, &jobs.WorkspaceHead{Name: "ws", Revision: 1, Kept: []int64{1}, Job: "k", Step: &jobs.InFlight{Job: "k", State: jobs.StepSaved, Base: jobs.WorkspaceRef{Name: "ws"}}},
 		map[int64]map[string]string{1: {"log.txt": "k\n"}})
 	now := time.Now().UTC()
-	if _, _, err := records.StoreResult(t.Context(), b.client.Stores().Results, &jobs.Result{ID: "k", Status: jobs.StatusSucceeded, FinishedAt: &now}, 0); err != nil {
+	if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, b.js).Results, &jobs.Result{ID: "k", Status: jobs.StatusSucceeded, FinishedAt: &now}, 0); err != nil {
 		t.Fatal(err)
 	}
 	b.startWorker(t, worker.Config{ID: "w1"})
