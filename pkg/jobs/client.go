@@ -412,9 +412,3 @@ func storeEncoded(ctx context.Context, kv jetstream.KeyValue, r *Result, data []
 	}
 	return w, false, nil
 }
-
-// ValidReplyTo reports why s may not be a job's reply subject, or nil:
-// it must be a subject one can publish to (non-empty tokens, no wildcards,
-// whitespace or control characters), outside the server's "$" subjects and
-// outside the job queue.
-func ValidReplyTo(s string) error { return validReplyTo(s) }

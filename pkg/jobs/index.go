@@ -115,8 +115,8 @@ func (s *JobSpec) CodeCut() bool { return s.CodeBytes > len(s.Code) }
 // Cut reports whether Text is shorter than the file.
 func (f SpecFile) Cut() bool { return f.Bytes > len(f.Text) }
 
-// DecodeSummary parses a summary record.
-func DecodeSummary(data []byte) (*JobSummary, error) {
+// decodeSummary parses a summary record.
+func decodeSummary(data []byte) (*JobSummary, error) {
 	var s JobSummary
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, err

@@ -156,7 +156,7 @@ func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
 			if !contains(data, q.Contains) {
 				return true
 			}
-			s, err := DecodeSummary(data)
+			s, err := decodeSummary(data)
 			if err == nil {
 				s.Seq = seq
 				got = append(got, s)
@@ -203,7 +203,7 @@ func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*JobSum
 			return false
 		}
 		n++
-		s, err := DecodeSummary(data)
+		s, err := decodeSummary(data)
 		if err != nil {
 			return true
 		}
@@ -220,7 +220,7 @@ func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*JobSummary, int,
 	total := 0
 	err := x.read(ctx, 1, 0, fleet.IndexSubjectPrefix+"dead.>", func(seq uint64, data []byte) bool {
 		total++
-		if s, err := DecodeSummary(data); err == nil {
+		if s, err := decodeSummary(data); err == nil {
 			s.Seq = seq
 			ring = append(ring, s)
 			if len(ring) > limit {
@@ -244,7 +244,7 @@ func (x *Index) Summary(ctx context.Context, id string) (*JobSummary, error) {
 	if err != nil {
 		return nil, x.lookupErr(id, err)
 	}
-	s, err := DecodeSummary(m.Data)
+	s, err := decodeSummary(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("index record of %s: %w", id, err)
 	}

@@ -70,9 +70,9 @@ import (
 // JetStream limits, but not a queue of their own, and would split the one
 // topology the workers serve; docs/operations.md (Tenants) measures the residue.
 
-// TenantInboxPrefix is the inbox prefix of tenant t's connections
+// tenantInboxPrefix is the inbox prefix of tenant t's connections
 // (nats.CustomInboxPrefix): the only inboxes t may subscribe to.
-func TenantInboxPrefix(t string) string { return "_INBOX." + t }
+func tenantInboxPrefix(t string) string { return "_INBOX." + t }
 
 // tenantReplyTo checks that a job of tenant t replies only where t alone
 // may listen.
@@ -80,16 +80,16 @@ func tenantReplyTo(t, replyTo string) error {
 	if t == "" {
 		return nil
 	}
-	if strings.HasPrefix(replyTo, TenantInboxPrefix(t)+".") || strings.HasPrefix(replyTo, "results."+t+".") {
+	if strings.HasPrefix(replyTo, tenantInboxPrefix(t)+".") || strings.HasPrefix(replyTo, "results."+t+".") {
 		return nil
 	}
 	return &field.Error{Field: "reply_to", Reason: fmt.Sprintf("%s: a job of tenant %s replies only on %s.> or results.%s.>",
-		field.Quote(replyTo), t, TenantInboxPrefix(t), t)}
+		field.Quote(replyTo), t, tenantInboxPrefix(t), t)}
 }
 
 // ReplyToFor reports why replyTo may not be the reply subject of the job
 // with this ID (the subject's, which is authoritative), or nil: it must be
-// a valid reply subject (ValidReplyTo) and, for a tenant's job, one only
+// a valid reply subject (see Job.Validate) and, for a tenant's job, one only
 // that tenant may listen on.
 func ReplyToFor(id, replyTo string) error {
 	if err := validReplyTo(replyTo); err != nil {
@@ -101,7 +101,7 @@ func ReplyToFor(id, replyTo string) error {
 // TenantOptions are the NATS options a tenant's connection needs: its own
 // inbox prefix.
 func TenantOptions(t string) []nats.Option {
-	return []nats.Option{nats.CustomInboxPrefix(TenantInboxPrefix(t))}
+	return []nats.Option{nats.CustomInboxPrefix(tenantInboxPrefix(t))}
 }
 
 // NewTenantClient returns a client for tenant t, over a connection made
