@@ -386,7 +386,7 @@ func (c *idCommand) get(ctx context.Context, client *jobs.Client, id string) err
 	if !errors.Is(err, jobs.ErrNotFound) {
 		return fail(exitUnavailable, "%w", err)
 	}
-	queued, err := client.Queued(ctx, id)
+	queued, err := client.Pending(ctx, id)
 	switch {
 	case errors.Is(err, jobs.ErrNotTenants):
 		return fail(exitPending, "job %s has no result yet: queued or running, or no such job (a tenant cannot read the queue; results are kept 24h)", id)
@@ -410,7 +410,7 @@ func (c *idCommand) wait(ctx context.Context, client *jobs.Client, id string) er
 	// Opened the watch first: a job finishing now is not missed, and one
 	// that is neither stored nor queued is unknown.
 	if _, err := client.Get(ctx, id); errors.Is(err, jobs.ErrNotFound) {
-		queued, err := client.Queued(ctx, id)
+		queued, err := client.Pending(ctx, id)
 		if errors.Is(err, jobs.ErrNotTenants) {
 			queued, err = true, nil // a tenant cannot look at the queue: wait for the result
 		}

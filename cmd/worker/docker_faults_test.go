@@ -157,7 +157,7 @@ func TestBinaryForceDocker(t *testing.T) {
 	if _, err := client.Get(t.Context(), "sleeper"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("forced job has a result: %v", err)
 	}
-	if q, err := client.Queued(t.Context(), "sleeper"); !q || err != nil {
+	if q, err := client.Pending(t.Context(), "sleeper"); !q || err != nil {
 		t.Errorf("forced job not queued: %v %v", q, err)
 	}
 	if logs := w.logs.String(); !strings.Contains(logs, `"verdict":"nak"`) {

@@ -69,7 +69,7 @@ func TestCancelPendingWhenResultsWriteRefused(t *testing.T) {
 	if _, err := admin.Get(t.Context(), "q1"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("a result was stored despite the refusal: %v", err)
 	}
-	if q, err := admin.Queued(t.Context(), "q1"); err != nil || !q {
+	if q, err := admin.Pending(t.Context(), "q1"); err != nil || !q {
 		t.Errorf("job no longer queued: %v %v", q, err)
 	}
 

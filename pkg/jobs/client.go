@@ -166,7 +166,7 @@ func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff
 }
 
 // Get returns the stored result of a job, or ErrNotFound when there is none
-// (yet: the job may still be queued or running; see Queued).
+// (yet: the job may still be queued or running; see Pending).
 func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 	if c.tenant != "" {
 		return c.tenantGet(ctx, id)
@@ -181,14 +181,15 @@ func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 	return DecodeStoredResult(id, e.Value())
 }
 
-// Queued reports whether a job with this ID is in the stream: queued, or
-// running (a job leaves the stream only once its result is stored).
-func (c *Client) Queued(ctx context.Context, id string) (bool, error) {
+// Pending reports whether a job with this ID is in the stream: queued, or
+// running (a job leaves the stream only once its result is stored). Phase
+// tells the two apart.
+func (c *Client) Pending(ctx context.Context, id string) (bool, error) {
 	if !ValidID(id) {
 		return false, nil
 	}
 	if c.tenant != "" {
-		return false, fmt.Errorf("queued: %w", ErrNotTenants)
+		return false, fmt.Errorf("pending: %w", ErrNotTenants)
 	}
 	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -274,7 +275,7 @@ func (rw *ResultWatch) Stop() error {
 }
 
 // Wait blocks until the job's result is stored, or ctx is done. It does not
-// check that the job exists; bound it with a deadline, or use Queued.
+// check that the job exists; bound it with a deadline, or use Pending.
 func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 	rw, err := c.Watch(ctx, id)
 	if err != nil {
@@ -337,7 +338,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	queued, err := c.Queued(ctx, id)
+	queued, err := c.Pending(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -98,8 +98,8 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Errorf("stream holds %d messages after a duplicate, want 1", info.State.Msgs)
 	}
-	if ok, err := c.Queued(t.Context(), id); !ok || err != nil {
-		t.Errorf("Queued(%s) = %v, %v", id, ok, err)
+	if ok, err := c.Pending(t.Context(), id); !ok || err != nil {
+		t.Errorf("Pending(%s) = %v, %v", id, ok, err)
 	}
 	if _, err := c.Submit(t.Context(), &jobs.Job{Image: "python"}); err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestSubmitWhenRoom(t *testing.T) {
 	if o := <-done; o.err != nil || o.id != "second" {
 		t.Fatalf("after room was made: %+v", o)
 	}
-	if ok, _ := c.Queued(t.Context(), "second"); !ok {
+	if ok, _ := c.Pending(t.Context(), "second"); !ok {
 		t.Error("the job published after the wait is not queued")
 	}
 }

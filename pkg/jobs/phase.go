@@ -30,7 +30,7 @@ func (c *Client) Phase(ctx context.Context, id string) (Phase, error) {
 	if !ValidID(id) {
 		return "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
-	_, phase, err := c.pending(ctx, id)
+	_, phase, err := c.inStream(ctx, id)
 	return phase, err
 }
 
@@ -41,7 +41,7 @@ func (c *Client) PendingJob(ctx context.Context, id string) (*Job, Phase, error)
 	if !ValidID(id) {
 		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
-	msg, phase, err := c.pending(ctx, id)
+	msg, phase, err := c.inStream(ctx, id)
 	if err != nil {
 		return nil, "", err
 	}
@@ -57,8 +57,8 @@ func (c *Client) PendingJob(ctx context.Context, id string) (*Job, Phase, error)
 	return job, phase, nil
 }
 
-// pending reads a job's message and its phase.
-func (c *Client) pending(ctx context.Context, id string) (*jetstream.RawStreamMsg, Phase, error) {
+// inStream reads a job's message and its phase.
+func (c *Client) inStream(ctx context.Context, id string) (*jetstream.RawStreamMsg, Phase, error) {
 	if c.tenant != "" {
 		return nil, "", fmt.Errorf("phase: %w", ErrNotTenants)
 	}

@@ -110,7 +110,7 @@ func TenantOptions(t string) []nats.Option {
 // Submit qualifies job IDs (id → t.id; a new ID is t.<UUIDv7>) and
 // workspace names (agent → t.agent) and returns the qualified ID, which
 // Get, Wait, Cancel and Follow take; the workspace calls take a name with
-// or without its tenant, and read only t's. Status, Queued and Stores are
+// or without its tenant, and read only t's. Status, Pending and Phase are
 // not a tenant's.
 func NewTenantClient(js jetstream.JetStream, t string, cfg Config) (*Client, error) {
 	if !ValidTenant(t) {

@@ -65,8 +65,8 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
-	if q, err := b.client.Queued(t.Context(), "doomed"); q || err != nil {
-		t.Errorf("Queued(doomed) = %v, %v after the dead letter", q, err)
+	if q, err := b.client.Pending(t.Context(), "doomed"); q || err != nil {
+		t.Errorf("Pending(doomed) = %v, %v after the dead letter", q, err)
 	}
 	// The index lists it as a dead letter.
 	idx, err := b.client.Index(t.Context())
@@ -136,7 +136,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 		info, err := cons.Info(t.Context())
 		return err == nil && info.NumAckPending == 0
 	})
-	if q, err := b.client.Queued(t.Context(), "limbo"); !q || err != nil {
+	if q, err := b.client.Pending(t.Context(), "limbo"); !q || err != nil {
 		t.Fatalf("the given-up message is not in the stream: %v %v", q, err)
 	}
 	if _, err := b.client.Get(t.Context(), "limbo"); err == nil {
@@ -152,7 +152,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 		t.Errorf("swept result: %+v", res)
 	}
 	testutil.Eventually(t, 10*time.Second, "limbo message removed", func() bool {
-		q, err := b.client.Queued(t.Context(), "limbo")
+		q, err := b.client.Pending(t.Context(), "limbo")
 		return err == nil && !q
 	})
 	if n := b.exec.Runs("limbo"); n != 0 {
@@ -189,7 +189,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	// give up, and the worker gets the advisory.
 	b.startWorker(t, worker.Config{})
 	testutil.Eventually(t, 15*time.Second, "message removed", func() bool {
-		q, err := b.client.Queued(t.Context(), "done-then-died")
+		q, err := b.client.Pending(t.Context(), "done-then-died")
 		return err == nil && !q
 	})
 	res, err := b.client.Get(t.Context(), "done-then-died")

@@ -450,7 +450,7 @@ func TestWorkspaceWaiterCanceled(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "waiter delivered", func() bool {
-		q, err := b.client.Queued(t.Context(), "waiter")
+		q, err := b.client.Pending(t.Context(), "waiter")
 		if err != nil || !q {
 			return false
 		}
