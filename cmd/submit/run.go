@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
-	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -98,8 +97,7 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, c.waitRoom)
 		defer cancel()
-		b := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.New()
-		return client.SubmitWhenRoom(ctx, job, b)
+		return client.SubmitWhenRoom(ctx, job, 100*time.Millisecond, 5*time.Second)
 	}
 	if c.detach {
 		id, err := submit()

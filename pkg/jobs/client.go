@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -134,10 +134,16 @@ func (c *Client) Enqueue(ctx context.Context, job *Job) (id string, queued bool,
 }
 
 // SubmitWhenRoom is Submit that waits for room: while the queue is full it
-// retries after the delays b gives, until b stops or ctx ends, and then
-// returns the last ErrQueueFull. Other errors are returned at once.
-func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff) (string, error) {
-	b.Reset()
+// tries again, first after about initial, then after half as long again
+// each time, up to about max (each delay spread by half of it either way,
+// so that submitters a full queue turned away together do not come back
+// together), until ctx ends, and then returns the last ErrQueueFull.
+// Other errors are returned at once. Bound the wait with ctx's deadline.
+func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, initial, max time.Duration) (string, error) {
+	if initial <= 0 || max < initial {
+		return "", fmt.Errorf("submit when room: delays %s to %s: %w", initial, max, ErrInvalidConfig)
+	}
+	b := retry.Policy{Initial: initial, Max: max}.New()
 	var full error
 	for {
 		id, err := c.Submit(ctx, job)
@@ -151,11 +157,7 @@ func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff
 		default:
 			return "", err
 		}
-		d := b.NextBackOff()
-		if d == backoff.Stop {
-			return "", full
-		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(b.NextBackOff())
 		select {
 		case <-t.C:
 		case <-ctx.Done():

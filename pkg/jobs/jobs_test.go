@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,12 +141,6 @@ func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 	}
 }
 
-// countingBackOff retries every millisecond and counts the retries.
-type countingBackOff struct{ n atomic.Int32 }
-
-func (b *countingBackOff) NextBackOff() time.Duration { b.n.Add(1); return time.Millisecond }
-func (b *countingBackOff) Reset()                     {}
-
 // SubmitWhenRoom waits while the queue is full and publishes once there is
 // room; with no room before its context ends it returns ErrQueueFull.
 func TestSubmitWhenRoom(t *testing.T) {
@@ -161,21 +154,24 @@ func TestSubmitWhenRoom(t *testing.T) {
 	// machine (a wait that ends before any answer is the deadline's error).
 	short, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	if _, err := c.SubmitWhenRoom(short, &jobs.Job{Image: "python"}, &countingBackOff{}); !errors.Is(err, jobs.ErrQueueFull) {
+	if _, err := c.SubmitWhenRoom(short, &jobs.Job{Image: "python"}, time.Millisecond, time.Millisecond); !errors.Is(err, jobs.ErrQueueFull) {
 		t.Fatalf("no room before the deadline: %v, want ErrQueueFull", err)
 	}
 
-	b := &countingBackOff{}
+	// Each try is a publish on the client's connection, the only one
+	// publishing now.
+	tries := func() uint64 { return js.Conn().Stats().OutMsgs }
+	before := tries()
 	type outcome struct {
 		id  string
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		id, err := c.SubmitWhenRoom(t.Context(), &jobs.Job{ID: "second", Image: "python"}, b)
+		id, err := c.SubmitWhenRoom(t.Context(), &jobs.Job{ID: "second", Image: "python"}, time.Millisecond, time.Millisecond)
 		done <- outcome{id, err}
 	}()
-	testutil.Eventually(t, 10*time.Second, "SubmitWhenRoom retrying while the queue is full", func() bool { return b.n.Load() >= 3 })
+	testutil.Eventually(t, 10*time.Second, "SubmitWhenRoom retrying while the queue is full", func() bool { return tries() >= before+3 })
 	select {
 	case o := <-done:
 		t.Fatalf("SubmitWhenRoom returned %+v while the queue was full", o)
