@@ -24,7 +24,8 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrNotFound: no result and no queued or running job has this ID.
 	ErrNotFound = errors.New("job not found")
-	// ErrFinished: Cancel found the job already finished.
+	// ErrFinished: Cancel found the job already finished (a
+	// *FinishedError, which holds its result).
 	ErrFinished = errors.New("job already finished")
 	// ErrCancelPending: Cancel recorded the cancel request, but no canceled
 	// result was stored within Config.CancelWait and the client could
@@ -329,14 +330,15 @@ func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 // submitter may not write RESULTS), it returns ErrCancelPending: the
 // request is recorded and the job will finish as canceled.
 //
-// Cancel returns the job's final result: canceled, or, with ErrFinished,
-// the result it had already reached. An unknown ID yields ErrNotFound.
+// Cancel returns the job's final result: canceled, or, with a
+// *FinishedError (ErrFinished), the result it had already reached. An
+// unknown ID yields ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	if c.tenant != "" {
 		return c.tenantCancel(ctx, id)
 	}
 	if r, err := c.Get(ctx, id); err == nil {
-		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		return r, &FinishedError{Result: r}
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
@@ -347,7 +349,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	if !queued {
 		// It may have finished between the two looks.
 		if r, err := c.Get(ctx, id); err == nil {
-			return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+			return r, &FinishedError{Result: r}
 		}
 		return nil, fmt.Errorf("cancel: %w: %s", ErrNotFound, id)
 	}
@@ -364,7 +366,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	defer cancel()
 	if r, err := rw.Next(wctx); err == nil {
 		if r.Status != StatusCanceled {
-			return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+			return r, &FinishedError{Result: r}
 		}
 		return r, nil
 	} else if ctx.Err() != nil {
@@ -383,10 +385,22 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		return nil, fmt.Errorf("cancel %s: %w (storing the result: %w)", id, ErrCancelPending, err)
 	}
 	if !won && stored.Status != StatusCanceled {
-		return stored, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, stored.Status)
+		return stored, &FinishedError{Result: stored}
 	}
 	return stored, nil
 }
+
+// FinishedError is Cancel's error for a job that had finished before the
+// cancel took: Result is its result, also returned beside the error.
+type FinishedError struct {
+	Result *Result
+}
+
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("cancel %s: %s (%s)", e.Result.ID, ErrFinished, e.Result.Status)
+}
+
+func (e *FinishedError) Unwrap() error { return ErrFinished }
 
 // storeCanceled stores the canceled result res of a job no worker
 // finished, unless another result is stored first. It is far under any

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"slices"
@@ -142,6 +143,27 @@ func ExampleClient_WatchResults() {
 	// case-1 succeeded: case-1
 	// case-2 succeeded: case-2
 	// case-3 succeeded: case-3
+}
+
+// Cancel a job that may have finished already: the error says so, with
+// the result it reached.
+func ExampleClient_Cancel() {
+	url, stop := startFleet()
+	defer stop()
+	client := connect(url)
+
+	ctx := context.Background()
+	res, err := client.SubmitAndWait(ctx, &jobs.Job{Image: "python", Code: "print done"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = client.Cancel(ctx, res.ID)
+	if finished := (*jobs.FinishedError)(nil); errors.As(err, &finished) {
+		fmt.Println("finished before the cancel:", finished.Result.Status)
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	// Output: finished before the cancel: succeeded
 }
 
 // connect is the start of ExampleClient_SubmitAndWait: a client of the

@@ -332,7 +332,7 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 // job's key in CANCELS and waits CancelWait for the canceled result.
 func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	if r, err := c.tenantGet(ctx, id); err == nil {
-		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		return r, &FinishedError{Result: r}
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
@@ -350,7 +350,7 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	r, err := rw.Next(wctx)
 	switch {
 	case err == nil && r.Status != StatusCanceled:
-		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		return r, &FinishedError{Result: r}
 	case err == nil:
 		return r, nil
 	case ctx.Err() != nil:
