@@ -169,6 +169,9 @@ func (f *follower) watchResult(ctx context.Context) (initial *Result, later <-ch
 // fleet whose permissions predate it does not answer them.
 const eventsTimeout = 5 * time.Second
 
+// run follows the job in three phases: it opens the watch of the result,
+// yields the queued event (begin), then relays the stored events until
+// the one the result makes the last (relay).
 func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) error {
 	// The result's watch is opened first: a result stored from now on
 	// reaches it, one stored before is its initial value.
@@ -177,52 +180,86 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 		return err
 	}
 	defer stopWatch()
-	queued, final, err := f.queued(ctx, final)
-	if err != nil {
+	p, more, err := f.begin(ctx, yield, final, updates)
+	if err != nil || !more {
 		return err
 	}
-	if err := f.openEvents(ctx); err != nil {
-		return err
-	}
-	// With ReplayOnly, what is stored now is all there is to yield.
-	var end uint64
-	if f.o.replayOnly {
-		if end, err = f.lastSeq(ctx); err != nil {
-			return err
-		}
-	}
-	if !yield(queued, nil) {
-		return nil
-	}
-	if f.o.replayOnly && end == 0 && final == nil {
-		return nil
-	}
-
 	events, consumeDone, stop, err := f.consume(ctx)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	if err := p.aim(ctx, f); err != nil {
+		return err
+	}
+	return f.relay(ctx, yield, p, events, consumeDone)
+}
 
-	// Once the result is known, target is the last event stored then:
+// progress is where a follow stands while it relays the stored events.
+type progress struct {
+	final   *Result             // the stored result, once known
+	updates <-chan resultUpdate // the result stored later; nil once none is awaited
+	// end is, with ReplayOnly, the last event stored when Follow was
+	// called: what is stored then is all there is to yield.
+	end uint64
+	// target is, once the result is known, the last event stored then:
 	// the worker publishes a run's events before it stores the result, so
 	// when target is yielded, the job's events are all out.
-	var target, seen uint64
-	if final != nil {
-		if target, err = f.lastSeq(ctx); err != nil {
+	target uint64
+	seen   uint64 // the sequence of the last event received
+}
+
+// begin yields the queued event, after binding EVENTS and, with
+// ReplayOnly, noting where it ends. more is false when there is nothing
+// more to yield.
+func (f *follower) begin(ctx context.Context, yield func(*Event, error) bool, final *Result, updates <-chan resultUpdate) (p *progress, more bool, err error) {
+	queued, final, err := f.queued(ctx, final)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := f.openEvents(ctx); err != nil {
+		return nil, false, err
+	}
+	p = &progress{final: final, updates: updates}
+	if f.o.replayOnly {
+		if p.end, err = f.lastSeq(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	if !yield(queued, nil) {
+		return nil, false, nil
+	}
+	if f.o.replayOnly && p.end == 0 && final == nil {
+		return nil, false, nil
+	}
+	return p, true, nil
+}
+
+// aim sets the target of a result known already, and stops awaiting one
+// that is not wanted: a result stored after the call is not replayed.
+func (p *progress) aim(ctx context.Context, f *follower) (err error) {
+	if p.final != nil {
+		if p.target, err = f.lastSeq(ctx); err != nil {
 			return err
 		}
 	}
-	if f.o.replayOnly || final != nil {
-		updates = nil // a result stored after the call is not replayed
+	if f.o.replayOnly || p.final != nil {
+		p.updates = nil
 	}
+	return nil
+}
+
+// relay yields the events as the consumer delivers them, until the last
+// one the result makes the target (then the finished event with the
+// result), the end of a replay, or a finished event.
+func (f *follower) relay(ctx context.Context, yield func(*Event, error) bool, p *progress, events <-chan jetstream.Msg, consumeDone <-chan struct{}) error {
 	idle := time.NewTimer(catchUpIdle)
 	defer idle.Stop()
 	for {
 		switch {
-		case final != nil && seen >= target:
-			return f.finish(yield, &Event{Type: EventFinished, ID: f.id, Attempt: final.Attempt, Time: finishedAt(final)}, final)
-		case final == nil && f.o.replayOnly && seen >= end:
+		case p.final != nil && p.seen >= p.target:
+			return f.finish(yield, &Event{Type: EventFinished, ID: f.id, Attempt: p.final.Attempt, Time: finishedAt(p.final)}, p.final)
+		case p.final == nil && f.o.replayOnly && p.seen >= p.end:
 			return nil
 		}
 		idle.Reset(catchUpIdle)
@@ -234,54 +271,68 @@ func (f *follower) run(ctx context.Context, yield func(*Event, error) bool) erro
 		case <-idle.C:
 			// What was stored and is still not delivered expired (MaxAge)
 			// in between.
-			if final != nil {
-				target = seen
+			if p.final != nil {
+				p.target = p.seen
 			} else if f.o.replayOnly {
 				return nil
 			}
-		case u := <-updates:
-			if u.err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("follow %s: %w", f.id, u.err)
-			}
-			final, updates = u.res, nil
-			if target, err = f.lastSeq(ctx); err != nil {
+		case u := <-p.updates:
+			if err := f.stored(ctx, p, u); err != nil {
 				return err
 			}
 		case m := <-events:
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			seen = meta.Sequence.Stream
-			if final != nil && meta.NumPending == 0 && seen < target {
-				// Nothing pending when the server sent m, which may have
-				// been before the events up to target were stored: only
-				// a fresh look says whether what is left of target expired.
-				if last, err := f.lastSeq(ctx); err == nil && last <= seen {
-					target = seen
-				}
-			}
-			var ev Event
-			if json.Unmarshal(m.Data(), &ev) != nil || ev.ID != f.id {
-				continue // only workers write here; skip what is not an event of this job
-			}
-			ev.Seq = seen
-			if ev.Type == EventFinished {
-				if final == nil {
-					if final, err = f.c.Get(ctx, f.id); err != nil {
-						return err
-					}
-				}
-				return f.finish(yield, &ev, final)
-			}
-			if !yield(&ev, nil) {
-				return nil
+			if done, err := f.deliver(ctx, yield, p, m); done || err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// stored takes in the result stored while the follow relays: the events
+// stored by then are the ones left to yield.
+func (f *follower) stored(ctx context.Context, p *progress, u resultUpdate) (err error) {
+	if u.err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("follow %s: %w", f.id, u.err)
+	}
+	p.final, p.updates = u.res, nil
+	p.target, err = f.lastSeq(ctx)
+	return err
+}
+
+// deliver yields the event of message m, unless it is not one of this
+// job's. done is true when the follow ends: the event was the finished
+// one, or the caller stopped.
+func (f *follower) deliver(ctx context.Context, yield func(*Event, error) bool, p *progress, m jetstream.Msg) (done bool, err error) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return false, nil
+	}
+	p.seen = meta.Sequence.Stream
+	if p.final != nil && meta.NumPending == 0 && p.seen < p.target {
+		// Nothing pending when the server sent m, which may have been
+		// before the events up to target were stored: only a fresh look
+		// says whether what is left of target expired.
+		if last, err := f.lastSeq(ctx); err == nil && last <= p.seen {
+			p.target = p.seen
+		}
+	}
+	var ev Event
+	if json.Unmarshal(m.Data(), &ev) != nil || ev.ID != f.id {
+		return false, nil // only workers write here; skip what is not an event of this job
+	}
+	ev.Seq = p.seen
+	if ev.Type == EventFinished {
+		if p.final == nil {
+			if p.final, err = f.c.Get(ctx, f.id); err != nil {
+				return true, err
+			}
+		}
+		return true, f.finish(yield, &ev, p.final)
+	}
+	return !yield(&ev, nil), nil
 }
 
 // finish yields the last event with the stored result.
