@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
