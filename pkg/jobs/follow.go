@@ -46,7 +46,7 @@ const catchUpIdle = 5 * time.Second
 // stored before it have been yielded, even when the worker's own finished
 // event never comes (a worker killed between the two, a job canceled while
 // queued). A job that finished before the call yields its events, as far
-// as EVENTS still keeps them (Topology.EventsMaxAge), then its result.
+// as EVENTS still keeps them (the fleet's events max age, 1h by default), then its result.
 //
 // An unknown ID yields ErrNotFound: call Follow after Submit (nothing is
 // missed: the events and the result stay stored). Errors end the

@@ -61,7 +61,7 @@ import (
 // them, so a tenant creates none on a stream anyone else reads: it waits
 // for a result by a subscription to the key's subject and direct gets
 // (keyWatch, as the operator's client does too), and follows its jobs on
-// EVENTS_t, whose consumers are capped (Topology.TenantMaxConsumers) and
+// EVENTS_t, whose consumers are capped (256 by default) and
 // expire when idle, durable or not. The server's JetStream API has one request queue, dropped whole
 // when full, and no per-user rate: a tenant can flood it, which delays
 // every API call, but a result wait makes none (a direct get is answered

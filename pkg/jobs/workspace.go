@@ -20,12 +20,12 @@ import (
 // latest snapshot (a tar of the working directory, written by the sandbox's
 // launcher) restored before it runs, and the directory after it becomes
 // the workspace's next revision. Snapshots are objects of the SNAPSHOTS
-// object store, named "<workspace>/<revision>.<take>" (SaveName; the head
+// object store, named "<workspace>/<revision>.<take>" (internal/fleet's SaveName; the head
 // names them); the head of each workspace
 // is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
 // WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
 // the files a job's outputs name, are objects of ARTIFACTS named
-// "<job id>/<run>/<path>" (ArtifactKey). A tenant's workspaces are named <tenant>.<name> and
+// "<job id>/<run>/<path>". A tenant's workspaces are named <tenant>.<name> and
 // its snapshots and artifacts live in object stores of its own,
 // SNAPSHOTS_<tenant> and ARTIFACTS_<tenant> (see tenant.go).
 
@@ -226,8 +226,8 @@ type WorkspaceHead struct {
 	// Kept lists the revisions whose snapshots are kept, oldest first; a
 	// fork may start from any of them.
 	Kept []int64 `json:"kept,omitempty"`
-	// Snapshots names the object of each kept revision (SaveName); one it
-	// leaves out is at SnapshotName. Use Snapshot.
+	// Snapshots names the object of each kept revision; one it leaves out
+	// is at "<workspace>/<revision>". Use Snapshot.
 	Snapshots map[int64]string `json:"snapshots,omitempty"`
 	UpdatedAt time.Time        `json:"updated_at"`
 	// Step is the step in flight, if any.
