@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -292,48 +291,14 @@ func (j *Job) Validate() error {
 		return invalid("retry_of %q must be a job ID", shorten.Text(j.RetryOf, 170))
 	}
 	if j.ReplyTo != "" {
-		if err := validReplyTo(j.ReplyTo); err != nil {
+		if err := fleet.ValidReplyTo(j.ReplyTo); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
-		if err := tenantReplyTo(TenantOf(j.ID), j.ReplyTo); err != nil {
+		if err := fleet.TenantReplyTo(TenantOf(j.ID), j.ReplyTo); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
 	return nil
-}
-
-// validReplyTo checks a reply subject: a publishable subject outside the
-// server's own ($JS, $KV, $SYS and every other "$" subject: a result
-// published there would be an API request made with the worker's
-// permissions) and outside the job queue (a result there would be a job).
-func validReplyTo(s string) error {
-	const at = "reply_to"
-	switch {
-	case !validSubject(s):
-		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is not a NATS subject one can publish to (no wildcards, spaces or empty tokens, at most 255 bytes)", field.Quote(s))}
-	case strings.HasPrefix(s, "$"):
-		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is a system subject (those starting with $ are the server's)", field.Quote(s))}
-	case strings.HasPrefix(s, fleet.SubjectPrefix):
-		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is in the job queue (%s>)", field.Quote(s), fleet.SubjectPrefix)}
-	}
-	return nil
-}
-
-func validSubject(s string) bool {
-	if len(s) > 255 {
-		return false
-	}
-	for _, tok := range bytes.Split([]byte(s), []byte(".")) {
-		if len(tok) == 0 {
-			return false
-		}
-		for _, c := range tok {
-			if c <= ' ' || c == '*' || c == '>' || c == 0x7f {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // notUTF8 names the field of a job that is not valid UTF-8. A JSON decoder

@@ -70,38 +70,10 @@ import (
 // JetStream limits, but not a queue of their own, and would split the one
 // topology the workers serve; docs/operations.md (Tenants) measures the residue.
 
-// tenantInboxPrefix is the inbox prefix of tenant t's connections
-// (nats.CustomInboxPrefix): the only inboxes t may subscribe to.
-func tenantInboxPrefix(t string) string { return "_INBOX." + t }
-
-// tenantReplyTo checks that a job of tenant t replies only where t alone
-// may listen.
-func tenantReplyTo(t, replyTo string) error {
-	if t == "" {
-		return nil
-	}
-	if strings.HasPrefix(replyTo, tenantInboxPrefix(t)+".") || strings.HasPrefix(replyTo, "results."+t+".") {
-		return nil
-	}
-	return &field.Error{Field: "reply_to", Reason: fmt.Sprintf("%s: a job of tenant %s replies only on %s.> or results.%s.>",
-		field.Quote(replyTo), t, tenantInboxPrefix(t), t)}
-}
-
-// ReplyToFor reports why replyTo may not be the reply subject of the job
-// with this ID (the subject's, which is authoritative), or nil: it must be
-// a valid reply subject (see Job.Validate) and, for a tenant's job, one only
-// that tenant may listen on.
-func ReplyToFor(id, replyTo string) error {
-	if err := validReplyTo(replyTo); err != nil {
-		return err
-	}
-	return tenantReplyTo(TenantOf(id), replyTo)
-}
-
 // TenantOptions are the NATS options a tenant's connection needs: its own
 // inbox prefix.
 func TenantOptions(t string) []nats.Option {
-	return []nats.Option{nats.CustomInboxPrefix(tenantInboxPrefix(t))}
+	return []nats.Option{nats.CustomInboxPrefix(fleet.TenantInboxPrefix(t))}
 }
 
 // NewTenantClient returns a client for tenant t, over a connection made

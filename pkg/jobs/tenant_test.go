@@ -41,8 +41,8 @@ func TestTenantIDsAndReplies(t *testing.T) {
 		{"t.x", "agent.7", false},
 		{"t.x", "$KV.RESULTS.t.y", false},
 	} {
-		if err := ReplyToFor(tc.id, tc.replyTo); (err == nil) != tc.ok {
-			t.Errorf("ReplyToFor(%q, %q) = %v", tc.id, tc.replyTo, err)
+		if err := fleet.ReplyToFor(tc.id, tc.replyTo); (err == nil) != tc.ok {
+			t.Errorf("fleet.ReplyToFor(%q, %q) = %v", tc.id, tc.replyTo, err)
 		}
 		j := Job{ID: tc.id, Queue: "q", Image: "python", ReplyTo: tc.replyTo}
 		if err := j.Validate(); (err == nil) != tc.ok {

@@ -467,7 +467,7 @@ func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
 // overwrite another job's result, to $JS.API.* it would be an API call,
 // to another tenant's inbox a forged reply (whose tenant: the subject's ID).
 func (w *Worker) reply(job *jobs.Job, res *jobs.Result, log *slog.Logger) {
-	if job == nil || job.ReplyTo == "" || jobs.ReplyToFor(res.ID, job.ReplyTo) != nil {
+	if job == nil || job.ReplyTo == "" || fleet.ReplyToFor(res.ID, job.ReplyTo) != nil {
 		return
 	}
 	data, err := json.Marshal(res)
