@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -188,7 +189,7 @@ func (h *Host) save(ctx context.Context, l *live) error {
 			return fmt.Errorf("put %s: %w", obj, err)
 		}
 		now := time.Now().UTC()
-		next := head.WithRevision(obj, rep.Bytes, rep.Files, rep.SHA256, info.ID, h.cfg.KeepRevisions, now)
+		next := records.WithRevision(head, obj, rep.Bytes, rep.Files, rep.SHA256, info.ID, h.cfg.KeepRevisions, now)
 		data, err := json.Marshal(next)
 		if err != nil {
 			return err
