@@ -198,7 +198,7 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 	var err error
 	st.Stream, err = js.Stream(ctx, StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return t.ensure(ctx, js, maker{js: js, keep: true})
+		return t.ensure(ctx, js, maker{js: js, leaveExisting: true})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
@@ -209,7 +209,7 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 	}{{ResultsBucket, &st.Results}, {WorkersBucket, &st.Workers}, {CancelsBucket, &st.Cancels}} {
 		*b.kv, err = js.KeyValue(ctx, b.name)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return t.ensure(ctx, js, maker{js: js, keep: true})
+			return t.ensure(ctx, js, maker{js: js, leaveExisting: true})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", b.name, err)

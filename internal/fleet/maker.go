@@ -10,7 +10,7 @@ import (
 )
 
 // maker makes streams and buckets: creating those that do not exist, and
-// updating those that do to the configuration given, or with keep leaving
+// updating those that do to the configuration given, or with leaveExisting leaving
 // them as they are. A client that opens a fleet's topology while its
 // workers still set it up (the gateway beside an embedded worker) makes
 // what is missing with the defaults, and the workers' settings, written
@@ -19,12 +19,12 @@ import (
 // of the configuration it read, which a worker's update in the round trip
 // between would lose (the worker's next Ensure writes it again).
 type maker struct {
-	js   jetstream.JetStream
-	keep bool
+	js            jetstream.JetStream
+	leaveExisting bool // a client's: what exists is the workers' to set
 }
 
 func (m maker) stream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	if !m.keep {
+	if !m.leaveExisting {
 		return m.js.CreateOrUpdateStream(ctx, cfg)
 	}
 	s, err := m.js.CreateStream(ctx, cfg)
@@ -93,7 +93,7 @@ func (l caps) apply(sc *jetstream.StreamConfig) {
 // UpdateStream then sets what sandfleet wants of it, never nats.go's own
 // update (which would turn rollups back on and drop the caps until ours):
 // cfg's description, TTL and replicas as nats.go would set them, and
-// lim. With keep, a bucket that exists is left as it is but for its
+// lim. With leaveExisting, a bucket that exists is left as it is but for its
 // rollups, turned off if lim says so.
 func (m maker) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, lim caps) (jetstream.KeyValue, error) {
 	cfg.MaxBytes, cfg.MaxValueSize = lim.maxBytes, lim.maxMsgSize
@@ -142,23 +142,23 @@ func (m maker) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig,
 
 // tune makes the stream of a bucket (create, when it does not exist) and
 // updates its configuration with set and lim when they change it. An
-// existing stream with keep gets only its rollups turned off.
+// existing stream with leaveExisting gets only its rollups turned off.
 func (m maker) tune(ctx context.Context, name string, lim caps, create func() (made bool, err error), set func(*jetstream.StreamConfig)) error {
 	js := m.js
-	keep := m.keep
+	leave := m.leaveExisting
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		var made bool
 		if made, err = create(); err != nil {
 			return err
 		}
-		// A client that keeps (Open) and made it sets nothing but its
-		// rollups (below, from a fresh read): anything more could land
-		// over a worker's caps written in between, and the workers'
-		// Ensure at their start sets the rest. Made by another meanwhile,
-		// it is set as the maker says: a worker as t says, a client that
-		// keeps not at all beyond rollups.
-		if made && keep && !lim.noRollups {
+		// A client that leaves what exists (Open) and made it sets
+		// nothing but its rollups (below, from a fresh read): anything
+		// more could land over a worker's caps written in between, and
+		// the workers' Ensure at their start sets the rest. Made by
+		// another meanwhile, it is set as the maker says: a worker as t
+		// says, a client not at all beyond rollups.
+		if made && leave && !lim.noRollups {
 			return nil
 		}
 		s, err = js.Stream(ctx, name)
@@ -169,9 +169,9 @@ func (m maker) tune(ctx context.Context, name string, lim caps, create func() (m
 	old := s.CachedInfo().Config
 	sc := old
 	switch {
-	case keep && lim.noRollups:
+	case leave && lim.noRollups:
 		sc.AllowRollup = false
-	case keep:
+	case leave:
 	default:
 		set(&sc)
 		lim.apply(&sc)
