@@ -1,4 +1,4 @@
-package jobs_test
+package fleet_test
 
 import (
 	"bytes"
