@@ -87,7 +87,7 @@ type Config struct {
 
 // MaxKeepRevisions bounds Config.KeepRevisions: a head naming the
 // snapshot of each of them, with the longest names, stays well within
-// jobs.MaxHeadBytes, the cap of a value of WORKSPACES.
+// fleet.MaxHeadBytes, the cap of a value of WORKSPACES.
 const MaxKeepRevisions = 100
 
 // ErrInvalidConfig is wrapped by Config.Validate's errors.
