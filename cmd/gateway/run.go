@@ -220,7 +220,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	tenants := map[string]gateway.Conn{}
 	for t, file := range creds {
 		c, err := gateway.DialTenant(natsconn.Config{URL: o.natsURL, Name: "sandfleet-gateway-" + t, Persistent: true, Log: log.With("tenant", t)},
-			t, file, jobs.Topology{})
+			t, file, jobs.Config{})
 		if err != nil {
 			return err
 		}

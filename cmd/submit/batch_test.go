@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -271,7 +272,7 @@ func TestStatusQueueDepth(t *testing.T) {
 	}
 	// A consumer, as a worker of queue "default" creates it.
 	_, js := natstest.Connect(t, url)
-	if _, err := (jobs.Topology{}).EnsureConsumer(t.Context(), js, "default"); err != nil {
+	if _, err := (fleet.Topology{}).EnsureConsumer(t.Context(), js, "default"); err != nil {
 		t.Fatal(err)
 	}
 	got := submit(t, url, "", "status", "--json")

@@ -352,7 +352,7 @@ func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), 
 	}
 	if m.tenant != "" {
 		// A tenant may not read the topology: nothing to open.
-		client, err = jobs.NewTenantClient(js, m.tenant, jobs.Topology{})
+		client, err = jobs.NewTenantClient(js, m.tenant, jobs.Config{})
 		if err != nil {
 			nc.Close()
 			return nil, nil, err
@@ -361,7 +361,7 @@ func (m *Main) connect(ctx context.Context) (client *jobs.Client, close func(), 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	client, err = jobs.NewClient(ctx, js, jobs.Topology{})
+	client, err = jobs.NewClient(ctx, js, jobs.Config{})
 	if err != nil {
 		nc.Close()
 		url := natsconn.ServerURL(m.natsURL)

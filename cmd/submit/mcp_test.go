@@ -171,7 +171,7 @@ func TestMCPStdioThroughGateway(t *testing.T) {
 	nc, js := natstest.Connect(t, srv.ClientURL())
 	fx := &fakeexec.Executor{}
 	workertest.Start(t, js, fx, worker.Config{ID: "w1", Slots: 4})
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

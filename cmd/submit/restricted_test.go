@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 const testSubmitterPassword = "sEcretSubmitter7"
@@ -28,7 +28,7 @@ func restrictedServer(t *testing.T) string {
 		},
 	})
 	_, js := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
-	if _, err := (jobs.Topology{}).Ensure(t.Context(), js); err != nil {
+	if _, err := (fleet.Topology{}).Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
 	return strings.TrimPrefix(s.ClientURL(), "nats://")

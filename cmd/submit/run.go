@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
-	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -98,8 +97,7 @@ func (c *runCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, c.waitRoom)
 		defer cancel()
-		b := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.New()
-		return client.SubmitWhenRoom(ctx, job, b)
+		return client.SubmitWhenRoom(ctx, job, 100*time.Millisecond, 5*time.Second)
 	}
 	if c.detach {
 		id, err := submit()
@@ -386,7 +384,7 @@ func (c *idCommand) get(ctx context.Context, client *jobs.Client, id string) err
 	if !errors.Is(err, jobs.ErrNotFound) {
 		return fail(exitUnavailable, "%w", err)
 	}
-	queued, err := client.Queued(ctx, id)
+	queued, err := client.Pending(ctx, id)
 	switch {
 	case errors.Is(err, jobs.ErrNotTenants):
 		return fail(exitPending, "job %s has no result yet: queued or running, or no such job (a tenant cannot read the queue; results are kept 24h)", id)
@@ -410,7 +408,7 @@ func (c *idCommand) wait(ctx context.Context, client *jobs.Client, id string) er
 	// Opened the watch first: a job finishing now is not missed, and one
 	// that is neither stored nor queued is unknown.
 	if _, err := client.Get(ctx, id); errors.Is(err, jobs.ErrNotFound) {
-		queued, err := client.Queued(ctx, id)
+		queued, err := client.Pending(ctx, id)
 		if errors.Is(err, jobs.ErrNotTenants) {
 			queued, err = true, nil // a tenant cannot look at the queue: wait for the result
 		}

@@ -107,7 +107,7 @@ func (c *artifactsCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	defer closeConn()
 	res, err := client.Get(ctx, id)
 	if errors.Is(err, jobs.ErrNotFound) {
-		queued, qerr := client.Queued(ctx, id)
+		queued, qerr := client.Pending(ctx, id)
 		switch {
 		case errors.Is(qerr, jobs.ErrNotTenants):
 			return fail(exitPending, "job %s has no result yet: queued or running, or no such job (a tenant cannot read the queue; results and artifacts are kept 24h)", id)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/archivetest"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -81,7 +82,7 @@ func TestArtifactDownloadKeepsTheOldFile(t *testing.T) {
 		t.Fatalf("get: %+v", got)
 	}
 	_, js := natstest.Connect(t, url)
-	store, err := js.ObjectStore(t.Context(), jobs.ArtifactsBucket)
+	store, err := js.ObjectStore(t.Context(), fleet.ArtifactsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestWorkspaceGetRefusedLeavesNothing(t *testing.T) {
 		}
 	}
 	_, js := natstest.Connect(t, url)
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestWorkspaceGetRefusedLeavesNothing(t *testing.T) {
 	if err != nil || h.Revision != 2 {
 		t.Fatalf("head %+v, %v", h, err)
 	}
-	store, err := js.ObjectStore(t.Context(), jobs.SnapshotsBucket)
+	store, err := js.ObjectStore(t.Context(), fleet.SnapshotsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

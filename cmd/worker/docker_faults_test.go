@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -121,7 +122,7 @@ func TestBinaryCrashDocker(t *testing.T) {
 			t.Errorf("orphan %s of the killed worker still exists", c)
 		}
 	}
-	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kv, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestBinaryForceDocker(t *testing.T) {
 	if _, err := client.Get(t.Context(), "sleeper"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("forced job has a result: %v", err)
 	}
-	if q, err := client.Queued(t.Context(), "sleeper"); !q || err != nil {
+	if q, err := client.Pending(t.Context(), "sleeper"); !q || err != nil {
 		t.Errorf("forced job not queued: %v %v", q, err)
 	}
 	if logs := w.logs.String(); !strings.Contains(logs, `"verdict":"nak"`) {

@@ -107,7 +107,7 @@ func connectEmbedded(t *testing.T, listen, dir string) *jobs.Client {
 		if err != nil {
 			return err
 		}
-		c, err = jobs.NewClient(ctx, js, jobs.Topology{})
+		c, err = jobs.NewClient(ctx, js, jobs.Config{})
 		if err != nil {
 			nc.Close()
 			return err
@@ -160,7 +160,7 @@ func TestEmbeddedServerRequiresCredentials(t *testing.T) {
 	}
 
 	_, js := natstest.Connect(t, bare, nats.UserInfo(user, password))
-	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

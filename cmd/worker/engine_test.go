@@ -134,7 +134,7 @@ func TestWedgedEngine(t *testing.T) {
 		}
 		t.Logf("%s abandoned after %v", call, engine.waited(call))
 	}
-	if q, err := c.Queued(t.Context(), "waits"); !q || err != nil {
+	if q, err := c.Pending(t.Context(), "waits"); !q || err != nil {
 		t.Errorf("the job was taken while the engine is wedged: queued %v %v", q, err)
 	}
 

@@ -17,7 +17,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -206,7 +208,7 @@ func TestTwoEngines(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	watch, err := client.Stores().Results.WatchAll(ctx, jetstream.UpdatesOnly())
+	watch, err := natstest.Stores(t, js).Results.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,7 @@ func TestTwoEngines(t *testing.T) {
 			afterKill[r.Worker]++
 		}
 	}
-	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kv, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -186,7 +187,7 @@ func TestBinaryFloodEventsDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := js.Stream(t.Context(), jobs.EventsStreamName)
+	events, err := js.Stream(t.Context(), fleet.EventsStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

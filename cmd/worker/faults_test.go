@@ -14,6 +14,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -191,7 +192,7 @@ func TestDeadDockerDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, js := natstest.Connect(t, s.url)
-	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName("default"))
+	cons, err := js.Consumer(ctx, fleet.StreamName, fleet.ConsumerName("default"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -23,7 +24,7 @@ import (
 
 // nakSubject is where the server announces each nak of the queue's
 // consumer: proof that a hand-back reached it.
-var nakSubject = server.JSAdvisoryConsumerMsgNakPre + "." + jobs.StreamName + "." + jobs.ConsumerName(jobs.DefaultQueue)
+var nakSubject = server.JSAdvisoryConsumerMsgNakPre + "." + fleet.StreamName + "." + fleet.ConsumerName(jobs.DefaultQueue)
 
 // subscribe subscribes synchronously and flushes, so that nothing published
 // after it returns is missed.
@@ -74,7 +75,7 @@ func TestBinaryForceStopTwice(t *testing.T) {
 	if _, err := client.Submit(t.Context(), &jobs.Job{ID: "twice", Image: "python", Code: "waitfile " + release + "\nprint done"}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := jobs.Topology{}.EnsureConsumer(t.Context(), js, jobs.DefaultQueue)
+	cons, err := fleet.Topology{}.EnsureConsumer(t.Context(), js, jobs.DefaultQueue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestBinaryRollingRestart(t *testing.T) {
 			t.Fatal(err)
 		default:
 		}
-		return resultCount(ctx, client)
+		return resultCount(ctx, js)
 	}
 
 	for k := range restarts {

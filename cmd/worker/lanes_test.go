@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -51,6 +53,7 @@ func TestLaneMetrics(t *testing.T) {
 		"--slots", "2", "--id", "lanes", "--queue", "interactive:10", "--queue", "batch:1", "--max-ack-pending", "77", "--metrics", addr}, exec)
 	defer s.Stop(t)
 	c := connect(t, s.url)
+	_, js := natstest.Connect(t, s.url)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for i := range 3 {
@@ -60,7 +63,7 @@ func TestLaneMetrics(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "two batch jobs running", func() bool { return exec.Running() == 2 })
 	for _, q := range []string{"interactive", "batch"} {
-		ci, err := c.Stores().Stream.Consumer(ctx, jobs.ConsumerName(q))
+		ci, err := js.Consumer(ctx, fleet.StreamName, fleet.ConsumerName(q))
 		if err != nil || ci.CachedInfo().Config.MaxAckPending != 77 {
 			t.Errorf("consumer of %s: %v, want MaxAckPending 77 (--max-ack-pending)", q, err)
 		}

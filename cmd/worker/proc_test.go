@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -168,7 +169,7 @@ func natsServer(t *testing.T) (string, *jobs.Client, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +211,12 @@ func executions(t *testing.T, path string) (map[string]int, int) {
 
 // resultCount returns how many results RESULTS holds, or -1 when it
 // cannot be read.
-func resultCount(ctx context.Context, client *jobs.Client) int {
-	st, err := client.Stores().Results.Status(ctx)
+func resultCount(ctx context.Context, js jetstream.JetStream) int {
+	kv, err := js.KeyValue(ctx, fleet.ResultsBucket)
+	if err != nil {
+		return -1
+	}
+	st, err := kv.Status(ctx)
 	if err != nil {
 		return -1
 	}
@@ -238,7 +243,7 @@ func echoed(t *testing.T, ctx context.Context, client *jobs.Client, id string) *
 // taken and not run, none lost to a lease running out unseen.
 func assertDeliveries(t *testing.T, ctx context.Context, js jetstream.JetStream, attempts int) {
 	t.Helper()
-	cons, err := js.Consumer(ctx, jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
+	cons, err := js.Consumer(ctx, fleet.StreamName, fleet.ConsumerName(jobs.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +261,8 @@ func assertDeliveries(t *testing.T, ctx context.Context, js jetstream.JetStream,
 func waitJobsDrained(t *testing.T, ctx context.Context, client *jobs.Client) {
 	t.Helper()
 	testutil.Eventually(t, 30*time.Second, "stream JOBS empty", func() bool {
-		si, err := client.Stores().Stream.Info(ctx)
-		return err == nil && si.State.Msgs == 0
+		st, err := client.Status(ctx)
+		return err == nil && st.Messages == 0
 	})
 }
 
@@ -267,7 +272,7 @@ func waitJobsDrained(t *testing.T, ctx context.Context, client *jobs.Client) {
 // how many results it holds.
 func assertResultWrites(t *testing.T, ctx context.Context, js jetstream.JetStream, n uint64) uint64 {
 	t.Helper()
-	kvStream, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kvStream, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		Users: []*server.User{{Username: "worker", Password: testPassword}},
 	})
 	_, js := natstest.Connect(t, url)
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func TestReleasedBuildIgnoresFakeExecutor(t *testing.T) {
 	if _, err := client.Get(t.Context(), "on-released"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("the released build stored a result without Docker (%v); heartbeat %+v", err, heartbeat)
 	}
-	if queued, err := client.Queued(t.Context(), "on-released"); err != nil || !queued {
+	if queued, err := client.Pending(t.Context(), "on-released"); err != nil || !queued {
 		t.Errorf("the released build's job is not queued any more: %v, %v", queued, err)
 	}
 	if strings.Contains(releasedProc.logs.String(), "TEST HOOK") {

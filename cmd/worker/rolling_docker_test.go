@@ -49,7 +49,7 @@ func TestBinaryRollingRestartDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stored := func() int { return resultCount(ctx, client) }
+	stored := func() int { return resultCount(ctx, js) }
 	for k := range 4 {
 		at := (k + 1) * n / 6
 		testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })

@@ -16,14 +16,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/metrics"
-
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
@@ -226,8 +225,8 @@ func startEmbedded(o *options, log *slog.Logger) (url string, shutdown func(), e
 }
 
 // topology is the fleet-wide settings the flags give.
-func (o *options) topology() jobs.Topology {
-	return jobs.Topology{
+func (o *options) topology() fleet.Topology {
+	return fleet.Topology{
 		AckWait:       o.ackWait,
 		MaxDeliver:    o.maxDeliver,
 		MaxAckPending: o.maxAckPending,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -192,7 +193,7 @@ func (s *started) Stop(t *testing.T) {
 func connect(t *testing.T, url string) *jobs.Client {
 	t.Helper()
 	_, js := natstest.Connect(t, url)
-	c, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestRetentionFlags(t *testing.T) {
 	s := startServe(t, args, &fakeexec.Executor{})
 	defer s.Stop(t)
 	_, js := natstest.Connect(t, s.url)
-	for stream, want := range map[string]time.Duration{jobs.EventsStreamName: 10 * time.Minute, "KV_" + jobs.WorkspacesBucket: 2 * time.Hour} {
+	for stream, want := range map[string]time.Duration{fleet.EventsStreamName: 10 * time.Minute, "KV_" + fleet.WorkspacesBucket: 2 * time.Hour} {
 		// Whoever makes the stream first (the embedded gateway's client
 		// may), the worker's settings are what it keeps.
 		err := testutil.Poll(t.Context(), 10*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
@@ -312,11 +313,11 @@ func TestStorageCapFlags(t *testing.T) {
 	defer s.Stop(t)
 	_, js := natstest.Connect(t, s.url)
 	for stream, want := range map[string][2]int64{
-		"KV_" + jobs.ResultsBucket:    {16 << 20, -1},
-		"KV_" + jobs.CancelsBucket:    {64 << 20, 500},
-		"KV_" + jobs.WorkspacesBucket: {256 << 20, 300},
-		"OBJ_" + jobs.SnapshotsBucket: {8 << 20, -1},
-		"OBJ_" + jobs.ArtifactsBucket: {4 << 20, -1},
+		"KV_" + fleet.ResultsBucket:    {16 << 20, -1},
+		"KV_" + fleet.CancelsBucket:    {64 << 20, 500},
+		"KV_" + fleet.WorkspacesBucket: {256 << 20, 300},
+		"OBJ_" + fleet.SnapshotsBucket: {8 << 20, -1},
+		"OBJ_" + fleet.ArtifactsBucket: {4 << 20, -1},
 	} {
 		err := testutil.Poll(t.Context(), 60*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
 			st, err := js.Stream(ctx, stream)

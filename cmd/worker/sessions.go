@@ -6,9 +6,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/pkg/executor"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -29,7 +29,7 @@ func startSession(ss sessionStarter) sessionhost.Starter {
 
 // sessionWorkspaces opens the workspace stores persistent sessions keep
 // their checkpoints in, with the fleet's settings, each once per process.
-func sessionWorkspaces(js jetstream.JetStream, topo jobs.Topology) func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+func sessionWorkspaces(js jetstream.JetStream, topo fleet.Topology) func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
 	var mu sync.Mutex
 	var heads jetstream.KeyValue
 	snaps := map[string]jetstream.ObjectStore{}

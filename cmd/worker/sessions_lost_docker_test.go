@@ -64,7 +64,7 @@ func TestSessionWorkerKilledDocker(t *testing.T) {
 	// gone too.
 	restarted := time.Now()
 	dockerWorker(t, srv.ClientURL(), id, "--pool", "0", "--sessions", "2")
-	jc, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	jc, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

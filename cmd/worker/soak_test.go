@@ -35,7 +35,7 @@ func TestSoakKillRestart(t *testing.T) {
 		}
 	}
 	args := []string{"--slots", "8", "--ack-wait", "1s"}
-	stored := func() int { return resultCount(ctx, client) }
+	stored := func() int { return resultCount(ctx, js) }
 	w := fakeWorker(t, url, "soaker", execLog, args...)
 	for _, at := range []int{n * 3 / 10, n * 65 / 100} {
 		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d results", at), func() bool { return stored() >= at })

@@ -136,7 +136,7 @@ func TestBinaryWorkspaceSessionDocker(t *testing.T) {
 	srv := sessionServer(t, "$KV.RESULTS.step-05")
 	url := srv.ClientURL()
 	_, js := natstest.Connect(t, url, nats.UserInfo("client", "cpass"))
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,9 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -333,10 +335,10 @@ func TestFleetEndToEnd(t *testing.T) {
 	// The workers create the topology; wait for it (a submitter may not),
 	// then open the client on it.
 	if err := testutil.Poll(ctx, 90*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
-		if _, err := js.Stream(ctx, jobs.StreamName); err != nil {
+		if _, err := js.Stream(ctx, fleet.StreamName); err != nil {
 			return err
 		}
-		for _, b := range []string{jobs.ResultsBucket, jobs.WorkersBucket, jobs.CancelsBucket} {
+		for _, b := range []string{fleet.ResultsBucket, fleet.WorkersBucket, fleet.CancelsBucket} {
 			if _, err := js.KeyValue(ctx, b); err != nil {
 				return fmt.Errorf("bucket %s: %w", b, err)
 			}
@@ -345,11 +347,11 @@ func TestFleetEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the workers did not create the topology: %v", err)
 	}
-	sub, err := jobs.NewClient(ctx, js, jobs.Topology{})
+	sub, err := jobs.NewClient(ctx, js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("open client: %v", err)
 	}
-	for _, name := range []string{jobs.StreamName, "KV_" + jobs.ResultsBucket} {
+	for _, name := range []string{fleet.StreamName, "KV_" + fleet.ResultsBucket} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -359,7 +361,7 @@ func TestFleetEndToEnd(t *testing.T) {
 		}
 	}
 	// Both workers heartbeat before any job goes in, so both take work.
-	workersKV, err := js.KeyValue(ctx, jobs.WorkersBucket)
+	workersKV, err := js.KeyValue(ctx, fleet.WorkersBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +378,7 @@ func TestFleetEndToEnd(t *testing.T) {
 	t.Logf("workers ready after %s", time.Since(started).Round(time.Millisecond))
 
 	log := &resultLog{writes: map[string]int{}, results: map[string]*jobs.Result{}, changed: make(chan struct{}, 1)}
-	watch, err := sub.Stores().Results.WatchAll(ctx)
+	watch, err := natstest.Stores(t, js).Results.WatchAll(ctx)
 	if err != nil {
 		t.Fatalf("watch results: %v", err)
 	}
@@ -430,7 +432,7 @@ func TestFleetEndToEnd(t *testing.T) {
 	if err := f.workers[victim].Stop(ctx, &zero); err != nil {
 		t.Fatalf("kill worker %s: %v", victim, err)
 	}
-	info, err := js.Stream(ctx, jobs.StreamName)
+	info, err := js.Stream(ctx, fleet.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +485,7 @@ func TestFleetEndToEnd(t *testing.T) {
 		}
 	}
 	// RESULTS saw exactly one write per job over the whole run.
-	kvInfo, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kvInfo, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -21,10 +23,10 @@ import (
 func TestSecurityEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-events", Slots: 1, Topology: topo})
-	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}
@@ -56,24 +58,24 @@ func TestSecurityEvents(t *testing.T) {
 	wrk.noViolation(t)
 
 	t.Run("submitter cannot publish an event", func(t *testing.T) {
-		forged, _ := jobs.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Stream: jobs.Stdout, Offset: 6, Data: "forged\n"})
-		if err := sub.nc.Publish(jobs.EventSubject(id), forged); err != nil {
+		forged, _ := records.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Stream: jobs.Stdout, Offset: 6, Data: "forged\n"})
+		if err := sub.nc.Publish(fleet.EventSubject(id), forged); err != nil {
 			t.Fatal(err)
 		}
-		sub.expectViolation(t, jobs.EventSubject(id))
+		sub.expectViolation(t, fleet.EventSubject(id))
 		cctx, done := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer done()
-		if _, err := sub.js.Publish(cctx, jobs.EventSubject("other"), forged); err == nil {
+		if _, err := sub.js.Publish(cctx, fleet.EventSubject("other"), forged); err == nil {
 			t.Fatal("submitter stored an event")
 		}
-		sub.expectViolation(t, jobs.EventSubject("other"))
+		sub.expectViolation(t, fleet.EventSubject("other"))
 		if _, stdout, _ := follow(); stdout != "hello\n" {
 			t.Errorf("after the forgery the job's stdout events say %q", stdout)
 		}
 	})
 
 	t.Run("submitter cannot change the events", func(t *testing.T) {
-		events, err := sub.js.Stream(ctx, jobs.EventsStreamName)
+		events, err := sub.js.Stream(ctx, fleet.EventsStreamName)
 		if err != nil {
 			t.Fatalf("stream info is allowed: %v", err)
 		}
@@ -84,10 +86,10 @@ func TestSecurityEvents(t *testing.T) {
 			{"$JS.API.STREAM.MSG.DELETE.EVENTS", func(ctx context.Context) error { return events.DeleteMsg(ctx, 1) }},
 			{"$JS.API.STREAM.PURGE.EVENTS", func(ctx context.Context) error { return events.Purge(ctx) }},
 			{"$JS.API.STREAM.UPDATE.EVENTS", func(ctx context.Context) error {
-				_, err := sub.js.UpdateStream(ctx, jetstream.StreamConfig{Name: jobs.EventsStreamName, Subjects: []string{"events.>", "forge.>"}})
+				_, err := sub.js.UpdateStream(ctx, jetstream.StreamConfig{Name: fleet.EventsStreamName, Subjects: []string{"events.>", "forge.>"}})
 				return err
 			}},
-			{"$JS.API.STREAM.DELETE.EVENTS", func(ctx context.Context) error { return sub.js.DeleteStream(ctx, jobs.EventsStreamName) }},
+			{"$JS.API.STREAM.DELETE.EVENTS", func(ctx context.Context) error { return sub.js.DeleteStream(ctx, fleet.EventsStreamName) }},
 		} {
 			cctx, done := context.WithTimeout(ctx, 1500*time.Millisecond)
 			if err := tc.op(cctx); err == nil {
@@ -96,7 +98,7 @@ func TestSecurityEvents(t *testing.T) {
 			done()
 			sub.expectViolation(t, tc.subject)
 		}
-		stream, err := wrk.js.Stream(ctx, jobs.EventsStreamName)
+		stream, err := wrk.js.Stream(ctx, fleet.EventsStreamName)
 		if err != nil {
 			t.Fatal(err)
 		}

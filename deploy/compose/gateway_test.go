@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
@@ -26,7 +27,7 @@ import (
 func TestGatewayAsSubmitter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-gw", Slots: 2, Topology: topo, FetchWait: 200 * time.Millisecond})
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -24,12 +25,12 @@ func TestSecurityIndex(t *testing.T) {
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
 	sub := connect(t, s, "submitter", testSubmitterPassword)
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	if _, err := topo.Ensure(ctx, wrk.js); err != nil {
 		t.Fatalf("worker: ensure topology: %v", err)
 	}
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-index", Slots: 1, Topology: topo})
-	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}
@@ -57,12 +58,12 @@ func TestSecurityIndex(t *testing.T) {
 	wrk.noViolation(t)
 
 	forged := []byte(`{"id":"listed-1","queue":"default","state":"finished","status":"succeeded"}`)
-	subject := jobs.IndexJobSubject("default", jobs.NoBatch, "listed-1")
+	subject := fleet.IndexJobSubject("default", jobs.NoBatch, "listed-1")
 	if err := sub.nc.Publish(subject, forged); err != nil {
 		t.Fatal(err)
 	}
 	sub.expectViolation(t, subject)
-	stream, err := sub.js.Stream(ctx, jobs.IndexStreamName)
+	stream, err := sub.js.Stream(ctx, fleet.IndexStreamName)
 	if err != nil {
 		t.Fatalf("stream info is allowed: %v", err)
 	}
@@ -73,10 +74,10 @@ func TestSecurityIndex(t *testing.T) {
 		{"$JS.API.STREAM.MSG.DELETE.INDEX", func(ctx context.Context) error { return stream.DeleteMsg(ctx, 1) }},
 		{"$JS.API.STREAM.PURGE.INDEX", func(ctx context.Context) error { return stream.Purge(ctx) }},
 		{"$JS.API.STREAM.UPDATE.INDEX", func(ctx context.Context) error {
-			_, err := sub.js.UpdateStream(ctx, jetstream.StreamConfig{Name: jobs.IndexStreamName, Subjects: []string{"index.>", "forge.>"}})
+			_, err := sub.js.UpdateStream(ctx, jetstream.StreamConfig{Name: fleet.IndexStreamName, Subjects: []string{"index.>", "forge.>"}})
 			return err
 		}},
-		{"$JS.API.STREAM.DELETE.INDEX", func(ctx context.Context) error { return sub.js.DeleteStream(ctx, jobs.IndexStreamName) }},
+		{"$JS.API.STREAM.DELETE.INDEX", func(ctx context.Context) error { return sub.js.DeleteStream(ctx, fleet.IndexStreamName) }},
 	} {
 		cctx, done := context.WithTimeout(ctx, 1500*time.Millisecond)
 		if err := tc.op(cctx); err == nil {
@@ -86,7 +87,7 @@ func TestSecurityIndex(t *testing.T) {
 		sub.expectViolation(t, tc.subject)
 	}
 	// A worker may not purge the index either.
-	wstream, err := wrk.js.Stream(ctx, jobs.IndexStreamName)
+	wstream, err := wrk.js.Stream(ctx, fleet.IndexStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

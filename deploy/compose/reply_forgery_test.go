@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -28,7 +29,7 @@ func TestTenantPushDeliveryIsNoReply(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
-	w := workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "replies", Slots: 1, Topology: jobs.Topology{AckWait: 5 * time.Second}})
+	w := workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "replies", Slots: 1, Topology: fleet.Topology{AckWait: 5 * time.Second}})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
 	a, clientA := tenantConn(t, s, "team-a")
 	b, _ := tenantConn(t, s, "team-b")
@@ -89,7 +90,7 @@ func TestTenantPushDeliveryForgesNoResult(t *testing.T) {
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
 	exec := &fakeexec.Executor{}
-	w := workertest.Start(t, wrk.js, exec, worker.Config{ID: "forged", Slots: 1, Topology: jobs.Topology{AckWait: 5 * time.Second}})
+	w := workertest.Start(t, wrk.js, exec, worker.Config{ID: "forged", Slots: 1, Topology: fleet.Topology{AckWait: 5 * time.Second}})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
 	a, clientA := tenantConn(t, s, "team-a")
 	b, _ := tenantConn(t, s, "team-b")

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -98,7 +100,7 @@ func dial(t *testing.T, s *server.Server, opts ...nats.Option) *conn {
 
 // roles starts a server from nats.conf and connects a worker and a
 // submitter; the worker ensures topo, as cmd/worker does at start.
-func roles(t *testing.T, ctx context.Context, topo jobs.Topology) (wrk, sub *conn) {
+func roles(t *testing.T, ctx context.Context, topo fleet.Topology) (wrk, sub *conn) {
 	t.Helper()
 	s := startConfiguredServer(t)
 	wrk = connect(t, s, "worker", testWorkerPassword)
@@ -163,7 +165,7 @@ func TestSecurityModel(t *testing.T) {
 	sub := connect(t, s, "submitter", testSubmitterPassword)
 
 	// The worker owns the topology, as cmd/worker does at start.
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	stores, err := topo.Ensure(ctx, wrk.js)
 	if err != nil {
 		t.Fatalf("worker: ensure topology: %v", err)
@@ -185,7 +187,7 @@ func TestSecurityModel(t *testing.T) {
 
 	// The submitter's client opens the topology the worker made: with the
 	// submitter's credentials it could not create or change it.
-	client, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}
@@ -205,11 +207,11 @@ func TestSecurityModel(t *testing.T) {
 	short := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(ctx, 1500*time.Millisecond)
 	}
-	consumer := jobs.ConsumerName("default")
+	consumer := fleet.ConsumerName("default")
 
 	t.Run("submitter cannot pull a job", func(t *testing.T) {
 		// Consumer info is allowed (status shows jobs in flight) ...
-		c, err := sub.js.Consumer(ctx, jobs.StreamName, consumer)
+		c, err := sub.js.Consumer(ctx, fleet.StreamName, consumer)
 		if err != nil {
 			t.Fatalf("consumer info: %v", err)
 		}
@@ -226,20 +228,20 @@ func TestSecurityModel(t *testing.T) {
 	t.Run("submitter cannot create a consumer on JOBS", func(t *testing.T) {
 		cctx, done := short()
 		defer done()
-		_, err := sub.js.CreateConsumer(cctx, jobs.StreamName, jetstream.ConsumerConfig{
+		_, err := sub.js.CreateConsumer(cctx, fleet.StreamName, jetstream.ConsumerConfig{
 			Durable: "thief", AckPolicy: jetstream.AckExplicitPolicy,
 		})
 		if err == nil {
 			t.Fatal("submitter created a durable consumer on JOBS")
 		}
 		sub.expectViolation(t, "$JS.API.CONSUMER.CREATE.JOBS.thief")
-		oc, err := sub.js.OrderedConsumer(cctx, jobs.StreamName, jetstream.OrderedConsumerConfig{})
+		oc, err := sub.js.OrderedConsumer(cctx, fleet.StreamName, jetstream.OrderedConsumerConfig{})
 		if err == nil {
 			if _, err = oc.Fetch(1, jetstream.FetchMaxWait(time.Second)); err == nil {
 				t.Fatal("submitter read JOBS through an ordered consumer")
 			}
 		}
-		if _, err := wrk.js.Consumer(ctx, jobs.StreamName, "thief"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if _, err := wrk.js.Consumer(ctx, fleet.StreamName, "thief"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			t.Fatalf("consumer thief: want ErrConsumerNotFound, got %v", err)
 		}
 	})
@@ -248,13 +250,13 @@ func TestSecurityModel(t *testing.T) {
 		forged, _ := json.Marshal(jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "forged"})
 		cctx, done := short()
 		defer done()
-		if _, err := client.Stores().Results.Create(cctx, id, forged); err == nil {
+		if _, err := natstest.Stores(t, sub.js).Results.Create(cctx, id, forged); err == nil {
 			t.Fatal("submitter created a result")
 		}
 		sub.expectViolation(t, "$KV.RESULTS."+id)
 		cctx, done = short()
 		defer done()
-		if _, err := client.Stores().Results.Put(cctx, id, forged); err == nil {
+		if _, err := natstest.Stores(t, sub.js).Results.Put(cctx, id, forged); err == nil {
 			t.Fatal("submitter put a result")
 		}
 		sub.expectViolation(t, "$KV.RESULTS."+id)
@@ -264,7 +266,7 @@ func TestSecurityModel(t *testing.T) {
 	})
 
 	t.Run("submitter cannot write WORKERS", func(t *testing.T) {
-		kv, err := sub.js.KeyValue(ctx, jobs.WorkersBucket)
+		kv, err := sub.js.KeyValue(ctx, fleet.WorkersBucket)
 		if err != nil {
 			t.Fatalf("bind WORKERS (reading heartbeats is allowed): %v", err)
 		}
@@ -288,14 +290,14 @@ func TestSecurityModel(t *testing.T) {
 				return err
 			}},
 			{"$JS.API.STREAM.PURGE.JOBS", func(ctx context.Context) error {
-				st, err := sub.js.Stream(ctx, jobs.StreamName)
+				st, err := sub.js.Stream(ctx, fleet.StreamName)
 				if err != nil {
 					return fmt.Errorf("stream info is allowed: %w", err)
 				}
 				return st.Purge(ctx)
 			}},
 			{"$JS.API.STREAM.DELETE.JOBS", func(ctx context.Context) error {
-				return sub.js.DeleteStream(ctx, jobs.StreamName)
+				return sub.js.DeleteStream(ctx, fleet.StreamName)
 			}},
 		} {
 			cctx, done := short()
@@ -317,10 +319,10 @@ func TestSecurityModel(t *testing.T) {
 	t.Run("worker cannot submit", func(t *testing.T) {
 		cctx, done := short()
 		defer done()
-		if _, err := wrk.js.Publish(cctx, jobs.Subject("default", "from-worker"), []byte(`{}`)); err == nil {
+		if _, err := wrk.js.Publish(cctx, fleet.Subject("default", "from-worker"), []byte(`{}`)); err == nil {
 			t.Fatal("worker published a job")
 		}
-		wrk.expectViolation(t, jobs.Subject("default", "from-worker"))
+		wrk.expectViolation(t, fleet.Subject("default", "from-worker"))
 	})
 
 	t.Run("worker cannot purge or delete the fleet's streams", func(t *testing.T) {
@@ -353,7 +355,7 @@ func TestSecurityModel(t *testing.T) {
 	}
 
 	t.Run("worker pulls the job and stores its result", func(t *testing.T) {
-		c, err := wrk.js.Consumer(ctx, jobs.StreamName, consumer)
+		c, err := wrk.js.Consumer(ctx, fleet.StreamName, consumer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +377,7 @@ func TestSecurityModel(t *testing.T) {
 		if err := msg.InProgress(); err != nil {
 			t.Fatalf("in progress: %v", err)
 		}
-		stored, won, err := jobs.StoreResult(ctx, stores.Results,
+		stored, won, err := records.StoreResult(ctx, stores.Results,
 			&jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "42\n", Worker: "w1"}, stores.MaxResultBytes)
 		if err != nil || !won {
 			t.Fatalf("worker store result: won=%v err=%v", won, err)
@@ -431,9 +433,9 @@ func TestSecurityModel(t *testing.T) {
 func TestSubmitterCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	topo := jobs.Topology{AckWait: 5 * time.Second, CancelWait: 500 * time.Millisecond}
+	topo := fleet.Topology{AckWait: 5 * time.Second, CancelWait: 500 * time.Millisecond}
 	wrk, sub := roles(t, ctx, topo)
-	client, err := jobs.NewClient(ctx, sub.js, topo)
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{CancelWait: topo.CancelWait})
 	if err != nil {
 		t.Fatalf("submitter: open client: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -29,10 +30,10 @@ func (c *conn) expectViolationPrefix(t *testing.T, prefix string) {
 // artifact, nor delete a snapshot (it expires with the TTL instead).
 func TestWorkspaceRoles(t *testing.T) {
 	ctx := t.Context()
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	wrk, sub := roles(t, ctx, topo)
 	workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "w-ws", Slots: 1, Topology: topo})
-	client, err := jobs.NewClient(ctx, sub.js, topo)
+	client, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,18 +62,18 @@ func TestWorkspaceRoles(t *testing.T) {
 	}
 	sub.noViolation(t)
 
-	stores, err := jobs.OpenWorkspaces(ctx, sub.js)
+	stores, err := fleet.OpenWorkspaces(ctx, sub.js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("submitter cannot write a snapshot", func(t *testing.T) {
-		if _, err := stores.Snapshots.PutBytes(ctx, jobs.SnapshotName("agent", 3), []byte("forged")); err == nil {
+		if _, err := stores.Snapshots.PutBytes(ctx, fleet.SnapshotName("agent", 3), []byte("forged")); err == nil {
 			t.Fatal("submitter wrote a snapshot")
 		}
 		sub.expectViolationPrefix(t, "$O.SNAPSHOTS.")
 	})
 	t.Run("submitter cannot write an artifact", func(t *testing.T) {
-		if _, err := stores.Artifacts.PutBytes(ctx, jobs.ArtifactKey("ws-0", "forged", "plot.png"), []byte("forged")); err == nil {
+		if _, err := stores.Artifacts.PutBytes(ctx, fleet.ArtifactKey("ws-0", "forged", "plot.png"), []byte("forged")); err == nil {
 			t.Fatal("submitter wrote an artifact")
 		}
 		sub.expectViolationPrefix(t, "$O.ARTIFACTS.")

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -40,7 +40,7 @@ func (e *echoSandbox) Archive(context.Context, io.Writer) (*envelope.ArchiveRepo
 func TestSessionsUnderRoles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wrk, sub := roles(t, ctx, jobs.Topology{})
+	wrk, sub := roles(t, ctx, fleet.Topology{})
 	h, err := sessionhost.New(ctx, wrk.js, func(context.Context, sessionhost.StartSpec) (sessionhost.Sandbox, error) {
 		return &echoSandbox{done: make(chan struct{})}, nil
 	}, sessionhost.Config{Worker: "w-roles"})

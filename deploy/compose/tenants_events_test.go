@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -27,7 +29,7 @@ func TestTenantEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	exec := &fakeexec.Executor{}
 	w := workertest.Start(t, wrk.js, exec, worker.Config{ID: "shared", Slots: 2, Topology: topo, FetchWait: 200 * time.Millisecond})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
@@ -90,9 +92,9 @@ func TestTenantEvents(t *testing.T) {
 				t.Errorf("b's client following a's job: %v, want not found", err)
 			}
 		}
-		for _, filter := range []string{jobs.EventSubject(id), "events.team-a.*", "events.*.*", "events.>"} {
+		for _, filter := range []string{fleet.EventSubject(id), "events.team-a.*", "events.*.*", "events.>"} {
 			cctx, done := short()
-			_, err := b.js.CreateConsumer(cctx, jobs.EventsStreamName, jetstream.ConsumerConfig{Name: "peek", FilterSubject: filter})
+			_, err := b.js.CreateConsumer(cctx, fleet.EventsStreamName, jetstream.ConsumerConfig{Name: "peek", FilterSubject: filter})
 			done()
 			if err == nil {
 				t.Errorf("b made a consumer on %s", filter)
@@ -100,12 +102,12 @@ func TestTenantEvents(t *testing.T) {
 			b.expectViolation(t, "$JS.API.CONSUMER.CREATE.EVENTS.peek."+filter)
 		}
 		// Nor on the stream of a's own, which holds a's events.
-		for _, filter := range []string{jobs.EventSubject(id), "events.team-a.*", "events.>"} {
+		for _, filter := range []string{fleet.EventSubject(id), "events.team-a.*", "events.>"} {
 			cctx, done := short()
-			_, err := b.js.CreateConsumer(cctx, jobs.EventsStreamOf("team-a"), jetstream.ConsumerConfig{Name: "peek", FilterSubject: filter})
+			_, err := b.js.CreateConsumer(cctx, fleet.EventsStreamOf("team-a"), jetstream.ConsumerConfig{Name: "peek", FilterSubject: filter})
 			done()
 			if err == nil {
-				t.Errorf("b made a consumer on %s of %s", filter, jobs.EventsStreamOf("team-a"))
+				t.Errorf("b made a consumer on %s of %s", filter, fleet.EventsStreamOf("team-a"))
 			}
 			b.expectViolation(t, "$JS.API.CONSUMER.CREATE.EVENTS_team-a.peek."+filter)
 		}
@@ -147,13 +149,13 @@ func TestTenantEvents(t *testing.T) {
 	})
 
 	t.Run("b cannot forge a's events", func(t *testing.T) {
-		forged, _ := jobs.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Data: "forged\n"})
+		forged, _ := records.MarshalEvent(&jobs.Event{Type: jobs.EventOutput, ID: id, Attempt: 1, Data: "forged\n"})
 		cctx, done := short()
 		defer done()
-		if _, err := b.js.Publish(cctx, jobs.EventSubject(id), forged); err == nil {
+		if _, err := b.js.Publish(cctx, fleet.EventSubject(id), forged); err == nil {
 			t.Fatal("b stored an event of a's job")
 		}
-		b.expectViolation(t, jobs.EventSubject(id))
+		b.expectViolation(t, fleet.EventSubject(id))
 	})
 
 	t.Run("b follows its own", func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
@@ -66,7 +67,7 @@ func startTenantGateway(t *testing.T, s interface{ ClientURL() string }) *tenant
 					default:
 					}
 				}
-			})}}, tenant, creds, jobs.Topology{CancelWait: time.Second})
+			})}}, tenant, creds, jobs.Config{CancelWait: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,12 +118,12 @@ func TestGatewayTenantTokens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	w := workertest.Start(t, wrk.js, &fakeexec.Executor{}, worker.Config{ID: "shared", Slots: 2, Topology: topo, FetchWait: 200 * time.Millisecond})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
 	// The operator's job, over the submitter's connection.
 	sub := connect(t, s, "submitter", testSubmitterPassword)
-	op, err := jobs.NewClient(ctx, sub.js, jobs.Topology{})
+	op, err := jobs.NewClient(ctx, sub.js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

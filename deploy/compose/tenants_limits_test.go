@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -34,11 +35,11 @@ func startTenantFleet(t *testing.T, ctx context.Context) *tenantFleet {
 	s := startTenantServer(t)
 	f := &tenantFleet{s: s, wrk: connect(t, s, "worker", testWorkerPassword)}
 	w := workertest.Start(t, f.wrk.js, &fakeexec.Executor{}, worker.Config{ID: "shared", Slots: 4,
-		Topology: jobs.Topology{AckWait: 5 * time.Second}, FetchWait: 200 * time.Millisecond})
+		Topology: fleet.Topology{AckWait: 5 * time.Second}, FetchWait: 200 * time.Millisecond})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
 	sub := connect(t, s, "submitter", testSubmitterPassword)
 	var err error
-	if f.op, err = jobs.NewClient(ctx, sub.js, jobs.Topology{}); err != nil {
+	if f.op, err = jobs.NewClient(ctx, sub.js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	f.a, f.clientA = tenantConn(t, s, "team-a")
@@ -109,14 +110,14 @@ func TestTenantConsumerCap(t *testing.T) {
 	// b's stream is made for b's first job.
 	runAndFollow(t, ctx, "b", f.clientB, "first")
 
-	cap := (jobs.Topology{}).WithDefaults().TenantMaxConsumers
+	cap := (fleet.Topology{}).WithDefaults().TenantMaxConsumers
 	for _, c := range []struct {
 		stream, filter string
 		max            int // the most b may create
 	}{
-		{"KV_" + jobs.ResultsBucket, "$KV.RESULTS.team-b.*", 0},
-		{jobs.EventsStreamName, "events.team-b.*", 0},
-		{jobs.EventsStreamOf("team-b"), "events.team-b.*", cap},
+		{"KV_" + fleet.ResultsBucket, "$KV.RESULTS.team-b.*", 0},
+		{fleet.EventsStreamName, "events.team-b.*", 0},
+		{fleet.EventsStreamOf("team-b"), "events.team-b.*", cap},
 	} {
 		made := 0
 		for ; made <= 1100; made++ { // until refused: the server caps a stream at 1,000 by default

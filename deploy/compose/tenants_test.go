@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -52,7 +53,7 @@ func startTenantServer(t *testing.T) *server.Server {
 func tenantConn(t *testing.T, s *server.Server, tenant string) (*conn, *jobs.Client) {
 	t.Helper()
 	c := dial(t, s, append(jobs.TenantOptions(tenant), nats.UserInfo("tenant-"+tenant, testTenantPasswords[tenant]))...)
-	client, err := jobs.NewTenantClient(c.js, tenant, jobs.Topology{CancelWait: time.Second})
+	client, err := jobs.NewTenantClient(c.js, tenant, jobs.Config{CancelWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestTenants(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	exec := &fakeexec.Executor{}
 	w := workertest.Start(t, wrk.js, exec, worker.Config{ID: "shared", Slots: 2, Topology: topo, FetchWait: 200 * time.Millisecond})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready) // a tenant may not create it
@@ -140,13 +141,13 @@ func TestTenants(t *testing.T) {
 	t.Run("b cannot publish into a's queue", func(t *testing.T) {
 		cctx, done := short()
 		defer done()
-		if _, err := b.js.Publish(cctx, jobs.Subject("default", "team-a.forged"), []byte(`{"image":"python","code":"print forged"}`)); err == nil {
+		if _, err := b.js.Publish(cctx, fleet.Subject("default", "team-a.forged"), []byte(`{"image":"python","code":"print forged"}`)); err == nil {
 			t.Fatal("b published a job as a")
 		}
 		b.expectViolation(t, "jobs.default.team-a.forged")
 		cctx, done = short()
 		defer done()
-		if _, err := b.js.Publish(cctx, jobs.Subject("default", "untenanted"), []byte(`{"image":"python"}`)); err == nil {
+		if _, err := b.js.Publish(cctx, fleet.Subject("default", "untenanted"), []byte(`{"image":"python"}`)); err == nil {
 			t.Fatal("b published a job of no tenant")
 		}
 		b.expectViolation(t, "jobs.default.untenanted")
@@ -196,7 +197,7 @@ func TestTenants(t *testing.T) {
 		b.expectViolationMatching(t, `"$JS.API.DIRECT.GET.KV_RESULTS.$KV.RESULTS.team-a.long"`)
 		cctx, done = short()
 		defer done()
-		req, _ := json.Marshal(jobs.CancelRequest{RequestedAt: time.Now()})
+		req, _ := json.Marshal(fleet.CancelRequest{RequestedAt: time.Now()})
 		if _, err := b.js.Publish(cctx, "$KV.CANCELS."+idA, req); err == nil {
 			t.Fatal("b stored a cancel request for a's job")
 		}
@@ -224,7 +225,7 @@ func TestTenants(t *testing.T) {
 
 	t.Run("b cannot read the queue", func(t *testing.T) {
 		for _, subj := range []string{
-			"$JS.API.CONSUMER.MSG.NEXT.JOBS." + jobs.ConsumerName("default"),
+			"$JS.API.CONSUMER.MSG.NEXT.JOBS." + fleet.ConsumerName("default"),
 			"$JS.API.STREAM.MSG.GET.JOBS",
 			"$JS.API.DIRECT.GET.JOBS",
 			"$JS.API.DIRECT.GET.JOBS.jobs.default.team-a.long",
@@ -256,7 +257,7 @@ func TestTenants(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sub.Unsubscribe()
-		if _, err := b.js.Publish(ctx, jobs.Subject("default", "team-b.spoof"),
+		if _, err := b.js.Publish(ctx, fleet.Subject("default", "team-b.spoof"),
 			[]byte(`{"image":"python","code":"print spoof","reply_to":"results.team-a.inbox"}`)); err != nil {
 			t.Fatal(err)
 		}

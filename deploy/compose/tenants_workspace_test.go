@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -39,7 +40,7 @@ func TestTenantWorkspaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wrk := connect(t, s, "worker", testWorkerPassword)
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := fleet.Topology{AckWait: 5 * time.Second}
 	exec := &fakeexec.Executor{}
 	w := workertest.Start(t, wrk.js, exec, worker.Config{ID: "shared", Slots: 2, Topology: topo, FetchWait: 200 * time.Millisecond})
 	testutil.Eventually(t, 30*time.Second, "the worker's topology", w.Ready)
@@ -82,8 +83,8 @@ func TestTenantWorkspaces(t *testing.T) {
 		if got, _ := os.ReadFile(filepath.Join(dir, "notes.txt")); string(got) != "secret of a\n" {
 			t.Fatalf("agent@1 notes.txt %q", got)
 		}
-		oc, err := a.js.OrderedConsumer(ctx, "KV_"+jobs.WorkspacesBucket, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{"$KV." + jobs.WorkspacesBucket + ".team-a.agent"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+		oc, err := a.js.OrderedConsumer(ctx, "KV_"+fleet.WorkspacesBucket, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"$KV." + fleet.WorkspacesBucket + ".team-a.agent"}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func TestTenantWorkspaces(t *testing.T) {
 
 	t.Run("the operator's submitter reads them", func(t *testing.T) {
 		op := connect(t, s, "submitter", testSubmitterPassword)
-		client, err := jobs.NewClient(ctx, op.js, jobs.Topology{})
+		client, err := jobs.NewClient(ctx, op.js, jobs.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,8 +186,8 @@ func TestTenantWorkspaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct{ bucket, object string }{
-			{jobs.SnapshotsBucketOf("team-a"), headA.Snapshot(1)},
-			{jobs.ArtifactsBucketOf("team-a"), plot.Key},
+			{fleet.SnapshotsBucketOf("team-a"), headA.Snapshot(1)},
+			{fleet.ArtifactsBucketOf("team-a"), plot.Key},
 		} {
 			stream := "OBJ_" + tc.bucket
 			cctx, done := short()
@@ -211,7 +212,7 @@ func TestTenantWorkspaces(t *testing.T) {
 		// And what b may do in its own buckets reaches none of a's.
 		cctx, done := short()
 		defer done()
-		if _, err := b.js.ObjectStore(cctx, jobs.ArtifactsBucketOf("team-b")); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if _, err := b.js.ObjectStore(cctx, fleet.ArtifactsBucketOf("team-b")); !errors.Is(err, jetstream.ErrBucketNotFound) {
 			t.Errorf("b's own artifacts store before its first job: %v, want not found", err)
 		}
 		b.noViolation(t)
@@ -224,7 +225,7 @@ func TestTenantWorkspaces(t *testing.T) {
 			{"team-b.copy", `{"image":"python","code":"cat notes.txt","workspace_from":{"name":"team-a.agent","revision":1}}`, "workspace_from.name"},
 		} {
 			// A bare publish: the worker's check, not the client's.
-			if _, err := b.js.Publish(ctx, jobs.Subject("default", tc.id), []byte(tc.body)); err != nil {
+			if _, err := b.js.Publish(ctx, fleet.Subject("default", tc.id), []byte(tc.body)); err != nil {
 				t.Fatal(err)
 			}
 			res, err := clientB.Wait(ctx, tc.id)
@@ -260,7 +261,7 @@ func TestTenantWorkspaces(t *testing.T) {
 	})
 
 	t.Run("a deletes its artifact and removes its workspace", func(t *testing.T) {
-		arts, err := a.js.ObjectStore(ctx, jobs.ArtifactsBucketOf("team-a"))
+		arts, err := a.js.ObjectStore(ctx, fleet.ArtifactsBucketOf("team-a"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +282,7 @@ func TestTenantWorkspaces(t *testing.T) {
 		if _, err := clientA.Workspace(ctx, "agent"); !errors.Is(err, jobs.ErrNoWorkspace) {
 			t.Errorf("a's head after rm: %v", err)
 		}
-		snaps, err := a.js.ObjectStore(ctx, jobs.SnapshotsBucketOf("team-a"))
+		snaps, err := a.js.ObjectStore(ctx, fleet.SnapshotsBucketOf("team-a"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // dataDir is $HUMANEVALX, else ../shared/data/humaneval-x beside the
@@ -126,7 +127,7 @@ func TestHumanEvalX(t *testing.T) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			res, err := e.Run(ctx, r.job, jobs.RunOptions{})
+			res, err := e.Run(ctx, r.job, worker.RunOptions{})
 			switch {
 			case err != nil:
 				t.Errorf("%s %s: %v", r.lang, r.job.Labels["task_id"], err)

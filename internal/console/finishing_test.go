@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/console"
+	"github.com/sandfleet/sandfleet/internal/records"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -28,14 +30,14 @@ func TestJobPageWhileTheJobFinishes(t *testing.T) {
 	for _, rt := range c.Routes() {
 		mux.Handle(rt.Pattern, rt.Handler)
 	}
-	stores := f.client.Stores()
+	stores := natstest.Stores(t, f.js)
 	for i := range 300 {
 		id := fmt.Sprintf("race-%d", i)
 		delay := time.Duration(i%30) * 50 * time.Microsecond
 		stored := make(chan error, 1)
 		go func() {
 			time.Sleep(delay)
-			_, _, err := jobs.StoreResult(t.Context(), stores.Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "hi\n"}, 0)
+			_, _, err := records.StoreResult(t.Context(), stores.Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded, Stdout: "hi\n"}, 0)
 			stored <- err
 		}()
 		func() {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -150,7 +151,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 		case err == nil:
 			p.Status, p.Queue = string(phase), job.Queue
 			if p.Spec == nil {
-				p.Spec = jobs.NewJobSpec(job)
+				p.Spec = records.NewJobSpec(job)
 			}
 			if p.Labels == nil {
 				p.Labels = job.Labels

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	topology "github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -26,6 +27,7 @@ import (
 // fake executor, and a gateway (with its console) on a loopback listener.
 type fleet struct {
 	url    string
+	js     jetstream.JetStream
 	client *jobs.Client
 	exec   *fakeexec.Executor
 	// Tokens: alice may do everything, viewer is read-only (role=read);
@@ -46,7 +48,7 @@ func setup(t testing.TB, o options) *fleet {
 	t.Helper()
 	srv := natstest.Server(t)
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	topo := jobs.Topology{AckWait: 5 * time.Second}
+	topo := topology.Topology{AckWait: 5 * time.Second}
 	if _, err := topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +57,11 @@ func setup(t testing.TB, o options) *fleet {
 	}
 	f := &fleet{exec: &fakeexec.Executor{Pool: &jobs.PoolStatus{Size: 2, Idle: 2, Hits: 5, Misses: 1}}}
 	workertest.Start(t, js, f.exec, worker.Config{ID: "w-console", Slots: o.slots, Topology: topo, Version: "v-test"})
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.client = client
+	f.client, f.js = client, js
 	cfg := o.cfg
 	cfg.Logger, cfg.TempDir = slog.New(slog.NewTextHandler(io.Discard, nil)), t.TempDir()
 	if o.sessions != nil {

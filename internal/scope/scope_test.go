@@ -10,7 +10,7 @@ import (
 
 func TestScope(t *testing.T) {
 	t.Parallel()
-	tenant, err := jobs.NewTenantClient(nil, "team-a", jobs.Topology{CancelWait: time.Second})
+	tenant, err := jobs.NewTenantClient(nil, "team-a", jobs.Config{CancelWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // Sandbox is a session's sandbox, as pkg/executor's Session is one.
@@ -37,7 +37,7 @@ type StartSpec struct {
 	MaxOutput int64
 	// Restore, if set, is the snapshot the sandbox's /workspace starts
 	// from (a persistent session's checkpoint, or a fork's source).
-	Restore *jobs.Snapshot
+	Restore *worker.Snapshot
 	// OnEvent is told the sandbox's live events (its terminals' output);
 	// it must not block.
 	OnEvent func(*envelope.Event)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -181,13 +183,13 @@ func (h *Host) save(ctx context.Context, l *live) error {
 		if head.Step != nil {
 			return fmt.Errorf("workspace %s: job %s's step is in flight", ws, head.Step.Job)
 		}
-		obj := jobs.SaveName(ws, head.Revision+1, take)
-		if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{jobs.SnapshotJobMeta: info.ID}},
+		obj := fleet.SaveName(ws, head.Revision+1, take)
+		if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{fleet.SnapshotJobMeta: info.ID}},
 			io.NewSectionReader(f, 0, rep.Bytes)); err != nil {
 			return fmt.Errorf("put %s: %w", obj, err)
 		}
 		now := time.Now().UTC()
-		next := head.WithRevision(obj, rep.Bytes, rep.Files, rep.SHA256, info.ID, h.cfg.KeepRevisions, now)
+		next := records.WithRevision(head, obj, rep.Bytes, rep.Files, rep.SHA256, info.ID, h.cfg.KeepRevisions, now)
 		data, err := json.Marshal(next)
 		if err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // A session whose worker is lost (its record says running, and nobody
@@ -237,11 +238,11 @@ func (s *spooled) close() {
 	}
 }
 
-func (s *spooled) snapshot() *jobs.Snapshot {
+func (s *spooled) snapshot() *worker.Snapshot {
 	if s == nil {
 		return nil
 	}
-	return &jobs.Snapshot{R: io.NewSectionReader(s.f, 0, s.size), Size: s.size, SHA256: s.sha}
+	return &worker.Snapshot{R: io.NewSectionReader(s.f, 0, s.size), Size: s.size, SHA256: s.sha}
 }
 
 func (h *Host) tempFile() (*os.File, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -25,12 +26,12 @@ import (
 type bundle struct {
 	client *jobs.Client
 	exec   *fakeexec.Executor
-	stores *jobs.Stores
+	stores *fleet.Stores
 }
 
 // setup starts an in-process JetStream server and a worker with slots
 // slots on the fake executor, and returns a client of it.
-func setup(t testing.TB, slots int, topo jobs.Topology) *bundle {
+func setup(t testing.TB, slots int, topo fleet.Topology) *bundle {
 	t.Helper()
 	return setupWorker(t, worker.Config{ID: "w1", Slots: slots, Topology: topo})
 }
@@ -47,11 +48,11 @@ func setupWorker(t testing.TB, cfg worker.Config) *bundle {
 	}
 	exec := &fakeexec.Executor{}
 	workertest.Start(t, js, exec, cfg)
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{client: client, exec: exec, stores: client.Stores()}
+	return &bundle{client: client, exec: exec, stores: natstest.Stores(t, js)}
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -102,7 +103,7 @@ func (c *collector) byLine() map[int]batch.Outcome {
 
 func TestRunMixedInput(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	input := strings.Join([]string{
 		`{"image":"python","code":"print ok"}`, // 1
 		`{"image":"python","code":"exit 3"}`,   // 2
@@ -189,7 +190,7 @@ func TestDeriveIDStable(t *testing.T) {
 
 func TestStrictPublishesNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	var col collector
 	cfg := col.config("strict")
 	cfg.Strict = true
@@ -215,7 +216,7 @@ func TestStrictPublishesNothing(t *testing.T) {
 // runs it again: every job runs exactly once over both runs.
 func TestResumeRunsNothingTwice(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	const n = 40
 	var in bytes.Buffer
 	for i := range n {
@@ -306,7 +307,7 @@ func (c countingBackOff) NextBackOff() time.Duration {
 
 func TestQueueFullIsRetried(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, jobs.Topology{MaxMsgs: 3})
+	b := setup(t, 1, fleet.Topology{MaxMsgs: 3})
 	const n = 30
 	var in bytes.Buffer
 	for i := range n {
@@ -411,7 +412,7 @@ func BenchmarkWaiting(b *testing.B) {
 		return in.Bytes()
 	}
 	b.Run("one-watch", func(b *testing.B) {
-		bb := setup(b, 8, jobs.Topology{})
+		bb := setup(b, 8, fleet.Topology{})
 		for i := 0; b.Loop(); i++ {
 			r, _ := batch.New(bb.client, batch.Config{Name: "bench", Window: window})
 			sum, err := r.Run(b.Context(), bytes.NewReader(lines(fmt.Sprint("one", i))))
@@ -422,7 +423,7 @@ func BenchmarkWaiting(b *testing.B) {
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "jobs/s")
 	})
 	b.Run("watch-per-job", func(b *testing.B) {
-		bb := setup(b, 8, jobs.Topology{})
+		bb := setup(b, 8, fleet.Topology{})
 		for i := 0; b.Loop(); i++ {
 			sem := make(chan struct{}, window)
 			var wg sync.WaitGroup
@@ -451,7 +452,7 @@ func BenchmarkWaiting(b *testing.B) {
 // line.
 func TestAmend(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	errRefused := errors.New("refused")
 	var col collector
 	cfg := col.config("amend")
@@ -492,7 +493,7 @@ func TestAmend(t *testing.T) {
 // Out-File) runs its first line like the others; CRLF endings too.
 func TestByteOrderMarkAndCRLF(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	input := "\uFEFF" + `{"image":"python","code":"print 1"}` + "\r\n" + `{"image":"python","code":"print 2"}` + "\r\n"
 	var col collector
 	r, _ := batch.New(b.client, col.config("bom"))
@@ -510,7 +511,7 @@ func TestByteOrderMarkAndCRLF(t *testing.T) {
 // prints how to resume), not ErrUnavailable (125, "fleet unavailable").
 func TestInterruptWhileTheWatchOpens(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	ctx, cancel := context.WithCancel(ctxFor(t, 30*time.Second))
 	var col collector
 	cfg := col.config("watchint")
@@ -527,7 +528,7 @@ func TestInterruptWhileTheWatchOpens(t *testing.T) {
 // outcome is reported for it, and nothing counts as succeeded.
 func TestPlantedResultIsAConflict(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	ctx := ctxFor(t, 30*time.Second)
 	line := `{"image":"python","code":"exit 1"}`
 	id := batch.DeriveID("victim", []byte(line), 0)
@@ -567,7 +568,7 @@ func TestPlantedResultIsAConflict(t *testing.T) {
 // jobs' batch.
 func TestLineCannotNameAnotherBatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	var col collector
 	r, _ := batch.New(b.client, col.config("mine"))
 	_, err := r.Run(ctxFor(t, 30*time.Second), strings.NewReader(`{"image":"python","code":"print x","labels":{"sandfleet.batch":"theirs","sandfleet.x":"y","k":"v"}}`+"\n"))

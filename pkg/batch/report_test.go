@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -14,7 +16,7 @@ import (
 // is the mean over its tasks (0.5 and 1), not over its jobs.
 func TestSummaryGroups(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	input := strings.Join([]string{
 		`{"image":"python","code":"print 1","labels":{"language":"a","task_id":"t1"}}`,
 		`{"image":"python","code":"exit 1","labels":{"language":"a","task_id":"t1"}}`,
@@ -54,10 +56,10 @@ func TestSummaryGroups(t *testing.T) {
 // rerun reuses the retry.
 func TestRetryErrors(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, jobs.Topology{})
+	b := setup(t, 2, fleet.Topology{})
 	ctx := ctxFor(t, 30*time.Second)
 	for _, r := range []*jobs.Result{{ID: "broke", Status: jobs.StatusError, Error: "deliveries ran out"}, {ID: "fine", Status: jobs.StatusSucceeded}} {
-		if _, _, err := jobs.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
+		if _, _, err := records.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -29,12 +31,12 @@ func TestRetryIDOfAnotherLine(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 2, jobs.Topology{})
+			b := setup(t, 2, fleet.Topology{})
 			ctx := ctxFor(t, 30*time.Second)
 			// A first run without --retry: x failed on the fleet's side,
 			// the line of ID x-retry1 succeeded.
 			for _, r := range []*jobs.Result{{ID: "x", Status: jobs.StatusError, Error: "deliveries ran out"}, {ID: "x-retry1", Status: jobs.StatusSucceeded}} {
-				if _, _, err := jobs.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
+				if _, _, err := records.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
 					t.Fatal(err)
 				}
 			}

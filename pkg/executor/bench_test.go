@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // Compare with:
@@ -19,7 +20,7 @@ import (
 func BenchmarkTrivialJob(b *testing.B) {
 	e := setup(b, nil)
 	for b.Loop() {
-		res, err := e.Run(context.Background(), job("print(6*7)"), jobs.RunOptions{})
+		res, err := e.Run(context.Background(), job("print(6*7)"), worker.RunOptions{})
 		if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != "42\n" {
 			b.Fatalf("%+v %v", res, err)
 		}
@@ -34,7 +35,7 @@ func BenchmarkDockerRunTrivial(b *testing.B) {
 		b.Skip("no docker CLI")
 	}
 	e := setup(b, nil)
-	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), jobs.RunOptions{}, nil)
+	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), worker.RunOptions{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func BenchmarkPooledJob(b *testing.B) {
 		b.StopTimer()
 		waitIdle(b, e, 1, 0)
 		b.StartTimer()
-		res, err := e.Run(context.Background(), job("print(6*7)"), jobs.RunOptions{})
+		res, err := e.Run(context.Background(), job("print(6*7)"), worker.RunOptions{})
 		if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != "42\n" {
 			b.Fatalf("%+v %v", res, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 func TestIntegrationOutputFlood(t *testing.T) {
@@ -234,7 +235,7 @@ func TestIntegrationInspectAndCancel(t *testing.T) {
 	got := make(chan ran, 1)
 	go func() {
 		res, err := e.Run(ctx, job("import time\nprint('up', flush=True)\ntime.sleep(120)",
-			withLimits(limits.Limits{Timeout: limits.Duration(60 * time.Second), Memory: 128 * limits.MiB, CPUs: 0.5, Pids: 40})), jobs.RunOptions{})
+			withLimits(limits.Limits{Timeout: limits.Duration(60 * time.Second), Memory: 128 * limits.MiB, CPUs: 0.5, Pids: 40})), worker.RunOptions{})
 		got <- ran{res, err}
 	}()
 	var id string
@@ -383,7 +384,7 @@ func TestIntegrationCheck(t *testing.T) {
 	if !errors.Is(err, ErrImageMissing) || !errors.Is(err, ErrInfrastructure) {
 		t.Fatalf("Check with a missing image = %v, want ErrImageMissing", err)
 	}
-	_, err = missing.Run(context.Background(), job("x", func(j *jobs.Job) { j.Image = "ghost" }), jobs.RunOptions{})
+	_, err = missing.Run(context.Background(), job("x", func(j *jobs.Job) { j.Image = "ghost" }), worker.RunOptions{})
 	if !errors.Is(err, ErrImageMissing) {
 		t.Fatalf("Run with a missing image = %v, want ErrImageMissing", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 var (
@@ -141,7 +142,7 @@ func run(t testing.TB, e *Executor, j *jobs.Job) *jobs.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := e.Run(ctx, j, jobs.RunOptions{})
+	res, err := e.Run(ctx, j, worker.RunOptions{})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -320,23 +321,23 @@ func TestIntegrationTimeout(t *testing.T) {
 // its own instance).
 func TestIntegrationLateCreateRemoved(t *testing.T) {
 	cli := requireDocker(t)
-	worker := "test-latecreate-" + randHex(3)
+	workerID := "test-latecreate-" + randHex(3)
 	tune := defaultTuning
 	tune.calls.create = 10 * time.Millisecond // an engine slower than the deadline
-	e, err := newTuned(Config{WorkerID: worker}, cli, tune)
+	e, err := newTuned(Config{WorkerID: workerID}, cli, tune)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		e.Close()
-		if r, err := New(Config{Client: cli, WorkerID: worker}); err == nil { // whatever the outcome
+		if r, err := New(Config{Client: cli, WorkerID: workerID}); err == nil { // whatever the outcome
 			_, _ = r.Reap(context.Background())
 			r.Close()
 		}
 	})
 	since := time.Now()
 	for i := range 5 {
-		_, err := e.Run(context.Background(), &jobs.Job{ID: "late-" + strconv.Itoa(i), Image: "python", Code: "print(1)"}, jobs.RunOptions{})
+		_, err := e.Run(context.Background(), &jobs.Job{ID: "late-" + strconv.Itoa(i), Image: "python", Code: "print(1)"}, worker.RunOptions{})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Run %d = %v, want the create's deadline", i, err)
 		}
@@ -345,7 +346,7 @@ func TestIntegrationLateCreateRemoved(t *testing.T) {
 	made := func() int {
 		stamp := func(tm time.Time) string { return fmt.Sprintf("%d.%09d", tm.Unix(), tm.Nanosecond()) }
 		out, err := exec.Command("docker", "events", "--since", stamp(since), "--until", stamp(time.Now()),
-			"--filter", "type=container", "--filter", "event=create", "--filter", "label="+LabelWorker+"="+worker,
+			"--filter", "type=container", "--filter", "event=create", "--filter", "label="+LabelWorker+"="+workerID,
 			"--format", "{{.ID}}").Output()
 		if err != nil {
 			t.Fatalf("docker events: %v", err)
@@ -359,6 +360,6 @@ func TestIntegrationLateCreateRemoved(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	testutil.Eventually(t, 20*time.Second, "the late containers removed", func() bool { return len(listOf(t, cli, worker)) == 0 })
+	testutil.Eventually(t, 20*time.Second, "the late containers removed", func() bool { return len(listOf(t, cli, workerID)) == 0 })
 	t.Logf("%d containers made after their creates' deadlines, all removed", made())
 }

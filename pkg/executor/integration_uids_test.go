@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // claimedSpec is the spec of a container of e for jobID on the default
@@ -123,7 +124,7 @@ func TestIntegrationRedTeamUserAllowances(t *testing.T) {
 		}()
 		go func() {
 			defer close(hogEnded)
-			res, err := e.Run(hogCtx, job(hogAllowances), jobs.RunOptions{OnOutput: func(_ jobs.Stream, p []byte) {
+			res, err := e.Run(hogCtx, job(hogAllowances), worker.RunOptions{OnOutput: func(_ jobs.Stream, p []byte) {
 				mu.Lock()
 				defer mu.Unlock()
 				hogOut.Write(p)
@@ -254,7 +255,7 @@ func TestIntegrationUIDsNeverShared(t *testing.T) {
 		defer close(ended)
 		var out bytes.Buffer
 		res, runErr = restarted.Run(jobCtx, job("import os, time\nprint('uid', os.getuid(), flush=True)\ntime.sleep(25)"),
-			jobs.RunOptions{OnOutput: func(_ jobs.Stream, p []byte) {
+			worker.RunOptions{OnOutput: func(_ jobs.Stream, p []byte) {
 				out.Write(p)
 				if s, ok := strings.CutSuffix(out.String(), "\n"); ok {
 					once.Do(func() { uidC <- strings.TrimPrefix(s, "uid ") })
@@ -275,7 +276,7 @@ func TestIntegrationUIDsNeverShared(t *testing.T) {
 		t.Fatalf("the restarted worker's job runs as uid %s; held %v, range %s", uid, held, r)
 	}
 
-	_, err = restarted.Run(ctx, job("print('ran')"), jobs.RunOptions{})
+	_, err = restarted.Run(ctx, job("print('ran')"), worker.RunOptions{})
 	if !errors.Is(err, errNoUID) || !errors.Is(err, ErrInfrastructure) {
 		t.Fatalf("a job with every uid held: %v, want errNoUID", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/archivetest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // workspaceSetup is setup with the sandbox image SANDFLEET_TEST_IMAGE
@@ -44,12 +45,12 @@ func shell(script string, mod ...func(*jobs.Job)) *jobs.Job {
 	return job(script, append([]func(*jobs.Job){func(j *jobs.Job) { j.Image = "shell" }}, mod...)...)
 }
 
-func snapshotOf(b []byte) *jobs.Snapshot {
+func snapshotOf(b []byte) *worker.Snapshot {
 	sum := sha256.Sum256(b)
-	return &jobs.Snapshot{R: bytes.NewReader(b), Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+	return &worker.Snapshot{R: bytes.NewReader(b), Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
 }
 
-func runWith(t testing.TB, e *Executor, j *jobs.Job, opts jobs.RunOptions) *jobs.Result {
+func runWith(t testing.TB, e *Executor, j *jobs.Job, opts worker.RunOptions) *jobs.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -83,7 +84,7 @@ func TestIntegrationWorkspaceRoundTrip(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var snap bytes.Buffer
-	req := &jobs.ArchiveRequest{All: true, W: &snap}
+	req := &worker.ArchiveRequest{All: true, W: &snap}
 	res := runWith(t, e, shell(`set -e
 mkdir -p d/deep
 printf 'line 1\n' > notes.txt
@@ -97,7 +98,7 @@ printf 'x' > suid && chmod 4755 suid
 # before it archives, so the snapshot is whole.
 (while :; do echo more >> grow.txt; done) &
 sleep 0.2
-echo done`), jobs.RunOptions{Archive: req})
+echo done`), worker.RunOptions{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if !req.Complete || req.Bytes != int64(snap.Len()) || req.Skipped != 3 {
 		t.Fatalf("archive %+v (%d bytes came); want complete, 3 skipped (abs, d/out, pipe)", req, snap.Len())
@@ -123,13 +124,13 @@ echo done`), jobs.RunOptions{Archive: req})
 	}
 
 	var next bytes.Buffer
-	req2 := &jobs.ArchiveRequest{All: true, W: &next}
+	req2 := &worker.ArchiveRequest{All: true, W: &next}
 	res = runWith(t, e, shell(`printf 'line 2\n' >> notes.txt
 cat notes.txt; cat inside; cat d/deep/f
 stat -c %a suid
 cat replaced.txt`, func(j *jobs.Job) {
 		j.Files = map[string]string{"replaced.txt": "from the job\n", "d/deep/f": "replaced\n"}
-	}), jobs.RunOptions{Restore: snapshotOf(snap.Bytes()), Archive: req2})
+	}), worker.RunOptions{Restore: snapshotOf(snap.Bytes()), Archive: req2})
 	want(t, res, jobs.StatusSucceeded)
 	if wantOut := "line 1\nline 2\nreplaced\nreplaced\n755\nfrom the job\n"; res.Stdout != wantOut {
 		t.Fatalf("stdout %q, want %q (stderr %q)", res.Stdout, wantOut, res.Stderr)
@@ -145,7 +146,7 @@ func TestIntegrationOutputsOnly(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var out bytes.Buffer
-	req := &jobs.ArchiveRequest{Outputs: []string{"*.png", "results/**"}, W: &out}
+	req := &worker.ArchiveRequest{Outputs: []string{"*.png", "results/**"}, W: &out}
 	res := runWith(t, e, shell(`set -e
 printf 'png' > plot.png
 mkdir -p sub results/a
@@ -153,7 +154,7 @@ printf 'deep' > sub/deep.png
 printf 'r' > results/a/r.csv
 ln -s /etc/passwd passwd.png
 mkfifo fifo.png
-printf 'no' > notes.txt`), jobs.RunOptions{Archive: req})
+printf 'no' > notes.txt`), worker.RunOptions{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if !req.Complete {
 		t.Fatalf("archive %+v", req)
@@ -174,7 +175,7 @@ func TestIntegrationHostileSnapshots(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			res := runWith(t, e, shell(`echo RAN; ls -la /tmp /workspace`, withLimits(lim)),
-				jobs.RunOptions{Restore: snapshotOf(tc.Tar)})
+				worker.RunOptions{Restore: snapshotOf(tc.Tar)})
 			if int64(len(tc.Tar)) > int64(lim.Tmpfs) {
 				// Announced over the limit: no sandbox is taken.
 				want(t, res, jobs.StatusRejected)
@@ -201,7 +202,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 	e := workspaceSetup(t)
 	lim := limits.Limits{Tmpfs: 128 * limits.MiB, Timeout: limits.Duration(90 * time.Second)}
 	files := archivetest.TinyFiles(archive.DefaultMaxFiles + 1)
-	res := runWith(t, e, shell(`echo RAN`, withLimits(lim)), jobs.RunOptions{Restore: snapshotOf(files)})
+	res := runWith(t, e, shell(`echo RAN`, withLimits(lim)), worker.RunOptions{Restore: snapshotOf(files)})
 	want(t, res, jobs.StatusFailed)
 	if strings.Contains(res.Stdout, "RAN") || !strings.Contains(res.Error, "more than 100000 entries") {
 		t.Fatalf("too many files: stdout %q error %q", res.Stdout, res.Error)
@@ -210,7 +211,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 	good := archivetest.Tar(archivetest.Entry{Name: "f", Data: "x"})
 	s := snapshotOf(good)
 	s.SHA256 = strings.Repeat("0", 64)
-	res = runWith(t, e, shell(`echo RAN`), jobs.RunOptions{Restore: s})
+	res = runWith(t, e, shell(`echo RAN`), worker.RunOptions{Restore: s})
 	want(t, res, jobs.StatusFailed)
 	if strings.Contains(res.Stdout, "RAN") || !strings.Contains(res.Error, "sha256") {
 		t.Fatalf("wrong digest: stdout %q error %q", res.Stdout, res.Error)
@@ -218,7 +219,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 
 	// Over the job's tmpfs: rejected before a sandbox is taken.
 	big := snapshotOf(make([]byte, 2<<20))
-	res = runWith(t, e, shell(`echo RAN`, withLimits(limits.Limits{Tmpfs: 1 * limits.MiB})), jobs.RunOptions{Restore: big})
+	res = runWith(t, e, shell(`echo RAN`, withLimits(limits.Limits{Tmpfs: 1 * limits.MiB})), worker.RunOptions{Restore: big})
 	want(t, res, jobs.StatusRejected)
 	if !strings.Contains(res.Error, "limits.tmpfs") {
 		t.Fatalf("error %q", res.Error)
@@ -231,14 +232,14 @@ func TestIntegrationArchiveOverLimit(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var out bytes.Buffer
-	req := &jobs.ArchiveRequest{All: true, W: &out}
+	req := &worker.ArchiveRequest{All: true, W: &out}
 	// More entries than a snapshot may hold: 100,001 empty files.
 	res := runWith(t, e, job(`
 import os
 for i in range(100001):
     open(f"f{i}", "w").close()
 print("ok")`, withLimits(limits.Limits{Timeout: limits.Duration(90 * time.Second), Tmpfs: 256 * limits.MiB})),
-		jobs.RunOptions{Archive: req})
+		worker.RunOptions{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if req.Complete || !strings.Contains(req.Err, "over its limit") {
 		t.Fatalf("archive %+v", req)
@@ -252,7 +253,7 @@ func TestIntegrationArchiveAfterPidsExhausted(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var out bytes.Buffer
-	req := &jobs.ArchiveRequest{All: true, W: &out}
+	req := &worker.ArchiveRequest{All: true, W: &out}
 	res := runWith(t, e, job(`
 import subprocess
 open("kept.txt", "w").write("kept\n")
@@ -263,7 +264,7 @@ try:
         n += 1
 except OSError:
     pass
-print("spawned", n, "until the limit" if n < 200 else "")`, withLimits(limits.Limits{Pids: 32})), jobs.RunOptions{Archive: req})
+print("spawned", n, "until the limit" if n < 200 else "")`, withLimits(limits.Limits{Pids: 32})), worker.RunOptions{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if !strings.Contains(res.Stdout, "until the limit") {
 		t.Fatalf("the pids limit was not reached: %q", res.Stdout)

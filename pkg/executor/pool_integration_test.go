@@ -16,6 +16,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // waitIdle polls until the pool holds n warm sandboxes and, if minAge > 0,
@@ -142,7 +143,7 @@ except OSError:
 		waitIdle(t, e, 1, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		res, err := e.Run(ctx, job("import time\ntime.sleep(60)"), jobs.RunOptions{})
+		res, err := e.Run(ctx, job("import time\ntime.sleep(60)"), worker.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +178,7 @@ print(hashlib.sha256(root.encode()).hexdigest()[:16], seen)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			res, err := e.Run(ctx, job(code), jobs.RunOptions{})
+			res, err := e.Run(ctx, job(code), worker.RunOptions{})
 			if err != nil {
 				t.Errorf("Run: %v", err)
 				return

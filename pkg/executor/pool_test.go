@@ -14,6 +14,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // With the engine down, the pool backs off instead of spinning, Check
@@ -38,7 +39,7 @@ func TestPoolBacksOffWhileTheEngineIsDown(t *testing.T) {
 	if err := e.Check(context.Background()); !errors.Is(err, ErrInfrastructure) || errors.Is(err, ErrSandboxStart) {
 		t.Fatalf("Check with the engine down = %v, want ErrInfrastructure and not ErrSandboxStart", err)
 	}
-	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"}, jobs.RunOptions{})
+	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"}, worker.RunOptions{})
 	if !errors.Is(err, ErrInfrastructure) || errors.Is(err, ErrSandboxStart) {
 		t.Fatalf("Run with the engine down = %v, want ErrInfrastructure and not ErrSandboxStart", err)
 	}
@@ -132,7 +133,7 @@ func TestRunEndsOnTheTrailer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"}, jobs.RunOptions{})
+			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"}, worker.RunOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

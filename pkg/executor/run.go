@@ -14,6 +14,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/templates"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // Run runs job in a fresh sandbox and returns its result. Every outcome of
@@ -28,7 +29,7 @@ import (
 // canceled). CPUMS and PeakMemoryBytes come from the sandbox's cgroup, or
 // failing that from wait4, and are nil when the job was killed before it
 // could report them.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
 	res := &jobs.Result{ID: job.ID, Labels: job.Labels, RetryOf: job.RetryOf}
 	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
 	done := func(st jobs.Status, msg string) *jobs.Result {
@@ -85,7 +86,7 @@ type accepted struct {
 // accept checks a job against this executor: a preset it has (with its
 // image, if optional), limits within its caps, an envelope it can build.
 // msg says why the job is rejected, "" when it is not.
-func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (a accepted, msg string) {
+func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (a accepted, msg string) {
 	preset, tmpl, ok := e.lookup(job.Image)
 	if !ok {
 		return a, fmt.Sprintf("image: unknown preset or template %q (this worker allows %s)",
@@ -140,7 +141,7 @@ func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, a accepted,
 // caller's OnStart, a bug), which the worker recovers, would leave the
 // sandbox running with no timer to stop it. A sandbox with a network is
 // admitted to the egress proxy first, and what it used is recorded in res.
-func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts jobs.RunOptions, res *jobs.Result) (*outcome, error) {
+func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts worker.RunOptions, res *jobs.Result) (*outcome, error) {
 	defer e.release(ctx, log, s)
 	job := a.job
 	env := a.env
@@ -196,7 +197,7 @@ type sealed struct {
 
 // buildEnvelope seals job for preset p; base is the environment under the
 // job's own (the egress proxy's, for a job with a network).
-func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobs.RunOptions, base map[string]string) (sealed, error) {
+func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts worker.RunOptions, base map[string]string) (sealed, error) {
 	argv := p.Argv
 	if len(job.Argv) > 0 {
 		argv = job.Argv

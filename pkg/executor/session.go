@@ -16,8 +16,8 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // SessionSpec is what a session's sandbox is made of: the same preset,
@@ -31,7 +31,7 @@ type SessionSpec struct {
 	Files  map[string]string // written into the working directory first
 	// Restore, if set, is a workspace's snapshot unpacked into the working
 	// directory before Files, by the sandbox's agent with a job's rules.
-	Restore *jobs.Snapshot
+	Restore *worker.Snapshot
 
 	// Deadman is how long the sandbox's agent goes on without hearing
 	// from the executor, which pings it every third of it: past it the
@@ -212,7 +212,7 @@ func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envel
 
 // handOff writes a session's envelope to its sandbox, then the snapshot
 // it restores.
-func handOff(s *sandbox, header []byte, restore *jobs.Snapshot) error {
+func handOff(s *sandbox, header []byte, restore *worker.Snapshot) error {
 	if _, err := s.att.Conn.Write(header); err != nil {
 		return infraErr("hand the session its envelope", err)
 	}

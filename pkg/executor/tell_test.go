@@ -9,13 +9,14 @@ import (
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // runTelling runs job on a fake engine whose launcher runs script, and
 // returns the result with what the RunOptions callbacks were told, in
 // order: "start" for OnStart, "<stream>:<bytes>" for OnOutput; and the
 // Start that OnStart was given.
-func runTelling(t *testing.T, job *jobs.Job, script func(stdin io.Reader, stdout, stderr io.Writer) int) (*jobs.Result, []string, jobs.Start) {
+func runTelling(t *testing.T, job *jobs.Job, script func(stdin io.Reader, stdout, stderr io.Writer) int) (*jobs.Result, []string, worker.Start) {
 	t.Helper()
 	e, err := newWithAPI(Config{WorkerID: "w"}, &fakeDocker{behave: launcher(script)})
 	if err != nil {
@@ -23,9 +24,9 @@ func runTelling(t *testing.T, job *jobs.Job, script func(stdin io.Reader, stdout
 	}
 	var mu sync.Mutex
 	var told []string
-	var start jobs.Start
-	res, err := e.Run(context.Background(), job, jobs.RunOptions{
-		OnStart: func(s jobs.Start) {
+	var start worker.Start
+	res, err := e.Run(context.Background(), job, worker.RunOptions{
+		OnStart: func(s worker.Start) {
 			mu.Lock()
 			defer mu.Unlock()
 			told, start = append(told, "start"), s

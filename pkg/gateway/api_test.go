@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -329,7 +330,7 @@ func TestSubmitWaitWithoutReply(t *testing.T) {
 func TestQueueFull(t *testing.T) {
 	t.Parallel()
 	doc := loadContract(t)
-	b := setup(t, options{topo: jobs.Topology{MaxMsgs: 2}, cfg: gateway.Config{RetryAfter: 3 * time.Second}})
+	b := setup(t, options{topo: fleet.Topology{MaxMsgs: 2}, cfg: gateway.Config{RetryAfter: 3 * time.Second}})
 	for i := range 2 {
 		apiCase{method: "POST", path: "/v1/jobs", token: b.alice, body: fmt.Sprintf(`{"queue":"parked","image":"python","code":"print %d"}`, i), status: 202}.run(t, b, doc)
 	}

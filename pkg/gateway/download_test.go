@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -32,7 +33,7 @@ func TestArtifactFailingItsDigestArrivesShort(t *testing.T) {
 	if r := b.do(t, "GET", "/v1/jobs/dig-1/artifacts/big.bin", b.alice, nil); r.status != http.StatusOK || len(r.body) != int(a.Size) {
 		t.Fatalf("the file as stored: %d, %d bytes", r.status, len(r.body))
 	}
-	store, err := b.js.ObjectStore(t.Context(), jobs.ArtifactsBucket)
+	store, err := b.js.ObjectStore(t.Context(), fleet.ArtifactsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

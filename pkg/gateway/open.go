@@ -17,7 +17,7 @@ import (
 func Open(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*jobs.Client, error) {
 	for attempt := 1; ; attempt++ {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := jobs.NewClient(octx, js, jobs.Topology{})
+		c, err := jobs.NewClient(octx, js, jobs.Config{})
 		cancel()
 		if err == nil {
 			return c, nil

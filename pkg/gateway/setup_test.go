@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -37,7 +38,7 @@ type bundle struct {
 
 type options struct {
 	cfg  gateway.Config
-	topo jobs.Topology
+	topo fleet.Topology
 	open bool // no tokens
 }
 
@@ -50,7 +51,7 @@ func setup(t testing.TB, o options) *bundle {
 	}
 	b := &bundle{exec: &fakeexec.Executor{}, js: js}
 	workertest.Start(t, js, b.exec, worker.Config{ID: "w1", Slots: 8, Topology: o.topo})
-	client, err := jobs.NewClient(t.Context(), js, jobs.Topology{})
+	client, err := jobs.NewClient(t.Context(), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

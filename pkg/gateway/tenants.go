@@ -103,8 +103,8 @@ func (vs *views) close() {
 // for t's requests). credsFile is a NATS credentials file (a user JWT and
 // its seed, as nsc writes) or holds one line USER:PASSWORD (the user
 // tenant-t of deploy/compose/tenants.sh and its password). The
-// connection's client is jobs.NewTenantClient(js, t, topo).
-func DialTenant(cfg natsconn.Config, t, credsFile string, topo jobs.Topology) (Conn, error) {
+// connection's client is jobs.NewTenantClient(js, t, ccfg).
+func DialTenant(cfg natsconn.Config, t, credsFile string, ccfg jobs.Config) (Conn, error) {
 	if !jobs.ValidTenant(t) {
 		return Conn{}, fmt.Errorf("tenant %q must match [a-z0-9][a-z0-9-]{0,31}", t)
 	}
@@ -118,7 +118,7 @@ func DialTenant(cfg natsconn.Config, t, credsFile string, topo jobs.Topology) (C
 	if err != nil {
 		return Conn{}, fmt.Errorf("tenant %s: %w", t, err)
 	}
-	client, err := jobs.NewTenantClient(js, t, topo)
+	client, err := jobs.NewTenantClient(js, t, ccfg)
 	if err != nil {
 		nc.Close()
 		return Conn{}, err

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -41,12 +42,12 @@ func restrictedServer(t *testing.T) (admin, submitter jetstream.JetStream) {
 func TestCancelPendingWhenResultsWriteRefused(t *testing.T) {
 	t.Parallel()
 	adminJS, subJS := restrictedServer(t)
-	topo := jobs.Topology{CancelWait: 300 * time.Millisecond}
-	admin, err := jobs.NewClient(t.Context(), adminJS, topo)
+	cfg := jobs.Config{CancelWait: 300 * time.Millisecond}
+	admin, err := jobs.NewClient(t.Context(), adminJS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := jobs.NewClient(t.Context(), subJS, topo)
+	sub, err := jobs.NewClient(t.Context(), subJS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,19 +63,19 @@ func TestCancelPendingWhenResultsWriteRefused(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Cancel took %s", d)
 	}
-	if _, err := admin.Stores().Cancels.Get(t.Context(), "q1"); err != nil {
+	if _, err := natstest.Stores(t, adminJS).Cancels.Get(t.Context(), "q1"); err != nil {
 		t.Errorf("cancel request not recorded: %v", err)
 	}
 	if _, err := admin.Get(t.Context(), "q1"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("a result was stored despite the refusal: %v", err)
 	}
-	if q, err := admin.Queued(t.Context(), "q1"); err != nil || !q {
+	if q, err := admin.Pending(t.Context(), "q1"); err != nil || !q {
 		t.Errorf("job no longer queued: %v %v", q, err)
 	}
 
 	// A client allowed to write RESULTS finishes it itself.
 	res, err = admin.Cancel(t.Context(), "q1")
-	if err != nil || res.Status != jobs.StatusCanceled || res.Error != jobs.CancelReason {
+	if err != nil || res.Status != jobs.StatusCanceled || res.Error != fleet.CancelReason {
 		t.Fatalf("admin Cancel = %+v, %v", res, err)
 	}
 	// The submitter now reads the canceled result as the job's end.

@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -23,20 +24,16 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrNotFound: no result and no queued or running job has this ID.
 	ErrNotFound = errors.New("job not found")
-	// ErrFinished: Cancel found the job already finished.
+	// ErrFinished: Cancel found the job already finished (a
+	// *FinishedError, which holds its result).
 	ErrFinished = errors.New("job already finished")
 	// ErrCancelPending: Cancel recorded the cancel request, but no canceled
-	// result was stored within Topology.CancelWait and the client could
+	// result was stored within Config.CancelWait and the client could
 	// not store one itself (a fleet's submitter may not write RESULTS).
 	// The request stands: the worker that takes the job finishes it as
 	// canceled without running it. Wait returns that result.
 	ErrCancelPending = errors.New("cancel requested; the job will finish as canceled when a worker takes it")
 )
-
-// jsErrStoreFailed is the server's JSStreamStoreFailedF (10077): with
-// DiscardNew it is how a stream at MaxMsgs or MaxBytes refuses a message.
-// Oversized jobs, the other cause, are refused by Submit before publishing.
-const jsErrStoreFailed jetstream.ErrorCode = 10077
 
 // perSubjectRefusal is how the server's error describes a message refused
 // for the one-per-subject limit of JOBS (its ErrMaxMsgsPerSubject): the
@@ -48,31 +45,27 @@ const perSubjectRefusal = "maximum messages per subject exceeded"
 // It is safe for concurrent use.
 type Client struct {
 	js     jetstream.JetStream
-	topo   Topology
-	stores *Stores // nil for a tenant's client
-	tenant string  // see NewTenantClient
+	cfg    Config
+	stores *fleet.Stores // nil for a tenant's client
+	tenant string        // see NewTenantClient
 
 	wsMu sync.Mutex
-	ws   *WorkspaceStores                 // opened on first use (workspace_client.go)
+	ws   *fleet.WorkspaceStores           // opened on first use (workspace_client.go)
 	objs map[string]jetstream.ObjectStore // tenants' object stores by bucket, bound on first use
 }
 
-// NewClient opens the topology, creating what is missing (Topology.Open),
-// and returns a client. topo's MaxJobBytes and CancelWait apply to the
-// client; its stream and bucket settings only when it creates them.
-func NewClient(ctx context.Context, js jetstream.JetStream, topo Topology) (*Client, error) {
-	st, err := topo.Open(ctx, js)
+// NewClient opens the fleet's stream and buckets, creating with the
+// defaults those that are missing, and returns a client.
+func NewClient(ctx context.Context, js jetstream.JetStream, cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := cfg.topology().Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{js: js, topo: topo.WithDefaults(), stores: st}, nil
+	return &Client{js: js, cfg: cfg.withDefaults(), stores: st}, nil
 }
-
-// Stores returns the stream and buckets the client uses; nil for a
-// tenant's client. The client's methods cover what a submitter does
-// (WatchResults watches RESULTS): these raw handles are for the tests
-// and tools that act as a worker would.
-func (c *Client) Stores() *Stores { return c.stores }
 
 // Encode normalizes and validates a copy of job and returns it with its wire
 // form, refusing one over maxBytes (0 means MaxJobBytes).
@@ -120,17 +113,17 @@ func (c *Client) Enqueue(ctx context.Context, job *Job) (id string, queued bool,
 	if err != nil {
 		return "", false, err
 	}
-	j, data, err := Encode(job, c.topo.MaxJobBytes)
+	j, data, err := Encode(job, c.cfg.MaxJobBytes)
 	if err != nil {
 		return "", false, err
 	}
-	_, err = c.js.Publish(ctx, Subject(j.Queue, j.ID), data, jetstream.WithExpectStream(StreamName))
+	_, err = c.js.Publish(ctx, fleet.Subject(j.Queue, j.ID), data, jetstream.WithExpectStream(fleet.StreamName))
 	if err != nil {
 		if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) {
 			switch {
-			case apiErr.ErrorCode == jsErrStoreFailed && strings.Contains(apiErr.Description, perSubjectRefusal):
+			case apiErr.ErrorCode == fleet.ErrCodeStoreFailed && strings.Contains(apiErr.Description, perSubjectRefusal):
 				return j.ID, false, nil // queued already, or running
-			case apiErr.ErrorCode == jsErrStoreFailed:
+			case apiErr.ErrorCode == fleet.ErrCodeStoreFailed:
 				return "", false, fmt.Errorf("submit %s: %w: %w", j.ID, ErrQueueFull, err)
 			case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 				return "", false, fmt.Errorf("submit %s: %w: %w", j.ID, ErrInvalidJob, err)
@@ -142,10 +135,16 @@ func (c *Client) Enqueue(ctx context.Context, job *Job) (id string, queued bool,
 }
 
 // SubmitWhenRoom is Submit that waits for room: while the queue is full it
-// retries after the delays b gives, until b stops or ctx ends, and then
-// returns the last ErrQueueFull. Other errors are returned at once.
-func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff) (string, error) {
-	b.Reset()
+// tries again, first after about initial, then after half as long again
+// each time, up to about max (each delay spread by half of it either way,
+// so that submitters a full queue turned away together do not come back
+// together), until ctx ends, and then returns the last ErrQueueFull.
+// Other errors are returned at once. Bound the wait with ctx's deadline.
+func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, initial, max time.Duration) (string, error) {
+	if initial <= 0 || max < initial {
+		return "", fmt.Errorf("submit when room: delays %s to %s: %w", initial, max, ErrInvalidConfig)
+	}
+	b := retry.Policy{Initial: initial, Max: max}.New()
 	var full error
 	for {
 		id, err := c.Submit(ctx, job)
@@ -159,11 +158,7 @@ func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff
 		default:
 			return "", err
 		}
-		d := b.NextBackOff()
-		if d == backoff.Stop {
-			return "", full
-		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(b.NextBackOff())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -174,7 +169,7 @@ func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, b backoff.BackOff
 }
 
 // Get returns the stored result of a job, or ErrNotFound when there is none
-// (yet: the job may still be queued or running; see Queued).
+// (yet: the job may still be queued or running; see Pending).
 func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 	if c.tenant != "" {
 		return c.tenantGet(ctx, id)
@@ -189,16 +184,17 @@ func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
 	return DecodeStoredResult(id, e.Value())
 }
 
-// Queued reports whether a job with this ID is in the stream: queued, or
-// running (a job leaves the stream only once its result is stored).
-func (c *Client) Queued(ctx context.Context, id string) (bool, error) {
+// Pending reports whether a job with this ID is in the stream: queued, or
+// running (a job leaves the stream only once its result is stored). Phase
+// tells the two apart.
+func (c *Client) Pending(ctx context.Context, id string) (bool, error) {
 	if !ValidID(id) {
 		return false, nil
 	}
 	if c.tenant != "" {
-		return false, fmt.Errorf("queued: %w", ErrNotTenants)
+		return false, fmt.Errorf("pending: %w", ErrNotTenants)
 	}
-	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
+	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -282,7 +278,7 @@ func (rw *ResultWatch) Stop() error {
 }
 
 // Wait blocks until the job's result is stored, or ctx is done. It does not
-// check that the job exists; bound it with a deadline, or use Queued.
+// check that the job exists; bound it with a deadline, or use Pending.
 func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 	rw, err := c.Watch(ctx, id)
 	if err != nil {
@@ -322,47 +318,42 @@ func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 	return res, nil
 }
 
-// CancelRequest is the value a Cancel stores in CANCELS under the job ID.
-// Workers watch the bucket and cancel the job's context when it is running.
-type CancelRequest struct {
-	RequestedAt time.Time `json:"requested_at"`
-}
-
 // Cancel cancels a job. It stores a cancel request in CANCELS, which every
 // worker of the job's queue watches: the worker running the job kills its
 // sandbox and stores a canceled result; a job still queued (never
 // delivered) is finished as canceled by a worker at once, and any later
 // delivery of it finds the request and drops the job unrun.
 //
-// Cancel waits up to Topology.CancelWait for that result. If none comes (no
+// Cancel waits up to Config.CancelWait for that result. If none comes (no
 // worker is up, or the job waits for a redelivery) it stores the canceled
 // result itself; when that write fails too, within CancelWait (a fleet's
 // submitter may not write RESULTS), it returns ErrCancelPending: the
 // request is recorded and the job will finish as canceled.
 //
-// Cancel returns the job's final result: canceled, or, with ErrFinished,
-// the result it had already reached. An unknown ID yields ErrNotFound.
+// Cancel returns the job's final result: canceled, or, with a
+// *FinishedError (ErrFinished), the result it had already reached. An
+// unknown ID yields ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	if c.tenant != "" {
 		return c.tenantCancel(ctx, id)
 	}
 	if r, err := c.Get(ctx, id); err == nil {
-		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		return r, &FinishedError{Result: r}
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	queued, err := c.Queued(ctx, id)
+	queued, err := c.Pending(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if !queued {
 		// It may have finished between the two looks.
 		if r, err := c.Get(ctx, id); err == nil {
-			return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+			return r, &FinishedError{Result: r}
 		}
 		return nil, fmt.Errorf("cancel: %w: %s", ErrNotFound, id)
 	}
-	req, _ := json.Marshal(CancelRequest{RequestedAt: time.Now().UTC()})
+	req, _ := json.Marshal(fleet.CancelRequest{RequestedAt: time.Now().UTC()})
 	rw, err := c.Watch(ctx, id)
 	if err != nil {
 		return nil, err
@@ -371,22 +362,22 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	if _, err := c.stores.Cancels.Put(ctx, id, req); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
 	if r, err := rw.Next(wctx); err == nil {
 		if r.Status != StatusCanceled {
-			return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+			return r, &FinishedError{Result: r}
 		}
 		return r, nil
 	} else if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	now := time.Now().UTC()
-	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: CancelReason}
+	res := &Result{ID: id, Status: StatusCanceled, FinishedAt: &now, Error: fleet.CancelReason}
 	// A refused publish gets no reply, only a timeout: bound the write.
-	sctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
-	stored, won, err := StoreResult(sctx, c.stores.Results, res, c.stores.MaxResultBytes)
+	stored, won, err := c.storeCanceled(sctx, res)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -394,120 +385,47 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		return nil, fmt.Errorf("cancel %s: %w (storing the result: %w)", id, ErrCancelPending, err)
 	}
 	if !won && stored.Status != StatusCanceled {
-		return stored, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, stored.Status)
+		return stored, &FinishedError{Result: stored}
 	}
 	return stored, nil
 }
 
-// CancelReason is the error text of a result canceled by request.
-const CancelReason = "canceled by request"
+// FinishedError is Cancel's error for a job that had finished before the
+// cancel took: Result is its result, also returned beside the error.
+type FinishedError struct {
+	Result *Result
+}
 
-// StoreResult creates RESULTS[r.ID] unless it exists: the first writer wins.
-// It returns the stored result (r, or the winner's) and whether r won.
-//
-// The result is shortened in place to fit maxBytes first (see EncodeResult).
-func StoreResult(ctx context.Context, kv jetstream.KeyValue, r *Result, maxBytes int) (stored *Result, won bool, err error) {
-	data, err := EncodeResult(r, maxBytes)
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("cancel %s: %s (%s)", e.Result.ID, ErrFinished, e.Result.Status)
+}
+
+func (e *FinishedError) Unwrap() error { return ErrFinished }
+
+// storeCanceled stores the canceled result res of a job no worker
+// finished, unless another result is stored first. It is far under any
+// server's cap: it holds no output to cut.
+func (c *Client) storeCanceled(ctx context.Context, res *Result) (stored *Result, won bool, err error) {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode result %s: %w", res.ID, err)
+	}
+	return storeEncoded(ctx, c.stores.Results, res, data)
+}
+
+// storeEncoded stores r, encoded as data, unless RESULTS holds a result at
+// its ID already, and returns the stored result and whether r won.
+func storeEncoded(ctx context.Context, kv jetstream.KeyValue, r *Result, data []byte) (stored *Result, won bool, err error) {
+	winner, won, err := fleet.CreateFirst(ctx, kv, r.ID, data)
 	if err != nil {
 		return nil, false, err
 	}
-	_, err = kv.Create(ctx, r.ID, data)
-	if err == nil {
+	if won {
 		return r, true, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, false, fmt.Errorf("store result %s: %w", r.ID, err)
-	}
-	e, err := kv.Get(ctx, r.ID)
-	if err != nil {
-		return nil, false, fmt.Errorf("read stored result %s: %w", r.ID, err)
-	}
-	w, err := DecodeStoredResult(r.ID, e.Value())
+	w, err := DecodeStoredResult(r.ID, winner)
 	if err != nil {
 		return nil, false, err
 	}
 	return w, false, nil
 }
-
-// EncodeResult encodes r, dropping its display outputs (and counting them
-// dropped), then shortening its stdout and stderr (and marking them
-// truncated) until the encoding fits maxBytes (0: no limit). The output
-// caps count raw bytes, but JSON may take up to six bytes for one ('<',
-// control bytes, invalid UTF-8): without this, a job's own output could make
-// its result impossible to store, and the job would be run again and again.
-func EncodeResult(r *Result, maxBytes int) ([]byte, error) {
-	for {
-		data, err := json.Marshal(r)
-		if err != nil {
-			return nil, fmt.Errorf("encode result %s: %w", r.ID, err)
-		}
-		excess := len(data) - maxBytes
-		if maxBytes <= 0 || excess <= 0 {
-			return data, nil
-		}
-		// Display outputs go first, the last first: they are only for
-		// showing, and one may be most of a result.
-		if n := len(r.Display); n > 0 {
-			r.Display, r.DisplayDropped = r.Display[:n-1], r.DisplayDropped+1
-			if n == 1 {
-				r.Display = nil
-			}
-			continue
-		}
-		// Shrink both streams by the share the encoding is over, so that
-		// each keeps its fair part; a few rounds converge.
-		f := float64(maxBytes) / float64(len(data)) * 0.98
-		cut := false
-		for _, st := range []struct {
-			s        *string
-			trunc    *bool
-			encoding string
-		}{{&r.Stdout, &r.StdoutTruncated, r.StdoutEncoding}, {&r.Stderr, &r.StderrTruncated, r.StderrEncoding}} {
-			if n := int(float64(len(*st.s)) * f); n < len(*st.s) {
-				if st.encoding == EncodingBase64 {
-					n -= n % 4 // whole base64 quanta, so that it still decodes
-				}
-				*st.s, *st.trunc, cut = shorten.Cut(*st.s, n), true, true
-			}
-		}
-		if !cut && !shrinkJudged(r) {
-			return nil, fmt.Errorf("encode result %s: %d bytes without any output, over the %d the server takes", r.ID, len(data), maxBytes)
-		}
-	}
-}
-
-// shrinkJudged halves what a judged result holds of its compiler's output
-// and of each case's stderr and diff, once its stdout and stderr are gone:
-// a thousand failing cases can be more than the server takes. It reports
-// whether anything was left to cut.
-func shrinkJudged(r *Result) bool {
-	cut := false
-	half := func(s *string) {
-		if len(*s) > 0 {
-			*s, cut = shorten.Cut(*s, len(*s)/2), true
-		}
-	}
-	if r.Compile != nil && r.Compile.Output != "" {
-		half(&r.Compile.Output)
-		r.Compile.OutputTruncated = true
-	}
-	if r.Tests != nil {
-		for i := range r.Tests.Cases {
-			c := &r.Tests.Cases[i]
-			half(&c.Stderr)
-			if c.Diff != nil {
-				d := *c.Diff // not the caller's: Diff may be shared
-				half(&d.Expected)
-				half(&d.Actual)
-				c.Diff = &d
-			}
-		}
-	}
-	return cut
-}
-
-// ValidReplyTo reports why s may not be a job's reply subject, or nil:
-// it must be a subject one can publish to (non-empty tokens, no wildcards,
-// whitespace or control characters), outside the server's "$" subjects and
-// outside the job queue.
-func ValidReplyTo(s string) error { return validReplyTo(s) }

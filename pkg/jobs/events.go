@@ -2,29 +2,9 @@ package jobs
 
 import (
 	"encoding/base64"
-	"encoding/json"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
-
-// Names of the event stream, part of the wire contract like StreamName: a
-// job's events are published on EventSubjectPrefix+"<id>" into the stream
-// EventsStreamName, by the worker that runs it.
-const (
-	EventsStreamName   = "EVENTS"
-	EventSubjectPrefix = "events."
-)
-
-// EventSubject returns the subject of a job's events: events.<id>.
-func EventSubject(id string) string { return EventSubjectPrefix + id }
-
-// EventsStreamOf is the stream of the events of tenant t's jobs:
-// EventsStreamName for jobs of no tenant (events.<id>), EVENTS_<t> for
-// t's (events.<t>.<id>), so that the consumers t creates to follow its
-// jobs are on a stream of its own, whose cap they cannot take from anyone
-// else (Topology.TenantMaxConsumers).
-func EventsStreamOf(t string) string { return tenantBucket(EventsStreamName, t) }
 
 // EventType says what an Event reports.
 type EventType string
@@ -114,7 +94,7 @@ func (e *Event) SetData(p []byte) {
 }
 
 // textCost is the size of valid UTF-8 p as a JSON string's contents,
-// written by an encoder without HTML escaping (MarshalEvent's).
+// written by an encoder without HTML escaping (the workers', internal/records).
 func textCost(p []byte) int {
 	n := len(p)
 	for i := 0; i < len(p); {
@@ -136,16 +116,4 @@ func textCost(p []byte) int {
 		i += size
 	}
 	return n
-}
-
-// MarshalEvent encodes an event as it is published: JSON without HTML
-// escaping, so that '<' in a job's output takes one byte, not six.
-func MarshalEvent(e *Event) ([]byte, error) {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
-		return nil, err
-	}
-	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
 }

@@ -12,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -30,7 +33,7 @@ func (s *standIn) publish(ev jobs.Event) {
 	if ev.Attempt == 0 {
 		ev.Attempt = 1
 	}
-	data, err := jobs.MarshalEvent(&ev)
+	data, err := records.MarshalEvent(&ev)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -39,7 +42,7 @@ func (s *standIn) publish(ev jobs.Event) {
 
 func (s *standIn) raw(data []byte) {
 	s.t.Helper()
-	if _, err := s.js.Publish(s.t.Context(), jobs.EventSubject(s.id), data); err != nil {
+	if _, err := s.js.Publish(s.t.Context(), fleet.EventSubject(s.id), data); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -54,17 +57,17 @@ func (s *standIn) output(stream jobs.Stream, off int64, text string) {
 func (s *standIn) store(res *jobs.Result) {
 	s.t.Helper()
 	res.ID = s.id
-	if _, _, err := jobs.StoreResult(s.t.Context(), s.client.Stores().Results, res, 0); err != nil {
+	if _, _, err := records.StoreResult(s.t.Context(), natstest.Stores(s.t, s.js).Results, res, 0); err != nil {
 		s.t.Fatal(err)
 	}
 }
 
 func newStandIn(t *testing.T, id string, submit bool) *standIn {
 	t.Helper()
-	client, js := setup(t, jobs.Topology{})
+	client, js := setup(t, fleet.Topology{})
 	if tenant := jobs.TenantOf(id); tenant != "" {
 		// As the worker that takes a tenant's job does first.
-		if err := (jobs.Topology{}).EnsureTenantEvents(t.Context(), js, tenant); err != nil {
+		if err := (fleet.Topology{}).EnsureTenantEvents(t.Context(), js, tenant); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +260,7 @@ func TestFollowResultOnly(t *testing.T) {
 func TestFollowWithoutEventsStream(t *testing.T) {
 	t.Parallel()
 	s := newStandIn(t, "no-events-1", true)
-	if err := s.js.DeleteStream(t.Context(), jobs.EventsStreamName); err != nil {
+	if err := s.js.DeleteStream(t.Context(), fleet.EventsStreamName); err != nil {
 		t.Fatal(err)
 	}
 	ch := follow(t, s.client, "no-events-1")
@@ -273,7 +276,7 @@ func TestFollowWithoutEventsStream(t *testing.T) {
 
 func TestFollowUnknownJob(t *testing.T) {
 	t.Parallel()
-	client, _ := setup(t, jobs.Topology{})
+	client, _ := setup(t, fleet.Topology{})
 	for _, id := range []string{"no-such-job", "not a valid id"} {
 		for ev, err := range client.Follow(t.Context(), id) {
 			if !errors.Is(err, jobs.ErrNotFound) {
@@ -345,7 +348,7 @@ func TestFollowBreak(t *testing.T) {
 func TestFollowTenant(t *testing.T) {
 	t.Parallel()
 	s := newStandIn(t, "team-a.live-1", true)
-	tc, err := jobs.NewTenantClient(s.js, "team-a", jobs.Topology{})
+	tc, err := jobs.NewTenantClient(s.js, "team-a", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +391,7 @@ func TestFollowTenant(t *testing.T) {
 	}
 	// What the follows and the wait made is gone: a stream holds 1,000
 	// consumers at most, and every tenant shares RESULTS and EVENTS.
-	for _, name := range []string{"KV_" + jobs.ResultsBucket, jobs.EventsStreamOf("team-a")} {
+	for _, name := range []string{"KV_" + fleet.ResultsBucket, fleet.EventsStreamOf("team-a")} {
 		st, err := s.js.Stream(t.Context(), name)
 		if err != nil {
 			t.Fatal(err)
@@ -409,7 +412,7 @@ func TestFollowTenant(t *testing.T) {
 	}
 
 	// A fleet without the tenant's events: queued, then the result.
-	if err := s.js.DeleteStream(t.Context(), jobs.EventsStreamOf("team-a")); err != nil {
+	if err := s.js.DeleteStream(t.Context(), fleet.EventsStreamOf("team-a")); err != nil {
 		t.Fatal(err)
 	}
 	ch = follow(t, tc, s.id)
@@ -423,8 +426,8 @@ func TestFollowTenant(t *testing.T) {
 
 func TestTopologyEvents(t *testing.T) {
 	t.Parallel()
-	_, js := setup(t, jobs.Topology{EventsMaxAge: 10 * time.Minute, EventsMaxBytes: 1 << 20})
-	st, err := js.Stream(t.Context(), jobs.EventsStreamName)
+	_, js := setup(t, fleet.Topology{EventsMaxAge: 10 * time.Minute, EventsMaxBytes: 1 << 20})
+	st, err := js.Stream(t.Context(), fleet.EventsStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +436,7 @@ func TestTopologyEvents(t *testing.T) {
 		cfg.MaxBytes != 1<<20 || cfg.Subjects[0] != "events.*" || cfg.Storage != jetstream.FileStorage {
 		t.Errorf("stream EVENTS: %+v", cfg)
 	}
-	if def := (jobs.Topology{}).WithDefaults(); def.EventsMaxAge != time.Hour || def.EventsMaxBytes != 1<<30 {
+	if def := (fleet.Topology{}).WithDefaults(); def.EventsMaxAge != time.Hour || def.EventsMaxBytes != 1<<30 {
 		t.Errorf("defaults: %s, %d", def.EventsMaxAge, def.EventsMaxBytes)
 	}
 }
@@ -446,11 +449,11 @@ func FuzzEventData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var ev jobs.Event
 		ev.SetData(p)
-		data, err := jobs.MarshalEvent(&jobs.Event{Data: ev.Data})
+		data, err := records.MarshalEvent(&jobs.Event{Data: ev.Data})
 		if err != nil {
 			t.Fatal(err)
 		}
-		empty, _ := jobs.MarshalEvent(&jobs.Event{})
+		empty, _ := records.MarshalEvent(&jobs.Event{})
 		if n := len(data) - len(empty) - len(`,"data":""`); len(p) > 0 && n > base64.StdEncoding.EncodedLen(len(p)) {
 			t.Errorf("%q takes %d bytes as %q, more than base64", p, n, ev.Encoding)
 		}

@@ -2,41 +2,14 @@ package jobs
 
 import (
 	"encoding/json"
-	"maps"
-	"slices"
 	"time"
-	"unicode/utf8"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
-// The job index: what the web console lists. RESULTS is a KV bucket, keyed
-// by job ID; listing it means reading all of it, which a console of a
-// fleet with 100,000 results cannot do per page view. So the workers also
-// append small records to a stream of their own, INDEX, which a reader
-// pages through by sequence (newest first) without ever reading RESULTS
-// as a whole:
-//
-//	index.job.<queue>.<batch>.<id>  a JobSummary: written once a worker has
-//	                                run the job for a moment (running: 250 ms,
-//	                                pkg/worker), and when its result is
-//	                                stored (finished)
-//	index.spec.<id>                 a JobSpec: the job's code and files, capped,
-//	                                so that its page can show them once the
-//	                                job has left JOBS
-//	index.dead.<id>                 a JobSummary of a job given up after
-//	                                MaxDeliver (a dead letter)
-//
-// The stream keeps one message per subject (MaxMsgsPerSubject 1): a job's
-// finished record replaces its running one, so every job is in the index
-// once, at the sequence of its latest change. The queue and the batch are
-// subject tokens, so the server filters by them; status, label and ID are
-// filtered by the reader, within a bound on the sequences it scans. The
-// index is a view: RESULTS stays the authority, and a record may be
-// missing (a worker that dropped it under load, an older worker).
+// Tokens of the index's subjects (see internal/fleet).
 const (
-	IndexStreamName    = "INDEX"
-	IndexSubjectPrefix = "index."
 	// NoBatch is the batch token of a job outside any batch; it cannot be
 	// a batch name, which is [A-Za-z0-9_-]{1,64}.
 	NoBatch = "~"
@@ -44,17 +17,6 @@ const (
 	// value the batch's name: the index files the job under it.
 	BatchLabel = "sandfleet.batch"
 )
-
-// IndexJobSubject is the subject of a job's summary record.
-func IndexJobSubject(queue, batch, id string) string {
-	return IndexSubjectPrefix + "job." + queue + "." + batch + "." + id
-}
-
-// IndexSpecSubject is the subject of a job's spec record.
-func IndexSpecSubject(id string) string { return IndexSubjectPrefix + "spec." + id }
-
-// IndexDeadSubject is the subject of a dead letter's record.
-func IndexDeadSubject(id string) string { return IndexSubjectPrefix + "dead." + id }
 
 // BatchOf returns the batch token of a job with these labels: the value of
 // BatchLabel when it is a valid batch name, else NoBatch.
@@ -73,19 +35,6 @@ const (
 	JobRunning JobState = "running"
 	// JobFinished: the job's result is stored; Status is its verdict.
 	JobFinished JobState = "finished"
-)
-
-// Caps on what one record holds, so that the index stays small: a record
-// is for listing and finding, the result and the job have the rest.
-const (
-	indexMaxError    = 512      // bytes of Error
-	indexMaxLabel    = 256      // bytes of one label value
-	indexMaxLabels   = 4 << 10  // bytes of all labels' keys and values
-	SpecMaxCode      = 16 << 10 // bytes of the code kept in a JobSpec
-	SpecMaxFileText  = 4 << 10  // bytes of one file kept in a JobSpec
-	SpecMaxFilesText = 16 << 10 // bytes of all files kept in a JobSpec
-	specMaxFiles     = 64
-	specMaxArgv      = 4 << 10
 )
 
 // JobSummary is a job's record in the index: enough to list it, filter it
@@ -128,45 +77,12 @@ func (s *JobSummary) Batch() string {
 
 // Subject is where the record is published.
 func (s *JobSummary) Subject() string {
-	return IndexJobSubject(s.Queue, BatchOf(s.Labels), s.ID)
-}
-
-// RunningSummary is the record of a job a worker has taken (attempt is its
-// delivery, queuedAt when it was published).
-func RunningSummary(job *Job, worker string, attempt int, queuedAt *time.Time) *JobSummary {
-	now := time.Now().UTC()
-	s := &JobSummary{ID: job.ID, Queue: job.Queue, State: JobRunning, Attempt: attempt, Worker: worker,
-		Image: cutText(job.Image, 64), Workspace: job.Workspace, QueuedAt: queuedAt, StartedAt: &now}
-	s.Labels, s.LabelsCut = cutLabels(job.Labels)
-	return s
-}
-
-// FinishedSummary is the record of a job whose result res is stored; job
-// (nil when it did not decode) supplies what the result lacks.
-func FinishedSummary(queue string, job *Job, res *Result) *JobSummary {
-	s := &JobSummary{ID: res.ID, Queue: queue, State: JobFinished, Status: res.Status, Attempt: res.Attempt,
-		Worker: res.Worker, ExitCode: res.Exit, DurationMS: res.DurationMS, QueuedAt: res.QueuedAt,
-		StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Error: cutText(res.Error, indexMaxError)}
-	labels := res.Labels
-	if job != nil {
-		s.Image, s.Workspace = cutText(job.Image, 64), job.Workspace
-		if labels == nil {
-			labels = job.Labels
-		}
-	}
-	s.Labels, s.LabelsCut = cutLabels(labels)
-	if ws := res.Workspace; ws != nil {
-		if ws.Name != "" {
-			s.Workspace = ws.Name
-		}
-		s.Revision = ws.Revision
-	}
-	return s
+	return fleet.IndexJobSubject(s.Queue, BatchOf(s.Labels), s.ID)
 }
 
 // JobSpec is what a job asked for, as its page shows it: the code and the
-// files (cut to SpecMaxCode and SpecMaxFileText each, SpecMaxFilesText in
-// all), argv, limits and outputs. The environment's values and the stdin
+// files (cut to 16 KiB and 4 KiB each, 16 KiB in all), argv, limits and
+// outputs. The environment's values and the stdin
 // are left out (they may carry secrets): only their names and size.
 type JobSpec struct {
 	ID            string        `json:"id"`
@@ -199,78 +115,8 @@ func (s *JobSpec) CodeCut() bool { return s.CodeBytes > len(s.Code) }
 // Cut reports whether Text is shorter than the file.
 func (f SpecFile) Cut() bool { return f.Bytes > len(f.Text) }
 
-// NewJobSpec returns the spec record of job.
-func NewJobSpec(job *Job) *JobSpec {
-	s := &JobSpec{ID: job.ID, Queue: job.Queue, Image: cutText(job.Image, 64), Code: cutText(job.Code, SpecMaxCode),
-		CodeBytes: len(job.Code), StdinBytes: len(job.Stdin), Limits: job.Limits, Outputs: job.Outputs,
-		Workspace: job.Workspace, WorkspaceFrom: job.WorkspaceFrom}
-	n := 0
-	for _, a := range job.Argv {
-		if n += len(a); n > specMaxArgv {
-			s.ArgvCut = true
-			break
-		}
-		s.Argv = append(s.Argv, a)
-	}
-	room := SpecMaxFilesText
-	for _, name := range slices.Sorted(maps.Keys(job.Files)) {
-		if len(s.Files) == specMaxFiles {
-			s.FilesCut++
-			continue
-		}
-		text := cutText(job.Files[name], min(SpecMaxFileText, room))
-		room -= len(text)
-		s.Files = append(s.Files, SpecFile{Name: cutText(name, 512), Bytes: len(job.Files[name]), Text: text})
-	}
-	if len(s.Outputs) > 64 {
-		s.Outputs = s.Outputs[:64]
-	}
-	s.Env = slices.Sorted(maps.Keys(job.Env))
-	return s
-}
-
-// cutText returns s cut to at most n bytes, at a character boundary.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// cutLabels returns labels within the index's caps, and whether any was
-// cut or left out. The batch label always stays: the subject files the
-// record under it.
-func cutLabels(labels map[string]string) (map[string]string, bool) {
-	if len(labels) == 0 {
-		return nil, false
-	}
-	out := make(map[string]string, len(labels))
-	cut := false
-	room := indexMaxLabels
-	keys := slices.Sorted(maps.Keys(labels))
-	if _, ok := labels[BatchLabel]; ok {
-		keys = append([]string{BatchLabel}, slices.DeleteFunc(keys, func(k string) bool { return k == BatchLabel })...)
-	}
-	for _, k := range keys {
-		v := cutText(labels[k], indexMaxLabel)
-		if len(v) < len(labels[k]) {
-			cut = true
-		}
-		if len(k)+len(v) > room {
-			cut = true
-			continue
-		}
-		room -= len(k) + len(v)
-		out[k] = v
-	}
-	return out, cut
-}
-
-// DecodeSummary parses a summary record.
-func DecodeSummary(data []byte) (*JobSummary, error) {
+// decodeSummary parses a summary record.
+func decodeSummary(data []byte) (*JobSummary, error) {
 	var s JobSummary
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, err

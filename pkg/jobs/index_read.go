@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -34,12 +35,12 @@ func (c *Client) Index(ctx context.Context) (*Index, error) {
 	if c.tenant != "" {
 		return nil, fmt.Errorf("index: %w", ErrNotTenants)
 	}
-	s, err := c.js.Stream(ctx, IndexStreamName)
+	s, err := c.js.Stream(ctx, fleet.IndexStreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, ErrNoIndex
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", IndexStreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", fleet.IndexStreamName, err)
 	}
 	return &Index{js: c.js, stream: s}, nil
 }
@@ -92,7 +93,7 @@ type IndexPage struct {
 func (q IndexQuery) filter() string {
 	queue, batch := q.Queue, q.Batch
 	if queue == "" && batch == "" {
-		return IndexSubjectPrefix + "job.>"
+		return fleet.IndexSubjectPrefix + "job.>"
 	}
 	if queue == "" {
 		queue = "*"
@@ -100,7 +101,7 @@ func (q IndexQuery) filter() string {
 	if batch == "" {
 		batch = "*"
 	}
-	return IndexSubjectPrefix + "job." + queue + "." + batch + ".>"
+	return fleet.IndexSubjectPrefix + "job." + queue + "." + batch + ".>"
 }
 
 // The windows a List reads, from the newest backwards: small first (the
@@ -128,7 +129,7 @@ func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
 	}
 	info, err := x.stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", IndexStreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", fleet.IndexStreamName, err)
 	}
 	page := &IndexPage{First: info.State.FirstSeq, Last: info.State.LastSeq}
 	if info.State.Msgs == 0 {
@@ -155,7 +156,7 @@ func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
 			if !contains(data, q.Contains) {
 				return true
 			}
-			s, err := DecodeSummary(data)
+			s, err := decodeSummary(data)
 			if err == nil {
 				s.Seq = seq
 				got = append(got, s)
@@ -202,7 +203,7 @@ func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*JobSum
 			return false
 		}
 		n++
-		s, err := DecodeSummary(data)
+		s, err := decodeSummary(data)
 		if err != nil {
 			return true
 		}
@@ -217,9 +218,9 @@ func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*JobSum
 func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*JobSummary, int, error) {
 	var ring []*JobSummary
 	total := 0
-	err := x.read(ctx, 1, 0, IndexSubjectPrefix+"dead.>", func(seq uint64, data []byte) bool {
+	err := x.read(ctx, 1, 0, fleet.IndexSubjectPrefix+"dead.>", func(seq uint64, data []byte) bool {
 		total++
-		if s, err := DecodeSummary(data); err == nil {
+		if s, err := decodeSummary(data); err == nil {
 			s.Seq = seq
 			ring = append(ring, s)
 			if len(ring) > limit {
@@ -239,11 +240,11 @@ func (x *Index) Summary(ctx context.Context, id string) (*JobSummary, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
-	m, err := x.stream.GetLastMsgForSubject(ctx, IndexSubjectPrefix+"job.*.*."+id)
+	m, err := x.stream.GetLastMsgForSubject(ctx, fleet.IndexSubjectPrefix+"job.*.*."+id)
 	if err != nil {
 		return nil, x.lookupErr(id, err)
 	}
-	s, err := DecodeSummary(m.Data)
+	s, err := decodeSummary(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("index record of %s: %w", id, err)
 	}
@@ -256,7 +257,7 @@ func (x *Index) Spec(ctx context.Context, id string) (*JobSpec, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
-	m, err := x.stream.GetLastMsgForSubject(ctx, IndexSpecSubject(id))
+	m, err := x.stream.GetLastMsgForSubject(ctx, fleet.IndexSpecSubject(id))
 	if err != nil {
 		return nil, x.lookupErr(id, err)
 	}
@@ -288,9 +289,9 @@ func (x *Index) read(ctx context.Context, from, hi uint64, filter string, fn fun
 		return err
 	}
 	defer sub.Unsubscribe()
-	api := "$JS.API.DIRECT.GET." + IndexStreamName
+	api := "$JS.API.DIRECT.GET." + fleet.IndexStreamName
 	if p := x.js.Options().APIPrefix; p != "" {
-		api = strings.TrimSuffix(p, ".") + ".DIRECT.GET." + IndexStreamName
+		api = strings.TrimSuffix(p, ".") + ".DIRECT.GET." + fleet.IndexStreamName
 	}
 	for {
 		batch := indexWindowMax
@@ -328,7 +329,7 @@ func (x *Index) readBatch(ctx context.Context, sub *nats.Subscription, hi uint64
 		// thousands of messages, and ctx is checked between batches.
 		m, err := sub.NextMsg(indexReadTimeout)
 		if err != nil {
-			return false, 0, fmt.Errorf("read %s: %w", IndexStreamName, err)
+			return false, 0, fmt.Errorf("read %s: %w", fleet.IndexStreamName, err)
 		}
 		switch m.Header.Get("Status") {
 		case "":
@@ -343,7 +344,7 @@ func (x *Index) readBatch(ctx context.Context, sub *nats.Subscription, hi uint64
 			}
 			return true, last, nil
 		default:
-			return false, 0, fmt.Errorf("read %s: status %s %s", IndexStreamName, m.Header.Get("Status"), m.Header.Get("Description"))
+			return false, 0, fmt.Errorf("read %s: status %s %s", fleet.IndexStreamName, m.Header.Get("Status"), m.Header.Get("Description"))
 		}
 		if stopped {
 			continue // drain the batch to its end

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -34,7 +36,7 @@ func ids(page *jobs.IndexPage) string {
 
 func TestIndexList(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	// j0..j9: even ones on queue a, odd on b; j3 and j4 in batch nightly;
 	// every job running, then j0..j4 finished (their records move up).
 	for i := range 10 {
@@ -45,7 +47,7 @@ func TestIndexList(t *testing.T) {
 		if i == 3 || i == 4 {
 			job.Labels = map[string]string{jobs.BatchLabel: "nightly", "k": "v"}
 		}
-		s := jobs.RunningSummary(job, "w1", 1, nil)
+		s := records.RunningSummary(job, "w1", 1, nil)
 		publishRecord(t, js, s.Subject(), s)
 	}
 	for i := range 5 {
@@ -60,10 +62,10 @@ func TestIndexList(t *testing.T) {
 		if i == 2 {
 			status = jobs.StatusFailed
 		}
-		s := jobs.FinishedSummary(job.Queue, job, &jobs.Result{ID: job.ID, Status: status, Labels: job.Labels})
+		s := records.FinishedSummary(job.Queue, job, &jobs.Result{ID: job.ID, Status: status, Labels: job.Labels})
 		publishRecord(t, js, s.Subject(), s)
 	}
-	publishRecord(t, js, jobs.IndexSpecSubject("j1"), jobs.NewJobSpec(&jobs.Job{ID: "j1", Code: "print(1)"}))
+	publishRecord(t, js, fleet.IndexSpecSubject("j1"), records.NewJobSpec(&jobs.Job{ID: "j1", Code: "print(1)"}))
 	idx, err := c.Index(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -145,14 +147,14 @@ func TestIndexList(t *testing.T) {
 // A window larger than one batch answer, and tenants' IDs (two tokens).
 func TestIndexManyAndTenants(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	const n = 3000
 	for i := range n {
 		job := &jobs.Job{ID: fmt.Sprintf("acme.j%04d", i), Queue: "default", Image: "python"}
-		s := jobs.RunningSummary(job, "w1", 1, nil)
+		s := records.RunningSummary(job, "w1", 1, nil)
 		publishRecord(t, js, s.Subject(), s)
 		if i%1000 == 0 {
-			publishRecord(t, js, jobs.IndexDeadSubject(job.ID), s)
+			publishRecord(t, js, fleet.IndexDeadSubject(job.ID), s)
 		}
 	}
 	idx, err := c.Index(t.Context())
@@ -174,20 +176,20 @@ func TestIndexManyAndTenants(t *testing.T) {
 
 func TestJobSpecCaps(t *testing.T) {
 	t.Parallel()
-	job := &jobs.Job{ID: "x", Code: strings.Repeat("é", jobs.SpecMaxCode), Stdin: "secret",
+	job := &jobs.Job{ID: "x", Code: strings.Repeat("é", records.SpecMaxCode), Stdin: "secret",
 		Env: map[string]string{"TOKEN": "hunter2", "A": "1"}, Files: map[string]string{}}
 	for i := range 10 {
 		job.Files[fmt.Sprintf("f%d", i)] = strings.Repeat("x", 3000)
 	}
-	s := jobs.NewJobSpec(job)
-	if !s.CodeCut() || len(s.Code) > jobs.SpecMaxCode || !strings.HasPrefix(job.Code, s.Code) {
+	s := records.NewJobSpec(job)
+	if !s.CodeCut() || len(s.Code) > records.SpecMaxCode || !strings.HasPrefix(job.Code, s.Code) {
 		t.Errorf("code %d bytes of %d", len(s.Code), s.CodeBytes)
 	}
 	total := 0
 	for _, f := range s.Files {
 		total += len(f.Text)
 	}
-	if total > jobs.SpecMaxFilesText || len(s.Files) != 10 || !s.Files[9].Cut() {
+	if total > records.SpecMaxFilesText || len(s.Files) != 10 || !s.Files[9].Cut() {
 		t.Errorf("files: %d bytes kept", total)
 	}
 	data, _ := json.Marshal(s)

@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/templates"
@@ -80,6 +80,7 @@ const (
 
 // Statuses lists every status, in the order of docs/design.md.
 var Statuses = []Status{StatusSucceeded, StatusFailed, StatusCompileErr, StatusTimeout, StatusOOM,
+
 	StatusOutputLimit, StatusCanceled, StatusRejected, StatusError}
 
 // ExitCode is what `submit run` exits with for a result of this status.
@@ -249,38 +250,6 @@ func NewID() string {
 	return id.String()
 }
 
-// ValidID reports whether s may be used as a job ID: [A-Za-z0-9_-]{1,128},
-// qualified by a tenant's name and a dot for a tenant's job
-// (`^(?:[a-z0-9][a-z0-9-]{0,31}\.)?[A-Za-z0-9_-]{1,128}$`). Every message
-// is checked on its way in and out, so it is written out rather than a
-// regular expression's backtracking (TestNamesMatchTheirPatterns holds it
-// to the pattern).
-func ValidID(s string) bool {
-	if t, id, ok := strings.Cut(s, "."); ok {
-		return ValidTenant(t) && plainName(id, 128)
-	}
-	return plainName(s, 128)
-}
-
-// ValidQueue reports whether s may be used as a queue name:
-// [A-Za-z0-9_-]{1,64}.
-func ValidQueue(s string) bool { return plainName(s, 64) }
-
-// plainName reports whether s is 1 to limit bytes of [A-Za-z0-9_-].
-func plainName(s string, limit int) bool {
-	if len(s) == 0 || len(s) > limit {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !lowerOrDigit(c) && !('A' <= c && c <= 'Z') && c != '_' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func lowerOrDigit(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
-
 // Normalize fills the defaults a publisher may leave out: a UUIDv7 ID and the
 // default queue.
 func (j *Job) Normalize() {
@@ -322,48 +291,14 @@ func (j *Job) Validate() error {
 		return invalid("retry_of %q must be a job ID", shorten.Text(j.RetryOf, 170))
 	}
 	if j.ReplyTo != "" {
-		if err := validReplyTo(j.ReplyTo); err != nil {
+		if err := fleet.ValidReplyTo(j.ReplyTo); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
-		if err := tenantReplyTo(TenantOf(j.ID), j.ReplyTo); err != nil {
+		if err := fleet.TenantReplyTo(TenantOf(j.ID), j.ReplyTo); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 		}
 	}
 	return nil
-}
-
-// validReplyTo checks a reply subject: a publishable subject outside the
-// server's own ($JS, $KV, $SYS and every other "$" subject: a result
-// published there would be an API request made with the worker's
-// permissions) and outside the job queue (a result there would be a job).
-func validReplyTo(s string) error {
-	const at = "reply_to"
-	switch {
-	case !validSubject(s):
-		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is not a NATS subject one can publish to (no wildcards, spaces or empty tokens, at most 255 bytes)", field.Quote(s))}
-	case strings.HasPrefix(s, "$"):
-		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is a system subject (those starting with $ are the server's)", field.Quote(s))}
-	case strings.HasPrefix(s, SubjectPrefix):
-		return &field.Error{Field: at, Reason: fmt.Sprintf("%s is in the job queue (%s>)", field.Quote(s), SubjectPrefix)}
-	}
-	return nil
-}
-
-func validSubject(s string) bool {
-	if len(s) > 255 {
-		return false
-	}
-	for _, tok := range bytes.Split([]byte(s), []byte(".")) {
-		if len(tok) == 0 {
-			return false
-		}
-		for _, c := range tok {
-			if c <= ' ' || c == '*' || c == '>' || c == 0x7f {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // notUTF8 names the field of a job that is not valid UTF-8. A JSON decoder

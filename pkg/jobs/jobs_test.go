@@ -7,72 +7,43 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-func setup(t *testing.T, topo jobs.Topology) (*jobs.Client, jetstream.JetStream) {
+func setup(t *testing.T, topo fleet.Topology) (*jobs.Client, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	c, err := jobs.NewClient(t.Context(), js, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, js
+	return clientOn(t, js, topo), js
 }
 
-func TestTopologyIdempotent(t *testing.T) {
-	t.Parallel()
-	topo := jobs.Topology{MaxMsgs: 10, DuplicateWindow: time.Minute}
-	_, js := setup(t, topo)
-	for range 2 {
-		if _, err := topo.Ensure(t.Context(), js); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := topo.EnsureConsumer(t.Context(), js, "default"); err != nil {
-			t.Fatal(err)
-		}
+// clientOn opens topo on js, creating what is missing with its settings
+// (as a worker's would be), and returns a client with topo's cap on a
+// job's size and its CancelWait.
+func clientOn(t *testing.T, js jetstream.JetStream, topo fleet.Topology) *jobs.Client {
+	t.Helper()
+	if _, err := topo.Open(t.Context(), js); err != nil {
+		t.Fatal(err)
 	}
-	info, err := js.Stream(t.Context(), jobs.StreamName)
+	c, err := jobs.NewClient(t.Context(), js, jobs.Config{MaxJobBytes: topo.MaxJobBytes, CancelWait: topo.CancelWait})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := info.CachedInfo().Config
-	if cfg.Retention != jetstream.WorkQueuePolicy || cfg.Discard != jetstream.DiscardNew || cfg.MaxMsgs != 10 ||
-		cfg.Duplicates != time.Minute || cfg.Storage != jetstream.FileStorage || cfg.Subjects[0] != "jobs.>" ||
-		cfg.MaxMsgsPerSubject != 1 || !cfg.DiscardNewPerSubject {
-		t.Errorf("stream config: %+v", cfg)
-	}
-	cons, err := js.Consumer(t.Context(), jobs.StreamName, "workers-default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := cons.CachedInfo().Config
-	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 30*time.Second || cc.MaxDeliver != 5 || cc.FilterSubject != "jobs.default.>" {
-		t.Errorf("consumer config: %+v", cc)
-	}
-	// A client with other settings does not override the fleet's.
-	if _, err := (jobs.Topology{MaxMsgs: 99}).Open(t.Context(), js); err != nil {
-		t.Fatal(err)
-	}
-	s, _ := js.Stream(t.Context(), jobs.StreamName)
-	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
-		t.Errorf("Open changed MaxMsgs to %d", got)
-	}
+	return c
 }
 
 func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxMsgs: 2})
+	c, js := setup(t, fleet.Topology{MaxMsgs: 2})
 	job := &jobs.Job{Image: "python", Code: "print(1)"}
 	id, err := c.Submit(t.Context(), job)
 	if err != nil || !jobs.ValidID(id) || job.ID != "" {
@@ -82,12 +53,12 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 	if _, err := c.Submit(t.Context(), job); err != nil {
 		t.Fatalf("duplicate Submit: %v", err)
 	}
-	info, _ := c.Stores().Stream.Info(t.Context())
+	info, _ := natstest.Stores(t, js).Stream.Info(t.Context())
 	if info.State.Msgs != 1 {
 		t.Errorf("stream holds %d messages after a duplicate, want 1", info.State.Msgs)
 	}
-	if ok, err := c.Queued(t.Context(), id); !ok || err != nil {
-		t.Errorf("Queued(%s) = %v, %v", id, ok, err)
+	if ok, err := c.Pending(t.Context(), id); !ok || err != nil {
+		t.Errorf("Pending(%s) = %v, %v", id, ok, err)
 	}
 	if _, err := c.Submit(t.Context(), &jobs.Job{Image: "python"}); err != nil {
 		t.Fatal(err)
@@ -104,7 +75,7 @@ func TestSubmitDeduplicatesAndQueueFull(t *testing.T) {
 // one message, and a full queue still says ErrQueueFull to a new job.
 func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
+	c, js := setup(t, fleet.Topology{MaxMsgs: 2, DuplicateWindow: 100 * time.Millisecond})
 	job := &jobs.Job{ID: "again", Image: "python", Code: "print(1)"}
 	if _, err := c.Submit(t.Context(), job); err != nil {
 		t.Fatal(err)
@@ -115,7 +86,7 @@ func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 			t.Fatalf("submit %d past the window: %q, %v; want the job's ID, no error", i+2, id, err)
 		}
 	}
-	info, _ := c.Stores().Stream.Info(t.Context())
+	info, _ := natstest.Stores(t, js).Stream.Info(t.Context())
 	if info.State.Msgs != 1 {
 		t.Errorf("stream holds %d messages, want 1: the job would run %d times", info.State.Msgs, info.State.Msgs)
 	}
@@ -130,17 +101,11 @@ func TestSubmitPastTheWindowWhileQueued(t *testing.T) {
 	}
 }
 
-// countingBackOff retries every millisecond and counts the retries.
-type countingBackOff struct{ n atomic.Int32 }
-
-func (b *countingBackOff) NextBackOff() time.Duration { b.n.Add(1); return time.Millisecond }
-func (b *countingBackOff) Reset()                     {}
-
 // SubmitWhenRoom waits while the queue is full and publishes once there is
 // room; with no room before its context ends it returns ErrQueueFull.
 func TestSubmitWhenRoom(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxMsgs: 1})
+	c, js := setup(t, fleet.Topology{MaxMsgs: 1})
 	if _, err := c.Submit(t.Context(), &jobs.Job{ID: "first", Image: "python"}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,40 +114,43 @@ func TestSubmitWhenRoom(t *testing.T) {
 	// machine (a wait that ends before any answer is the deadline's error).
 	short, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	if _, err := c.SubmitWhenRoom(short, &jobs.Job{Image: "python"}, &countingBackOff{}); !errors.Is(err, jobs.ErrQueueFull) {
+	if _, err := c.SubmitWhenRoom(short, &jobs.Job{Image: "python"}, time.Millisecond, time.Millisecond); !errors.Is(err, jobs.ErrQueueFull) {
 		t.Fatalf("no room before the deadline: %v, want ErrQueueFull", err)
 	}
 
-	b := &countingBackOff{}
+	// Each try is a publish on the client's connection, the only one
+	// publishing now.
+	tries := func() uint64 { return js.Conn().Stats().OutMsgs }
+	before := tries()
 	type outcome struct {
 		id  string
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		id, err := c.SubmitWhenRoom(t.Context(), &jobs.Job{ID: "second", Image: "python"}, b)
+		id, err := c.SubmitWhenRoom(t.Context(), &jobs.Job{ID: "second", Image: "python"}, time.Millisecond, time.Millisecond)
 		done <- outcome{id, err}
 	}()
-	testutil.Eventually(t, 10*time.Second, "SubmitWhenRoom retrying while the queue is full", func() bool { return b.n.Load() >= 3 })
+	testutil.Eventually(t, 10*time.Second, "SubmitWhenRoom retrying while the queue is full", func() bool { return tries() >= before+3 })
 	select {
 	case o := <-done:
 		t.Fatalf("SubmitWhenRoom returned %+v while the queue was full", o)
 	default:
 	}
-	if err := c.Stores().Stream.DeleteMsg(t.Context(), 1); err != nil { // a worker took "first"
+	if err := natstest.Stores(t, js).Stream.DeleteMsg(t.Context(), 1); err != nil { // a worker took "first"
 		t.Fatal(err)
 	}
 	if o := <-done; o.err != nil || o.id != "second" {
 		t.Fatalf("after room was made: %+v", o)
 	}
-	if ok, _ := c.Queued(t.Context(), "second"); !ok {
+	if ok, _ := c.Pending(t.Context(), "second"); !ok {
 		t.Error("the job published after the wait is not queued")
 	}
 }
 
 func TestSubmitRefusesInvalid(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{MaxJobBytes: 1024})
+	c, _ := setup(t, fleet.Topology{MaxJobBytes: 1024})
 	for _, j := range []*jobs.Job{
 		{ID: "bad id", Image: "python"},
 		{Image: ""},
@@ -191,59 +159,6 @@ func TestSubmitRefusesInvalid(t *testing.T) {
 		if _, err := c.Submit(t.Context(), j); !errors.Is(err, jobs.ErrInvalidJob) {
 			t.Errorf("Submit(%.40v): %v, want ErrInvalidJob", j, err)
 		}
-	}
-}
-
-func TestParseSubject(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in, queue, id string
-		ok            bool
-	}{
-		{"jobs.default.abc", "default", "abc", true},
-		{"jobs.q-1.x_y", "q-1", "x_y", true},
-		{"jobs.default", "", "", false},
-		{"jobs.default.a.b", "default", "a.b", true}, // tenant a's job b
-		{"jobs.default.a.b.c", "", "", false},
-		{"jobs.default.a.", "", "", false},
-		{"jobs.default..b", "", "", false},
-		{"other.default.a", "", "", false},
-		{"jobs..a", "", "", false},
-	}
-	for _, tc := range tests {
-		q, id, err := jobs.ParseSubject(tc.in)
-		if (err == nil) != tc.ok || q != tc.queue || id != tc.id {
-			t.Errorf("ParseSubject(%q) = %q, %q, %v", tc.in, q, id, err)
-		}
-		if err != nil && !errors.Is(err, jobs.ErrBadSubject) {
-			t.Errorf("ParseSubject(%q): %v does not wrap ErrBadSubject", tc.in, err)
-		}
-	}
-	if got := jobs.Subject("default", "x"); got != "jobs.default.x" {
-		t.Errorf("Subject = %q", got)
-	}
-}
-
-func TestTopologyValidate(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		topo  jobs.Topology
-		field string
-	}{
-		{jobs.Topology{Replicas: 7}, "Replicas"},
-		{jobs.Topology{AckWait: time.Millisecond}, "AckWait"},
-		{jobs.Topology{MaxDeliver: -1}, "MaxDeliver"},
-		{jobs.Topology{ResultTTL: -time.Hour}, "ResultTTL"},
-		{jobs.Topology{CancelWait: -1}, "CancelWait"},
-	}
-	for _, tc := range tests {
-		err := tc.topo.Validate()
-		if !errors.Is(err, jobs.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("%+v: %v, want an error naming %s", tc.topo, err, tc.field)
-		}
-	}
-	if err := (jobs.Topology{}).Validate(); err != nil {
-		t.Errorf("zero Topology: %v", err)
 	}
 }
 
@@ -347,13 +262,13 @@ func TestTenantWritableBucketsRefuseRollups(t *testing.T) {
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	// As nats.go makes a bucket: rollups on.
-	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: jobs.CancelsBucket}); err != nil {
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: fleet.CancelsBucket}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.NewClient(t.Context(), js, jobs.Topology{}); err != nil {
+	if _, err := jobs.NewClient(t.Context(), js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, bucket := range []string{jobs.CancelsBucket, jobs.WorkspacesBucket} {
+	for _, bucket := range []string{fleet.CancelsBucket, fleet.WorkspacesBucket} {
 		kv, err := js.KeyValue(t.Context(), bucket)
 		if err != nil {
 			t.Fatal(err)
@@ -388,26 +303,26 @@ func TestOpenLeavesTheWorkersSettings(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	worker := jobs.Topology{EventsMaxAge: 10 * time.Minute, WorkspaceTTL: 2 * time.Hour, ResultTTL: 3 * time.Hour, MaxMsgs: 10}
+	worker := fleet.Topology{EventsMaxAge: 10 * time.Minute, WorkspaceTTL: 2 * time.Hour, ResultTTL: 3 * time.Hour, MaxMsgs: 10}
 	if _, err := worker.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
 	// The client looks before the worker made JOBS, and so makes the rest.
-	if err := js.DeleteStream(t.Context(), jobs.StreamName); err != nil {
+	if err := js.DeleteStream(t.Context(), fleet.StreamName); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jobs.NewClient(t.Context(), js, jobs.Topology{}); err != nil {
+	if _, err := jobs.NewClient(t.Context(), js, jobs.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	for stream, want := range map[string]time.Duration{
-		jobs.EventsStreamName:         10 * time.Minute,
-		jobs.IndexStreamName:          3 * time.Hour,
-		"KV_" + jobs.ResultsBucket:    3 * time.Hour,
-		"KV_" + jobs.CancelsBucket:    3 * time.Hour,
-		"KV_" + jobs.WorkspacesBucket: 2 * time.Hour,
-		"OBJ_" + jobs.SnapshotsBucket: 2*time.Hour + 30*time.Minute, // SnapshotTTL
-		"OBJ_" + jobs.ArtifactsBucket: 3 * time.Hour,
-		jobs.StreamName:               0, // made by the client
+		fleet.EventsStreamName:         10 * time.Minute,
+		fleet.IndexStreamName:          3 * time.Hour,
+		"KV_" + fleet.ResultsBucket:    3 * time.Hour,
+		"KV_" + fleet.CancelsBucket:    3 * time.Hour,
+		"KV_" + fleet.WorkspacesBucket: 2 * time.Hour,
+		"OBJ_" + fleet.SnapshotsBucket: 2*time.Hour + 30*time.Minute, // SnapshotTTL
+		"OBJ_" + fleet.ArtifactsBucket: 3 * time.Hour,
+		fleet.StreamName:               0, // made by the client
 	} {
 		s, err := js.Stream(t.Context(), stream)
 		if err != nil {
@@ -421,7 +336,7 @@ func TestOpenLeavesTheWorkersSettings(t *testing.T) {
 	if _, err := worker.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(t.Context(), jobs.StreamName)
+	s, err := js.Stream(t.Context(), fleet.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

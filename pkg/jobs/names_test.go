@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sandfleet/sandfleet/internal/fleet"
 )
 
 // The patterns ValidID, ValidQueue and ValidTenant are written out from:
@@ -66,4 +68,11 @@ func FuzzNames(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(namesAgree)
+}
+
+// The fleet's default cap on a job's size is the client's.
+func TestMaxJobBytesIsTheFleets(t *testing.T) {
+	if MaxJobBytes != fleet.MaxJobBytes {
+		t.Errorf("jobs.MaxJobBytes %d, fleet.MaxJobBytes %d", MaxJobBytes, fleet.MaxJobBytes)
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -29,7 +30,7 @@ func (c *Client) Phase(ctx context.Context, id string) (Phase, error) {
 	if !ValidID(id) {
 		return "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
-	_, phase, err := c.pending(ctx, id)
+	_, phase, err := c.inStream(ctx, id)
 	return phase, err
 }
 
@@ -40,11 +41,11 @@ func (c *Client) PendingJob(ctx context.Context, id string) (*Job, Phase, error)
 	if !ValidID(id) {
 		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
 	}
-	msg, phase, err := c.pending(ctx, id)
+	msg, phase, err := c.inStream(ctx, id)
 	if err != nil {
 		return nil, "", err
 	}
-	queue, mid, err := ParseSubject(msg.Subject)
+	queue, mid, err := fleet.ParseSubject(msg.Subject)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -56,12 +57,12 @@ func (c *Client) PendingJob(ctx context.Context, id string) (*Job, Phase, error)
 	return job, phase, nil
 }
 
-// pending reads a job's message and its phase.
-func (c *Client) pending(ctx context.Context, id string) (*jetstream.RawStreamMsg, Phase, error) {
+// inStream reads a job's message and its phase.
+func (c *Client) inStream(ctx context.Context, id string) (*jetstream.RawStreamMsg, Phase, error) {
 	if c.tenant != "" {
 		return nil, "", fmt.Errorf("phase: %w", ErrNotTenants)
 	}
-	msg, err := c.stores.Stream.GetLastMsgForSubject(ctx, SubjectPrefix+"*."+id)
+	msg, err := c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -73,11 +74,11 @@ func (c *Client) pending(ctx context.Context, id string) (*jetstream.RawStreamMs
 }
 
 func (c *Client) phaseOf(ctx context.Context, msg *jetstream.RawStreamMsg) (Phase, error) {
-	queue, _, err := ParseSubject(msg.Subject)
+	queue, _, err := fleet.ParseSubject(msg.Subject)
 	if err != nil {
 		return PhaseQueued, nil
 	}
-	cons, err := c.stores.Stream.Consumer(ctx, ConsumerName(queue))
+	cons, err := c.stores.Stream.Consumer(ctx, fleet.ConsumerName(queue))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return PhaseQueued, nil // no worker has served this queue yet
 	}

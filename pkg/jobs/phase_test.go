@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -14,7 +15,7 @@ import (
 // acknowledged, and not found once it has left the stream.
 func TestPhase(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	ctx := t.Context()
 	if _, err := c.Phase(ctx, "nobody"); !errors.Is(err, jobs.ErrNotFound) {
 		t.Fatalf("unknown job: %v, want ErrNotFound", err)
@@ -31,7 +32,7 @@ func TestPhase(t *testing.T) {
 		}
 	}
 	check(jobs.PhaseQueued) // no consumer yet
-	cons, err := jobs.Topology{}.EnsureConsumer(ctx, js, jobs.DefaultQueue)
+	cons, err := fleet.Topology{}.EnsureConsumer(ctx, js, jobs.DefaultQueue)
 	if err != nil {
 		t.Fatal(err)
 	}

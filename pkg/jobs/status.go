@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/fleet"
 )
 
 // FleetStatus is what `submit status` shows: the live workers, from their
@@ -51,7 +53,7 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 	// Which workers have a heartbeat, from the stream's state, then each
 	// one's: a watch of the bucket, whose end of initial values the
 	// workers' own heartbeats can bring early, left workers out.
-	ids, err := kvKeys(ctx, c.js, WorkersBucket)
+	ids, err := kvKeys(ctx, c.js, fleet.WorkersBucket)
 	if err != nil {
 		return nil, fmt.Errorf("read workers: %w", err)
 	}
@@ -76,12 +78,12 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 
 	info, err := c.stores.Stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", fleet.StreamName, err)
 	}
 	fs.Messages, fs.Bytes = info.State.Msgs, info.State.Bytes
 	cl := c.stores.Stream.ListConsumers(ctx)
 	for ci := range cl.Info() {
-		queue, ok := strings.CutPrefix(ci.Name, ConsumerName(""))
+		queue, ok := strings.CutPrefix(ci.Name, fleet.ConsumerName(""))
 		if !ok || !ValidQueue(queue) {
 			continue
 		}
@@ -95,7 +97,7 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 		if ci.NumPending+uint64(ci.NumAckPending) > 0 {
 			// The first message of the queue at or after sequence 1: one
 			// lookup in the stream's subject index.
-			m, err := c.stores.Stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(SubjectPrefix+queue+".>"))
+			m, err := c.stores.Stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(fleet.SubjectPrefix+queue+".>"))
 			if err == nil {
 				t := m.Time.UTC()
 				fs.Queues[len(fs.Queues)-1].Oldest = &t
@@ -131,4 +133,33 @@ func kvKeys(ctx context.Context, js jetstream.JetStream, bucket string) ([]strin
 	}
 	slices.Sort(keys)
 	return keys, nil
+}
+
+// WorkerStatus is a worker's heartbeat, stored in WORKERS under its ID and
+// refreshed every WorkerTTL/3; a worker gone silent expires with the TTL.
+type WorkerStatus struct {
+	ID        string    `json:"id"`
+	Queue     string    `json:"queue"`            // the heaviest of Queues
+	Queues    []string  `json:"queues,omitempty"` // the lanes served, "name:weight", heaviest first
+	Version   string    `json:"version"`
+	Slots     int       `json:"slots"`
+	Busy      int       `json:"busy"`
+	Ready     bool      `json:"ready"`              // false while the executor is down
+	Draining  bool      `json:"draining,omitempty"` // no longer fetching
+	LastError string    `json:"last_error,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Pool is the executor's warm pool, when it has one.
+	Pool *PoolStatus `json:"pool,omitempty"`
+}
+
+// PoolStatus is a worker's warm pool: sandboxes started ahead of their
+// jobs (pkg/executor).
+type PoolStatus struct {
+	Size   int   `json:"size"`   // the target per preset image
+	Idle   int   `json:"idle"`   // warm sandboxes ready now, all images
+	Hits   int64 `json:"hits"`   // jobs that took a warm sandbox
+	Misses int64 `json:"misses"` // jobs that could have, found none and started one
+	// Halted: the pool does not refill, because sandboxes do not start.
+	Halted bool `json:"halted,omitempty"`
 }

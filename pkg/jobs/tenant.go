@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -60,7 +61,7 @@ import (
 // them, so a tenant creates none on a stream anyone else reads: it waits
 // for a result by a subscription to the key's subject and direct gets
 // (keyWatch, as the operator's client does too), and follows its jobs on
-// EVENTS_t, whose consumers are capped (Topology.TenantMaxConsumers) and
+// EVENTS_t, whose consumers are capped (256 by default) and
 // expire when idle, durable or not. The server's JetStream API has one request queue, dropped whole
 // when full, and no per-user rate: a tenant can flood it, which delays
 // every API call, but a result wait makes none (a direct get is answered
@@ -69,80 +70,28 @@ import (
 // JetStream limits, but not a queue of their own, and would split the one
 // topology the workers serve; docs/operations.md (Tenants) measures the residue.
 
-// ValidTenant reports whether s may name a tenant: [a-z0-9][a-z0-9-]{0,31},
-// lower-case, so that it can also name users and environment variables.
-func ValidTenant(s string) bool {
-	if len(s) == 0 || len(s) > 32 || !lowerOrDigit(s[0]) {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if !lowerOrDigit(s[i]) && s[i] != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// TenantOf returns the tenant of a job ID or of a workspace's name, ""
-// for one of no tenant.
-func TenantOf(id string) string {
-	t, _, ok := strings.Cut(id, ".")
-	if !ok {
-		return ""
-	}
-	return t
-}
-
-// TenantInboxPrefix is the inbox prefix of tenant t's connections
-// (nats.CustomInboxPrefix): the only inboxes t may subscribe to.
-func TenantInboxPrefix(t string) string { return "_INBOX." + t }
-
-// tenantReplyTo checks that a job of tenant t replies only where t alone
-// may listen.
-func tenantReplyTo(t, replyTo string) error {
-	if t == "" {
-		return nil
-	}
-	if strings.HasPrefix(replyTo, TenantInboxPrefix(t)+".") || strings.HasPrefix(replyTo, "results."+t+".") {
-		return nil
-	}
-	return &field.Error{Field: "reply_to", Reason: fmt.Sprintf("%s: a job of tenant %s replies only on %s.> or results.%s.>",
-		field.Quote(replyTo), t, TenantInboxPrefix(t), t)}
-}
-
-// ReplyToFor reports why replyTo may not be the reply subject of the job
-// with this ID (the subject's, which is authoritative), or nil: it must be
-// a valid reply subject (ValidReplyTo) and, for a tenant's job, one only
-// that tenant may listen on.
-func ReplyToFor(id, replyTo string) error {
-	if err := validReplyTo(replyTo); err != nil {
-		return err
-	}
-	return tenantReplyTo(TenantOf(id), replyTo)
-}
-
 // TenantOptions are the NATS options a tenant's connection needs: its own
 // inbox prefix.
 func TenantOptions(t string) []nats.Option {
-	return []nats.Option{nats.CustomInboxPrefix(TenantInboxPrefix(t))}
+	return []nats.Option{nats.CustomInboxPrefix(fleet.TenantInboxPrefix(t))}
 }
 
 // NewTenantClient returns a client for tenant t, over a connection made
 // with TenantOptions(t) and t's credentials. It opens nothing (a tenant
-// may not read the topology); topo's MaxJobBytes and CancelWait apply.
+// may not read the topology); cfg applies as to NewClient.
 // Submit qualifies job IDs (id → t.id; a new ID is t.<UUIDv7>) and
 // workspace names (agent → t.agent) and returns the qualified ID, which
 // Get, Wait, Cancel and Follow take; the workspace calls take a name with
-// or without its tenant, and read only t's. Status, Queued and Stores are
+// or without its tenant, and read only t's. Status, Pending and Phase are
 // not a tenant's.
-func NewTenantClient(js jetstream.JetStream, t string, topo Topology) (*Client, error) {
+func NewTenantClient(js jetstream.JetStream, t string, cfg Config) (*Client, error) {
 	if !ValidTenant(t) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, t)
 	}
-	if err := topo.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Client{js: js, topo: topo.WithDefaults(), tenant: t}, nil
+	return &Client{js: js, cfg: cfg.withDefaults(), tenant: t}, nil
 }
 
 // ErrNotTenants is returned by what a tenant's client cannot do.
@@ -261,7 +210,7 @@ func (c *Client) directGet(ctx context.Context, stream, subject string) (*nats.M
 
 // tenantGet reads RESULTS[id] by a direct get of its subject.
 func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
-	m, err := c.directGet(ctx, "KV_"+ResultsBucket, kvSubject(ResultsBucket, id))
+	m, err := c.directGet(ctx, "KV_"+fleet.ResultsBucket, kvSubject(fleet.ResultsBucket, id))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
@@ -281,7 +230,7 @@ func isKVDelete(h nats.Header) bool {
 
 // tenantHead reads WORKSPACES[name] by a direct get of its subject.
 func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, error) {
-	m, err := c.directGet(ctx, "KV_"+WorkspacesBucket, kvSubject(WorkspacesBucket, name))
+	m, err := c.directGet(ctx, "KV_"+fleet.WorkspacesBucket, kvSubject(fleet.WorkspacesBucket, name))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNoWorkspace, name)
@@ -300,8 +249,8 @@ func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, e
 func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	prefix := kvSubject(WorkspacesBucket, c.tenant+".")
-	cons, err := c.js.CreateConsumer(ctx, "KV_"+WorkspacesBucket, jetstream.ConsumerConfig{
+	prefix := kvSubject(fleet.WorkspacesBucket, c.tenant+".")
+	cons, err := c.js.CreateConsumer(ctx, "KV_"+fleet.WorkspacesBucket, jetstream.ConsumerConfig{
 		FilterSubject:     prefix + "*",
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
@@ -318,7 +267,7 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	defer func() {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer dcancel()
-		_ = c.js.DeleteConsumer(dctx, "KV_"+WorkspacesBucket, cons.CachedInfo().Name)
+		_ = c.js.DeleteConsumer(dctx, "KV_"+fleet.WorkspacesBucket, cons.CachedInfo().Name)
 	}()
 	var heads []*WorkspaceHead
 	for left := cons.CachedInfo().NumPending; left > 0; {
@@ -332,7 +281,7 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 			if isKVDelete(m.Headers()) {
 				continue
 			}
-			name := strings.TrimPrefix(m.Subject(), kvSubject(WorkspacesBucket, ""))
+			name := strings.TrimPrefix(m.Subject(), kvSubject(fleet.WorkspacesBucket, ""))
 			h, err := DecodeWorkspaceHead(name, m.Data())
 			if err != nil {
 				return nil, err
@@ -355,7 +304,7 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 // job's key in CANCELS and waits CancelWait for the canceled result.
 func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	if r, err := c.tenantGet(ctx, id); err == nil {
-		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		return r, &FinishedError{Result: r}
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
@@ -364,16 +313,16 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 		return nil, err
 	}
 	defer rw.Stop()
-	req, _ := json.Marshal(CancelRequest{RequestedAt: time.Now().UTC()})
-	if _, err := c.js.Publish(ctx, kvSubject(CancelsBucket, id), req); err != nil {
+	req, _ := json.Marshal(fleet.CancelRequest{RequestedAt: time.Now().UTC()})
+	if _, err := c.js.Publish(ctx, kvSubject(fleet.CancelsBucket, id), req); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", id, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
 	r, err := rw.Next(wctx)
 	switch {
 	case err == nil && r.Status != StatusCanceled:
-		return r, fmt.Errorf("cancel %s: %w (%s)", id, ErrFinished, r.Status)
+		return r, &FinishedError{Result: r}
 	case err == nil:
 		return r, nil
 	case ctx.Err() != nil:

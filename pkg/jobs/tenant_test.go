@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 )
 
 func TestTenantIDsAndReplies(t *testing.T) {
@@ -40,8 +41,8 @@ func TestTenantIDsAndReplies(t *testing.T) {
 		{"t.x", "agent.7", false},
 		{"t.x", "$KV.RESULTS.t.y", false},
 	} {
-		if err := ReplyToFor(tc.id, tc.replyTo); (err == nil) != tc.ok {
-			t.Errorf("ReplyToFor(%q, %q) = %v", tc.id, tc.replyTo, err)
+		if err := fleet.ReplyToFor(tc.id, tc.replyTo); (err == nil) != tc.ok {
+			t.Errorf("fleet.ReplyToFor(%q, %q) = %v", tc.id, tc.replyTo, err)
 		}
 		j := Job{ID: tc.id, Queue: "q", Image: "python", ReplyTo: tc.replyTo}
 		if err := j.Validate(); (err == nil) != tc.ok {
@@ -52,7 +53,7 @@ func TestTenantIDsAndReplies(t *testing.T) {
 
 func TestTenantQualifies(t *testing.T) {
 	t.Parallel()
-	c, err := NewTenantClient(nil, "team-a", Topology{})
+	c, err := NewTenantClient(nil, "team-a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestTenantQualifies(t *testing.T) {
 	if _, err := c.QualifyID("team-b.x"); !errors.Is(err, ErrInvalidJob) {
 		t.Errorf("another tenant's ID: %v", err)
 	}
-	if _, err := NewTenantClient(nil, "Team A", Topology{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewTenantClient(nil, "Team A", Config{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("a bad tenant name: %v", err)
 	}
 }
@@ -108,7 +109,7 @@ func TestTenantWorkspaces(t *testing.T) {
 		}
 	}
 
-	c, err := NewTenantClient(nil, "team-a", Topology{})
+	c, err := NewTenantClient(nil, "team-a", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +126,11 @@ func TestTenantWorkspaces(t *testing.T) {
 		t.Errorf("qualified job %+v, %v", q, err)
 	}
 	for key, want := range map[string]string{"team-a.j/plot.png": "team-a", "j/a.b/c.png": "", "j/plot.png": ""} {
-		if got := ArtifactTenant(key); got != want {
+		if got := fleet.ArtifactTenant(key); got != want {
 			t.Errorf("ArtifactTenant(%q) = %q, want %q", key, got, want)
 		}
 	}
-	if SnapshotsBucketOf("") != SnapshotsBucket || ArtifactsBucketOf("team-a") != "ARTIFACTS_team-a" {
+	if fleet.SnapshotsBucketOf("") != fleet.SnapshotsBucket || fleet.ArtifactsBucketOf("team-a") != "ARTIFACTS_team-a" {
 		t.Error("bucket names")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -101,7 +102,7 @@ func (rw *ResultsWatch) Stop() error {
 // what it still waits for.
 func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
 	nc := c.js.Conn()
-	sub, err := nc.SubscribeSync(kvSubject(ResultsBucket, c.tenant+".*"))
+	sub, err := nc.SubscribeSync(kvSubject(fleet.ResultsBucket, c.tenant+".*"))
 	if err != nil {
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
@@ -122,7 +123,7 @@ func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*Results
 }
 
 func (rw *ResultsWatch) nextTenant(ctx context.Context) (StoredResult, error) {
-	prefix := kvSubject(ResultsBucket, "")
+	prefix := kvSubject(fleet.ResultsBucket, "")
 	for {
 		m, err := rw.sub.NextMsgWithContext(ctx)
 		switch {
@@ -157,7 +158,7 @@ func (rw *ResultsWatch) nextTenant(ctx context.Context) (StoredResult, error) {
 // miss is read again, for a second at most; nil when nothing is stored.
 func (rw *ResultsWatch) stored(ctx context.Context, subject string) ([]byte, error) {
 	for wait := 5 * time.Millisecond; ; wait *= 2 {
-		m, err := rw.c.directGet(ctx, "KV_"+ResultsBucket, subject)
+		m, err := rw.c.directGet(ctx, "KV_"+fleet.ResultsBucket, subject)
 		switch {
 		case err == nil:
 			return m.Data, nil
@@ -219,7 +220,7 @@ func nextEntry(ctx context.Context, w jetstream.KeyWatcher) (jetstream.KeyValueE
 func (c *Client) keyWatch(ctx context.Context, id string) (*ResultWatch, error) {
 	nc := c.js.Conn()
 	wake := make(chan *nats.Msg, 1)
-	sub, err := nc.Subscribe(kvSubject(ResultsBucket, id), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(kvSubject(fleet.ResultsBucket, id), func(m *nats.Msg) {
 		select {
 		case wake <- m:
 		default: // one wake-up pending is as good as many

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -29,11 +31,11 @@ func TestWatchResults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, _ := setup(t, jobs.Topology{})
+			c, js := setup(t, fleet.Topology{})
 			store := func(id string) {
 				t.Helper()
 				res := &jobs.Result{ID: id, Status: jobs.StatusSucceeded}
-				if _, _, err := jobs.StoreResult(t.Context(), c.Stores().Results, res, 0); err != nil {
+				if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, js).Results, res, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -71,11 +73,11 @@ func TestWatchResults(t *testing.T) {
 
 func TestWatchResultsRefuses(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
+	c, js := setup(t, fleet.Topology{})
 	if _, err := c.WatchResults(t.Context(), "ok", "not ok"); !errors.Is(err, jobs.ErrInvalidJob) {
 		t.Errorf("an invalid ID: %v, want ErrInvalidJob", err)
 	}
-	tc, err := jobs.NewTenantClient(js, "acme", jobs.Topology{})
+	tc, err := jobs.NewTenantClient(js, "acme", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +90,8 @@ func TestWatchResultsRefuses(t *testing.T) {
 // IDs it was opened for, and never another tenant's or the operator's.
 func TestTenantWatchResults(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, jobs.Topology{})
-	tc, err := jobs.NewTenantClient(js, "acme", jobs.Topology{})
+	_, js := setup(t, fleet.Topology{})
+	tc, err := jobs.NewTenantClient(js, "acme", jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestTenantWatchResults(t *testing.T) {
 	}
 	defer one.Stop()
 	for _, id := range []string{"other.a", "plain", "acme.a", "acme.b"} {
-		if _, _, err := jobs.StoreResult(t.Context(), c.Stores().Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
+		if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, js).Results, &jobs.Result{ID: id, Status: jobs.StatusSucceeded}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +127,7 @@ func TestTenantWatchResults(t *testing.T) {
 
 func TestWatchResultsClosed(t *testing.T) {
 	t.Parallel()
-	c, _ := setup(t, jobs.Topology{})
+	c, _ := setup(t, fleet.Topology{})
 	rw, err := c.WatchResults(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -157,11 +159,10 @@ func TestWatchWithoutItsSubscription(t *testing.T) {
 	_, adminJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "a"))
 	_, waiterJS := natstest.Connect(t, s.ClientURL(), nats.UserInfo("waiter", "w"),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusal is expected
-	admin, err := jobs.NewClient(t.Context(), adminJS, jobs.Topology{})
-	if err != nil {
+	if _, err := jobs.NewClient(t.Context(), adminJS, jobs.Config{}); err != nil { // creates the topology
 		t.Fatal(err)
 	}
-	waiter, err := jobs.NewClient(t.Context(), waiterJS, jobs.Topology{})
+	waiter, err := jobs.NewClient(t.Context(), waiterJS, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestWatchWithoutItsSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Stop()
-	if _, _, err := jobs.StoreResult(t.Context(), admin.Stores().Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
+	if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, adminJS).Results, &jobs.Result{ID: "late", Status: jobs.StatusSucceeded}, 0); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)

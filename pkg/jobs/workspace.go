@@ -2,19 +2,14 @@ package jobs
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -23,43 +18,14 @@ import (
 // latest snapshot (a tar of the working directory, written by the sandbox's
 // launcher) restored before it runs, and the directory after it becomes
 // the workspace's next revision. Snapshots are objects of the SNAPSHOTS
-// object store, named "<workspace>/<revision>.<take>" (SaveName; the head
+// object store, named "<workspace>/<revision>.<take>" (internal/fleet's SaveName; the head
 // names them); the head of each workspace
 // is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
 // WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
 // the files a job's outputs name, are objects of ARTIFACTS named
-// "<job id>/<run>/<path>" (ArtifactKey). A tenant's workspaces are named <tenant>.<name> and
+// "<job id>/<run>/<path>". A tenant's workspaces are named <tenant>.<name> and
 // its snapshots and artifacts live in object stores of its own,
 // SNAPSHOTS_<tenant> and ARTIFACTS_<tenant> (see tenant.go).
-
-// Names of the workspace buckets, part of the wire contract.
-const (
-	WorkspacesBucket = "WORKSPACES" // KV: workspace name → WorkspaceHead
-	SnapshotsBucket  = "SNAPSHOTS"  // objects: "<workspace>/<revision>.<take>" → tar
-	ArtifactsBucket  = "ARTIFACTS"  // objects: "<job id>/<run>/<path>" → the file
-)
-
-// SnapshotsBucketOf is the object store of tenant t's snapshots:
-// SnapshotsBucket for workspaces of no tenant, SNAPSHOTS_<t> for t's.
-func SnapshotsBucketOf(t string) string { return tenantBucket(SnapshotsBucket, t) }
-
-// ArtifactsBucketOf is the object store of the artifacts of tenant t's
-// jobs: ArtifactsBucket for jobs of no tenant, ARTIFACTS_<t> for t's.
-func ArtifactsBucketOf(t string) string { return tenantBucket(ArtifactsBucket, t) }
-
-func tenantBucket(base, t string) string {
-	if t == "" {
-		return base
-	}
-	return base + "_" + t
-}
-
-// ArtifactTenant is the tenant of the job an artifact's key names (see
-// ArtifactKey): whose object store holds it.
-func ArtifactTenant(key string) string {
-	job, _, _ := strings.Cut(key, "/")
-	return TenantOf(job)
-}
 
 // WorkspaceRef names a workspace's revision; Revision 0 means its head.
 type WorkspaceRef struct {
@@ -114,33 +80,6 @@ func cutLast(s string, sep byte) (before, after string, found bool) {
 	}
 	return s, "", false
 }
-
-// SnapshotJobMeta is the metadata key of a snapshot naming the job that
-// saved it, so that a workspace's kept revisions each say which job made
-// them.
-const SnapshotJobMeta = "job"
-
-// SnapshotName is the object of a workspace's revision in SNAPSHOTS when
-// its head names none (WorkspaceHead.Snapshot): the name of the snapshots
-// saved before the heads named them.
-func SnapshotName(workspace string, revision int64) string {
-	return workspace + "/" + strconv.FormatInt(revision, 10)
-}
-
-// SaveName is the object a step that took the head as take saves revision
-// revision to: its own, so that two live deliveries of one step (a lease
-// that ran out while the first still ran) never write, nor delete, each
-// other's snapshot.
-func SaveName(workspace string, revision int64, take string) string {
-	return SnapshotName(workspace, revision) + "." + take
-}
-
-// ArtifactKey is the object of a job's artifact in ARTIFACTS, as one
-// delivery of the job (run, a name of its own) stored it: two live
-// deliveries of a job (a lease that ran out while the first still ran)
-// never write over each other's files, and the stored result's keys name
-// the files of the run that gave it.
-func ArtifactKey(jobID, run, name string) string { return jobID + "/" + run + "/" + name }
 
 // validateWorkspace checks the job's workspace fields, and that it names
 // only workspaces of its own tenant (the tenant of its ID: the worker's
@@ -285,47 +224,12 @@ type WorkspaceHead struct {
 	// Kept lists the revisions whose snapshots are kept, oldest first; a
 	// fork may start from any of them.
 	Kept []int64 `json:"kept,omitempty"`
-	// Snapshots names the object of each kept revision (SaveName); one it
-	// leaves out is at SnapshotName. Use Snapshot.
+	// Snapshots names the object of each kept revision; one it leaves out
+	// is at "<workspace>/<revision>". Use Snapshot.
 	Snapshots map[int64]string `json:"snapshots,omitempty"`
 	UpdatedAt time.Time        `json:"updated_at"`
 	// Step is the step in flight, if any.
 	Step *InFlight `json:"step,omitempty"`
-}
-
-// WithRevision returns the head once by (a job, or a session's
-// checkpoint) saved its next revision to object: the revisions kept (the
-// last keep, at least 2) and the objects that name them. h is not
-// modified; what it has in flight is kept.
-func (h *WorkspaceHead) WithRevision(object string, size int64, files int, sha, by string, keep int, now time.Time) *WorkspaceHead {
-	next := *h
-	next.Kept = slices.Clone(h.Kept)
-	next.Snapshots = maps.Clone(h.Snapshots)
-	if h.Step != nil {
-		st := *h.Step
-		next.Step = &st
-	}
-	if h.Forked != nil {
-		f := *h.Forked
-		next.Forked = &f
-	}
-	next.Revision++
-	next.SizeBytes, next.Files, next.SHA256, next.Job = size, files, sha, by
-	next.Kept = append(next.Kept, next.Revision)
-	if keep = max(keep, 2); len(next.Kept) > keep {
-		next.Kept = next.Kept[len(next.Kept)-keep:]
-	}
-	if next.Snapshots == nil {
-		next.Snapshots = map[int64]string{}
-	}
-	next.Snapshots[next.Revision] = object
-	for r := range next.Snapshots {
-		if !slices.Contains(next.Kept, r) {
-			delete(next.Snapshots, r)
-		}
-	}
-	next.UpdatedAt = now
-	return &next
 }
 
 // Snapshot returns the object in SNAPSHOTS of revision rev's snapshot.
@@ -333,155 +237,5 @@ func (h *WorkspaceHead) Snapshot(rev int64) string {
 	if name, ok := h.Snapshots[rev]; ok {
 		return name
 	}
-	return SnapshotName(h.Name, rev)
-}
-
-// SnapshotTTL is how long SNAPSHOTS keeps a snapshot after it was put:
-// WorkspaceTTL and a quarter more. A head lives WorkspaceTTL after its
-// last write, which a step that saves nothing (killed, or its archive
-// refused) makes without a new snapshot; such a step puts the latest
-// snapshot again when it is older than SnapshotRefreshAge, at its take and
-// before its release, so that the snapshot outlives the head: then a
-// workspace used every day keeps its files however many of its steps
-// save nothing.
-func (t Topology) SnapshotTTL() time.Duration {
-	t = t.WithDefaults()
-	return t.WorkspaceTTL + t.WorkspaceTTL/4
-}
-
-// SnapshotRefreshAge is the age past which a step that may save nothing
-// puts its workspace's latest snapshot again (see SnapshotTTL): an eighth
-// of WorkspaceTTL, so that a workspace's snapshot is put again at most
-// that often.
-func (t Topology) SnapshotRefreshAge() time.Duration {
-	return t.WithDefaults().WorkspaceTTL / 8
-}
-
-// SnapshotSavedMeta is the metadata key of a snapshot put again (see
-// SnapshotTTL) holding when it was first saved, RFC 3339.
-const SnapshotSavedMeta = "saved"
-
-// WorkspaceStores are the JetStream objects of workspaces and artifacts.
-type WorkspaceStores struct {
-	Heads     jetstream.KeyValue    // WORKSPACES
-	Snapshots jetstream.ObjectStore // SNAPSHOTS
-	Artifacts jetstream.ObjectStore // ARTIFACTS
-}
-
-// ErrNoWorkspaces: the fleet keeps no workspaces (its workers predate
-// them, or none ever started).
-var ErrNoWorkspaces = errors.New("this fleet keeps no workspaces (no WORKSPACES bucket)")
-
-// ObjectStores are the object stores of one tenant (or of no tenant):
-// its workspaces' snapshots and its jobs' artifacts.
-type ObjectStores struct {
-	Snapshots jetstream.ObjectStore // SnapshotsBucketOf(tenant)
-	Artifacts jetstream.ObjectStore // ArtifactsBucketOf(tenant)
-}
-
-// EnsureWorkspaces creates or updates the workspace buckets: WORKSPACES
-// expires after WorkspaceTTL without a step, SNAPSHOTS after SnapshotTTL,
-// ARTIFACTS with the results (ResultTTL). Workers call it; clients use OpenWorkspaces.
-// A tenant's object stores are made on first use (EnsureObjects).
-func (t Topology) EnsureWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
-	return t.ensureWorkspaces(ctx, maker{js: js})
-}
-
-func (t Topology) ensureWorkspaces(ctx context.Context, m maker) (*WorkspaceStores, error) {
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	t = t.WithDefaults()
-	ws := &WorkspaceStores{}
-	var err error
-	ws.Heads, err = m.keyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      WorkspacesBucket,
-		Description: "sandfleet workspace heads by name",
-		TTL:         t.WorkspaceTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    t.Replicas,
-	}, t.headLimits())
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, storageErr(err, "KV_"+WorkspacesBucket, t.WorkspacesMaxBytes))
-	}
-	objs, err := t.ensureObjects(ctx, m, "")
-	if err != nil {
-		return nil, err
-	}
-	ws.Snapshots, ws.Artifacts = objs.Snapshots, objs.Artifacts
-	return ws, nil
-}
-
-// headLimits are the caps of WORKSPACES: a head that exists is never
-// pushed out (its workspace would be lost), a new one is refused past the
-// caps.
-func (t Topology) headLimits() caps {
-	return caps{maxBytes: t.WorkspacesMaxBytes, maxMsgs: t.WorkspacesMaxKeys, maxMsgSize: MaxHeadBytes, noRollups: true}
-}
-
-// EnsureObjects creates or updates the object stores of tenant ("": of no
-// tenant): snapshots expire after SnapshotTTL, artifacts with the results
-// (ResultTTL). Workers call it when a tenant's job first needs them.
-func (t Topology) EnsureObjects(ctx context.Context, js jetstream.JetStream, tenant string) (ObjectStores, error) {
-	return t.ensureObjects(ctx, maker{js: js}, tenant)
-}
-
-func (t Topology) ensureObjects(ctx context.Context, m maker, tenant string) (ObjectStores, error) {
-	if tenant != "" && !ValidTenant(tenant) {
-		return ObjectStores{}, fmt.Errorf("%w: tenant %q must match [a-z0-9][a-z0-9-]{0,31}", ErrInvalidConfig, tenant)
-	}
-	t = t.WithDefaults()
-	obj := func(name, desc string, ttl time.Duration, maxBytes int64) (jetstream.ObjectStore, error) {
-		o, err := m.objectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket:      name,
-			Description: desc,
-			TTL:         ttl,
-			Storage:     jetstream.FileStorage,
-			Replicas:    t.Replicas,
-			Compression: true,
-		}, caps{maxBytes: maxBytes, maxMsgSize: objectMaxMsgBytes})
-		if err != nil {
-			return nil, fmt.Errorf("object store %s: %w", name, storageErr(err, "OBJ_"+name, maxBytes))
-		}
-		return o, nil
-	}
-	var o ObjectStores
-	var err error
-	of := ""
-	if tenant != "" {
-		of = " of tenant " + tenant
-	}
-	if o.Snapshots, err = obj(SnapshotsBucketOf(tenant), "sandfleet workspace snapshots"+of+": <workspace>/<revision>.<take>", t.SnapshotTTL(), t.SnapshotsMaxBytes); err != nil {
-		return ObjectStores{}, err
-	}
-	if o.Artifacts, err = obj(ArtifactsBucketOf(tenant), "sandfleet artifacts"+of+": <job id>/<run>/<path>", t.ResultTTL, t.ArtifactsMaxBytes); err != nil {
-		return ObjectStores{}, err
-	}
-	return o, nil
-}
-
-// OpenWorkspaces binds the workspace buckets without creating them:
-// ErrNoWorkspaces when they do not exist.
-func OpenWorkspaces(ctx context.Context, js jetstream.JetStream) (*WorkspaceStores, error) {
-	ws := &WorkspaceStores{}
-	var err error
-	if ws.Heads, err = js.KeyValue(ctx, WorkspacesBucket); err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, ErrNoWorkspaces
-		}
-		return nil, fmt.Errorf("bucket %s: %w", WorkspacesBucket, err)
-	}
-	if ws.Snapshots, err = js.ObjectStore(ctx, SnapshotsBucket); err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, ErrNoWorkspaces
-		}
-		return nil, fmt.Errorf("object store %s: %w", SnapshotsBucket, err)
-	}
-	if ws.Artifacts, err = js.ObjectStore(ctx, ArtifactsBucket); err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, ErrNoWorkspaces
-		}
-		return nil, fmt.Errorf("object store %s: %w", ArtifactsBucket, err)
-	}
-	return ws, nil
+	return fleet.SnapshotName(h.Name, rev)
 }

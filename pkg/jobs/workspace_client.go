@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 )
 
@@ -38,13 +39,13 @@ var (
 // workspaceStores opens the workspace buckets on first use: a client that
 // never touches a workspace works with a fleet that keeps none. Not for a
 // tenant's client, which may not bind them (see heads and objectStore).
-func (c *Client) workspaceStores(ctx context.Context) (*WorkspaceStores, error) {
+func (c *Client) workspaceStores(ctx context.Context) (*fleet.WorkspaceStores, error) {
 	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
 	if c.ws != nil {
 		return c.ws, nil
 	}
-	ws, err := OpenWorkspaces(ctx, c.js)
+	ws, err := fleet.OpenWorkspaces(ctx, c.js)
 	if err != nil {
 		return nil, err
 	}
@@ -56,12 +57,12 @@ func (c *Client) workspaceStores(ctx context.Context) (*WorkspaceStores, error) 
 // artifacts; of no tenant, the fleet's) on first use: a tenant may read
 // the info of its own. A bucket that does not exist yet is ErrNoWorkspaces.
 func (c *Client) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
-	if c.tenant == "" && (bucket == SnapshotsBucket || bucket == ArtifactsBucket) {
+	if c.tenant == "" && (bucket == fleet.SnapshotsBucket || bucket == fleet.ArtifactsBucket) {
 		ws, err := c.workspaceStores(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if bucket == SnapshotsBucket {
+		if bucket == fleet.SnapshotsBucket {
 			return ws.Snapshots, nil
 		}
 		return ws.Artifacts, nil
@@ -147,7 +148,7 @@ func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
 	// Which heads exist, from the stream's state: a KV key listing is a
 	// watch, and a head moved while it starts (a step taking or releasing
 	// it) can end its initial values early, leaving heads out.
-	names, err := kvKeys(ctx, c.js, WorkspacesBucket)
+	names, err := kvKeys(ctx, c.js, fleet.WorkspacesBucket)
 	if err != nil {
 		return nil, fmt.Errorf("list workspaces: %w", err)
 	}
@@ -185,12 +186,12 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 	if len(revs) == 0 {
 		return 0, nil
 	}
-	snaps, err := c.objectStore(ctx, SnapshotsBucketOf(TenantOf(name)))
+	snaps, err := c.objectStore(ctx, fleet.SnapshotsBucketOf(TenantOf(name)))
 	if err != nil {
 		return len(revs), nil // they expire
 	}
 	for _, r := range revs {
-		dctx, cancel := context.WithTimeout(ctx, c.topo.CancelWait)
+		dctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 		err := snaps.Delete(dctx, h.Snapshot(r))
 		cancel()
 		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -206,7 +207,7 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 func (c *Client) purgeHead(ctx context.Context, name string) error {
 	if c.tenant != "" {
 		// What KeyValue.Delete publishes, without binding the bucket.
-		m := nats.NewMsg(kvSubject(WorkspacesBucket, name))
+		m := nats.NewMsg(kvSubject(fleet.WorkspacesBucket, name))
 		m.Header.Set(kvOperation, "DEL")
 		_, err := c.js.PublishMsg(ctx, m)
 		return err
@@ -244,7 +245,7 @@ func (c *Client) WriteSnapshot(ctx context.Context, ref WorkspaceRef, w io.Write
 	if err != nil {
 		return 0, err
 	}
-	snaps, err := c.objectStore(ctx, SnapshotsBucketOf(TenantOf(h.Name)))
+	snaps, err := c.objectStore(ctx, fleet.SnapshotsBucketOf(TenantOf(h.Name)))
 	if err != nil {
 		return 0, err
 	}
@@ -339,11 +340,11 @@ func removeExtracted(dir string, made bool) error {
 // reads the object store of the tenant of the job its key names; a
 // tenant's client refuses another tenant's.
 func (c *Client) WriteArtifact(ctx context.Context, a Artifact, w io.Writer) error {
-	t := ArtifactTenant(a.Key)
+	t := fleet.ArtifactTenant(a.Key)
 	if c.tenant != "" && t != c.tenant {
 		return invalid("artifact %s: key %q is not tenant %s's", field.Quote(a.Name), shorten.Text(a.Key, 170), c.tenant)
 	}
-	store, err := c.objectStore(ctx, ArtifactsBucketOf(t))
+	store, err := c.objectStore(ctx, fleet.ArtifactsBucketOf(t))
 	if err != nil {
 		return fmt.Errorf("artifact %s: %w", a.Name, err)
 	}
@@ -450,8 +451,8 @@ func (c *Client) Revisions(ctx context.Context, h *WorkspaceHead) ([]Revision, e
 		if err != nil {
 			return nil, fmt.Errorf("revision %d of %s: %w", rev, h.Name, err)
 		}
-		r := Revision{Revision: rev, Job: info.Metadata[SnapshotJobMeta], Size: info.Size, Saved: info.ModTime.UTC()}
-		if t, err := time.Parse(time.RFC3339Nano, info.Metadata[SnapshotSavedMeta]); err == nil {
+		r := Revision{Revision: rev, Job: info.Metadata[fleet.SnapshotJobMeta], Size: info.Size, Saved: info.ModTime.UTC()}
+		if t, err := time.Parse(time.RFC3339Nano, info.Metadata[fleet.SnapshotSavedMeta]); err == nil {
 			r.Saved = t.UTC() // put again since: its first save
 		}
 		if r.Job == "" && rev == h.Revision {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -57,8 +59,8 @@ func whileWriting(t *testing.T, keys []string, write func(key string, n int64) e
 // whose end of initial values a concurrent write can bring early.
 func TestWorkspacesWhileHeadsMove(t *testing.T) {
 	t.Parallel()
-	client, js := setup(t, jobs.Topology{})
-	ws, err := jobs.Topology{}.EnsureWorkspaces(t.Context(), js)
+	client, js := setup(t, fleet.Topology{})
+	ws, err := fleet.Topology{}.EnsureWorkspaces(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +79,10 @@ func TestWorkspacesWhileHeadsMove(t *testing.T) {
 // are comes from the stream's state, as for workspaces.
 func TestStatusWhileHeartbeats(t *testing.T) {
 	t.Parallel()
-	client, _ := setup(t, jobs.Topology{})
+	client, js := setup(t, fleet.Topology{})
 	whileWriting(t, []string{"w1", "w2", "w3"}, func(id string, _ int64) error {
 		data, _ := json.Marshal(jobs.WorkerStatus{ID: id, Slots: 1})
-		_, err := client.Stores().Workers.Put(t.Context(), id, data)
+		_, err := natstest.Stores(t, js).Workers.Put(t.Context(), id, data)
 		return err
 	}, func() (int, error) {
 		st, err := client.Status(t.Context())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -75,12 +76,12 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 			skip(hdr.Name, hdr.Size, why)
 			continue
 		}
-		key := jobs.ArtifactKey(s.job.ID, run, hdr.Name)
+		key := fleet.ArtifactKey(s.job.ID, run, hdr.Name)
 		sum := sha256.New()
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		_, err = store.Put(pctx, jetstream.ObjectMeta{Name: key}, io.TeeReader(tr, sum))
 		cancel()
-		if jobs.StoreFull(err) {
+		if fleet.StoreFull(err) {
 			full = s.artifactsFull()
 			skip(hdr.Name, hdr.Size, full)
 			continue
@@ -119,7 +120,7 @@ func (s *wsStep) refusal(hdr *tar.Header, kept int, total int64) string {
 // artifactsFull says why the job's tenant's artifacts store takes no more.
 func (s *wsStep) artifactsFull() string {
 	return fmt.Sprintf("%s: the artifacts of %s (object store %s) are at their quota of %s: they expire with their results (after %s)",
-		jobs.QuotaReason, tenantName(s.job.ID), jobs.ArtifactsBucketOf(jobs.TenantOf(s.job.ID)), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
+		fleet.QuotaReason, tenantName(s.job.ID), fleet.ArtifactsBucketOf(jobs.TenantOf(s.job.ID)), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
 }
 
 // dropArtifacts deletes the artifacts of a run whose result lost the store

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -24,7 +25,7 @@ type perRun struct {
 	n   atomic.Int32
 }
 
-func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
 	n := p.n.Add(1)
 	j := *job
 	j.Code = fmt.Sprintf("waitfile %s\nwrite out.txt run-%d", filepath.Join(p.dir, fmt.Sprint(n)), n)
@@ -77,7 +78,7 @@ func TestArtifactsOfTheStoredResult(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "both deliveries over", func() bool { return b.exec.Running() == 0 })
 	testutil.Eventually(t, 10*time.Second, "the second delivery settled", func() bool {
-		c, err := b.js.Consumer(t.Context(), jobs.StreamName, jobs.ConsumerName(jobs.DefaultQueue))
+		c, err := b.js.Consumer(t.Context(), fleet.StreamName, fleet.ConsumerName(jobs.DefaultQueue))
 		if err != nil {
 			return false
 		}

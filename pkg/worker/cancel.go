@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -273,7 +274,7 @@ func (w *Worker) cancelQueued(ctx context.Context, id string) {
 	)
 	for _, l := range w.lanes {
 		var err error
-		m, err = w.stores.Stream.GetLastMsgForSubject(ctx, jobs.Subject(l.Queue, id))
+		m, err = w.stores.Stream.GetLastMsgForSubject(ctx, fleet.Subject(l.Queue, id))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // another lane's or queue's job, or finished
 		}
@@ -297,7 +298,7 @@ func (w *Worker) cancelQueued(ctx context.Context, id string) {
 	if m.Sequence <= info.Delivered.Stream {
 		return
 	}
-	if _, removed := w.finalize(ctx, m, 0, jobs.StatusCanceled, jobs.CancelReason, log); removed {
+	if _, removed := w.finalize(ctx, m, 0, jobs.StatusCanceled, fleet.CancelReason, log); removed {
 		log.Info("queued job canceled", "status", string(jobs.StatusCanceled))
 	}
 }

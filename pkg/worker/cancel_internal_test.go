@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 // The requests the watch has read answer a job's check, except one older
@@ -24,7 +24,7 @@ import (
 // watch, and a job ID used again after that must run. Past maxCancels
 // the worker keeps none (and every job reads CANCELS).
 func TestCancelRequestedFromTheWatch(t *testing.T) {
-	w := &Worker{cfg: Config{Topology: jobs.Topology{ResultTTL: time.Hour}}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &Worker{cfg: Config{Topology: fleet.Topology{ResultTTL: time.Hour}}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	w.cancels = map[string]time.Time{"now": time.Now(), "old": time.Now().Add(-2 * time.Hour)}
 	if !w.cancelRequested("now", w.log) {
 		t.Error("a request stored a moment ago not found")
@@ -67,7 +67,7 @@ func TestCancelWatchStartsAgain(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	stores, err := jobs.Topology{}.Ensure(t.Context(), js)
+	stores, err := fleet.Topology{}.Ensure(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -21,7 +23,7 @@ import (
 // be the worker's (it names it), and the job never runs.
 func TestCancelQueuedFinishedByWorker(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, CancelWait: time.Minute})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, CancelWait: time.Minute})
 	b.startWorker(t, worker.Config{Slots: 1})
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "busy", Image: "python", Code: "block"}); err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 		t.Fatalf("cancel: %v", err)
 	}
 	if res.Status != jobs.StatusCanceled || res.Worker != "w1" || res.Attempt != 0 || res.QueuedAt == nil ||
-		res.Labels["k"] != "v" || res.Error != jobs.CancelReason {
+		res.Labels["k"] != "v" || res.Error != fleet.CancelReason {
 		t.Errorf("canceled queued job: %+v", res)
 	}
 	if d := time.Since(start); d > 20*time.Second {
@@ -52,7 +54,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 		t.Errorf("no result on reply_to: %v", err)
 	}
 	// The message is gone from the stream; only the busy job is left.
-	if _, err := b.client.Stores().Stream.GetLastMsgForSubject(t.Context(), jobs.Subject("default", "behind")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := natstest.Stores(t, b.js).Stream.GetLastMsgForSubject(t.Context(), fleet.Subject("default", "behind")); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("canceled job still in the stream: %v", err)
 	}
 	if b.exec.Runs("behind") != 0 || b.exec.Running() != 1 {
@@ -64,7 +66,7 @@ func TestCancelQueuedFinishedByWorker(t *testing.T) {
 		t.Errorf("cancel busy: %v %+v", err, res)
 	}
 	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	if n := b.exec.Runs("behind"); n != 0 {
@@ -84,7 +86,7 @@ func TestCancelStoredBeforeDelivery(t *testing.T) {
 	}
 	request := func(id string) {
 		t.Helper()
-		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{"requested_at":"2026-01-01T00:00:00Z"}`)); err != nil {
+		if _, err := natstest.Stores(t, b.js).Cancels.Put(t.Context(), id, []byte(`{"requested_at":"2026-01-01T00:00:00Z"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,7 +126,7 @@ func TestCancelFloodDoesNotDelayOthersCancels(t *testing.T) {
 		// A smaller flood could not fail: the old lookups fit its deadline.
 		t.Skip("stores a flood of 100,000 cancel requests, too long for make check; skipped under -short")
 	}
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, CancelWait: time.Minute})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, CancelWait: time.Minute})
 	lanes := []worker.Lane{{Queue: "default", Weight: 3}, {Queue: "batch", Weight: 2}, {Queue: "bulk", Weight: 1}}
 	b.startWorker(t, worker.Config{Slots: len(lanes), Queues: lanes})
 	for _, l := range lanes {
@@ -162,7 +164,7 @@ func TestCancelFloodDoesNotDelayOthersCancels(t *testing.T) {
 	}
 	stored := time.Since(start)
 	for _, id := range []string{"behind", "busy-default"} {
-		if _, err := b.client.Stores().Cancels.Put(t.Context(), id, []byte(`{}`)); err != nil {
+		if _, err := natstest.Stores(t, b.js).Cancels.Put(t.Context(), id, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}

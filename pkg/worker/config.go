@@ -11,6 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/retry"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -36,7 +37,7 @@ type Config struct {
 	// Version is reported in heartbeats. Default "dev".
 	Version string
 	// Topology of the stream, consumer and buckets; zero fields default.
-	Topology jobs.Topology
+	Topology fleet.Topology
 	// FetchWait is how long a pull request waits at the server for a job
 	// before the worker renews it; under 1s (nats.go's minimum) it counts
 	// as 1s. A stop does not wait for it: pulls are withdrawn at once.
@@ -86,7 +87,7 @@ type Config struct {
 
 // MaxKeepRevisions bounds Config.KeepRevisions: a head naming the
 // snapshot of each of them, with the longest names, stays well within
-// jobs.MaxHeadBytes, the cap of a value of WORKSPACES.
+// fleet.MaxHeadBytes, the cap of a value of WORKSPACES.
 const MaxKeepRevisions = 100
 
 // ErrInvalidConfig is wrapped by Config.Validate's errors.
@@ -185,7 +186,7 @@ func (c Config) Validate() error {
 	case c.KeepRevisions < 2:
 		return bad("KeepRevisions", "%d is under 2 (a step's base must be kept)", c.KeepRevisions)
 	case c.KeepRevisions > MaxKeepRevisions:
-		return bad("KeepRevisions", "%d is over %d (the head names each kept snapshot, within jobs.MaxHeadBytes)", c.KeepRevisions, MaxKeepRevisions)
+		return bad("KeepRevisions", "%d is over %d (the head names each kept snapshot, within fleet.MaxHeadBytes)", c.KeepRevisions, MaxKeepRevisions)
 	case c.MaxArtifacts < 0:
 		return bad("MaxArtifacts", "%d is negative", c.MaxArtifacts)
 	case c.MaxArtifactBytes < 0:

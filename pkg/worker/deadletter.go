@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -42,7 +44,7 @@ import (
 // AdvisorySubject is the subject of the server's advisory for a job of this
 // queue given up after MaxDeliver deliveries.
 func AdvisorySubject(queue string) string {
-	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + jobs.StreamName + "." + jobs.ConsumerName(queue)
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + fleet.StreamName + "." + fleet.ConsumerName(queue)
 }
 
 // maxDeliverAdvisory is the part of the server's
@@ -73,7 +75,7 @@ func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (
 			return nil, fmt.Errorf("subscribe to %s: %w", AdvisorySubject(l.Queue), err)
 		}
 		subs = append(subs, sub)
-		consumers[jobs.ConsumerName(l.Queue)] = true
+		consumers[fleet.ConsumerName(l.Queue)] = true
 	}
 	wg.Go(func() {
 		for {
@@ -83,7 +85,7 @@ func (w *Worker) subscribeDeadLetters(ctx context.Context, wg *sync.WaitGroup) (
 			case m := <-ch:
 				var adv maxDeliverAdvisory
 				if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 ||
-					adv.Stream != jobs.StreamName || !consumers[adv.Consumer] {
+					adv.Stream != fleet.StreamName || !consumers[adv.Consumer] {
 					w.log.Warn("ignoring a malformed max-deliveries advisory", "data", string(m.Data))
 					continue
 				}
@@ -125,7 +127,7 @@ func (w *Worker) sweepLane(ctx context.Context, l *lane) (int, error) {
 		return 0, nil
 	}
 	last := info.Delivered.Stream
-	filter := jobs.SubjectPrefix + l.Queue + ".>"
+	filter := fleet.SubjectPrefix + l.Queue + ".>"
 	n := 0
 	for seq := uint64(1); seq <= last; {
 		m, err := w.stores.Stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
@@ -202,7 +204,7 @@ func (w *Worker) deadLetter(ctx context.Context, seq uint64, deliveries int, via
 // jobs.<queue>.<id>) and whether this call removed the message.
 func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attempt int, status jobs.Status, reason string, log *slog.Logger) (*jobs.Result, bool) {
 	dl := delivery{attempt: attempt}
-	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(m.Subject)
+	dl.queue, dl.id, dl.subjErr = fleet.ParseSubject(m.Subject)
 	t := m.Time.UTC()
 	dl.queuedAt = &t
 	log = log.With("job_id", dl.id, "attempt", attempt)
@@ -215,7 +217,7 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 		w.fill(res, job, dl)
 		var won bool
 		var err error
-		stored, won, err = jobs.StoreResult(ctx, w.stores.Results, res, w.stores.MaxResultBytes)
+		stored, won, err = records.StoreResult(ctx, w.stores.Results, res, w.stores.MaxResultBytes)
 		if err != nil {
 			// Keep the message: without a result, deleting it would lose the job.
 			log.Warn("store the result of a job ended unrun; keeping its message", "status", string(status), "err", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -175,7 +176,7 @@ func (w *Worker) tenantEvents(t string, log *slog.Logger) bool {
 func newJobEvents(sink eventSink, id string, attempt int, worker string, outputCap int64, log *slog.Logger) *jobEvents {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &jobEvents{
-		sink: sink, subject: jobs.EventSubject(id), id: id, attempt: attempt, worker: worker, log: log,
+		sink: sink, subject: fleet.EventSubject(id), id: id, attempt: attempt, worker: worker, log: log,
 		ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), flushC: make(chan chan struct{}), stop: make(chan struct{}), exited: make(chan struct{}),
 		cap: outputCap, budget: 2*outputCap + eventOverhead,
@@ -185,11 +186,11 @@ func newJobEvents(sink eventSink, id string, attempt int, worker string, outputC
 }
 
 // runOptions are the executor's callbacks into e.
-func (e *jobEvents) runOptions() jobs.RunOptions {
+func (e *jobEvents) runOptions() RunOptions {
 	if e == nil {
-		return jobs.RunOptions{}
+		return RunOptions{}
 	}
-	return jobs.RunOptions{OnOutput: e.output, OnStart: e.started}
+	return RunOptions{OnOutput: e.output, OnStart: e.started}
 }
 
 // redelivered says that this delivery is not the first.
@@ -201,7 +202,7 @@ func (e *jobEvents) redelivered() {
 }
 
 // started is RunOptions.OnStart: a run begins, and its output with it.
-func (e *jobEvents) started(s jobs.Start) {
+func (e *jobEvents) started(s Start) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.gapsLocked()

@@ -97,7 +97,7 @@ func testEvents(t *testing.T, sink eventSink, outputCap int64) *jobEvents {
 func start(e *jobEvents, outputCap int64) {
 	lim := limits.Default()
 	lim.Output = limits.Size(outputCap)
-	e.started(jobs.Start{Container: "c1", Limits: lim})
+	e.started(Start{Container: "c1", Limits: lim})
 }
 
 // streamBytes puts the output events of s back together, and the gaps'

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -133,7 +134,7 @@ func (e *jobEvents) publishOne(ev *jobs.Event, it *queuedEvent) bool {
 	if !ok {
 		return true
 	}
-	data, err := jobs.MarshalEvent(&out)
+	data, err := records.MarshalEvent(&out)
 	if err != nil {
 		e.log.Warn("encode job event", "type", string(out.Type), "err", err)
 		return true
@@ -143,7 +144,7 @@ func (e *jobEvents) publishOne(ev *jobs.Event, it *queuedEvent) bool {
 			// The run has had its share of the stream.
 			e.overShare[streamIndex(out.Stream)] = true
 			out = jobs.Event{Type: jobs.EventOutputTruncated, ID: out.ID, Attempt: out.Attempt, Time: out.Time, Stream: out.Stream, Offset: out.Offset}
-			if data, err = jobs.MarshalEvent(&out); err != nil {
+			if data, err = records.MarshalEvent(&out); err != nil {
 				return true
 			}
 		} else {

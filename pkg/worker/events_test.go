@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -160,7 +161,7 @@ type slowBroker struct {
 }
 
 func (s slowBroker) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	if strings.HasPrefix(m.Subject, jobs.EventSubjectPrefix) {
+	if strings.HasPrefix(m.Subject, fleet.EventSubjectPrefix) {
 		select {
 		case <-time.After(s.delay):
 		case <-ctx.Done():

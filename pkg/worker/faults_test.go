@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -28,7 +30,7 @@ import (
 // publish to reply_to; a client waiting on the job is released.
 func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxDeliver: 3})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxDeliver: 3})
 	obs := &recorder{}
 	b.startWorker(t, worker.Config{Slots: 2, HoldMax: 100 * time.Millisecond, Observer: obs})
 
@@ -60,11 +62,11 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 		t.Errorf("reply_to got %s (%v)", msg.Data, err)
 	}
 	testutil.Eventually(t, 10*time.Second, "dead letter removed from the stream", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
-	if q, err := b.client.Queued(t.Context(), "doomed"); q || err != nil {
-		t.Errorf("Queued(doomed) = %v, %v after the dead letter", q, err)
+	if q, err := b.client.Pending(t.Context(), "doomed"); q || err != nil {
+		t.Errorf("Pending(doomed) = %v, %v after the dead letter", q, err)
 	}
 	// The index lists it as a dead letter.
 	idx, err := b.client.Index(t.Context())
@@ -97,7 +99,7 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 // one and with no result. A worker started later finds it in its sweep.
 func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: time.Second, MaxDeliver: 2})
+	b := setupWith(t, fleet.Topology{AckWait: time.Second, MaxDeliver: 2})
 	cons, err := b.topo.EnsureConsumer(t.Context(), b.js, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +136,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 		info, err := cons.Info(t.Context())
 		return err == nil && info.NumAckPending == 0
 	})
-	if q, err := b.client.Queued(t.Context(), "limbo"); !q || err != nil {
+	if q, err := b.client.Pending(t.Context(), "limbo"); !q || err != nil {
 		t.Fatalf("the given-up message is not in the stream: %v %v", q, err)
 	}
 	if _, err := b.client.Get(t.Context(), "limbo"); err == nil {
@@ -150,7 +152,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 		t.Errorf("swept result: %+v", res)
 	}
 	testutil.Eventually(t, 10*time.Second, "limbo message removed", func() bool {
-		q, err := b.client.Queued(t.Context(), "limbo")
+		q, err := b.client.Pending(t.Context(), "limbo")
 		return err == nil && !q
 	})
 	if n := b.exec.Runs("limbo"); n != 0 {
@@ -163,7 +165,7 @@ func TestDeadLetterSweepFindsMissedAdvisory(t *testing.T) {
 // finalizing is first-writer-wins like every result write.
 func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: time.Second, MaxDeliver: 1})
+	b := setupWith(t, fleet.Topology{AckWait: time.Second, MaxDeliver: 1})
 	cons, err := b.topo.EnsureConsumer(t.Context(), b.js, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +181,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	zero := 0
-	if _, _, err := jobs.StoreResult(t.Context(), b.client.Stores().Results,
+	if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, b.js).Results,
 		&jobs.Result{ID: "done-then-died", Status: jobs.StatusSucceeded, Exit: &zero, Stdout: "x\n", Worker: "dead", Attempt: 1, FinishedAt: &now}, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +189,7 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 	// give up, and the worker gets the advisory.
 	b.startWorker(t, worker.Config{})
 	testutil.Eventually(t, 15*time.Second, "message removed", func() bool {
-		q, err := b.client.Queued(t.Context(), "done-then-died")
+		q, err := b.client.Pending(t.Context(), "done-then-died")
 		return err == nil && !q
 	})
 	res, err := b.client.Get(t.Context(), "done-then-died")
@@ -200,10 +202,10 @@ func TestDeadLetterKeepsStoredResult(t *testing.T) {
 // with the error, and Ready=true again once it is back.
 func TestInfrastructureDownHeartbeat(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, WorkerTTL: time.Second})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, WorkerTTL: time.Second})
 	b.exec.SetDown(true)
 	b.startWorker(t, worker.Config{ID: "sick"})
-	kv := b.client.Stores().Workers
+	kv := natstest.Stores(t, b.js).Workers
 	beat := func() jobs.WorkerStatus {
 		var st jobs.WorkerStatus
 		if e, err := kv.Get(t.Context(), "sick"); err == nil {
@@ -253,11 +255,8 @@ func TestBrokerRestart(t *testing.T) {
 		_, js := natstest.Connect(t, "nats://"+listen, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		return js
 	}
-	topo := jobs.Topology{AckWait: 2 * time.Second}
-	client, err := jobs.NewClient(t.Context(), connect(), topo)
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo := fleet.Topology{AckWait: 2 * time.Second}
+	client := openClient(t, connect(), topo)
 	b := &bundle{js: connect(), client: client, exec: &fakeexec.Executor{}, topo: topo}
 	b.startWorker(t, worker.Config{Slots: 4})
 
@@ -287,7 +286,8 @@ func TestBrokerRestart(t *testing.T) {
 		id := fmt.Sprintf("br-%02d", i)
 		var res *jobs.Result
 		testutil.Eventually(t, 30*time.Second, "result of "+id, func() bool {
-			res, err = client.Get(ctx, id)
+			r, err := client.Get(ctx, id)
+			res = r
 			return err == nil
 		})
 		if res.Status != jobs.StatusSucceeded || res.Stdout != fmt.Sprintf("%d\n", i) {
@@ -295,7 +295,7 @@ func TestBrokerRestart(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 15*time.Second, "stream empty", func() bool {
-		info, err := client.Stores().Stream.Info(ctx)
+		info, err := natstest.Stores(t, b.js).Stream.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
 	t.Logf("%d jobs, %d executions, %d finished during the outage", n, b.exec.Total(), total)

@@ -13,6 +13,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -52,7 +54,7 @@ type delivery struct {
 
 func (w *Worker) handle(stop, force context.Context, msg jetstream.Msg) {
 	var dl delivery
-	dl.queue, dl.id, dl.subjErr = jobs.ParseSubject(msg.Subject())
+	dl.queue, dl.id, dl.subjErr = fleet.ParseSubject(msg.Subject())
 	if meta, err := msg.Metadata(); err == nil {
 		dl.attempt = int(meta.NumDelivered)
 		t := meta.Timestamp.UTC()
@@ -185,7 +187,7 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 		if res == nil && jobCtx.Err() == nil {
 			// The workspace's restore and archive, and the events' output
 			// and start: one RunOptions for each run.
-			opts := func() jobs.RunOptions {
+			opts := func() RunOptions {
 				o, e := ws.options(), ev.runOptions()
 				o.OnOutput, o.OnStart = e.OnOutput, e.OnStart
 				return o
@@ -260,7 +262,7 @@ func canceledOnRequest(res *jobs.Result) *jobs.Result {
 // down (the fetcher pauses and the prober pings with back-off), holds the
 // message, and runs it again once the executor is up: no delivery is
 // burnt. It gives the job back on drain, force or after HoldMax.
-func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func() jobs.RunOptions, log *slog.Logger) (*jobs.Result, *decision) {
+func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func() RunOptions, log *slog.Logger) (*jobs.Result, *decision) {
 	var hold <-chan time.Time
 	for {
 		log.Debug("running")
@@ -299,7 +301,7 @@ func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func(
 
 // runOnce calls the executor, turning a panic into an error result: a
 // panic is a bug, and retrying it would only repeat it.
-func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (res *jobs.Result, err error) {
+func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts RunOptions) (res *jobs.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			now := time.Now().UTC()
@@ -409,7 +411,7 @@ func (w *Worker) store(force context.Context, res *jobs.Result) (*jobs.Result, e
 	return backoff.RetryWithData(func() (*jobs.Result, error) {
 		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer acancel()
-		stored, _, err := jobs.StoreResult(actx, w.stores.Results, res, w.stores.MaxResultBytes)
+		stored, _, err := records.StoreResult(actx, w.stores.Results, res, w.stores.MaxResultBytes)
 		if err != nil {
 			w.log.Warn("store result", "job_id", res.ID, "err", err)
 		}
@@ -465,7 +467,7 @@ func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
 // overwrite another job's result, to $JS.API.* it would be an API call,
 // to another tenant's inbox a forged reply (whose tenant: the subject's ID).
 func (w *Worker) reply(job *jobs.Job, res *jobs.Result, log *slog.Logger) {
-	if job == nil || job.ReplyTo == "" || jobs.ReplyToFor(res.ID, job.ReplyTo) != nil {
+	if job == nil || job.ReplyTo == "" || fleet.ReplyToFor(res.ID, job.ReplyTo) != nil {
 		return
 	}
 	data, err := json.Marshal(res)

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -86,13 +88,13 @@ func (x *indexer) running(job *jobs.Job, worker string, dl delivery) *indexRun {
 	if x == nil || !jobs.ValidQueue(job.Queue) || !jobs.ValidID(job.ID) {
 		return nil
 	}
-	x.add(jobs.IndexSpecSubject(job.ID), jobs.NewJobSpec(job))
+	x.add(fleet.IndexSpecSubject(job.ID), records.NewJobSpec(job))
 	r, taken := &indexRun{}, time.Now().UTC()
 	r.timer = time.AfterFunc(indexRunningDelay, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if !r.ended {
-			s := jobs.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
+			s := records.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
 			s.StartedAt = &taken
 			x.add(s.Subject(), s)
 		}
@@ -125,11 +127,11 @@ func (x *indexer) finished(queue string, job *jobs.Job, stored *jobs.Result, dea
 	if x == nil || !jobs.ValidQueue(queue) || !jobs.ValidID(stored.ID) {
 		return
 	}
-	s := jobs.FinishedSummary(queue, job, stored)
+	s := records.FinishedSummary(queue, job, stored)
 	s.DeadLetter = dead
 	x.add(s.Subject(), s)
 	if dead {
-		x.add(jobs.IndexDeadSubject(s.ID), s)
+		x.add(fleet.IndexDeadSubject(s.ID), s)
 	}
 }
 
@@ -174,7 +176,7 @@ func (x *indexer) publish(batch []*nats.Msg) {
 	futures := make([]jetstream.PubAckFuture, 0, len(batch))
 	lost := 0
 	for _, m := range batch {
-		f, err := x.sink.PublishMsgAsync(m, jetstream.WithExpectStream(jobs.IndexStreamName))
+		f, err := x.sink.PublishMsgAsync(m, jetstream.WithExpectStream(fleet.IndexStreamName))
 		if err != nil {
 			lost++
 			continue

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -89,7 +90,7 @@ func TestJobIndexShortJob(t *testing.T) {
 		t.Errorf("spec: %v", err)
 	}
 	time.Sleep(time.Second) // past the running record's delay
-	st, err := b.js.Stream(t.Context(), jobs.IndexStreamName)
+	st, err := b.js.Stream(t.Context(), fleet.IndexStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -261,7 +262,7 @@ func (w *Worker) Lanes(ctx context.Context) ([]LaneStats, error) {
 		// The consumer delivers in stream order: the first message of the
 		// queue past its delivered sequence is the oldest never delivered.
 		m, err := w.stores.Stream.GetMsg(ctx, info.Delivered.Stream+1,
-			jetstream.WithGetMsgSubject(jobs.SubjectPrefix+l.Queue+".>"))
+			jetstream.WithGetMsgSubject(fleet.SubjectPrefix+l.Queue+".>"))
 		if err == nil {
 			out[i].OldestPending = m.Time
 		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {

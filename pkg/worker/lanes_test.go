@@ -11,7 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -19,7 +21,7 @@ import (
 // consumerInfo reads the consumer of queue.
 func (b *bundle) consumerInfo(t *testing.T, queue string) *jetstream.ConsumerInfo {
 	t.Helper()
-	c, err := b.js.Consumer(t.Context(), jobs.StreamName, jobs.ConsumerName(queue))
+	c, err := b.js.Consumer(t.Context(), fleet.StreamName, fleet.ConsumerName(queue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +35,7 @@ func (b *bundle) consumerInfo(t *testing.T, queue string) *jetstream.ConsumerInf
 // waitingPulls is the number of pull requests waiting on queue's consumer,
 // or -1 while it does not exist.
 func (b *bundle) waitingPulls(queue string) int {
-	c, err := b.js.Consumer(context.Background(), jobs.StreamName, jobs.ConsumerName(queue))
+	c, err := b.js.Consumer(context.Background(), fleet.StreamName, fleet.ConsumerName(queue))
 	if err != nil {
 		return -1
 	}
@@ -49,7 +51,7 @@ func (b *bundle) waitingPulls(queue string) int {
 // backlog, and a stop leaves no pull outstanding on any lane.
 func TestLanesWaitWithdrawAndStop(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
+	b := setupWith(t, fleet.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
 	r := b.startWorker(t, worker.Config{ID: "laned", Slots: 2, FetchWait: 30 * time.Second,
 		Queues: []worker.Lane{{Queue: "batch", Weight: 1}, {Queue: "interactive", Weight: 10}}})
 	testutil.Eventually(t, 10*time.Second, "a pull waiting on each lane", func() bool {
@@ -107,7 +109,7 @@ func TestLanesWaitWithdrawAndStop(t *testing.T) {
 // waiting on the empty interactive lane and the rest of the batch queued.
 func TestLanesLookAtLanesWithoutAPull(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
+	b := setupWith(t, fleet.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
 	b.startWorker(t, worker.Config{ID: "laned", Slots: 2, FetchWait: 30 * time.Second,
 		Queues: []worker.Lane{{Queue: "batch", Weight: 1}, {Queue: "interactive", Weight: 10}}})
 	if _, err := b.client.Submit(t.Context(), &jobs.Job{ID: "b0", Queue: "batch", Image: "python", Code: "block"}); err != nil {
@@ -163,7 +165,7 @@ func TestLanesSaturation(t *testing.T) {
 		slots     = 4
 		jobTime   = 30 * time.Millisecond
 	)
-	b := setupWith(t, jobs.Topology{AckWait: 10 * time.Second, MaxJobBytes: 64 << 10})
+	b := setupWith(t, fleet.Topology{AckWait: 10 * time.Second, MaxJobBytes: 64 << 10})
 	code := "sleep " + jobTime.String()
 	lanes := []worker.Lane{{Queue: "interactive", Weight: 10}, {Queue: "batch", Weight: 1}}
 	for _, q := range []string{"interactive", "batch"} { // consumers exist before the jobs
@@ -191,7 +193,7 @@ func TestLanesSaturation(t *testing.T) {
 	}
 
 	results := make(chan *jobs.Result, batchJobs+trickle+burst)
-	watch, err := b.client.Stores().Results.WatchAll(t.Context(), jetstream.UpdatesOnly())
+	watch, err := natstest.Stores(t, b.js).Results.WatchAll(t.Context(), jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -68,7 +70,7 @@ func (b *bundle) startWith(t *testing.T, id string, exec worker.Executor) *worke
 
 func (b *bundle) beat(t *testing.T, id string) jobs.WorkerStatus {
 	var st jobs.WorkerStatus
-	if e, err := b.client.Stores().Workers.Get(t.Context(), id); err == nil {
+	if e, err := natstest.Stores(t, b.js).Workers.Get(t.Context(), id); err == nil {
 		_ = json.Unmarshal(e.Value(), &st)
 	}
 	return st
@@ -141,7 +143,7 @@ func TestProbeFollowsRetryAfter(t *testing.T) {
 // why, and is ready again once the engine is back.
 func TestIdleWorkerNoticesTheExecutorDown(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, WorkerTTL: 1500 * time.Millisecond})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, WorkerTTL: 1500 * time.Millisecond})
 	exec := &pingScript{Executor: &fakeexec.Executor{}, ping: func(context.Context) error { return nil }}
 	w := b.startWith(t, "idle", exec)
 	testutil.Eventually(t, 10*time.Second, "ready", w.Ready)

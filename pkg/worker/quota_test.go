@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -14,11 +15,11 @@ import (
 )
 
 // quotaTopology caps each tenant's snapshots and artifacts at 1 MiB.
-var quotaTopology = jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, SnapshotsMaxBytes: 1 << 20, ArtifactsMaxBytes: 1 << 20}
+var quotaTopology = fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, SnapshotsMaxBytes: 1 << 20, ArtifactsMaxBytes: 1 << 20}
 
 func (b *bundle) tenant(t *testing.T, name string) *jobs.Client {
 	t.Helper()
-	c, err := jobs.NewTenantClient(b.js, name, b.topo)
+	c, err := jobs.NewTenantClient(b.js, name, clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func submitAndWait(t *testing.T, c *jobs.Client, j *jobs.Job) *jobs.Result {
 // wantQuota checks that res is an error naming the quota and the store.
 func wantQuota(t *testing.T, res *jobs.Result, store string) {
 	t.Helper()
-	if res.Status != jobs.StatusError || !strings.HasPrefix(res.Error, jobs.QuotaReason+": ") || !strings.Contains(res.Error, store) {
+	if res.Status != jobs.StatusError || !strings.HasPrefix(res.Error, fleet.QuotaReason+": ") || !strings.Contains(res.Error, store) {
 		t.Fatalf("job %s: status %s, error %q; want an error naming the quota of %s", res.ID, res.Status, res.Error, store)
 	}
 }
@@ -60,7 +61,7 @@ func TestWorkspaceQuota(t *testing.T) {
 	res := submitAndWait(t, a, &jobs.Job{ID: "s2", Workspace: "agent", Code: "fill big2 600000\nprint ran"})
 	wantQuota(t, res, "SNAPSHOTS_team-a")
 	if res.Stdout != "ran\n" || res.Exit == nil || *res.Exit != 0 || res.Workspace == nil || res.Workspace.Revision != 1 ||
-		!strings.Contains(res.Workspace.Error, jobs.QuotaReason) {
+		!strings.Contains(res.Workspace.Error, fleet.QuotaReason) {
 		t.Fatalf("the step over the quota: stdout %q, exit %v, workspace %+v", res.Stdout, res.Exit, res.Workspace)
 	}
 	if h := b.released(t, "team-a.agent"); h.Revision != 1 {
@@ -100,8 +101,8 @@ func TestArtifactQuota(t *testing.T) {
 	}
 	res := submitAndWait(t, a, &jobs.Job{ID: "j2", Outputs: out, Code: "fill b.bin 700000\nfill c.bin 10"})
 	wantQuota(t, res, "ARTIFACTS_team-a")
-	if len(res.ArtifactsSkipped) != 2 || !strings.HasPrefix(res.ArtifactsSkipped[0].Reason, jobs.QuotaReason) ||
-		!strings.HasPrefix(res.ArtifactsSkipped[1].Reason, jobs.QuotaReason) || res.ArtifactsError != res.Error {
+	if len(res.ArtifactsSkipped) != 2 || !strings.HasPrefix(res.ArtifactsSkipped[0].Reason, fleet.QuotaReason) ||
+		!strings.HasPrefix(res.ArtifactsSkipped[1].Reason, fleet.QuotaReason) || res.ArtifactsError != res.Error {
 		t.Fatalf("artifacts of the job over the quota: kept %+v, skipped %+v, error %q", res.Artifacts, res.ArtifactsSkipped, res.ArtifactsError)
 	}
 	if res := submitAndWait(t, other, &jobs.Job{ID: "j1", Outputs: out, Code: "fill a.bin 700000"}); res.Status != jobs.StatusSucceeded || len(res.Artifacts) != 1 {
@@ -120,7 +121,7 @@ func TestWorkspaceKeyCap(t *testing.T) {
 	wantStep(t, b.step(t, &jobs.Job{ID: "s1", Workspace: "one", Code: "write a 1"}), 0, 1)
 	wantStep(t, b.step(t, &jobs.Job{ID: "s2", Workspace: "two", Code: "write a 1"}), 0, 1)
 	res := b.step(t, &jobs.Job{ID: "s3", Workspace: "three", Code: "print ran"})
-	if res.Status != jobs.StatusRejected || !strings.HasPrefix(res.Error, jobs.QuotaReason+": ") || !strings.Contains(res.Error, jobs.WorkspacesBucket) || b.exec.Runs("s3") != 0 {
+	if res.Status != jobs.StatusRejected || !strings.HasPrefix(res.Error, fleet.QuotaReason+": ") || !strings.Contains(res.Error, fleet.WorkspacesBucket) || b.exec.Runs("s3") != 0 {
 		t.Fatalf("a workspace past the cap: %+v, runs %d", res, b.exec.Runs("s3"))
 	}
 	wantStep(t, b.step(t, &jobs.Job{ID: "s4", Workspace: "one", Code: "write a 2"}), 1, 2)
@@ -133,7 +134,7 @@ func TestWorkspaceKeyCap(t *testing.T) {
 // all, go on.
 func TestTenantStoresBeyondTheServersStorage(t *testing.T) {
 	t.Parallel()
-	topo := jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10,
+	topo := fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10,
 		MaxBytes: 4 << 20, ResultsMaxBytes: 4 << 20, EventsMaxBytes: 4 << 20, IndexMaxBytes: 4 << 20,
 		CancelsMaxBytes: 1 << 20, WorkspacesMaxBytes: 1 << 20, SnapshotsMaxBytes: 1 << 20, ArtifactsMaxBytes: 1 << 20}
 	// The shared streams, WORKERS (16 MiB) and the stores of no tenant,
@@ -141,10 +142,7 @@ func TestTenantStoresBeyondTheServersStorage(t *testing.T) {
 	reserved := int64(4*4+16+1+1+1+1)<<20 + 2<<20
 	srv := natstest.ServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: reserved})
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	client, err := jobs.NewClient(t.Context(), js, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := openClient(t, js, topo)
 	b := &bundle{url: srv.ClientURL(), nc: nc, js: js, client: client, exec: &fakeexec.Executor{}, topo: topo}
 	b.startWorker(t, worker.Config{})
 	out := []string{"*.txt"}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -54,7 +55,7 @@ func TestSetupRetriesUntilJetStream(t *testing.T) {
 	exec := &fakeexec.Executor{}
 	w, err := worker.New(js, exec, worker.Config{
 		ID: "early", Slots: 1, FetchWait: 200 * time.Millisecond, Backoff: fastBackoff,
-		Topology: jobs.Topology{AckWait: 2 * time.Second}, Logger: slog.New(signalHandler{logs}),
+		Topology: fleet.Topology{AckWait: 2 * time.Second}, Logger: slog.New(signalHandler{logs}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func TestSetupRetriesUntilJetStream(t *testing.T) {
 	if err := srv.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := jobs.NewClient(waitCtx(t), js, jobs.Topology{AckWait: 2 * time.Second})
+	client, err := jobs.NewClient(waitCtx(t), js, jobs.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -33,7 +34,7 @@ func TestStopLeavesNoPullOutstanding(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupWith(t, jobs.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
+			b := setupWith(t, fleet.Topology{AckWait: time.Minute, MaxJobBytes: 64 << 10})
 			cons, err := b.topo.EnsureConsumer(t.Context(), b.js, jobs.DefaultQueue)
 			if err != nil {
 				t.Fatal(err)
@@ -53,7 +54,7 @@ func TestStopLeavesNoPullOutstanding(t *testing.T) {
 			testutil.Eventually(t, 10*time.Second, "job running", func() bool { return b.exec.Running() == 1 })
 			testutil.Eventually(t, 10*time.Second, "an idle slot waiting in a pull", func() bool { return info().NumWaiting > 0 })
 
-			naks, err := b.nc.SubscribeSync(server.JSAdvisoryConsumerMsgNakPre + "." + jobs.StreamName + "." + jobs.ConsumerName(jobs.DefaultQueue))
+			naks, err := b.nc.SubscribeSync(server.JSAdvisoryConsumerMsgNakPre + "." + fleet.StreamName + "." + fleet.ConsumerName(jobs.DefaultQueue))
 			if err != nil {
 				t.Fatal(err)
 			}

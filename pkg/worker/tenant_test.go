@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -21,7 +22,7 @@ func (b *bundle) publishRaw(t *testing.T, id, job string) *jobs.Result {
 		t.Fatal(err)
 	}
 	defer watch.Stop()
-	if _, err := b.js.Publish(t.Context(), jobs.Subject("default", id), []byte(job)); err != nil {
+	if _, err := b.js.Publish(t.Context(), fleet.Subject("default", id), []byte(job)); err != nil {
 		t.Fatal(err)
 	}
 	res, err := watch.Next(waitCtx(t))
@@ -42,7 +43,7 @@ func TestWorkspaceTenants(t *testing.T) {
 	b.startWorker(t, worker.Config{ID: "w1"})
 
 	// Through team-a's client: the names are qualified for it.
-	clientA, err := jobs.NewTenantClient(b.js, "team-a", b.topo)
+	clientA, err := jobs.NewTenantClient(b.js, "team-a", clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,17 +67,17 @@ func TestWorkspaceTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := objsA.Snapshots.GetInfo(ctx, before.Snapshot(2)); err != nil {
-		t.Errorf("a's snapshot in %s: %v", jobs.SnapshotsBucketOf("team-a"), err)
+		t.Errorf("a's snapshot in %s: %v", fleet.SnapshotsBucketOf("team-a"), err)
 	}
 	if _, err := objsA.Artifacts.GetInfo(ctx, plot); err != nil {
-		t.Errorf("a's artifact in %s: %v", jobs.ArtifactsBucketOf("team-a"), err)
+		t.Errorf("a's artifact in %s: %v", fleet.ArtifactsBucketOf("team-a"), err)
 	}
 	shared := b.workspaces(t)
 	if _, err := shared.Snapshots.GetInfo(ctx, before.Snapshot(2)); !errors.Is(err, jetstream.ErrObjectNotFound) {
-		t.Errorf("a's snapshot in the fleet's %s: %v", jobs.SnapshotsBucket, err)
+		t.Errorf("a's snapshot in the fleet's %s: %v", fleet.SnapshotsBucket, err)
 	}
 	if _, err := shared.Artifacts.GetInfo(ctx, plot); !errors.Is(err, jetstream.ErrObjectNotFound) {
-		t.Errorf("a's artifact in the fleet's %s: %v", jobs.ArtifactsBucket, err)
+		t.Errorf("a's artifact in the fleet's %s: %v", fleet.ArtifactsBucket, err)
 	}
 
 	for _, tc := range []struct {
@@ -103,7 +104,7 @@ func TestWorkspaceTenants(t *testing.T) {
 	}
 
 	// The clients refuse them before publishing, too.
-	clientB, err := jobs.NewTenantClient(b.js, "team-b", b.topo)
+	clientB, err := jobs.NewTenantClient(b.js, "team-b", clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestForgedHeadNamingAnotherTenantsJob(t *testing.T) {
 	b.startWorker(t, worker.Config{ID: "w1"})
 	// team-b's job, queued where no worker takes it.
 	data := []byte(`{"image":"python","code":"print b","queue":"nobody"}`)
-	if _, err := b.js.Publish(t.Context(), jobs.Subject("nobody", "team-b.secret"), data); err != nil {
+	if _, err := b.js.Publish(t.Context(), fleet.Subject("nobody", "team-b.secret"), data); err != nil {
 		t.Fatal(err)
 	}
 	forged := jobs.WorkspaceHead{Name: "team-a.w2", Step: &jobs.InFlight{Job: "team-b.secret", State: jobs.StepRunning,
@@ -162,10 +163,10 @@ func TestAnotherTenantsMsgIDDropsNoJob(t *testing.T) {
 	b := setup(t)
 	b.startWorker(t, worker.Config{ID: "w1"})
 	decoy := []byte(`{"image":"python","code":"print a","queue":"nobody"}`)
-	if _, err := b.js.Publish(t.Context(), jobs.Subject("nobody", "team-a.decoy"), decoy, jetstream.WithMsgID("team-b.nightly")); err != nil {
+	if _, err := b.js.Publish(t.Context(), fleet.Subject("nobody", "team-a.decoy"), decoy, jetstream.WithMsgID("team-b.nightly")); err != nil {
 		t.Fatal(err)
 	}
-	clientB, err := jobs.NewTenantClient(b.js, "team-b", b.topo)
+	clientB, err := jobs.NewTenantClient(b.js, "team-b", clientConfig(b.topo))
 	if err != nil {
 		t.Fatal(err)
 	}

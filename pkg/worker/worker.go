@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -20,7 +21,7 @@ import (
 // itself, rejected included, and an error only when the infrastructure
 // failed (the job is then retried, not charged). pkg/executor implements it.
 type Executor interface {
-	Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error)
+	Run(ctx context.Context, job *jobs.Job, opts RunOptions) (*jobs.Result, error)
 }
 
 // Pinger is implemented by executors that can cheaply check their
@@ -47,7 +48,7 @@ var (
 	// immediate redelivery and no result is stored.
 	ErrForced = errors.New("worker forced to stop")
 	// ErrCancelRequested: a client asked to cancel the job (jobs.Client.Cancel).
-	ErrCancelRequested = errors.New(jobs.CancelReason)
+	ErrCancelRequested = errors.New(fleet.CancelReason)
 )
 
 // Worker pulls jobs of one or more queues (lanes) and runs them on an
@@ -60,7 +61,7 @@ type Worker struct {
 	obs   Observer
 	start time.Time
 
-	stores *jobs.Stores
+	stores *fleet.Stores
 	index  *indexer // nil with NoIndex
 	lanes  []*lane  // heaviest first; set up by Run
 	sched  sched    // shares slots among the lanes; the fetcher's alone
@@ -77,9 +78,9 @@ type Worker struct {
 	cancels map[string]time.Time // what watchCancels has read of CANCELS, when it has read it all; else nil
 
 	objMu   sync.Mutex
-	objects map[string]jobs.ObjectStores // tenants' object stores, made on first use (workspace.go)
-	events  map[string]bool              // tenants whose events stream this worker has ensured (events.go)
-	snaps   *snapCache                   // the snapshots saved last (snapcache.go)
+	objects map[string]fleet.ObjectStores // tenants' object stores, made on first use (workspace.go)
+	events  map[string]bool               // tenants whose events stream this worker has ensured (events.go)
+	snaps   *snapCache                    // the snapshots saved last (snapcache.go)
 }
 
 // run is one job in progress, for cancel requests.
@@ -104,7 +105,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		health:  newHealth(),
 		beat:    make(chan struct{}, 1),
 		running: map[*run]struct{}{},
-		objects: map[string]jobs.ObjectStores{},
+		objects: map[string]fleet.ObjectStores{},
 		events:  map[string]bool{},
 		snaps:   newSnapCache(snapCacheBytes),
 	}
@@ -206,9 +207,9 @@ func (w *Worker) Run(stop, force context.Context) error {
 // exceeded") for a while. It gives up only on what no retry can fix: an
 // invalid configuration or a connection closed for good (nats.go closes it
 // after the same authentication error twice).
-func (w *Worker) setup(stop context.Context) (*jobs.Stores, []*lane, error) {
+func (w *Worker) setup(stop context.Context) (*fleet.Stores, []*lane, error) {
 	type topo struct {
-		st    *jobs.Stores
+		st    *fleet.Stores
 		lanes []*lane
 	}
 	attempt := 0
@@ -296,7 +297,7 @@ func (w *Worker) handBack(it jetstream.MessagesContext) {
 			return
 		}
 		var dl delivery
-		_, dl.id, _ = jobs.ParseSubject(msg.Subject())
+		_, dl.id, _ = fleet.ParseSubject(msg.Subject())
 		if meta, err := msg.Metadata(); err == nil {
 			dl.attempt = int(meta.NumDelivered)
 		}

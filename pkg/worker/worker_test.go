@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
@@ -36,24 +37,41 @@ type bundle struct {
 	js     jetstream.JetStream
 	client *jobs.Client
 	exec   *fakeexec.Executor
-	topo   jobs.Topology
+	topo   fleet.Topology
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	return setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10})
+	return setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10})
 }
 
 // setupWith starts an in-process server and opens topo on it.
-func setupWith(t *testing.T, topo jobs.Topology) *bundle {
+func setupWith(t *testing.T, topo fleet.Topology) *bundle {
 	t.Helper()
 	srv := natstest.Server(t)
 	nc, js := natstest.Connect(t, srv.ClientURL())
-	client, err := jobs.NewClient(t.Context(), js, topo)
+	client := openClient(t, js, topo)
+	return &bundle{url: srv.ClientURL(), nc: nc, js: js, client: client, exec: &fakeexec.Executor{}, topo: topo}
+}
+
+// openClient opens topo on js, creating what is missing with its settings
+// as the workers would, and returns a client with its cap on a job's size
+// and its CancelWait.
+func openClient(t *testing.T, js jetstream.JetStream, topo fleet.Topology) *jobs.Client {
+	t.Helper()
+	if _, err := topo.Open(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	client, err := jobs.NewClient(t.Context(), js, clientConfig(topo))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{url: srv.ClientURL(), nc: nc, js: js, client: client, exec: &fakeexec.Executor{}, topo: topo}
+	return client
+}
+
+// clientConfig is the part of topo a client takes.
+func clientConfig(topo fleet.Topology) jobs.Config {
+	return jobs.Config{MaxJobBytes: topo.MaxJobBytes, CancelWait: topo.CancelWait}
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -251,11 +269,11 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 	// The second copy's message leaves the stream once the worker has
 	// answered it from RESULTS: until then a third would be refused.
 	testutil.Eventually(t, 10*time.Second, "the second copy settled", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	data, _ := json.Marshal(job)
-	if _, err := b.js.Publish(t.Context(), jobs.Subject("default", "same-id"), data, jetstream.WithMsgID("other-msg-id")); err != nil {
+	if _, err := b.js.Publish(t.Context(), fleet.Subject("default", "same-id"), data, jetstream.WithMsgID("other-msg-id")); err != nil {
 		t.Fatal(err)
 	}
 	msg, err := sub.NextMsg(10 * time.Second)
@@ -277,7 +295,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 		t.Errorf("job ran %d times, want 1", n)
 	}
 	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 }
@@ -287,7 +305,7 @@ func TestSameIDRunsOnceAcrossRestart(t *testing.T) {
 // stream keeps one message per job, and the job runs once.
 func TestSameIDPastTheWindowWhileRunning(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, DuplicateWindow: 100 * time.Millisecond})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, DuplicateWindow: 100 * time.Millisecond})
 	b.startWorker(t, worker.Config{ID: "wa", Slots: 2})
 	release := filepath.Join(t.TempDir(), "go")
 	job := &jobs.Job{ID: "d", Image: "python", Code: "waitfile " + release + "\nprint done"}
@@ -301,7 +319,7 @@ func TestSameIDPastTheWindowWhileRunning(t *testing.T) {
 	}
 	// A second copy stored would go to the free slot and run beside the
 	// first.
-	if info, err := b.client.Stores().Stream.Info(t.Context()); err != nil || info.State.LastSeq != 1 {
+	if info, err := natstest.Stores(t, b.js).Stream.Info(t.Context()); err != nil || info.State.LastSeq != 1 {
 		t.Fatalf("stream after the second submit: %+v, %v; want one message stored", info.State, err)
 	}
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
@@ -474,7 +492,7 @@ func TestInvalidJobsRejected(t *testing.T) {
 		t.Errorf("sandbox runs = %d, want 2", n)
 	}
 	testutil.Eventually(t, 10*time.Second, "rejected jobs removed from the stream", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 }
@@ -566,7 +584,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("canceled running job: %v %+v", err, res)
 	}
 	testutil.Eventually(t, 10*time.Second, "stream empty", func() bool {
-		info, err := b.client.Stores().Stream.Info(t.Context())
+		info, err := natstest.Stores(t, b.js).Stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
 	if n := b.exec.Runs("queued"); n != 0 {
@@ -619,7 +637,7 @@ func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.startWorker(t, worker.Config{ID: "beater", Slots: 3, Version: "v9"})
-	kv, err := b.js.KeyValue(t.Context(), jobs.WorkersBucket)
+	kv, err := b.js.KeyValue(t.Context(), fleet.WorkersBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -645,7 +663,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{worker.Config{Slots: -1}, "Slots"},
 		{worker.Config{Queue: "a.b"}, "Queue"},
-		{worker.Config{Topology: jobs.Topology{AckWait: time.Millisecond}}, "AckWait"},
+		{worker.Config{Topology: fleet.Topology{AckWait: time.Millisecond}}, "AckWait"},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()

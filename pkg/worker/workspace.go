@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -58,7 +59,7 @@ type wsStep struct {
 	log  *slog.Logger
 	mode stepMode
 
-	objs     jobs.ObjectStores   // the job's tenant's snapshots and artifacts
+	objs     fleet.ObjectStores  // the job's tenant's snapshots and artifacts
 	head     *jobs.WorkspaceHead // as last written or read by this step
 	headRev  uint64              // its KV revision
 	takeName string              // the name of this step's taking of the head
@@ -70,7 +71,7 @@ type wsStep struct {
 	snapSize        int64
 	snapSHA         string
 	arch            *spool // the archive the launcher makes
-	req             *jobs.ArchiveRequest
+	req             *ArchiveRequest
 	prune           []string // snapshots of the revisions the save let go, deleted once settled
 	quota           string   // why the save was refused by the tenant's quota, if it was
 	result          jobs.WorkspaceStep
@@ -81,9 +82,9 @@ type wsStep struct {
 // artifacts ("": of no tenant), creating them when this worker first
 // needs them: workers know no tenants before their jobs name them. Each is
 // ensured once per worker process, with the fleet-wide settings.
-func (w *Worker) tenantObjects(ctx context.Context, tenant string) (jobs.ObjectStores, error) {
+func (w *Worker) tenantObjects(ctx context.Context, tenant string) (fleet.ObjectStores, error) {
 	if tenant == "" {
-		return jobs.ObjectStores{Snapshots: w.stores.Workspaces.Snapshots, Artifacts: w.stores.Workspaces.Artifacts}, nil
+		return fleet.ObjectStores{Snapshots: w.stores.Workspaces.Snapshots, Artifacts: w.stores.Workspaces.Artifacts}, nil
 	}
 	w.objMu.Lock()
 	o, ok := w.objects[tenant]
@@ -115,7 +116,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 	// The job's workspaces are its tenant's (Validate checked them against
 	// the subject's ID), and so are its snapshots and artifacts.
 	objs, err := w.tenantObjects(jobCtx, jobs.TenantOf(job.ID))
-	var reserve *jobs.StorageReserveError
+	var reserve *fleet.StorageReserveError
 	switch {
 	case errors.As(err, &reserve):
 		// The fleet's storage holds no room for another tenant's quota:
@@ -180,8 +181,8 @@ func (s *wsStep) refreshSnapshot(ctx context.Context) {
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	if meta[jobs.SnapshotSavedMeta] == "" {
-		meta[jobs.SnapshotSavedMeta] = info.ModTime.UTC().Format(time.RFC3339Nano)
+	if meta[fleet.SnapshotSavedMeta] == "" {
+		meta[fleet.SnapshotSavedMeta] = info.ModTime.UTC().Format(time.RFC3339Nano)
 	}
 	if _, err := s.objs.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: meta}, s.snap.reader(s.snapSize)); err != nil {
 		s.log.Warn("refresh the snapshot", "snapshot", obj, "err", err)
@@ -223,7 +224,7 @@ func rejected(msg string) *jobs.Result {
 // fleet's storage before it ran.
 func quotaResult(msg string) *jobs.Result {
 	now := time.Now().UTC()
-	return &jobs.Result{Status: jobs.StatusError, Error: jobs.QuotaReason + ": " + msg, FinishedAt: &now}
+	return &jobs.Result{Status: jobs.StatusError, Error: fleet.QuotaReason + ": " + msg, FinishedAt: &now}
 }
 
 // overQuota makes res, the result of a job that ran, an error naming the
@@ -299,7 +300,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 			if errors.Is(err, errRaced) {
 				continue
 			}
-			if h == nil && jobs.StoreFull(err) {
+			if h == nil && fleet.StoreFull(err) {
 				return notRun{result: rejected(workspacesFull(w.cfg.Topology, name))}
 			}
 			if err != nil {
@@ -365,10 +366,10 @@ func (s *wsStep) begin(ctx context.Context, h *jobs.WorkspaceHead, fork *jobs.Wo
 
 // workspacesFull says why workspace name cannot be made: the bucket of
 // heads is at the fleet's cap.
-func workspacesFull(t jobs.Topology, name string) string {
+func workspacesFull(t fleet.Topology, name string) string {
 	return fmt.Sprintf("%s: workspace %s cannot be made: the bucket %s holds the fleet's cap of %d workspaces or %s; "+
 		"new workspaces can be made once others expire (after %s without a step) or are removed",
-		jobs.QuotaReason, name, jobs.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL)
+		fleet.QuotaReason, name, fleet.WorkspacesBucket, t.WorkspacesMaxKeys, limits.Size(t.WorkspacesMaxBytes), t.WorkspaceTTL)
 }
 
 // fetch copies the base's snapshot to a spool: from the worker's cache
@@ -413,5 +414,5 @@ func (s *wsStep) baseObject() string {
 	case s.from != nil && s.base.Name == s.from.Name:
 		return s.from.Snapshot(s.base.Revision)
 	}
-	return jobs.SnapshotName(s.base.Name, s.base.Revision)
+	return fleet.SnapshotName(s.base.Name, s.base.Revision)
 }

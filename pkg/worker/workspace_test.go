@@ -17,7 +17,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/worker"
 )
@@ -35,7 +38,7 @@ func (b *bundle) step(t *testing.T, j *jobs.Job) *jobs.Result {
 	return res
 }
 
-func (b *bundle) workspaces(t *testing.T) *jobs.WorkspaceStores {
+func (b *bundle) workspaces(t *testing.T) *fleet.WorkspaceStores {
 	t.Helper()
 	ws, err := b.topo.EnsureWorkspaces(t.Context(), b.js)
 	if err != nil {
@@ -155,7 +158,7 @@ func (b *bundle) leave(t *testing.T, h *jobs.WorkspaceHead, snaps map[int64]map[
 	t.Helper()
 	ws := b.workspaces(t)
 	for rev, files := range snaps {
-		if _, err := ws.Snapshots.PutBytes(t.Context(), jobs.SnapshotName(h.Name, rev), snapshotOf(files)); err != nil {
+		if _, err := ws.Snapshots.PutBytes(t.Context(), fleet.SnapshotName(h.Name, rev), snapshotOf(files)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -229,7 +232,7 @@ func TestWorkspaceHolderGone(t *testing.T) {
 	b.leave(t, &jobs.WorkspaceHead{Name: "ws", Revision: 1, Kept: []int64{1}, Job: "k", Step: &jobs.InFlight{Job: "k", State: jobs.StepSaved, Base: jobs.WorkspaceRef{Name: "ws"}}},
 		map[int64]map[string]string{1: {"log.txt": "k\n"}})
 	now := time.Now().UTC()
-	if _, _, err := jobs.StoreResult(t.Context(), b.client.Stores().Results, &jobs.Result{ID: "k", Status: jobs.StatusSucceeded, FinishedAt: &now}, 0); err != nil {
+	if _, _, err := records.StoreResult(t.Context(), natstest.Stores(t, b.js).Results, &jobs.Result{ID: "k", Status: jobs.StatusSucceeded, FinishedAt: &now}, 0); err != nil {
 		t.Fatal(err)
 	}
 	b.startWorker(t, worker.Config{ID: "w1"})
@@ -313,7 +316,7 @@ func TestWorkspaceRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.js.Publish(t.Context(), jobs.Subject("default", id), []byte(tc.job)); err != nil {
+		if _, err := b.js.Publish(t.Context(), fleet.Subject("default", id), []byte(tc.job)); err != nil {
 			t.Fatal(err)
 		}
 		res, err := watch.Next(waitCtx(t))
@@ -447,11 +450,11 @@ func TestWorkspaceWaiterCanceled(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "waiter delivered", func() bool {
-		q, err := b.client.Queued(t.Context(), "waiter")
+		q, err := b.client.Pending(t.Context(), "waiter")
 		if err != nil || !q {
 			return false
 		}
-		c, err := b.js.Consumer(t.Context(), jobs.StreamName, jobs.ConsumerName("default"))
+		c, err := b.js.Consumer(t.Context(), fleet.StreamName, fleet.ConsumerName("default"))
 		if err != nil {
 			return false
 		}
@@ -477,7 +480,7 @@ func TestWorkspaceWaiterCanceled(t *testing.T) {
 // the next step starts afresh.
 func TestWorkspaceExpires(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: time.Second})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: time.Second})
 	b.startWorker(t, worker.Config{ID: "w1"})
 	wantStep(t, b.step(t, &jobs.Job{ID: "e1", Workspace: "short", Code: "write f 1"}), 0, 1)
 	snap := b.head(t, "short").Snapshot(1)
@@ -507,7 +510,7 @@ func TestWorkspaceExpires(t *testing.T) {
 func TestWorkspaceStepsWithoutSavingKeepTheSnapshot(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
-	b := setupWith(t, jobs.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: ttl})
+	b := setupWith(t, fleet.Topology{AckWait: 2 * time.Second, MaxJobBytes: 64 << 10, WorkspaceTTL: ttl})
 	b.startWorker(t, worker.Config{ID: "wa", Queues: []worker.Lane{{Queue: "a", Weight: 1}}})
 	b.startWorker(t, worker.Config{ID: "wb", Queues: []worker.Lane{{Queue: "b", Weight: 1}}})
 	on := func(q, id, code string) *jobs.Job {

@@ -9,23 +9,24 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // options returns the run's workspace options, fresh for each run: the
 // snapshot is read from its start, and the archive overwrites the last.
-func (s *wsStep) options() jobs.RunOptions {
-	var o jobs.RunOptions
+func (s *wsStep) options() RunOptions {
+	var o RunOptions
 	if s == nil {
 		return o
 	}
 	if s.snap != nil {
-		o.Restore = &jobs.Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
+		o.Restore = &Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
 	}
 	if s.arch != nil {
 		_ = s.arch.reset() // a failure shows as the archive's: W fails
-		s.req = &jobs.ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
+		s.req = &ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
 		o.Archive = s.req
 	}
 	return o
@@ -83,13 +84,13 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 func (s *wsStep) save(ctx context.Context) error {
 	snaps := s.objs.Snapshots
 	rev := s.head.Revision + 1
-	obj := jobs.SaveName(s.job.Workspace, rev, s.takeName)
-	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{jobs.SnapshotJobMeta: s.job.ID}}, s.arch.reader(s.req.Bytes)); err != nil {
-		if jobs.StoreFull(err) {
+	obj := fleet.SaveName(s.job.Workspace, rev, s.takeName)
+	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{fleet.SnapshotJobMeta: s.job.ID}}, s.arch.reader(s.req.Bytes)); err != nil {
+		if fleet.StoreFull(err) {
 			// No retry makes room: the tenant does, by removing workspaces,
 			// or the TTL.
 			s.quota = fmt.Sprintf("%s: the workspace snapshots of %s (object store %s) are at their quota of %s: revision %d of %s (%s) was not saved; "+
-				"remove workspaces (submit workspace rm) to make room", jobs.QuotaReason, tenantName(s.job.ID), jobs.SnapshotsBucketOf(jobs.TenantOf(s.job.ID)),
+				"remove workspaces (submit workspace rm) to make room", fleet.QuotaReason, tenantName(s.job.ID), fleet.SnapshotsBucketOf(jobs.TenantOf(s.job.ID)),
 				limits.Size(s.w.cfg.Topology.SnapshotsMaxBytes), rev, s.job.Workspace, limits.Size(s.req.Bytes))
 			s.result.Error = "not saved: " + s.quota
 			return nil

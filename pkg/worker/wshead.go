@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -129,7 +131,7 @@ func transition(name string, h *jobs.WorkspaceHead, ev any) (*jobs.WorkspaceHead
 		if h == nil || h.Step == nil || h.Step.Job != ev.Job || h.Step.State != jobs.StepRunning || h.Step.Take != ev.Take {
 			return h, actNone, errNotHeld
 		}
-		next := h.WithRevision(ev.Object, ev.SizeBytes, ev.Files, ev.SHA256, ev.Job, ev.Keep, ev.Now)
+		next := records.WithRevision(h, ev.Object, ev.SizeBytes, ev.Files, ev.SHA256, ev.Job, ev.Keep, ev.Now)
 		next.Step.State = jobs.StepSaved
 		return next, actWrite, nil
 
@@ -269,7 +271,7 @@ func (w *Worker) holderGone(ctx context.Context, job string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, jobs.SubjectPrefix+"*."+job)
+	_, err := w.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+job)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return true, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -166,7 +167,7 @@ func TestTransitionTakes(t *testing.T) {
 	if h.Snapshots[5] != "" || len(taken.Snapshots) != 2 {
 		t.Fatalf("transition modified its input's snapshots: %v, %v", h.Snapshots, taken.Snapshots)
 	}
-	if (&jobs.WorkspaceHead{Name: "old"}).Snapshot(2) != jobs.SnapshotName("old", 2) {
+	if (&jobs.WorkspaceHead{Name: "old"}).Snapshot(2) != fleet.SnapshotName("old", 2) {
 		t.Fatal("a head naming no snapshot: not the old name")
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -55,7 +57,7 @@ func consoleLists(ctx context.Context, o options) (*consoleFigures, error) {
 	if err != nil {
 		return nil, err
 	}
-	topo := jobs.Topology{}
+	topo := fleet.Topology{}
 	if _, err := topo.Ensure(ctx, js); err != nil {
 		return nil, err
 	}
@@ -68,7 +70,7 @@ func consoleLists(ctx context.Context, o options) (*consoleFigures, error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 	f.seed = time.Since(t0)
-	if s, err := js.Stream(ctx, jobs.IndexStreamName); err == nil {
+	if s, err := js.Stream(ctx, fleet.IndexStreamName); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			f.index = info.State.Bytes
 		}
@@ -175,13 +177,13 @@ func seedJobs(ctx context.Context, js jetstream.JetStream, n int) error {
 			code = 1
 			res.Status, res.Exit = jobs.StatusFailed, &code
 		}
-		summary := jobs.FinishedSummary(job.Queue, job, res)
+		summary := records.FinishedSummary(job.Queue, job, res)
 		for _, rec := range []struct {
 			subject string
 			v       any
 		}{
-			{"$KV." + jobs.ResultsBucket + "." + id, res},
-			{jobs.IndexSpecSubject(id), jobs.NewJobSpec(job)},
+			{"$KV." + fleet.ResultsBucket + "." + id, res},
+			{fleet.IndexSpecSubject(id), records.NewJobSpec(job)},
 			{summary.Subject(), summary},
 		} {
 			if err := put(rec.subject, rec.v); err != nil {

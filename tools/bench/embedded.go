@@ -36,7 +36,7 @@ func embedded(phase string) (srv *server.Server, stop func(), err error) {
 // that was just started sets the topology up.
 func openClient(ctx context.Context, js jetstream.JetStream) (*jobs.Client, error) {
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		cli, err := jobs.NewClient(ctx, js, jobs.Topology{})
+		cli, err := jobs.NewClient(ctx, js, jobs.Config{})
 		if err == nil || time.Now().After(deadline) {
 			return cli, err
 		}

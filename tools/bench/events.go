@@ -93,10 +93,10 @@ func streamingCost(ctx context.Context, o options) (*streaming, error) {
 // sleeper is an executor whose job takes 30 ms and writes nothing.
 type sleeper struct{}
 
-func (sleeper) Run(ctx context.Context, j *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+func (sleeper) Run(ctx context.Context, j *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
 	start := time.Now().UTC()
 	if opts.OnStart != nil {
-		opts.OnStart(jobs.Start{Container: "sleeper", Limits: limits.Default()})
+		opts.OnStart(worker.Start{Container: "sleeper", Limits: limits.Default()})
 	}
 	select {
 	case <-time.After(30 * time.Millisecond):

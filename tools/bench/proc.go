@@ -110,7 +110,7 @@ func connect(ctx context.Context, url string, exited <-chan error) (*nats.Conn, 
 		nc, js, err := natsconn.JetStream(natsconn.Config{URL: url, Name: "sandfleet-bench", Extra: []nats.Option{nats.Timeout(time.Second)}})
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			cli, err := jobs.NewClient(cctx, js, jobs.Topology{})
+			cli, err := jobs.NewClient(cctx, js, jobs.Config{})
 			cancel()
 			if err == nil {
 				return nc, cli, nil

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -189,8 +190,8 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 		// The workers create the topology (a submitter may not: a refused
 		// request is not answered, hence the short deadline).
 		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
-		if _, err := js.Stream(actx, jobs.StreamName); err == nil {
-			client, err = jobs.NewClient(actx, js, jobs.Topology{})
+		if _, err := js.Stream(actx, fleet.StreamName); err == nil {
+			client, err = jobs.NewClient(actx, js, jobs.Config{})
 			if err != nil {
 				client = nil
 			}
@@ -252,7 +253,7 @@ func run(n, nWorkers, slots int, executor, code string, idle time.Duration) erro
 	wall := time.Since(began)
 	wg.Wait()
 	nodesCPU, workersCPU := cpu(nodes)-nodes0, cpu(workerProcs)-workers0
-	kv, err := js.Stream(ctx, "KV_"+jobs.ResultsBucket)
+	kv, err := js.Stream(ctx, "KV_"+fleet.ResultsBucket)
 	if err != nil {
 		return err
 	}

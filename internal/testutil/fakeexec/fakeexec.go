@@ -37,6 +37,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // ErrDown is returned by Run and Ping while the fake is Down.
@@ -119,7 +120,7 @@ func (e *Executor) Ping(context.Context) error {
 }
 
 // Run runs the job's script.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
 	start := time.Now().UTC()
 	res := &jobs.Result{ID: job.ID, StartedAt: &start, Labels: job.Labels, RetryOf: job.RetryOf}
 	finish := func(s jobs.Status, code *int) (*jobs.Result, error) {
@@ -166,7 +167,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 
 	if opts.OnStart != nil {
 		lim, _ := limits.Resolve(job.Limits, limits.Default(), caps)
-		opts.OnStart(jobs.Start{Container: "fake-" + job.ID, Limits: lim})
+		opts.OnStart(worker.Start{Container: "fake-" + job.ID, Limits: lim})
 	}
 	var stdout, stderr strings.Builder
 	defer func() { res.Stdout, res.Stderr = stdout.String(), stderr.String() }()
@@ -249,7 +250,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobs.RunOptions)
 
 // tell passes output to opts.OnOutput as the real executor does, as the
 // script writes it.
-func tell(opts jobs.RunOptions, s jobs.Stream, text string) {
+func tell(opts worker.RunOptions, s jobs.Stream, text string) {
 	if opts.OnOutput != nil {
 		opts.OnOutput(s, []byte(text))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // files is the fake's working directory: regular files by name, restored
@@ -27,7 +28,7 @@ import (
 type files map[string][]byte
 
 // restore reads the snapshot, checking its size and digest.
-func restore(opts jobs.RunOptions, job *jobs.Job) (files, error) {
+func restore(opts worker.RunOptions, job *jobs.Job) (files, error) {
 	fs := files{}
 	if s := opts.Restore; s != nil {
 		data, err := io.ReadAll(io.LimitReader(s.R, s.Size+1))
@@ -83,7 +84,7 @@ func (fs files) command(cmd, arg string, stdout *strings.Builder) bool {
 
 // archive writes what opts.Archive asks for, for a job that ended with
 // status.
-func (fs files) archive(opts jobs.RunOptions, status jobs.Status) {
+func (fs files) archive(opts worker.RunOptions, status jobs.Status) {
 	a := opts.Archive
 	if a == nil {
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 )
 
@@ -58,4 +59,16 @@ func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstre
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// Stores opens the fleet's stream and buckets on js, creating with the
+// defaults those that are missing, for a test that reads or writes them
+// as a worker would (a client of pkg/jobs has no handle on them).
+func Stores(t testing.TB, js jetstream.JetStream) *fleet.Stores {
+	t.Helper()
+	st, err := fleet.Topology{}.Open(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

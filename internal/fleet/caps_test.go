@@ -1,4 +1,4 @@
-package jobs_test
+package fleet_test
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 // streamConfigs returns the configuration of every stream on the server.
@@ -33,7 +33,7 @@ func TestEveryStoreHasItsCaps(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	topo := jobs.Topology{}
+	topo := fleet.Topology{}
 	if _, err := topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestEveryStoreHasItsCaps(t *testing.T) {
 }
 
 // checkCaps checks the caps of every stream on the server against topo.
-func checkCaps(t *testing.T, js jetstream.JetStream, topo jobs.Topology) {
+func checkCaps(t *testing.T, js jetstream.JetStream, topo fleet.Topology) {
 	t.Helper()
 	d := topo.WithDefaults()
 	want := map[string]struct {
@@ -57,8 +57,8 @@ func checkCaps(t *testing.T, js jetstream.JetStream, topo jobs.Topology) {
 		"INDEX":                {d.IndexMaxBytes, -1, 128 << 10, jetstream.DiscardOld},
 		"KV_RESULTS":           {d.ResultsMaxBytes, -1, -1, jetstream.DiscardOld},
 		"KV_WORKERS":           {16 << 20, -1, 64 << 10, jetstream.DiscardOld},
-		"KV_CANCELS":           {d.CancelsMaxBytes, d.CancelsMaxKeys, jobs.MaxCancelBytes, jetstream.DiscardOld},
-		"KV_WORKSPACES":        {d.WorkspacesMaxBytes, d.WorkspacesMaxKeys, jobs.MaxHeadBytes, jetstream.DiscardNew},
+		"KV_CANCELS":           {d.CancelsMaxBytes, d.CancelsMaxKeys, fleet.MaxCancelBytes, jetstream.DiscardOld},
+		"KV_WORKSPACES":        {d.WorkspacesMaxBytes, d.WorkspacesMaxKeys, fleet.MaxHeadBytes, jetstream.DiscardNew},
 		"OBJ_SNAPSHOTS":        {d.SnapshotsMaxBytes, -1, 1 << 20, jetstream.DiscardNew},
 		"OBJ_ARTIFACTS":        {d.ArtifactsMaxBytes, -1, 1 << 20, jetstream.DiscardNew},
 		"OBJ_SNAPSHOTS_team-a": {d.SnapshotsMaxBytes, -1, 1 << 20, jetstream.DiscardNew},
@@ -119,7 +119,7 @@ func TestCapsReachAnExistingFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	topo := jobs.Topology{}
+	topo := fleet.Topology{}
 	if _, err := topo.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestTenantWritableBucketsRefuseWhatIsOverTheirCaps(t *testing.T) {
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	ctx := t.Context()
-	topo := jobs.Topology{CancelsMaxKeys: 10, WorkspacesMaxKeys: 10}
+	topo := fleet.Topology{CancelsMaxKeys: 10, WorkspacesMaxKeys: 10}
 	st, err := topo.Ensure(ctx, js)
 	if err != nil {
 		t.Fatal(err)
@@ -164,9 +164,9 @@ func TestTenantWritableBucketsRefuseWhatIsOverTheirCaps(t *testing.T) {
 		subject string
 		size    int
 	}{
-		{"$KV.CANCELS.team-b.x", jobs.MaxCancelBytes + 1},
+		{"$KV.CANCELS.team-b.x", fleet.MaxCancelBytes + 1},
 		{"$KV.CANCELS.team-b.x", len(big)},
-		{"$KV.WORKSPACES.team-b.x", jobs.MaxHeadBytes + 1},
+		{"$KV.WORKSPACES.team-b.x", fleet.MaxHeadBytes + 1},
 		{"$KV.WORKSPACES.team-b.x", len(big)},
 	} {
 		_, err := js.Publish(ctx, tc.subject, big[:tc.size])
@@ -203,7 +203,7 @@ func TestTenantWritableBucketsRefuseWhatIsOverTheirCaps(t *testing.T) {
 			t.Fatalf("head %d: %v", i, err)
 		}
 	}
-	if _, err := heads.Create(ctx, "team-a.agent", []byte(`{}`)); !jobs.StoreFull(err) {
+	if _, err := heads.Create(ctx, "team-a.agent", []byte(`{}`)); !fleet.StoreFull(err) {
 		t.Errorf("a head past the cap of 10: %v, want refused", err)
 	}
 	if _, err := heads.Put(ctx, "team-b.w3", []byte(`{"name":"team-b.w3"}`)); err != nil {

@@ -1,10 +1,12 @@
-package jobs
+package records
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 func TestOutputKeepsBytes(t *testing.T) {
@@ -16,14 +18,14 @@ func TestOutputKeepsBytes(t *testing.T) {
 	}{
 		{"text", []byte("héllo\n"), ""},
 		{"empty", nil, ""},
-		{"invalid utf-8", []byte{0xff, 0xfe, 0, 'a', '\n'}, EncodingBase64},
-		{"cut rune", []byte("é")[:1], EncodingBase64},
+		{"invalid utf-8", []byte{0xff, 0xfe, 0, 'a', '\n'}, jobs.EncodingBase64},
+		{"cut rune", []byte("é")[:1], jobs.EncodingBase64},
 		{"escape sequences are valid text", []byte("\x1b[2J\x1b]0;t\x07"), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := &Result{ID: "x", Status: StatusSucceeded}
+			r := &jobs.Result{ID: "x", Status: jobs.StatusSucceeded}
 			r.SetOutput(tc.out, tc.out)
 			if r.StdoutEncoding != tc.encoding || r.StderrEncoding != tc.encoding {
 				t.Fatalf("encodings %q %q, want %q", r.StdoutEncoding, r.StderrEncoding, tc.encoding)
@@ -32,7 +34,7 @@ func TestOutputKeepsBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var back Result
+			var back jobs.Result
 			if err := json.Unmarshal(data, &back); err != nil {
 				t.Fatal(err)
 			}
@@ -45,13 +47,13 @@ func TestOutputKeepsBytes(t *testing.T) {
 
 func TestEncodeResultShortensBase64Whole(t *testing.T) {
 	t.Parallel()
-	r := &Result{ID: "x", Status: StatusSucceeded}
+	r := &jobs.Result{ID: "x", Status: jobs.StatusSucceeded}
 	r.SetOutput(bytes.Repeat([]byte{0xff, 0x00, 0x41}, 10000), []byte(strings.Repeat("<", 10000)))
 	data, err := EncodeResult(r, 16<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Result
+	var back jobs.Result
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +69,11 @@ func TestEncodeResultShortensBase64Whole(t *testing.T) {
 // (escaped six-fold in JSON) and a diff, fits the server's payload once
 // its cases' texts are shortened, and keeps every case's verdict.
 func TestEncodeResultShortensCases(t *testing.T) {
-	r := &Result{ID: "j", Status: StatusFailed, Tests: &TestReport{Total: 1000, Failed: 1000},
-		Compile: &CompileReport{Output: strings.Repeat("warning\n", 10_000)}}
+	r := &jobs.Result{ID: "j", Status: jobs.StatusFailed, Tests: &jobs.TestReport{Total: 1000, Failed: 1000},
+		Compile: &jobs.CompileReport{Output: strings.Repeat("warning\n", 10_000)}}
 	for i := range 1000 {
-		r.Tests.Cases = append(r.Tests.Cases, CaseResult{Index: i, Verdict: "runtime_error",
-			Stderr: strings.Repeat("<", 1024), Diff: &Diff{Line: 1, Expected: strings.Repeat("e", 200), Actual: strings.Repeat("\x01", 200)}})
+		r.Tests.Cases = append(r.Tests.Cases, jobs.CaseResult{Index: i, Verdict: "runtime_error",
+			Stderr: strings.Repeat("<", 1024), Diff: &jobs.Diff{Line: 1, Expected: strings.Repeat("e", 200), Actual: strings.Repeat("\x01", 200)}})
 	}
 	const max = 1 << 20
 	data, err := EncodeResult(r, max)
@@ -81,7 +83,7 @@ func TestEncodeResultShortensCases(t *testing.T) {
 	if len(data) > max {
 		t.Fatalf("%d bytes, over %d", len(data), max)
 	}
-	var got Result
+	var got jobs.Result
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -97,16 +99,16 @@ func TestEncodeResultShortensCases(t *testing.T) {
 // them, the last first, counting them, before it cuts a byte of stdout.
 func TestEncodeResultDropsDisplaysFirst(t *testing.T) {
 	t.Parallel()
-	r := &Result{ID: "d", Status: StatusSucceeded}
+	r := &jobs.Result{ID: "d", Status: jobs.StatusSucceeded}
 	r.SetOutput([]byte("hello\n"), nil)
 	for range 4 {
-		r.Display = append(r.Display, Display{MIME: "image/png", Data: strings.Repeat("A", 100<<10), Width: 1, Height: 1})
+		r.Display = append(r.Display, jobs.Display{MIME: "image/png", Data: strings.Repeat("A", 100<<10), Width: 1, Height: 1})
 	}
 	data, err := EncodeResult(r, 250<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Result
+	var back jobs.Result
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,10 @@
-package jobs
+package worker
 
 import (
 	"io"
 
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-)
-
-// Stream names one of a job's output streams.
-type Stream string
-
-const (
-	Stdout Stream = "stdout"
-	Stderr Stream = "stderr"
 )
 
 // RunOptions are what one run of a job needs beyond the job itself: the
@@ -22,7 +15,7 @@ type RunOptions struct {
 	// from the goroutine reading the sandbox and must not block: a slow
 	// consumer would hold up the job's output, and with it the job. p is
 	// the reader's buffer, reused once OnOutput returns: copy what is kept.
-	OnOutput func(s Stream, p []byte)
+	OnOutput func(s jobs.Stream, p []byte)
 	// OnStart, if set, is told once per run, before any OnOutput, that the
 	// job is being handed to its sandbox: which one, and the limits it
 	// runs under. Like OnOutput it must not block.
@@ -68,7 +61,7 @@ type ArchiveRequest struct {
 	Skipped int    // entries the launcher left out (fifos, links leading out, ...)
 	// Skips lists the first of them with the reason, as many as the
 	// launcher's report holds.
-	Skips []SkippedEntry
+	Skips []jobs.SkippedEntry
 	// Complete reports that the launcher's signed trailer covers exactly
 	// what W was given and the archive is whole: only then may it be used.
 	Complete bool
