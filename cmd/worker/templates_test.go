@@ -82,3 +82,58 @@ func TestTemplateStartAndReadyDocker(t *testing.T) {
 		return res.Status == jobs.StatusRejected && strings.Contains(res.Error, "warm-repo")
 	})
 }
+
+// A template with a pool keeps its own warm sandboxes, prepared before any
+// job exists, and refills them after each job on its own: the presets'
+// pool is off here (--pool 0), so every warm sandbox is the template's.
+// Each job reads when its sandbox's start command ran, which is before
+// the job was queued.
+func TestTemplatePoolDocker(t *testing.T) {
+	t.Parallel()
+	id := runID("tpool")
+	w := startAPIWorker(t, pythonSandbox(t, id), "tp1", "--slots", "1", "--pool", "0")
+	_, js := natstest.Connect(t, w.url)
+	reg, err := templates.Open(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := executor.DefaultImage
+	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" {
+		image = img
+	}
+	if _, err := reg.Put(t.Context(), templates.Template{Name: "pooled", Image: image, MainFile: "main.py",
+		Argv: []string{"python3", "main.py"}, Start: []string{"sh", "-c", "date +%s%N > /tmp/born"},
+		Ready: []string{"test", "-s", "/tmp/born"}, Pool: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Ready once its start and ready ran: the worker's heartbeat says so
+	// (a container alone may still be being prepared).
+	// A heartbeat written after the previous job ended, so that it tells of
+	// the refill.
+	warm := func(after time.Time) int {
+		var st jobs.FleetStatus
+		w.api.do("GET", "/v1/status", nil, 200, &st)
+		for _, wk := range st.Workers {
+			if wk.ID == "tp1" && wk.Pool != nil && wk.LastSeen.After(after) {
+				return wk.Pool.Templates
+			}
+		}
+		return 0
+	}
+	var after time.Time
+	for round := range 2 {
+		testutil.Eventually(t, 60*time.Second, "the template's warm sandbox prepared", func() bool { return warm(after) == 1 })
+		var res jobs.Result
+		w.api.do("POST", "/v1/jobs?wait=60s", map[string]any{"id": fmt.Sprintf("tpool-%d", round), "image": "pooled",
+			"code": "print(open('/tmp/born').read().strip())"}, 200, &res)
+		if res.Status != jobs.StatusSucceeded || res.QueuedAt == nil {
+			t.Fatalf("round %d: %+v", round, res)
+		}
+		var born int64
+		fmt.Sscan(strings.TrimSpace(res.Stdout), &born)
+		if b := time.Unix(0, born); !b.Before(*res.QueuedAt) {
+			t.Errorf("round %d: the sandbox was started at %s, after the job was queued at %s: not a warm one", round, b, res.QueuedAt)
+		}
+		after = *res.FinishedAt
+	}
+}

@@ -127,6 +127,7 @@ func (e *Executor) Close() error {
 		err = e.pool.close()
 	}
 	e.closeOnce.Do(func() { close(e.closing) })
+	e.closeTemplatePools()
 	e.removing.Wait()
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())

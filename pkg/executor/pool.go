@@ -58,11 +58,12 @@ func (e *Executor) PoolStats() PoolStats {
 // WarmPool is the pool as a worker's heartbeat reports it (see
 // pkg/worker's PoolReporter); nil without a pool.
 func (e *Executor) WarmPool() *jobs.PoolStatus {
-	if e.pool == nil {
+	tmpl := e.templateIdle()
+	if e.pool == nil && tmpl == 0 {
 		return nil
 	}
 	st := e.PoolStats()
-	return &jobs.PoolStatus{Size: st.Size, Idle: st.Idle, Hits: st.Hits, Misses: st.Misses, Halted: st.Halted}
+	return &jobs.PoolStatus{Size: st.Size, Idle: st.Idle, Hits: st.Hits, Misses: st.Misses, Halted: st.Halted, Templates: tmpl}
 }
 
 // pool keeps up to size started, single-use sandboxes per preset image, all

@@ -124,6 +124,12 @@ func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts worker.RunOpt
 // its sandbox runs the template's start and ready first).
 func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, a accepted, jobID string) (*sandbox, error) {
 	image, lim := a.preset.Image, a.lim
+	if a.tmpl != nil {
+		if s := e.templateSandbox(a.tmpl, lim); s != nil {
+			log.Debug("job handed to a warm sandbox of its template", "container", s.short, "template", a.tmpl.Name)
+			return s, nil
+		}
+	}
 	var s *sandbox
 	if e.pool != nil && a.tmpl == nil && e.pool.fits(lim) {
 		if s = e.pool.take(image); s == nil {

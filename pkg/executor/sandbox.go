@@ -35,6 +35,7 @@ type sandbox struct {
 	pool      *pool  // the pool it was taken from, if any
 	imageID   string // the image it was created from; "" when the engine gave none
 	uid       uint32 // its own, claimed until remove
+	prepared  bool   // a template's, its start and ready run (its pool's)
 	// net is the egress gateway's network of a sandbox with a network,
 	// dropped after the container is removed.
 	net *egress.Attachment

@@ -19,8 +19,9 @@ import (
 // templateSet is the fleet's templates as the worker last heard of them
 // (SetTemplates): a job naming one where it names a preset runs on it.
 type templateSet struct {
-	mu sync.RWMutex
-	m  map[string]*templates.Template
+	mu    sync.RWMutex
+	m     map[string]*templates.Template
+	pools map[string]*templatePool // by name: those with a pool, at their version
 }
 
 // SetTemplates replaces the templates this executor serves: the worker
@@ -30,6 +31,7 @@ func (e *Executor) SetTemplates(m map[string]*templates.Template) {
 	e.templates.mu.Lock()
 	defer e.templates.mu.Unlock()
 	e.templates.m = maps.Clone(m)
+	e.syncTemplatePools()
 }
 
 // Templates are the names of the templates this executor serves.
@@ -106,7 +108,7 @@ var errNotReady = errors.New("the template's sandbox did not become ready")
 // template's env, inside the sandbox's limits; the launcher waits for its
 // envelope meanwhile, and the whole is bounded by ReadyWithin.
 func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Template) error {
-	if len(t.Start) == 0 && len(t.Ready) == 0 {
+	if s.prepared || len(t.Start) == 0 && len(t.Ready) == 0 {
 		return nil
 	}
 	api := e.execAPI()

@@ -156,10 +156,13 @@ type WorkerStatus struct {
 // PoolStatus is a worker's warm pool: sandboxes started ahead of their
 // jobs (pkg/executor).
 type PoolStatus struct {
-	Size   int   `json:"size"`   // the target per preset image
-	Idle   int   `json:"idle"`   // warm sandboxes ready now, all images
-	Hits   int64 `json:"hits"`   // jobs that took a warm sandbox
-	Misses int64 `json:"misses"` // jobs that could have, found none and started one
+	Size int `json:"size"` // the target per preset image
+	Idle int `json:"idle"` // warm sandboxes ready now, all images
+	// Templates are the templates' own warm sandboxes ready now, their
+	// start and ready run (apart from Idle).
+	Templates int   `json:"templates,omitempty"`
+	Hits      int64 `json:"hits"`   // jobs that took a warm sandbox
+	Misses    int64 `json:"misses"` // jobs that could have, found none and started one
 	// Halted: the pool does not refill, because sandboxes do not start.
 	Halted bool `json:"halted,omitempty"`
 }
