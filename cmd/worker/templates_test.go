@@ -23,6 +23,7 @@ import (
 // check passed would not find it. The result names the template, the
 // registration's version and the image. A template whose ready check
 // never passes ends its jobs as errors saying so; one removed is refused.
+// A session names the template as a job does.
 func TestTemplateStartAndReadyDocker(t *testing.T) {
 	t.Parallel()
 	w := startAPIWorker(t, pythonSandbox(t, runID("tmpl")), "t1", "--slots", "2", "--pool", "1")
@@ -64,6 +65,21 @@ func TestTemplateStartAndReadyDocker(t *testing.T) {
 		!strings.HasPrefix(res.Template.Digest, "sha256:") {
 		t.Errorf("the result's template: %+v, want warm-repo version %d with the image's ID", res.Template, stored.Version)
 	}
+
+	w.sessionsUp(t)
+	var sess struct {
+		ID string `json:"id"`
+	}
+	w.api.do("POST", "/v1/sessions", map[string]any{"image": "warm-repo"}, 201, &sess)
+	var ex struct {
+		ExitCode *int   `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	w.api.do("POST", "/v1/sessions/"+sess.ID+"/exec", map[string]any{"shell": `echo "$(cat /tmp/started) $GREETING"`}, 200, &ex)
+	if ex.ExitCode == nil || *ex.ExitCode != 0 || ex.Stdout != "started from the template\n" {
+		t.Errorf("a session of the template: exit %v stdout %q", ex.ExitCode, ex.Stdout)
+	}
+	w.api.do("DELETE", "/v1/sessions/"+sess.ID, nil, 200, nil)
 
 	if _, err := reg.Put(t.Context(), templates.Template{Name: "never-ready", Image: image, MainFile: "main.py",
 		Argv: []string{"python3", "main.py"}, Ready: []string{"false"}, ReadyTimeout: limits.Duration(2 * time.Second)}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -25,7 +26,7 @@ import (
 // command (envelope/session.go).
 type SessionSpec struct {
 	ID     string // the session's, for logs and the container's label
-	Image  string // a preset
+	Image  string // a preset, or a template
 	Limits limits.Limits
 	Env    map[string]string
 	Files  map[string]string // written into the working directory first
@@ -88,11 +89,26 @@ var ErrSessionEnded = errors.New("session ended")
 // StartSession starts a session's sandbox (a warm one when the pool has
 // one that fits) and hands it its envelope.
 func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
-	preset, ok := e.cfg.Presets[spec.Image]
+	preset, tmpl, ok := e.lookup(spec.Image)
 	if !ok {
-		return nil, fmt.Errorf("%w: image: unknown preset %q (this worker allows %s)", ErrRejected, spec.Image, strings.Join(e.Presets(), ", "))
+		return nil, fmt.Errorf("%w: image: unknown preset or template %q (this worker allows %s)", ErrRejected, spec.Image,
+			strings.Join(append(e.Presets(), e.Templates()...), ", "))
 	}
-	lim, err := limits.Resolve(spec.Limits, e.cfg.Defaults, e.cfg.Caps)
+	def, caps := e.cfg.Defaults, e.cfg.Caps
+	if tmpl != nil {
+		// A session of a template: its image, limits and env, and a
+		// sandbox its start and ready ran in before the agent's envelope.
+		if _, err := e.templateRef(ctx, tmpl); errors.Is(err, ErrImageMissing) {
+			return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+		}
+		def, caps = e.templateLimits(tmpl)
+		if len(tmpl.Env) > 0 {
+			env := maps.Clone(tmpl.Env)
+			maps.Copy(env, spec.Env)
+			spec.Env = env
+		}
+	}
+	lim, err := limits.Resolve(spec.Limits, def, caps)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
@@ -104,12 +120,21 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 	}
 	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
 	var s *sandbox
-	if e.pool != nil && e.pool.fits(lim) {
+	switch {
+	case tmpl != nil:
+		s = e.templateSandbox(tmpl, lim)
+	case e.pool != nil && e.pool.fits(lim):
 		s = e.pool.take(preset.Image)
 	}
 	if s == nil {
 		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
 			return nil, err
+		}
+	}
+	if tmpl != nil {
+		if err := e.prepare(ctx, s, tmpl); err != nil {
+			e.release(ctx, log, s)
+			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, tmpl.Name, err)
 		}
 	}
 	if s.net != nil {
@@ -230,9 +255,10 @@ func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
 	return limits.Resolve(l, e.cfg.Defaults, e.cfg.Caps)
 }
 
-// HasPreset reports whether the executor serves the preset.
+// HasPreset reports whether the executor serves the preset, or a
+// template of the name.
 func (e *Executor) HasPreset(name string) bool {
-	_, ok := e.cfg.Presets[name]
+	_, _, ok := e.lookup(name)
 	return ok
 }
 
