@@ -124,6 +124,10 @@ type Manifest struct {
 	// their results ran in (more than one: the image was rebuilt during
 	// the batch, or workers differ).
 	Presets map[string][]string `json:"presets"`
+	// Templates maps each template the batch's jobs ran on to the
+	// versions of its registration they ran (more than one: it was
+	// registered again during the batch).
+	Templates map[string][]uint64 `json:"templates,omitempty"`
 	// Workers are the live workers when the batch ended: ID and version.
 	Workers []ManifestWorker `json:"workers"`
 	// Limits are the distinct limits the jobs asked for (as written; a
@@ -147,8 +151,9 @@ type ManifestLimits struct {
 
 // record is what the manifest keeps of the batch's jobs.
 type record struct {
-	digests map[string]map[string]bool // preset → image IDs
-	limits  map[string]int             // limits JSON → jobs
+	digests   map[string]map[string]bool // preset → image IDs
+	templates map[string]map[uint64]bool // template → versions
+	limits    map[string]int             // limits JSON → jobs
 }
 
 func (m *record) job(j *jobs.Job) {
@@ -172,6 +177,15 @@ func (m *record) result(image string, res *jobs.Result) {
 	if res.ImageDigest != "" {
 		m.digests[image][res.ImageDigest] = true
 	}
+	if t := res.Template; t != nil {
+		if m.templates == nil {
+			m.templates = map[string]map[uint64]bool{}
+		}
+		if m.templates[t.Name] == nil {
+			m.templates[t.Name] = map[uint64]bool{}
+		}
+		m.templates[t.Name][t.Version] = true
+	}
 }
 
 // Manifest returns the batch's manifest so far, without its workers (the
@@ -181,6 +195,12 @@ func (r *Runner) Manifest(s *Summary) *Manifest {
 	r.t.manifest(func(rec *record) {
 		for p, ds := range rec.digests {
 			m.Presets[p] = slices.Sorted(maps.Keys(ds))
+		}
+		for name, vs := range rec.templates {
+			if m.Templates == nil {
+				m.Templates = map[string][]uint64{}
+			}
+			m.Templates[name] = slices.Sorted(maps.Keys(vs))
 		}
 		for _, l := range slices.Sorted(maps.Keys(rec.limits)) {
 			m.Limits = append(m.Limits, ManifestLimits{Limits: json.RawMessage(l), Jobs: rec.limits[l]})

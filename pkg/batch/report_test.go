@@ -1,6 +1,7 @@
 package batch_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 // Pass counts and pass@1 per label value: two samples of task t1 (one
@@ -101,5 +103,37 @@ func TestRetryID(t *testing.T) {
 	got := batch.RetryID(long, 1)
 	if len(got) != 128 || !strings.HasSuffix(got, "-retry1") || !jobs.ValidID(got) || got == batch.RetryID(long[:127]+"y", 1) {
 		t.Errorf("long: %q", got)
+	}
+}
+
+// The manifest names the templates the batch's jobs ran on, with the
+// versions of their registration.
+func TestManifestTemplates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, fleet.Topology{})
+	ctx := ctxFor(t, 30*time.Second)
+	for i, v := range []uint64{3, 5, 3} {
+		r := &jobs.Result{ID: fmt.Sprintf("tp-%d", i), Status: jobs.StatusSucceeded,
+			Template: &templates.Ref{Name: "repo-x", Version: v, Digest: "sha256:abc"}, ImageDigest: "sha256:abc"}
+		if _, _, err := records.StoreResult(ctx, b.stores.Results, r, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lines []string
+	for i := range 3 {
+		lines = append(lines, fmt.Sprintf(`{"id":"tp-%d","image":"repo-x","code":"print 1"}`, i))
+	}
+	var col collector
+	r, err := batch.New(b.client, col.config("templates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := r.Run(ctx, strings.NewReader(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf := r.Manifest(sum)
+	if got := fmt.Sprint(mf.Templates); got != "map[repo-x:[3 5]]" {
+		t.Errorf("manifest templates %s, want repo-x versions 3 and 5", got)
 	}
 }
