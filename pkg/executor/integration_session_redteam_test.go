@@ -654,7 +654,14 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{})
-		r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "mkfifo pipe && ln -s pipe link && mkfifo /tmp/pipe"}))
+		r, err := s.Do(t.Context(), &envelope.Request{Op: envelope.OpExec, Shell: "mkfifo pipe && ln -s pipe link && mkfifo /tmp/pipe"})
+		if err == ErrSessionEnded && runscEnded(t, e, s) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = okReply(t, r)
 		if r.Exit == nil || *r.Exit != 0 {
 			t.Fatalf("mkfifo: exit %v stderr %q", derefInt(r.Exit), r.Stderr)
 		}
@@ -789,10 +796,21 @@ func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		mover := okReply(t, mr)
+		ended := false
 		testutil.Eventually(t, 30*time.Second, "the process to move", func() bool {
-			r := do(t, s, envelope.Request{Op: envelope.OpOutput, PID: mover.PID})
+			r, err := s.Do(t.Context(), &envelope.Request{Op: envelope.OpOutput, PID: mover.PID})
+			if err == ErrSessionEnded {
+				ended = true
+				return true
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 			return strings.Contains(string(r.Output), "moved")
 		})
+		if ended && runscEnded(t, e, s) {
+			return
+		}
 		okReply(t, do(t, s, envelope.Request{Op: envelope.OpSignal, PID: mover.PID, Signal: 9}))
 		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: mover.PID, TimeoutMS: 20000}))
 		if w.TimedOut || w.Signal != 9 {
