@@ -147,12 +147,7 @@ func (p *Proxy) intercept(e *sandboxEntry, c net.Conn, br *bufio.Reader, hello [
 	}
 	tbr := bufio.NewReaderSize(tc, 64<<10)
 	for {
-		tc.SetReadDeadline(time.Now().Add(headerTimeout))
-		hosts, err := peekHost(tbr)
-		if err != nil {
-			return
-		}
-		req, err := http.ReadRequest(tbr)
+		req, hosts, err := nextRequest(tc, tbr)
 		if err != nil {
 			return
 		}

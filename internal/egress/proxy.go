@@ -365,12 +365,7 @@ func (p *Proxy) serveConn(c net.Conn) {
 	defer e.untrack(c)
 	br := bufio.NewReaderSize(c, maxHeadBytes)
 	for {
-		c.SetReadDeadline(time.Now().Add(headerTimeout))
-		hosts, err := peekHost(br)
-		if err != nil {
-			return
-		}
-		req, err := http.ReadRequest(br)
+		req, hosts, err := nextRequest(c, br)
 		if err != nil {
 			return
 		}
@@ -685,3 +680,16 @@ func splice(client net.Conn, fromClient io.Reader, up *counted) {
 }
 
 func shortID(id string) string { return id[:min(12, len(id))] }
+
+// nextRequest reads the next request's head on c within headerTimeout:
+// the request, and the Host headers as sent (peekHost), which
+// http.ReadRequest folds into one.
+func nextRequest(c net.Conn, br *bufio.Reader) (*http.Request, []string, error) {
+	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	hosts, err := peekHost(br)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := http.ReadRequest(br)
+	return req, hosts, err
+}
