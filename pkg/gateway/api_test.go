@@ -756,9 +756,10 @@ func TestUnknownRoutes(t *testing.T) {
 	}
 }
 
-// The template registry over HTTP: an operator's token registers, lists,
-// shows and removes; a read-only token lists; a tenant's token is refused;
-// a bad template is 400 naming the field, an unknown one 404.
+// The template registry over HTTP: an operator's token registers (a new
+// version each time), lists, shows and removes; a bad template is 400
+// naming the field, an unknown one 404, no token 401. (A tenant's token's
+// 403 is registryOf's first line; no case here covers it.)
 func TestTemplatesAPI(t *testing.T) {
 	t.Parallel()
 	doc := loadContract(t)
