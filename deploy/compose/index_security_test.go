@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -37,13 +38,13 @@ func TestSecurityIndex(t *testing.T) {
 	if res, err := client.SubmitAndWait(ctx, &jobs.Job{ID: "listed-1", Image: "python", Code: "print hi"}); err != nil || res.Status != jobs.StatusSucceeded {
 		t.Fatalf("job: %+v %v", res, err)
 	}
-	idx, err := client.Index(ctx)
+	idx, err := jobindex.Open(ctx, sub.js)
 	if err != nil {
 		t.Fatalf("submitter: bind the index: %v", err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the job listed as finished", func() bool {
-		page, err := idx.List(ctx, jobs.IndexQuery{})
-		return err == nil && len(page.Jobs) == 1 && page.Jobs[0].State == jobs.JobFinished
+		page, err := idx.List(ctx, jobindex.Query{})
+		return err == nil && len(page.Jobs) == 1 && page.Jobs[0].State == jobindex.Finished
 	})
 	if _, err := idx.Summary(ctx, "listed-1"); err != nil {
 		t.Errorf("submitter: summary: %v", err)
@@ -58,7 +59,7 @@ func TestSecurityIndex(t *testing.T) {
 	wrk.noViolation(t)
 
 	forged := []byte(`{"id":"listed-1","queue":"default","state":"finished","status":"succeeded"}`)
-	subject := fleet.IndexJobSubject("default", jobs.NoBatch, "listed-1")
+	subject := fleet.IndexJobSubject("default", jobindex.NoBatch, "listed-1")
 	if err := sub.nc.Publish(subject, forged); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestSecurityIndex(t *testing.T) {
 	}
 	wrk.expectViolation(t, "$JS.API.STREAM.PURGE.INDEX")
 	s2, err := idx.Summary(ctx, "listed-1")
-	if err != nil || s2.State != jobs.JobFinished || s2.Worker != "w-index" {
+	if err != nil || s2.State != jobindex.Finished || s2.Worker != "w-index" {
 		t.Errorf("the record after the attempts: %+v %v", s2, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -63,9 +64,9 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 	if !jobs.ValidQueue(name) {
 		return notFound("no batch %q (batch names match [A-Za-z0-9_-]{1,64})", name)
 	}
-	idx, err := s.client().Index(ctx)
+	idx, err := c.index(ctx, s)
 	switch {
-	case errors.Is(err, jobs.ErrNoIndex):
+	case errors.Is(err, jobindex.ErrNoIndex):
 		return notFound("this fleet keeps no job index: its workers predate it")
 	case errors.Is(err, jobs.ErrNotTenants):
 		return notFound("a tenant's credentials read no job index (it holds every tenant's jobs): no batch report here")
@@ -80,7 +81,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 	keys := map[string]bool{}
 	var durations []int64
 	var ends []time.Time
-	_, cut, err := idx.Scan(ctx, name, c.cfg.MaxBatchJobs, func(j *jobs.JobSummary) bool {
+	_, cut, err := idx.Scan(ctx, name, c.cfg.MaxBatchJobs, func(j *jobindex.Summary) bool {
 		if !s.viewer.Scope.Shows(j.ID) {
 			return true // a tenant's, among the operator's
 		}
@@ -103,7 +104,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 			}
 			g.Jobs++
 		}
-		if j.State == jobs.JobRunning {
+		if j.State == jobindex.Running {
 			p.Running++
 			return true
 		}

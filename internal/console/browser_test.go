@@ -17,6 +17,7 @@ import (
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -301,11 +302,11 @@ func TestBrowser(t *testing.T) {
 		if !strings.Contains(out.String(), `"summary"`) {
 			t.Fatalf("batch: %s", out.String())
 		}
-		idx, _ := f.client.Index(t.Context())
+		idx, _ := jobindex.Open(t.Context(), f.js)
 		testutil.Eventually(t, 10*time.Second, "the batch indexed", func() bool {
 			n := 0
-			_, _, err := idx.Scan(t.Context(), "nightly-eval", 100, func(s *jobs.JobSummary) bool {
-				if s.State == jobs.JobFinished {
+			_, _, err := idx.Scan(t.Context(), "nightly-eval", 100, func(s *jobindex.Summary) bool {
+				if s.State == jobindex.Finished {
 					n++
 				}
 				return true

@@ -17,6 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -51,7 +54,7 @@ type Config struct {
 	// PageSize is the number of jobs a list shows. Default 50.
 	PageSize int
 	// MaxScan bounds the index records one list reads through (status,
-	// label and ID filters), as jobs.IndexQuery.MaxScan. Default 20,000.
+	// label and ID filters), as jobindex.Query.MaxScan. Default 20,000.
 	MaxScan uint64
 	// MaxBatchJobs bounds the records a batch's report reads. Default
 	// 100,000.
@@ -65,6 +68,9 @@ type Config struct {
 	// MaxSessions bounds the logins held at once; past it, a login ends
 	// the session nearest its end. Default 10,000.
 	MaxSessions int
+	// Index is the operator's connection, on which operators' pages read
+	// the job index (internal/jobindex); nil shows no index.
+	Index jetstream.JetStream
 	// Sessions returns the sessions client of a viewer (as its token's
 	// owner); nil serves no sessions pages.
 	Sessions func(*Viewer) *sessionapi.Client
@@ -193,6 +199,19 @@ type session struct {
 // client is what every read and cancel of the session's pages goes
 // through: its viewer's scope's.
 func (s *session) client() *jobs.Client { return s.viewer.Scope.Client() }
+
+// index opens the job index for s's viewer: jobs.ErrNotTenants for a
+// tenant's (the index lists every tenant's jobs), jobindex.ErrNoIndex
+// when the console has none.
+func (c *Console) index(ctx context.Context, s *session) (*jobindex.Index, error) {
+	switch {
+	case s.viewer.Scope.Tenant() != "":
+		return nil, fmt.Errorf("index: %w", jobs.ErrNotTenants)
+	case c.cfg.Index == nil:
+		return nil, jobindex.ErrNoIndex
+	}
+	return jobindex.Open(ctx, c.cfg.Index)
+}
 
 // errLogin: no viewer; the page sends the browser to the login form.
 var errLogin = errors.New("login required")

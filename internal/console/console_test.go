@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/console"
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -31,13 +32,13 @@ func csrf(t testing.TB, p page) string {
 // indexed waits until the index lists the job as finished.
 func (f *fleet) indexed(t testing.TB, id string) {
 	t.Helper()
-	idx, err := f.client.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), f.js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, id+" indexed as finished", func() bool {
 		s, err := idx.Summary(t.Context(), id)
-		return err == nil && s.State == jobs.JobFinished
+		return err == nil && s.State == jobindex.Finished
 	})
 }
 

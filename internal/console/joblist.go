@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -19,7 +20,7 @@ type jobListPage struct {
 	Queue, Status, Label, Q string
 	Statuses                []string
 	Rows                    []jobRow
-	Page                    *jobs.IndexPage
+	Page                    *jobindex.Page
 	Older, Newest           string
 	NoIndex                 bool
 	Tenant                  string // a tenant viewer's, whose credentials read no index
@@ -30,7 +31,7 @@ func (jobListPage) frame() (string, string, int) { return "Jobs", "jobs", 0 }
 // jobRow is a listed job; Status is the stored result's when the index
 // still says running but RESULTS has it.
 type jobRow struct {
-	*jobs.JobSummary
+	*jobindex.Summary
 	Shown string
 }
 
@@ -48,8 +49,8 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 			return nil
 		}
 	}
-	idx, err := s.client().Index(ctx)
-	if errors.Is(err, jobs.ErrNoIndex) || errors.Is(err, jobs.ErrNotTenants) {
+	idx, err := c.index(ctx, s)
+	if errors.Is(err, jobindex.ErrNoIndex) || errors.Is(err, jobs.ErrNotTenants) {
 		p.NoIndex, p.Tenant = true, s.viewer.Scope.Tenant()
 		c.render(w, http.StatusOK, "jobs", s, p)
 		return nil
@@ -57,7 +58,7 @@ func (c *Console) jobList(w http.ResponseWriter, r *http.Request, s *session) er
 	if err != nil {
 		return err
 	}
-	page, err := idx.List(ctx, jobs.IndexQuery{Queue: p.Queue, Before: f.before, Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
+	page, err := idx.List(ctx, jobindex.Query{Queue: p.Queue, Before: f.before, Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
 		Match: f.match(s.viewer.Scope), Contains: f.contains()})
 	if err != nil {
 		return err
@@ -109,12 +110,12 @@ func parseJobList(r *http.Request) (jobListPage, jobFilter, error) {
 
 // match is the filter as the index's Match: a job the viewer's scope
 // shows and the query asks for.
-func (f jobFilter) match(sc scope.Scope) func(j *jobs.JobSummary) bool {
-	return func(j *jobs.JobSummary) bool {
+func (f jobFilter) match(sc scope.Scope) func(j *jobindex.Summary) bool {
+	return func(j *jobindex.Summary) bool {
 		switch {
 		case !sc.Shows(j.ID):
 			return false
-		case f.status == "running" && j.State != jobs.JobRunning:
+		case f.status == "running" && j.State != jobindex.Running:
 			return false
 		case f.status != "" && f.status != "running" && string(j.Status) != f.status:
 			return false
@@ -150,11 +151,11 @@ func (f jobFilter) contains() [][]byte {
 
 // jobRows are a page's jobs as listed: a job the index says runs shows
 // the status RESULTS has, when it has one.
-func (c *Console) jobRows(ctx context.Context, s *session, page *jobs.IndexPage) []jobRow {
+func (c *Console) jobRows(ctx context.Context, s *session, page *jobindex.Page) []jobRow {
 	var rows []jobRow
 	for _, j := range page.Jobs {
-		row := jobRow{JobSummary: j, Shown: string(j.Status)}
-		if j.State == jobs.JobRunning {
+		row := jobRow{Summary: j, Shown: string(j.Status)}
+		if j.State == jobindex.Running {
 			row.Shown = "running"
 			// The index may be behind (a record dropped, a cancel stored
 			// by a client): RESULTS is the authority, one get per row.
@@ -169,7 +170,7 @@ func (c *Console) jobRows(ctx context.Context, s *session, page *jobs.IndexPage)
 
 // links are the list's newest page and, when there is one, its next
 // older page, with the same query.
-func (p jobListPage) links(page *jobs.IndexPage) (newest, older string) {
+func (p jobListPage) links(page *jobindex.Page) (newest, older string) {
 	link := url.Values{}
 	for k, v := range map[string]string{"queue": p.Queue, "status": p.Status, "label": p.Label, "q": p.Q} {
 		if v != "" {

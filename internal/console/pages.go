@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -20,7 +21,7 @@ type fleetPage struct {
 	Tenant      string
 	Status      *jobs.FleetStatus
 	Now         time.Time
-	Dead        []*jobs.JobSummary
+	Dead        []*jobindex.Summary
 	DeadTotal   int
 	NoIndex     bool
 	StreamBytes uint64
@@ -40,9 +41,9 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) erro
 		return err
 	}
 	p := fleetPage{Status: st, Now: time.Now()}
-	idx, err := s.client().Index(ctx)
+	idx, err := c.index(ctx, s)
 	switch {
-	case errors.Is(err, jobs.ErrNoIndex):
+	case errors.Is(err, jobindex.ErrNoIndex):
 		p.NoIndex = true
 	case err != nil:
 		return err
@@ -50,7 +51,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) erro
 		if p.Dead, p.DeadTotal, err = idx.DeadLetters(ctx, 20); err != nil {
 			return err
 		}
-		p.Dead = slices.DeleteFunc(p.Dead, func(j *jobs.JobSummary) bool { return !s.viewer.Scope.Shows(j.ID) })
+		p.Dead = slices.DeleteFunc(p.Dead, func(j *jobindex.Summary) bool { return !s.viewer.Scope.Shows(j.ID) })
 	}
 	c.render(w, http.StatusOK, "fleet", s, p)
 	return nil
@@ -67,7 +68,7 @@ func (c *Console) known(r *http.Request, s *session, id string) bool {
 	if _, err := s.client().Phase(ctx, id); err == nil || errors.Is(err, jobs.ErrNotTenants) {
 		return true
 	}
-	if idx, err := s.client().Index(ctx); err == nil {
+	if idx, err := c.index(ctx, s); err == nil {
 		if _, err := idx.Summary(ctx, id); err == nil {
 			return true
 		}
@@ -81,8 +82,8 @@ type jobPage struct {
 	Status    string
 	Final     bool
 	Result    *jobs.Result
-	Summary   *jobs.JobSummary
-	Spec      *jobs.JobSpec
+	Summary   *jobindex.Summary
+	Spec      *jobindex.Spec
 	Queue     string
 	Batch     string
 	Labels    map[string]string
@@ -126,8 +127,8 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	case !errors.Is(err, jobs.ErrNotFound):
 		return err
 	}
-	idx, ierr := client.Index(ctx)
-	if ierr != nil && !errors.Is(ierr, jobs.ErrNoIndex) && !errors.Is(ierr, jobs.ErrNotTenants) {
+	idx, ierr := c.index(ctx, s)
+	if ierr != nil && !errors.Is(ierr, jobindex.ErrNoIndex) && !errors.Is(ierr, jobs.ErrNotTenants) {
 		return ierr
 	}
 	if idx != nil {
@@ -173,8 +174,8 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	if p.Queue == "" && p.Spec != nil {
 		p.Queue = p.Spec.Queue
 	}
-	p.Batch = jobs.BatchOf(p.Labels)
-	if p.Batch == jobs.NoBatch {
+	p.Batch = jobindex.BatchOf(p.Labels)
+	if p.Batch == jobindex.NoBatch {
 		p.Batch = ""
 	}
 	if p.Final {
@@ -259,8 +260,8 @@ func (batchListPage) frame() (string, string, int) { return "Batches", "batches"
 func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
 	defer cancel()
-	idx, err := s.client().Index(ctx)
-	if errors.Is(err, jobs.ErrNoIndex) || errors.Is(err, jobs.ErrNotTenants) {
+	idx, err := c.index(ctx, s)
+	if errors.Is(err, jobindex.ErrNoIndex) || errors.Is(err, jobs.ErrNotTenants) {
 		c.render(w, http.StatusOK, "batches", s, batchListPage{NoIndex: true, Tenant: s.viewer.Scope.Tenant()})
 		return nil
 	}
@@ -268,7 +269,7 @@ func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) 
 		return err
 	}
 	rows := map[string]*batchRow{}
-	page, err := idx.List(ctx, jobs.IndexQuery{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *jobs.JobSummary) bool {
+	page, err := idx.List(ctx, jobindex.Query{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *jobindex.Summary) bool {
 		b := j.Batch()
 		if b == "" || !s.viewer.Scope.Shows(j.ID) {
 			return false
@@ -279,7 +280,7 @@ func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) 
 			rows[b] = row
 		}
 		row.Jobs++
-		if j.State == jobs.JobRunning {
+		if j.State == jobindex.Running {
 			row.Running++
 		} else {
 			row.Finished++
@@ -343,7 +344,7 @@ func (c *Console) workspaceList(w http.ResponseWriter, r *http.Request, s *sessi
 type workspacePage struct {
 	Head      *jobs.WorkspaceHead
 	Revisions []jobs.Revision
-	Jobs      []*jobs.JobSummary
+	Jobs      []*jobindex.Summary
 	Scanned   uint64
 	Cut       bool
 }
@@ -371,16 +372,16 @@ func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) 
 	if p.Revisions, err = client.Revisions(ctx, h); err != nil {
 		return err
 	}
-	if idx, err := client.Index(ctx); err == nil {
+	if idx, err := c.index(ctx, s); err == nil {
 		ws, _ := json.Marshal(name)
-		page, err := idx.List(ctx, jobs.IndexQuery{Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
+		page, err := idx.List(ctx, jobindex.Query{Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
 			Contains: [][]byte{append([]byte(`"workspace":`), ws...)},
-			Match:    func(j *jobs.JobSummary) bool { return j.Workspace == name }})
+			Match:    func(j *jobindex.Summary) bool { return j.Workspace == name }})
 		if err != nil {
 			return err
 		}
 		p.Jobs, p.Scanned, p.Cut = page.Jobs, page.Scanned, page.Next != 0
-	} else if !errors.Is(err, jobs.ErrNoIndex) && !errors.Is(err, jobs.ErrNotTenants) {
+	} else if !errors.Is(err, jobindex.ErrNoIndex) && !errors.Is(err, jobs.ErrNotTenants) {
 		return err
 	}
 	c.render(w, http.StatusOK, "workspace", s, p)

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -24,9 +25,9 @@ const (
 
 // RunningSummary is the record of a job a worker has taken (attempt is its
 // delivery, queuedAt when it was published).
-func RunningSummary(job *jobs.Job, worker string, attempt int, queuedAt *time.Time) *jobs.JobSummary {
+func RunningSummary(job *jobs.Job, worker string, attempt int, queuedAt *time.Time) *jobindex.Summary {
 	now := time.Now().UTC()
-	s := &jobs.JobSummary{ID: job.ID, Queue: job.Queue, State: jobs.JobRunning, Attempt: attempt, Worker: worker,
+	s := &jobindex.Summary{ID: job.ID, Queue: job.Queue, State: jobindex.Running, Attempt: attempt, Worker: worker,
 		Image: cutText(job.Image, 64), Workspace: job.Workspace, QueuedAt: queuedAt, StartedAt: &now}
 	s.Labels, s.LabelsCut = cutLabels(job.Labels)
 	return s
@@ -34,8 +35,8 @@ func RunningSummary(job *jobs.Job, worker string, attempt int, queuedAt *time.Ti
 
 // FinishedSummary is the record of a job whose result res is stored; job
 // (nil when it did not decode) supplies what the result lacks.
-func FinishedSummary(queue string, job *jobs.Job, res *jobs.Result) *jobs.JobSummary {
-	s := &jobs.JobSummary{ID: res.ID, Queue: queue, State: jobs.JobFinished, Status: res.Status, Attempt: res.Attempt,
+func FinishedSummary(queue string, job *jobs.Job, res *jobs.Result) *jobindex.Summary {
+	s := &jobindex.Summary{ID: res.ID, Queue: queue, State: jobindex.Finished, Status: res.Status, Attempt: res.Attempt,
 		Worker: res.Worker, ExitCode: res.Exit, DurationMS: res.DurationMS, QueuedAt: res.QueuedAt,
 		StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Error: cutText(res.Error, indexMaxError)}
 	labels := res.Labels
@@ -56,8 +57,8 @@ func FinishedSummary(queue string, job *jobs.Job, res *jobs.Result) *jobs.JobSum
 }
 
 // NewJobSpec returns the spec record of job.
-func NewJobSpec(job *jobs.Job) *jobs.JobSpec {
-	s := &jobs.JobSpec{ID: job.ID, Queue: job.Queue, Image: cutText(job.Image, 64), Code: cutText(job.Code, SpecMaxCode),
+func NewJobSpec(job *jobs.Job) *jobindex.Spec {
+	s := &jobindex.Spec{ID: job.ID, Queue: job.Queue, Image: cutText(job.Image, 64), Code: cutText(job.Code, SpecMaxCode),
 		CodeBytes: len(job.Code), StdinBytes: len(job.Stdin), Limits: job.Limits, Outputs: job.Outputs,
 		Workspace: job.Workspace, WorkspaceFrom: job.WorkspaceFrom}
 	n := 0
@@ -76,7 +77,7 @@ func NewJobSpec(job *jobs.Job) *jobs.JobSpec {
 		}
 		text := cutText(job.Files[name], min(SpecMaxFileText, room))
 		room -= len(text)
-		s.Files = append(s.Files, jobs.SpecFile{Name: cutText(name, 512), Bytes: len(job.Files[name]), Text: text})
+		s.Files = append(s.Files, jobindex.SpecFile{Name: cutText(name, 512), Bytes: len(job.Files[name]), Text: text})
 	}
 	if len(s.Outputs) > 64 {
 		s.Outputs = s.Outputs[:64]

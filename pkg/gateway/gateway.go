@@ -163,12 +163,15 @@ func (c *Config) setDefaults() {
 // same fleet behind a load balancer. The console's logins are the one
 // thing it keeps (in memory): a login opens pages on its own gateway.
 type Gateway struct {
-	views   *views // the client of each token
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *gatewayMetrics
-	console *console.Console // nil with NoConsole
+	views *views // the client of each token
+	// operatorNC is the operator's connection (nil when every token is a
+	// tenant's): the console reads the job index on it.
+	operatorNC *nats.Conn
+	cfg        Config
+	log        *slog.Logger
+	mux        *http.ServeMux
+	metrics    *gatewayMetrics
+	console    *console.Console // nil with NoConsole
 	// Slots of the kinds of long request (long polls, batches, event
 	// streams, batch bodies arriving), taken before the work.
 	waiting *slots
@@ -198,17 +201,18 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{
-		views:     vs,
-		templates: &templateRegistry{nc: nc},
-		cfg:       cfg,
-		log:       cfg.Logger,
-		mux:       http.NewServeMux(),
-		metrics:   newMetrics(),
-		waiting:   newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
-		batches:   newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
-		streams:   newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
-		ptys:      newSlots("terminals", "session terminals open", cfg.MaxTerminals, cfg.MaxTerminalsPerToken, cfg.MaxTerminalsPerTenant),
-		uploads:   newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
+		views:      vs,
+		operatorNC: nc,
+		templates:  &templateRegistry{nc: nc},
+		cfg:        cfg,
+		log:        cfg.Logger,
+		mux:        http.NewServeMux(),
+		metrics:    newMetrics(),
+		waiting:    newSlots("waiting", "requests waiting for a result", cfg.MaxWaiting, cfg.MaxWaitingPerToken, cfg.MaxWaitingPerTenant),
+		batches:    newSlots("batch", "batches running", cfg.MaxBatches, cfg.MaxBatchesPerToken, cfg.MaxBatchesPerTenant),
+		streams:    newSlots("streams", "event streams open", cfg.MaxStreams, cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant),
+		ptys:       newSlots("terminals", "session terminals open", cfg.MaxTerminals, cfg.MaxTerminalsPerToken, cfg.MaxTerminalsPerTenant),
+		uploads:    newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
 	}
 	if err := g.newMCP(); err != nil {
 		vs.close()
@@ -340,6 +344,13 @@ func (g *Gateway) mountConsole() error {
 	var open *jobs.Client // an open console's: the operator's
 	if g.views.operator != nil {
 		open = g.views.operator.Client()
+	}
+	if g.operatorNC != nil {
+		js, err := jetstream.New(g.operatorNC)
+		if err != nil {
+			return err
+		}
+		ccfg.Index = js
 	}
 	c, err := console.New(open, ccfg)
 	if err != nil {

@@ -231,6 +231,10 @@ func (s Status) Final() bool {
 // DefaultQueue is the queue a job without one goes to.
 const DefaultQueue = "default"
 
+// BatchLabel is the label pkg/batch gives each job of a batch, its value
+// the batch's name: the fleet's job index files the job under it.
+const BatchLabel = "sandfleet.batch"
+
 // MaxJobBytes is the default cap on the encoded size of one job.
 const MaxJobBytes = 4 << 20
 

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
@@ -69,7 +70,7 @@ func TestDeadLetterAfterMaxDeliver(t *testing.T) {
 		t.Errorf("Pending(doomed) = %v, %v after the dead letter", q, err)
 	}
 	// The index lists it as a dead letter.
-	idx, err := b.client.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), b.js)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -29,16 +30,16 @@ func TestJobIndex(t *testing.T) {
 	if _, err := b.client.Submit(t.Context(), job); err != nil {
 		t.Fatal(err)
 	}
-	idx, err := b.client.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), b.js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var running *jobs.JobSummary
+	var running *jobindex.Summary
 	testutil.Eventually(t, 10*time.Second, "the running record", func() bool {
 		running, err = idx.Summary(t.Context(), "indexed")
 		return err == nil
 	})
-	if running.State != jobs.JobRunning || running.Worker != "w-index" || running.Attempt != 1 ||
+	if running.State != jobindex.Running || running.Worker != "w-index" || running.Attempt != 1 ||
 		running.Batch() != "nightly" || running.Queue != "default" || running.StartedAt == nil || running.QueuedAt == nil {
 		t.Errorf("running record: %+v", running)
 	}
@@ -49,15 +50,15 @@ func TestJobIndex(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var done *jobs.JobSummary
+	var done *jobindex.Summary
 	testutil.Eventually(t, 10*time.Second, "the finished record", func() bool {
 		done, err = idx.Summary(t.Context(), "indexed")
-		return err == nil && done.State == jobs.JobFinished
+		return err == nil && done.State == jobindex.Finished
 	})
 	if done.Status != jobs.StatusSucceeded || done.Seq <= running.Seq || done.DurationMS == nil || *done.ExitCode != 0 || done.Labels["task"] != "7" {
 		t.Errorf("finished record: %+v", done)
 	}
-	page, err := idx.List(t.Context(), jobs.IndexQuery{Batch: "nightly"})
+	page, err := idx.List(t.Context(), jobindex.Query{Batch: "nightly"})
 	if err != nil || len(page.Jobs) != 1 {
 		t.Errorf("batch page: %+v %v", page, err)
 	}
@@ -77,14 +78,14 @@ func TestJobIndexShortJob(t *testing.T) {
 	if res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "short", Image: "python", Code: "print x"}); err != nil || res.Status != jobs.StatusSucceeded {
 		t.Fatal(res, err)
 	}
-	idx, err := b.client.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), b.js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var done *jobs.JobSummary
+	var done *jobindex.Summary
 	testutil.Eventually(t, 10*time.Second, "the finished record", func() bool {
 		done, err = idx.Summary(t.Context(), "short")
-		return err == nil && done.State == jobs.JobFinished
+		return err == nil && done.State == jobindex.Finished
 	})
 	if _, err := idx.Spec(t.Context(), "short"); err != nil {
 		t.Errorf("spec: %v", err)
@@ -101,7 +102,7 @@ func TestJobIndexShortJob(t *testing.T) {
 	if info.State.LastSeq != 2 || info.State.Msgs != 2 {
 		t.Errorf("INDEX stored %d records (%d kept), want the spec and the finished record only", info.State.LastSeq, info.State.Msgs)
 	}
-	if s, err := idx.Summary(t.Context(), "short"); err != nil || s.State != jobs.JobFinished {
+	if s, err := idx.Summary(t.Context(), "short"); err != nil || s.State != jobindex.Finished {
 		t.Errorf("after the delay: %+v %v, want the finished record", s, err)
 	}
 }
@@ -114,7 +115,7 @@ func TestJobIndexOff(t *testing.T) {
 	if res, err := b.client.SubmitAndWait(waitCtx(t), &jobs.Job{ID: "unindexed", Image: "python", Code: "print x"}); err != nil || res.Status != jobs.StatusSucceeded {
 		t.Fatal(res, err)
 	}
-	idx, err := b.client.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), b.js)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package jobs_test
+package jobindex_test
 
 import (
 	"encoding/json"
@@ -10,9 +10,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/records"
+	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
+
+// setup starts an in-process server with the fleet's streams (INDEX among
+// them) and returns a connection to it.
+func setup(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	_, js := natstest.Connect(t, natstest.Server(t).ClientURL())
+	if _, err := (fleet.Topology{}).Open(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
 
 // publishRecord appends a record to INDEX as a worker does.
 func publishRecord(t testing.TB, js jetstream.JetStream, subject string, v any) {
@@ -26,7 +39,7 @@ func publishRecord(t testing.TB, js jetstream.JetStream, subject string, v any) 
 	}
 }
 
-func ids(page *jobs.IndexPage) string {
+func ids(page *jobindex.Page) string {
 	var s []string
 	for _, j := range page.Jobs {
 		s = append(s, j.ID)
@@ -36,7 +49,7 @@ func ids(page *jobs.IndexPage) string {
 
 func TestIndexList(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, fleet.Topology{})
+	js := setup(t)
 	// j0..j9: even ones on queue a, odd on b; j3 and j4 in batch nightly;
 	// every job running, then j0..j4 finished (their records move up).
 	for i := range 10 {
@@ -66,22 +79,22 @@ func TestIndexList(t *testing.T) {
 		publishRecord(t, js, s.Subject(), s)
 	}
 	publishRecord(t, js, fleet.IndexSpecSubject("j1"), records.NewJobSpec(&jobs.Job{ID: "j1", Code: "print(1)"}))
-	idx, err := c.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := func(s *jobs.JobSummary) bool { return s.Status == jobs.StatusFailed }
+	failed := func(s *jobindex.Summary) bool { return s.Status == jobs.StatusFailed }
 	for _, tc := range []struct {
 		name string
-		q    jobs.IndexQuery
+		q    jobindex.Query
 		want string
 	}{
-		{"all, newest first, once each", jobs.IndexQuery{}, "j4 j3 j2 j1 j0 j9 j8 j7 j6 j5"},
-		{"a queue", jobs.IndexQuery{Queue: "b"}, "j3 j1 j9 j7 j5"},
-		{"a batch", jobs.IndexQuery{Batch: "nightly"}, "j4 j3"},
-		{"outside batches", jobs.IndexQuery{Batch: jobs.NoBatch, Queue: "a"}, "j2 j0 j8 j6"},
-		{"a match", jobs.IndexQuery{Match: failed}, "j2"},
-		{"a limit", jobs.IndexQuery{Limit: 3}, "j4 j3 j2"},
+		{"all, newest first, once each", jobindex.Query{}, "j4 j3 j2 j1 j0 j9 j8 j7 j6 j5"},
+		{"a queue", jobindex.Query{Queue: "b"}, "j3 j1 j9 j7 j5"},
+		{"a batch", jobindex.Query{Batch: "nightly"}, "j4 j3"},
+		{"outside batches", jobindex.Query{Batch: jobindex.NoBatch, Queue: "a"}, "j2 j0 j8 j6"},
+		{"a match", jobindex.Query{Match: failed}, "j2"},
+		{"a limit", jobindex.Query{Limit: 3}, "j4 j3 j2"},
 	} {
 		page, err := idx.List(t.Context(), tc.q)
 		if err != nil {
@@ -96,7 +109,7 @@ func TestIndexList(t *testing.T) {
 	var all []string
 	before := uint64(0)
 	for range 10 {
-		page, err := idx.List(t.Context(), jobs.IndexQuery{Limit: 4, Before: before})
+		page, err := idx.List(t.Context(), jobindex.Query{Limit: 4, Before: before})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +124,7 @@ func TestIndexList(t *testing.T) {
 	}
 
 	// The scan bound ends a page early and says where to go on.
-	page, err := idx.List(t.Context(), jobs.IndexQuery{Match: func(s *jobs.JobSummary) bool { return s.ID == "j5" }, MaxScan: 4})
+	page, err := idx.List(t.Context(), jobindex.Query{Match: func(s *jobindex.Summary) bool { return s.ID == "j5" }, MaxScan: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +133,7 @@ func TestIndexList(t *testing.T) {
 	}
 
 	s, err := idx.Summary(t.Context(), "j3")
-	if err != nil || s.State != jobs.JobFinished || s.Batch() != "nightly" || s.Labels["k"] != "v" {
+	if err != nil || s.State != jobindex.Finished || s.Batch() != "nightly" || s.Labels["k"] != "v" {
 		t.Errorf("summary j3: %+v, %v", s, err)
 	}
 	if _, err := idx.Summary(t.Context(), "nope"); !errors.Is(err, jobs.ErrNotFound) {
@@ -132,14 +145,14 @@ func TestIndexList(t *testing.T) {
 	}
 
 	var scanned []string
-	n, cut, err := idx.Scan(t.Context(), "nightly", 100, func(s *jobs.JobSummary) bool {
+	n, cut, err := idx.Scan(t.Context(), "nightly", 100, func(s *jobindex.Summary) bool {
 		scanned = append(scanned, s.ID+":"+string(s.Status))
 		return true
 	})
 	if err != nil || n != 2 || cut || strings.Join(scanned, " ") != "j3:succeeded j4:succeeded" {
 		t.Errorf("scan: %v %d %v %v", scanned, n, cut, err)
 	}
-	if n, cut, _ := idx.Scan(t.Context(), jobs.NoBatch, 3, func(*jobs.JobSummary) bool { return true }); n != 3 || !cut {
+	if n, cut, _ := idx.Scan(t.Context(), jobindex.NoBatch, 3, func(*jobindex.Summary) bool { return true }); n != 3 || !cut {
 		t.Errorf("bounded scan: %d %v", n, cut)
 	}
 }
@@ -147,7 +160,7 @@ func TestIndexList(t *testing.T) {
 // A window larger than one batch answer, and tenants' IDs (two tokens).
 func TestIndexManyAndTenants(t *testing.T) {
 	t.Parallel()
-	c, js := setup(t, fleet.Topology{})
+	js := setup(t)
 	const n = 3000
 	for i := range n {
 		job := &jobs.Job{ID: fmt.Sprintf("acme.j%04d", i), Queue: "default", Image: "python"}
@@ -157,11 +170,11 @@ func TestIndexManyAndTenants(t *testing.T) {
 			publishRecord(t, js, fleet.IndexDeadSubject(job.ID), s)
 		}
 	}
-	idx, err := c.Index(t.Context())
+	idx, err := jobindex.Open(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := idx.List(t.Context(), jobs.IndexQuery{Match: func(s *jobs.JobSummary) bool { return s.ID == "acme.j0007" }})
+	page, err := idx.List(t.Context(), jobindex.Query{Match: func(s *jobindex.Summary) bool { return s.ID == "acme.j0007" }})
 	if err != nil || ids(page) != "acme.j0007" || page.Cut || page.Next != 0 {
 		t.Fatalf("found %q cut %v next %d: %v", ids(page), page.Cut, page.Next, err)
 	}

@@ -1,52 +1,53 @@
-package jobs
+// Package jobindex reads the job index, the stream INDEX that workers
+// append a record to as each job starts and ends (internal/records writes
+// them): what the console lists, filters and links to without reading
+// every result. It is the operator's: a tenant's credentials cannot read
+// INDEX.
+package jobindex
 
 import (
 	"encoding/json"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
-// Tokens of the index's subjects (see internal/fleet).
-const (
-	// NoBatch is the batch token of a job outside any batch; it cannot be
-	// a batch name, which is [A-Za-z0-9_-]{1,64}.
-	NoBatch = "~"
-	// BatchLabel is the label pkg/batch gives each job of a batch, its
-	// value the batch's name: the index files the job under it.
-	BatchLabel = "sandfleet.batch"
-)
+// NoBatch is the batch token of the index's subjects (see internal/fleet)
+// for a job outside any batch; it cannot be a batch name, which is
+// [A-Za-z0-9_-]{1,64}.
+const NoBatch = "~"
 
 // BatchOf returns the batch token of a job with these labels: the value of
-// BatchLabel when it is a valid batch name, else NoBatch.
+// jobs.BatchLabel when it is a valid batch name, else NoBatch.
 func BatchOf(labels map[string]string) string {
-	if b := labels[BatchLabel]; ValidQueue(b) {
+	if b := labels[jobs.BatchLabel]; jobs.ValidQueue(b) {
 		return b
 	}
 	return NoBatch
 }
 
 // JobState says where a summary record was written.
-type JobState string
+type State string
 
 const (
 	// JobRunning: a worker took the job (its result is not stored yet).
-	JobRunning JobState = "running"
+	Running State = "running"
 	// JobFinished: the job's result is stored; Status is its verdict.
-	JobFinished JobState = "finished"
+	Finished State = "finished"
 )
 
 // JobSummary is a job's record in the index: enough to list it, filter it
 // and link to it.
-type JobSummary struct {
-	ID      string   `json:"id"`
-	Queue   string   `json:"queue"`
-	State   JobState `json:"state"`
-	Status  Status   `json:"status,omitempty"` // when finished
-	Attempt int      `json:"attempt,omitempty"`
-	Worker  string   `json:"worker,omitempty"`
-	Image   string   `json:"image,omitempty"`
+type Summary struct {
+	ID      string `json:"id"`
+	Queue   string `json:"queue"`
+	State   State  `json:"state"`
+	Status  jobs.Status `json:"status,omitempty"` // when finished
+	Attempt int    `json:"attempt,omitempty"`
+	Worker  string `json:"worker,omitempty"`
+	Image   string `json:"image,omitempty"`
 	// Labels are the job's, each value cut to 256 bytes and all of them
 	// to 4 KiB (LabelsCut then says so).
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -68,7 +69,7 @@ type JobSummary struct {
 }
 
 // Batch returns the job's batch, "" when it is in none.
-func (s *JobSummary) Batch() string {
+func (s *Summary) Batch() string {
 	if b := BatchOf(s.Labels); b != NoBatch {
 		return b
 	}
@@ -76,7 +77,7 @@ func (s *JobSummary) Batch() string {
 }
 
 // Subject is where the record is published.
-func (s *JobSummary) Subject() string {
+func (s *Summary) Subject() string {
 	return fleet.IndexJobSubject(s.Queue, BatchOf(s.Labels), s.ID)
 }
 
@@ -84,7 +85,7 @@ func (s *JobSummary) Subject() string {
 // files (cut to 16 KiB and 4 KiB each, 16 KiB in all), argv, limits and
 // outputs. The environment's values and the stdin
 // are left out (they may carry secrets): only their names and size.
-type JobSpec struct {
+type Spec struct {
 	ID            string        `json:"id"`
 	Queue         string        `json:"queue"`
 	Image         string        `json:"image,omitempty"`
@@ -99,7 +100,7 @@ type JobSpec struct {
 	Limits        limits.Limits `json:"limits,omitzero"`
 	Outputs       []string      `json:"outputs,omitempty"`
 	Workspace     string        `json:"workspace,omitempty"`
-	WorkspaceFrom *WorkspaceRef `json:"workspace_from,omitempty"`
+	WorkspaceFrom *jobs.WorkspaceRef `json:"workspace_from,omitempty"`
 }
 
 // SpecFile is one of a job's files, its text cut.
@@ -110,14 +111,14 @@ type SpecFile struct {
 }
 
 // CodeCut reports whether Code is shorter than the job's code.
-func (s *JobSpec) CodeCut() bool { return s.CodeBytes > len(s.Code) }
+func (s *Spec) CodeCut() bool { return s.CodeBytes > len(s.Code) }
 
 // Cut reports whether Text is shorter than the file.
 func (f SpecFile) Cut() bool { return f.Bytes > len(f.Text) }
 
 // decodeSummary parses a summary record.
-func decodeSummary(data []byte) (*JobSummary, error) {
-	var s JobSummary
+func decodeSummary(data []byte) (*Summary, error) {
+	var s Summary
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package jobs
+package jobindex
 
 import (
 	"bytes"
@@ -15,13 +15,14 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
+	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 // ErrNoIndex: the fleet keeps no job index (its workers predate it, or
 // none has started yet).
 var ErrNoIndex = errors.New("this fleet keeps no job index (no stream INDEX; its workers predate it)")
 
-// Index reads the job index (index.go). It reads by batched direct gets
+// Index reads the job index. It reads by batched direct gets
 // ($JS.API.DIRECT.GET.INDEX with batch and next_by_subj): the server
 // filters by subject and sends a window of records, and no consumer is
 // created per page view.
@@ -30,23 +31,21 @@ type Index struct {
 	stream jetstream.Stream
 }
 
-// Index binds the job index; ErrNoIndex when the stream does not exist.
-func (c *Client) Index(ctx context.Context) (*Index, error) {
-	if c.tenant != "" {
-		return nil, fmt.Errorf("index: %w", ErrNotTenants)
-	}
-	s, err := c.js.Stream(ctx, fleet.IndexStreamName)
+// Open binds the job index on js, an operator's connection; ErrNoIndex
+// when the stream does not exist.
+func Open(ctx context.Context, js jetstream.JetStream) (*Index, error) {
+	s, err := js.Stream(ctx, fleet.IndexStreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, ErrNoIndex
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", fleet.IndexStreamName, err)
 	}
-	return &Index{js: c.js, stream: s}, nil
+	return &Index{js: js, stream: s}, nil
 }
 
 // IndexQuery selects summary records, newest first.
-type IndexQuery struct {
+type Query struct {
 	Queue string // "" for every queue
 	Batch string // "" for every job; NoBatch for jobs outside batches
 	// Before keeps records below this sequence (an IndexPage's Next);
@@ -59,7 +58,7 @@ type IndexQuery struct {
 	MaxScan uint64
 	// Match, if set, keeps only the records it returns true for (status,
 	// label, ID: what the subject does not filter).
-	Match func(*JobSummary) bool
+	Match func(*Summary) bool
 	// Contains, if set, skips without decoding them the records whose
 	// JSON lacks any of these byte strings: a cheap first cut for Match
 	// (`"status":"failed"`, a label's `"key":"value"`).
@@ -77,8 +76,8 @@ func contains(data []byte, subs [][]byte) bool {
 }
 
 // IndexPage is one call's records.
-type IndexPage struct {
-	Jobs []*JobSummary
+type Page struct {
+	Jobs []*Summary
 	// Next is the Before of the next, older, page: 0 when there is none.
 	Next uint64
 	// Scanned is how many sequences were read through; Cut is set when
@@ -90,7 +89,7 @@ type IndexPage struct {
 }
 
 // filter is the subject a query reads.
-func (q IndexQuery) filter() string {
+func (q Query) filter() string {
 	queue, batch := q.Queue, q.Batch
 	if queue == "" && batch == "" {
 		return fleet.IndexSubjectPrefix + "job.>"
@@ -117,21 +116,21 @@ const (
 // List returns the records q selects, newest first, reading windows of
 // sequences backwards from q.Before (or the newest) until q.Limit records
 // match or q.MaxScan sequences are read.
-func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
+func (x *Index) List(ctx context.Context, q Query) (*Page, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
 	if q.MaxScan == 0 {
 		q.MaxScan = 20_000
 	}
-	if (q.Queue != "" && !ValidQueue(q.Queue)) || (q.Batch != "" && q.Batch != NoBatch && !ValidQueue(q.Batch)) {
+	if (q.Queue != "" && !jobs.ValidQueue(q.Queue)) || (q.Batch != "" && q.Batch != NoBatch && !jobs.ValidQueue(q.Batch)) {
 		return nil, invalid("queue %q or batch %q is not a name", shorten.Text(q.Queue, 70), shorten.Text(q.Batch, 70))
 	}
 	info, err := x.stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", fleet.IndexStreamName, err)
 	}
-	page := &IndexPage{First: info.State.FirstSeq, Last: info.State.LastSeq}
+	page := &Page{First: info.State.FirstSeq, Last: info.State.LastSeq}
 	if info.State.Msgs == 0 {
 		return page, nil
 	}
@@ -151,7 +150,7 @@ func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
 		}
 		span := min(window, q.MaxScan-page.Scanned, hi-page.First+1)
 		lo := hi - span + 1
-		var got []*JobSummary
+		var got []*Summary
 		err := x.read(ctx, lo, hi, filter, func(seq uint64, data []byte) bool {
 			if !contains(data, q.Contains) {
 				return true
@@ -192,11 +191,11 @@ func (x *Index) List(ctx context.Context, q IndexQuery) (*IndexPage, error) {
 // Scan calls fn with every record of batch (NoBatch: outside any batch),
 // oldest first, until fn returns false or max records were read; it
 // returns how many it read and whether max cut the scan short.
-func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*JobSummary) bool) (n int, cut bool, err error) {
-	if !ValidQueue(batch) && batch != NoBatch {
+func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*Summary) bool) (n int, cut bool, err error) {
+	if !jobs.ValidQueue(batch) && batch != NoBatch {
 		return 0, false, invalid("batch %q is not a name", shorten.Text(batch, 70))
 	}
-	filter := IndexQuery{Batch: batch}.filter()
+	filter := Query{Batch: batch}.filter()
 	err = x.read(ctx, 1, 0, filter, func(seq uint64, data []byte) bool {
 		if n == max {
 			cut = true
@@ -215,8 +214,8 @@ func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*JobSum
 
 // DeadLetters returns the newest dead letters (at most limit) and how many
 // the index holds.
-func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*JobSummary, int, error) {
-	var ring []*JobSummary
+func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*Summary, int, error) {
+	var ring []*Summary
 	total := 0
 	err := x.read(ctx, 1, 0, fleet.IndexSubjectPrefix+"dead.>", func(seq uint64, data []byte) bool {
 		total++
@@ -236,9 +235,9 @@ func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*JobSummary, int,
 }
 
 // Summary returns a job's latest summary record, ErrNotFound without one.
-func (x *Index) Summary(ctx context.Context, id string) (*JobSummary, error) {
-	if !ValidID(id) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
+func (x *Index) Summary(ctx context.Context, id string) (*Summary, error) {
+	if !jobs.ValidID(id) {
+		return nil, fmt.Errorf("%w: %s", jobs.ErrNotFound, shorten.Text(id, 140))
 	}
 	m, err := x.stream.GetLastMsgForSubject(ctx, fleet.IndexSubjectPrefix+"job.*.*."+id)
 	if err != nil {
@@ -253,15 +252,15 @@ func (x *Index) Summary(ctx context.Context, id string) (*JobSummary, error) {
 }
 
 // Spec returns a job's spec record, ErrNotFound without one.
-func (x *Index) Spec(ctx context.Context, id string) (*JobSpec, error) {
-	if !ValidID(id) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
+func (x *Index) Spec(ctx context.Context, id string) (*Spec, error) {
+	if !jobs.ValidID(id) {
+		return nil, fmt.Errorf("%w: %s", jobs.ErrNotFound, shorten.Text(id, 140))
 	}
 	m, err := x.stream.GetLastMsgForSubject(ctx, fleet.IndexSpecSubject(id))
 	if err != nil {
 		return nil, x.lookupErr(id, err)
 	}
-	var s JobSpec
+	var s Spec
 	if err := json.Unmarshal(m.Data, &s); err != nil {
 		return nil, fmt.Errorf("spec record of %s: %w", id, err)
 	}
@@ -270,7 +269,7 @@ func (x *Index) Spec(ctx context.Context, id string) (*JobSpec, error) {
 
 func (x *Index) lookupErr(id string, err error) error {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
+		return fmt.Errorf("%w: %s", jobs.ErrNotFound, shorten.Text(id, 140))
 	}
 	return fmt.Errorf("index %s: %w", id, err)
 }
@@ -362,4 +361,10 @@ func (x *Index) readBatch(ctx context.Context, sub *nats.Subscription, hi uint64
 			stopped = true
 		}
 	}
+}
+
+// invalid is a query's error: jobs.ErrInvalidJob, as the client's for a
+// bad name.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", jobs.ErrInvalidJob, fmt.Sprintf(format, args...))
 }
