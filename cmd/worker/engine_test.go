@@ -88,7 +88,7 @@ func TestWedgedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := executor.StartReaping(e)
+	d := executor.StartService(e)
 
 	started := time.Now()
 	metrics := testutil.FreeAddr(t)

@@ -107,7 +107,7 @@ func newExecutor(cfg executor.Config) (interface {
 	if err != nil {
 		return nil, cmdline.Usagef("%w", err)
 	}
-	return executor.StartReaping(e), nil
+	return executor.StartService(e), nil
 }
 
-var _ worker.Pinger = (*executor.Reaping)(nil)
+var _ worker.Pinger = (*executor.Service)(nil)

@@ -173,7 +173,7 @@ func TestDeadDockerDaemon(t *testing.T) {
 
 	metrics := testutil.FreeAddr(t)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--metrics", metrics, "--id", "no-docker"},
-		&executor.Reaping{Executor: e})
+		&executor.Service{Executor: e})
 	defer s.Stop(t)
 	// /readyz is 503 from the start (the topology is set up first); the
 	// failed ping shows in /status.

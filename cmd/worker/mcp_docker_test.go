@@ -37,7 +37,7 @@ func TestMCPOnDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := startAPIWorker(t, &executor.Reaping{Executor: workertest.Sandbox(t, cfg)}, "mcp", "--slots", "2")
+	w := startAPIWorker(t, &executor.Service{Executor: workertest.Sandbox(t, cfg)}, "mcp", "--slots", "2")
 
 	cs := mcpConnect(t, w.addr, nil)
 	mcptest.Exercise(t, cs, mcptest.Python, 32<<10)
@@ -70,7 +70,7 @@ func TestMCPSessionOnDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := startAPIWorker(t, &executor.Reaping{Executor: workertest.Sandbox(t, cfg)}, "mcp-s", "--slots", "1")
+	w := startAPIWorker(t, &executor.Service{Executor: workertest.Sandbox(t, cfg)}, "mcp-s", "--slots", "1")
 	var mu sync.Mutex
 	var heard []*sdk.ProgressNotificationParams
 	cs := mcpConnect(t, w.addr, &sdk.ClientOptions{

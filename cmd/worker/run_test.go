@@ -241,7 +241,7 @@ func TestDockerEndToEnd(t *testing.T) {
 	}
 	exec := workertest.Sandbox(t, cfg)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--slots", "2", "--id", "e2e"},
-		&executor.Reaping{Executor: exec})
+		&executor.Service{Executor: exec})
 	defer s.Stop(t)
 	c := connect(t, s.url)
 	tests := []struct {

@@ -30,7 +30,7 @@ func TestFiftyIdleSessionsDocker(t *testing.T) {
 	workerID := fmt.Sprintf("sess-50-%d", os.Getpid())
 	exec := pythonSandbox(t, workerID)
 	s := startServe(t, []string{"--embedded", "--listen", "127.0.0.1:-1", "--data-dir", t.TempDir(), "--id", "s50",
-		"--http", "", "--slots", "2", "--pool", "0", "--sessions", strconv.Itoa(n)}, &executor.Reaping{Executor: exec})
+		"--http", "", "--slots", "2", "--pool", "0", "--sessions", strconv.Itoa(n)}, &executor.Service{Executor: exec})
 	defer s.Stop(t)
 	_, js := natstest.Connect(t, s.url)
 	client, err := sessions.NewClient(t.Context(), js, "")

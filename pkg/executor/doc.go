@@ -108,7 +108,7 @@
 // the warm pool, sandfleet.pool=true. A worker calls Reap at start to remove what a crashed
 // predecessor with the same ID left, its warm pool included; Reap spares the
 // calling Executor's own containers, and skips, after one log line, a
-// container it failed to remove (one wedged in the engine). StartReaping
+// container it failed to remove (one wedged in the engine). StartService
 // does that in the background, retrying until the engine lists its
 // containers, so that a worker's start-up does not wait on the engine.
 package executor

@@ -17,30 +17,6 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-// Dead letters. When a job's deliveries run out (MaxDeliver), the server
-// stops delivering it but, with WorkQueue retention, keeps its message in
-// the stream forever, and nobody stores a result: a client waiting on it
-// would wait forever. Two mechanisms close that gap:
-//
-//   - every worker subscribes to the server's MAX_DELIVERIES advisory of its
-//     queue's consumer and finalizes the job the advisory names;
-//   - a sweep (at start and every SweepInterval) finalizes the messages the
-//     consumer has delivered but no longer tracks, for advisories nobody got.
-//
-// The server gives a job up lazily, when a pull request arrives after its
-// last lease expired or it was naked; a worker subscribes before its first
-// pull, so the advisory of a job given up while no worker was running goes
-// to the worker whose pull triggers it. Advisories are core NATS messages,
-// though (at most once): the sweep covers a worker that dies or disconnects
-// between the advisory and its handling.
-//
-// Finalizing is idempotent across workers, so all of them handle every
-// advisory: read the message by sequence (gone: another worker finished it),
-// store an `error` result with Create (first writer wins: a result stored
-// by the last delivery's worker, or a cancel, stays), delete the message,
-// and, only for the worker whose delete removed it, publish the stored
-// result to reply_to.
-
 // AdvisorySubject is the subject of the server's advisory for a job of this
 // queue given up after MaxDeliver deliveries.
 func AdvisorySubject(queue string) string {

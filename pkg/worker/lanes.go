@@ -17,38 +17,6 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-// Priority lanes. A worker serves one or more queues, each a lane with a
-// weight (worker --queue interactive:10 --queue batch:1). The heaviest
-// lane has the highest priority. Who gets a free slot:
-//
-//   - Only a lane with work. A slot never waits on an empty lane while
-//     another lane has work for it: slots that wait for work hold a pull
-//     on an empty lane, and are called back (the pull withdrawn) as soon
-//     as a fetch finds more work than there are free slots. With fewer
-//     free slots than lanes, the lanes without a pull are looked at every
-//     lanePoll (1 s): the waiting slots are called back to fetch from
-//     every lane, then wait again.
-//   - Among the lanes with work, the one that would finish its next slot
-//     first in virtual time, each slot costing a lane 1/weight (weighted
-//     fair queueing); the heavier lane on a tie. With 10:1 and both lanes
-//     full the slots go ten to interactive, one to batch, and so on: a
-//     lower lane is never starved, it gets weight/total of the slots (one
-//     in eleven here) whatever arrives above it.
-//   - A lane coming back from idle starts at the current virtual time:
-//     idleness earns no credit, so it cannot take a run of slots from the
-//     others, and the heavier lane's first job after idle goes first.
-//
-// So an interactive job submitted while batch work saturates the fleet
-// starts at the next slot that frees on any worker, or, when that slot
-// is batch's one in eleven on its worker, the one after.
-//
-// The fetching keeps the single-queue guarantees: a slot is taken before
-// every fetch, a fetch asks for at most as many messages as slots are
-// held for it (FetchNoWait, answered at once), a pull left waiting at the
-// server (one message, one slot held for it) exists only on a lane found
-// empty, and a stop or the executor going down withdraws every pull
-// before the worker goes on (see pullWhileUp).
-
 // Lane is a queue a worker serves and its weight.
 type Lane struct {
 	Queue string

@@ -10,36 +10,36 @@ import (
 	"github.com/sandfleet/sandfleet/internal/retry"
 )
 
-// Reaping is an Executor as a worker runs it. Ping is Check: the engine
+// Service is an Executor as a worker runs it. Ping is Check: the engine
 // answers, the images are there and a sandbox starts with the configured
 // runtime; a worker takes no job before it passed, and reports why until
 // then. Start-up does not wait on the engine: the reaper of what a crashed
 // predecessor with the same worker ID left behind runs in the background
-// (StartReaping), retrying until the engine lists its containers. Reaping
+// (StartService), retrying until the engine lists its containers. Reaping
 // concurrently with jobs is safe: Reap spares this Executor's containers.
 //
-// A Reaping made without StartReaping (&Reaping{Executor: e}) pings and
+// A Service made without StartService (&Service{Executor: e}) pings and
 // does not reap.
-type Reaping struct {
+type Service struct {
 	*Executor
 	stop    context.CancelFunc // nil when not reaping
 	reaping sync.WaitGroup
 }
 
-// StartReaping starts e's reaper; Close stops and waits for it.
-func StartReaping(e *Executor) *Reaping {
+// StartService starts e's reaper; Close stops and waits for it.
+func StartService(e *Executor) *Service {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Reaping{Executor: e, stop: cancel}
+	r := &Service{Executor: e, stop: cancel}
 	r.reaping.Go(func() { r.reap(ctx) })
 	return r
 }
 
 // Ping is Check.
-func (r *Reaping) Ping(ctx context.Context) error { return r.Check(ctx) }
+func (r *Service) Ping(ctx context.Context) error { return r.Check(ctx) }
 
 // reap calls Reap until it could list the leftovers. A leftover it cannot
 // remove is logged once by Reap and skipped: it is not retried in a loop.
-func (r *Reaping) reap(ctx context.Context) {
+func (r *Service) reap(ctx context.Context) {
 	log := r.cfg.Logger
 	b := retry.Policy{Initial: time.Second, Max: 30 * time.Second}.New()
 	_ = backoff.RetryNotify(func() error {
@@ -54,7 +54,7 @@ func (r *Reaping) reap(ctx context.Context) {
 }
 
 // Close stops the reaper, then closes the executor.
-func (r *Reaping) Close() error {
+func (r *Service) Close() error {
 	if r.stop != nil {
 		r.stop()
 		r.reaping.Wait()

@@ -15,7 +15,7 @@ import (
 // The reaper does not hold start-up: while the engine cannot list
 // containers it retries in the background, saying so; once it can, it
 // removes what a crashed predecessor left and stops. Ping is Check.
-func TestReapingRetriesUntilTheEngineLists(t *testing.T) {
+func TestServiceReapsRetryingUntilTheEngineLists(t *testing.T) {
 	t.Parallel()
 	f := newFaultyEngine(t)
 	down := errors.New("connection refused")
@@ -25,7 +25,7 @@ func TestReapingRetriesUntilTheEngineLists(t *testing.T) {
 		f.alive["leftoverleft1"] = ""
 	})
 	e, logs := faultyExecutor(t, f, fastTuning, nil)
-	r := StartReaping(e)
+	r := StartService(e)
 	testutil.Eventually(t, 10*time.Second, "a second list after the first failed", func() bool { return f.count("list") >= 2 })
 	if _, left := f.books(); len(left) != 1 {
 		t.Errorf("left %v while the engine cannot list, want the leftover", left)
@@ -45,14 +45,14 @@ func TestReapingRetriesUntilTheEngineLists(t *testing.T) {
 	}
 }
 
-// Close stops a reaper that is still retrying, at once, and a Reaping
+// Close stops a reaper that is still retrying, at once, and a Service
 // made by hand has none to stop.
 func TestReapingCloseStopsTheRetries(t *testing.T) {
 	t.Parallel()
 	f := newFaultyEngine(t)
 	f.set(func(f *faultyEngine) { f.listErr = errors.New("connection refused") })
 	e, _ := faultyExecutor(t, f, fastTuning, nil)
-	r := StartReaping(e)
+	r := StartService(e)
 	testutil.Eventually(t, 10*time.Second, "the first list", func() bool { return f.count("list") >= 1 })
 	closing := time.Now()
 	if err := r.Close(); err != nil {
@@ -62,8 +62,8 @@ func TestReapingCloseStopsTheRetries(t *testing.T) {
 		t.Errorf("Close took %s: it waited for the back-off", took)
 	}
 
-	byHand := &Reaping{Executor: e}
+	byHand := &Service{Executor: e}
 	if err := byHand.Close(); err != nil {
-		t.Fatalf("Close of a Reaping that never reaped: %v", err)
+		t.Fatalf("Close of a Service that never reaped: %v", err)
 	}
 }
