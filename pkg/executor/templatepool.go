@@ -13,8 +13,11 @@ import (
 // launched with the template's default limits and prepared (its start
 // command run, its ready check passed) before it is idle, so a job that
 // takes one starts at once. It refills on its own after each take,
-// whatever the presets' pool does. A new version of the template gets a
-// new pool; the old one is closed.
+// whatever the presets' pool does, and sizes itself as that pool does:
+// its target doubles on a miss and grows by one when a take drains it, up
+// to PoolMax, and after poolCalm without either it shrinks by one a sweep
+// back to Pool. A new version of the template gets a new pool; the old
+// one is closed.
 type templatePool struct {
 	e   *Executor
 	t   *templates.Template
@@ -27,14 +30,22 @@ type templatePool struct {
 	mu        sync.Mutex
 	idle      []*sandbox // prepared, oldest first
 	launching int
+	target    int       // Pool, grown up to max under pressure
+	pressed   time.Time // the last miss or drain
 	closed    bool
 }
+
+// max is the most the pool grows to: PoolMax, or Pool without one.
+func (tp *templatePool) max() int { return max(tp.t.Pool, tp.t.PoolMax) }
 
 func newTemplatePool(e *Executor, t *templates.Template) *templatePool {
 	def, _ := e.templateLimits(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	tp := &templatePool{e: e, t: t, lim: def, ctx: ctx, cancel: cancel}
+	tp := &templatePool{e: e, t: t, lim: def, ctx: ctx, cancel: cancel, target: t.Pool}
 	tp.refill()
+	if tp.max() > tp.t.Pool {
+		tp.wg.Go(tp.sweep)
+	}
 	return tp
 }
 
@@ -59,6 +70,12 @@ func (tp *templatePool) take() *sandbox {
 			dead = append(dead, c)
 		}
 	}
+	switch {
+	case s == nil:
+		tp.grow(2 * tp.target)
+	case len(tp.idle) == 0:
+		tp.grow(tp.target + 1) // drained: the next job may miss
+	}
 	tp.mu.Unlock()
 	for _, d := range dead {
 		tp.e.release(context.Background(), tp.e.cfg.Logger, d)
@@ -72,7 +89,7 @@ func (tp *templatePool) take() *sandbox {
 func (tp *templatePool) refill() {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	for !tp.closed && len(tp.idle)+tp.launching < tp.t.Pool {
+	for !tp.closed && len(tp.idle)+tp.launching < tp.target {
 		tp.launching++
 		tp.wg.Add(1)
 		go tp.launch()
@@ -103,6 +120,47 @@ func (tp *templatePool) launch() {
 		log.Warn("a warm sandbox of the template failed", "error", err)
 	case err == nil && closed:
 		tp.e.release(context.Background(), log, s)
+	}
+}
+
+// grow raises the target to n, within max, and notes the pressure that
+// asked for it. tp.mu is held.
+func (tp *templatePool) grow(n int) {
+	tp.pressed = time.Now()
+	tp.target = max(tp.target, min(n, tp.max()))
+}
+
+// shrink lowers a calm pool's target by one towards Pool, and returns the
+// oldest idle sandbox when the pool holds more than its target, for the
+// caller to remove. tp.mu is held.
+func (tp *templatePool) shrink() *sandbox {
+	if tp.target > tp.t.Pool && time.Since(tp.pressed) > poolCalm {
+		tp.target--
+	}
+	if len(tp.idle) > 0 && len(tp.idle)+tp.launching > tp.target {
+		s := tp.idle[0]
+		tp.idle = tp.idle[1:]
+		return s
+	}
+	return nil
+}
+
+// sweep shrinks a pool that may grow, every poolSweep, until it closes.
+func (tp *templatePool) sweep() {
+	t := time.NewTicker(poolSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-tp.ctx.Done():
+			return
+		case <-t.C:
+		}
+		tp.mu.Lock()
+		s := tp.shrink()
+		tp.mu.Unlock()
+		if s != nil {
+			tp.e.release(context.Background(), tp.e.cfg.Logger, s)
+		}
 	}
 }
 
