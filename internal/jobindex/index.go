@@ -41,13 +41,13 @@ const (
 // JobSummary is a job's record in the index: enough to list it, filter it
 // and link to it.
 type Summary struct {
-	ID      string `json:"id"`
-	Queue   string `json:"queue"`
-	State   State  `json:"state"`
+	ID      string      `json:"id"`
+	Queue   string      `json:"queue"`
+	State   State       `json:"state"`
 	Status  jobs.Status `json:"status,omitempty"` // when finished
-	Attempt int    `json:"attempt,omitempty"`
-	Worker  string `json:"worker,omitempty"`
-	Image   string `json:"image,omitempty"`
+	Attempt int         `json:"attempt,omitempty"`
+	Worker  string      `json:"worker,omitempty"`
+	Image   string      `json:"image,omitempty"`
 	// Labels are the job's, each value cut to 256 bytes and all of them
 	// to 4 KiB (LabelsCut then says so).
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -86,20 +86,20 @@ func (s *Summary) Subject() string {
 // outputs. The environment's values and the stdin
 // are left out (they may carry secrets): only their names and size.
 type Spec struct {
-	ID            string        `json:"id"`
-	Queue         string        `json:"queue"`
-	Image         string        `json:"image,omitempty"`
-	Code          string        `json:"code,omitempty"`
-	CodeBytes     int           `json:"code_bytes,omitempty"` // the whole code's size
-	Argv          []string      `json:"argv,omitempty"`
-	ArgvCut       bool          `json:"argv_cut,omitempty"`
-	Files         []SpecFile    `json:"files,omitempty"` // by name
-	FilesCut      int           `json:"files_cut,omitempty"`
-	Env           []string      `json:"env,omitempty"` // names, sorted
-	StdinBytes    int           `json:"stdin_bytes,omitempty"`
-	Limits        limits.Limits `json:"limits,omitzero"`
-	Outputs       []string      `json:"outputs,omitempty"`
-	Workspace     string        `json:"workspace,omitempty"`
+	ID            string             `json:"id"`
+	Queue         string             `json:"queue"`
+	Image         string             `json:"image,omitempty"`
+	Code          string             `json:"code,omitempty"`
+	CodeBytes     int                `json:"code_bytes,omitempty"` // the whole code's size
+	Argv          []string           `json:"argv,omitempty"`
+	ArgvCut       bool               `json:"argv_cut,omitempty"`
+	Files         []SpecFile         `json:"files,omitempty"` // by name
+	FilesCut      int                `json:"files_cut,omitempty"`
+	Env           []string           `json:"env,omitempty"` // names, sorted
+	StdinBytes    int                `json:"stdin_bytes,omitempty"`
+	Limits        limits.Limits      `json:"limits,omitzero"`
+	Outputs       []string           `json:"outputs,omitempty"`
+	Workspace     string             `json:"workspace,omitempty"`
 	WorkspaceFrom *jobs.WorkspaceRef `json:"workspace_from,omitempty"`
 }
 
