@@ -28,7 +28,7 @@ func BatchOf(labels map[string]string) string {
 	return NoBatch
 }
 
-// JobState says where a summary record was written.
+// State says where a summary record was written.
 type State string
 
 const (
@@ -38,7 +38,7 @@ const (
 	Finished State = "finished"
 )
 
-// JobSummary is a job's record in the index: enough to list it, filter it
+// Summary is a job's record in the index: enough to list it, filter it
 // and link to it.
 type Summary struct {
 	ID      string      `json:"id"`
@@ -81,7 +81,7 @@ func (s *Summary) Subject() string {
 	return fleet.IndexJobSubject(s.Queue, BatchOf(s.Labels), s.ID)
 }
 
-// JobSpec is what a job asked for, as its page shows it: the code and the
+// Spec is what a job asked for, as its page shows it: the code and the
 // files (cut to 16 KiB and 4 KiB each, 16 KiB in all), argv, limits and
 // outputs. The environment's values and the stdin
 // are left out (they may carry secrets): only their names and size.

@@ -44,7 +44,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Index, error) {
 	return &Index{js: js, stream: s}, nil
 }
 
-// IndexQuery selects summary records, newest first.
+// Query selects summary records, newest first.
 type Query struct {
 	Queue string // "" for every queue
 	Batch string // "" for every job; NoBatch for jobs outside batches
@@ -75,7 +75,7 @@ func contains(data []byte, subs [][]byte) bool {
 	return true
 }
 
-// IndexPage is one call's records.
+// Page is one call's records.
 type Page struct {
 	Jobs []*Summary
 	// Next is the Before of the next, older, page: 0 when there is none.
