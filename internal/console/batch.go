@@ -49,12 +49,12 @@ type groupRow struct {
 	Passed         int
 }
 
-func (p batchPage) frame() (string, string, int) {
+func (p batchPage) frame() frame {
 	refresh := 0
 	if p.Running > 0 {
 		refresh = 5
 	}
-	return "Batch " + p.Name, "batches", refresh
+	return frame{"Batch " + p.Name, "batches", refresh}
 }
 
 func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) error {

@@ -387,14 +387,20 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err e
 	c.render(w, pe.status, "error", s, errorPage{Title: http.StatusText(pe.status), Message: pe.msg})
 }
 
+// frame is what a page tells the layout around it: its title, the
+// navigation entry it belongs to, and how often <main> refreshes itself.
+type frame struct {
+	Title   string
+	Nav     string // the navigation entry shown as current; "": none
+	Refresh int    // seconds between live refreshes of <main>; 0: none
+}
+
 // layout is what every page's frame needs.
 type layout struct {
-	Title   string
-	Nav     string
-	Viewer  *Viewer
-	CSRF    string
-	Refresh int // seconds between live refreshes of <main>; 0: none
-	Page    any
+	frame
+	Viewer *Viewer
+	CSRF   string
+	Page   any
 }
 
 func (c *Console) render(w http.ResponseWriter, status int, name string, s *session, page any) {
@@ -403,8 +409,8 @@ func (c *Console) render(w http.ResponseWriter, status int, name string, s *sess
 	if s != nil {
 		l.Viewer, l.CSRF = s.viewer, s.csrf
 	}
-	if p, ok := page.(interface{ frame() (string, string, int) }); ok {
-		l.Title, l.Nav, l.Refresh = p.frame()
+	if p, ok := page.(interface{ frame() frame }); ok {
+		l.frame = p.frame()
 	} else if e, ok := page.(errorPage); ok {
 		l.Title = e.Title
 	}

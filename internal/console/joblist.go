@@ -26,7 +26,7 @@ type jobListPage struct {
 	Tenant                  string // a tenant viewer's, whose credentials read no index
 }
 
-func (jobListPage) frame() (string, string, int) { return "Jobs", "jobs", 0 }
+func (jobListPage) frame() frame { return frame{"Jobs", "jobs", 0} }
 
 // jobRow is a listed job; Status is the stored result's when the index
 // still says running but RESULTS has it.

@@ -27,7 +27,7 @@ type fleetPage struct {
 	StreamBytes uint64
 }
 
-func (fleetPage) frame() (string, string, int) { return "Fleet", "fleet", 3 }
+func (fleetPage) frame() frame { return frame{"Fleet", "fleet", 3} }
 
 func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
@@ -105,7 +105,7 @@ type artifactRow struct {
 	URL string
 }
 
-func (p jobPage) frame() (string, string, int) { return "Job " + p.ID, "jobs", 0 }
+func (p jobPage) frame() frame { return frame{"Job " + p.ID, "jobs", 0} }
 
 func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
@@ -255,7 +255,7 @@ type batchRow struct {
 	Last     time.Time
 }
 
-func (batchListPage) frame() (string, string, int) { return "Batches", "batches", 0 }
+func (batchListPage) frame() frame { return frame{"Batches", "batches", 0} }
 
 func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx, cancel := pageCtx(r)
@@ -314,7 +314,7 @@ type workspaceListPage struct {
 	Cut   int
 }
 
-func (workspaceListPage) frame() (string, string, int) { return "Workspaces", "workspaces", 0 }
+func (workspaceListPage) frame() frame { return frame{"Workspaces", "workspaces", 0} }
 
 // maxWorkspaces bounds the heads the list shows.
 const maxWorkspaces = 500
@@ -349,8 +349,8 @@ type workspacePage struct {
 	Cut       bool
 }
 
-func (p workspacePage) frame() (string, string, int) {
-	return "Workspace " + p.Head.Name, "workspaces", 0
+func (p workspacePage) frame() frame {
+	return frame{"Workspace " + p.Head.Name, "workspaces", 0}
 }
 
 func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) error {
@@ -395,7 +395,7 @@ type loginPage struct {
 	Open  bool
 }
 
-func (loginPage) frame() (string, string, int) { return "Log in", "", 0 }
+func (loginPage) frame() frame { return frame{"Log in", "", 0} }
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	headers(w)

@@ -38,7 +38,7 @@ type sessionListPage struct {
 	NotServed bool
 }
 
-func (sessionListPage) frame() (string, string, int) { return "Sessions", "sessions", 10 }
+func (sessionListPage) frame() frame { return frame{"Sessions", "sessions", 10} }
 
 // processes counts each running session's background processes, a few
 // sessions at a time, each under a short deadline: a session whose
@@ -93,7 +93,7 @@ type sessionPage struct {
 	CanTerminal bool // the viewer may write, and the session runs
 }
 
-func (p sessionPage) frame() (string, string, int) { return "Session " + p.ID, "sessions", 0 }
+func (p sessionPage) frame() frame { return frame{"Session " + p.ID, "sessions", 0} }
 
 func (c *Console) sessionDetail(w http.ResponseWriter, r *http.Request, s *session) error {
 	client := c.sessionsOf(s)
