@@ -281,6 +281,38 @@ func TestBrowser(t *testing.T) {
 		b.noDialogs(t)
 	})
 
+	t.Run("display inline", func(t *testing.T) {
+		// Two figures, then markup and an SVG a hostile job shows: the
+		// figures come inline at their size, the others are counted, never
+		// made into elements.
+		id := f.submitHTTP(t, map[string]any{"id": "display-demo", "image": "python",
+			"code": "print drew two\npng 64 48\npng 20 10\ndisplay text/html <script>alert(3)</script>\n" +
+				"display image/svg+xml <svg xmlns='http://www.w3.org/2000/svg' onload='alert(4)'/>"})
+		if _, err := f.client.Wait(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		b.do(t, "job page", chromedp.Navigate(f.url+"/jobs/"+id), chromedp.WaitVisible(chromedp.ID("display")))
+		for deadline := time.Now().Add(10 * time.Second); !eval[bool](t, b, `[...document.querySelectorAll('#display img')].every(i => i.complete)`); {
+			if time.Now().After(deadline) {
+				t.Fatal("the figures did not load in 10s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		type size struct{ W, H int }
+		imgs := eval[[]size](t, b, `[...document.querySelectorAll('#display img')].map(i => ({W: i.naturalWidth, H: i.naturalHeight}))`)
+		if want := []size{{64, 48}, {20, 10}}; fmt.Sprint(imgs) != fmt.Sprint(want) {
+			t.Errorf("figures shown at %v, want %v (decoded by the browser)", imgs, want)
+		}
+		if got := b.text(t, "main"); !strings.Contains(got, "2 more not shown") {
+			t.Errorf("the page does not count the two outputs it leaves out: %q", got)
+		}
+		if n := eval[int](t, b, `document.querySelectorAll('main script, main svg, main iframe').length`); n != 0 {
+			t.Errorf("the page made %d elements of the job's markup", n)
+		}
+		b.screenshot(t, "job-display")
+		b.noDialogs(t)
+	})
+
 	t.Run("batch report", func(t *testing.T) {
 		var lines strings.Builder
 		for i := range 24 {

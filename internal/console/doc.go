@@ -14,14 +14,16 @@
 //	GET  /login, POST /login, POST /logout
 //	GET  /static/...             the style sheet and the script
 //
-// Lists come from the job index (pkg/jobs index.go), paged by sequence and
+// Lists come from the job index (internal/jobindex), paged by sequence and
 // filtered within a bound, never from a listing of RESULTS; RESULTS stays
 // the authority for a job's page and for a listed job still marked
 // running.
 //
 // Every value is escaped by html/template, the script writes job output
 // with textContent, and a Content-Security-Policy forbids inline script,
-// so a job that prints <script> shows it as text. The console takes the
+// so a job that prints <script> shows it as text. A job's display
+// outputs are shown only as images (data: URLs of the types display.go
+// names, their base64 checked); markup and SVG are never rendered. The console takes the
 // gateway's bearer tokens, from the Authorization header or, after the
 // login form, a session of its own: a random ID in an HttpOnly
 // SameSite=Strict cookie, the token kept in the gateway's memory only,

@@ -95,6 +95,10 @@ type jobPage struct {
 	// page follows while the job runs.
 	Events    string
 	Artifacts []artifactRow
+	// Figures are the job's display outputs shown inline; FiguresLeft
+	// counts those the page leaves out and those the job's bounds dropped.
+	Figures     []figure
+	FiguresLeft int
 	CanCancel bool
 	CSRF      string
 	Note      string
@@ -184,6 +188,8 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 		for _, a := range res.Artifacts {
 			p.Artifacts = append(p.Artifacts, artifactRow{Artifact: a, URL: artifactURL(id, a.Name)})
 		}
+		p.Figures, p.FiguresLeft = figures(res.Display)
+		p.FiguresLeft += res.DisplayDropped
 	} else {
 		p.Events = "/v1/jobs/" + url.PathEscape(id) + "/events"
 		p.CanCancel, p.CSRF = s.viewer.CanCancel, s.csrf

@@ -15,6 +15,8 @@
 //	timeout        finish as timeout
 //	egress H A C O I  account egress to host H: allowed A (true or false),
 //	               C connections, O bytes out and I in (a result's egress)
+//	png W H        show a W×H PNG (a display output, as a figure)
+//	display M TEXT show TEXT as a display output of MIME type M
 //	infra          fail as a broken infrastructure would (an error wrapping
 //	               ErrInfra), without the fake going down: the worker holds
 //	               the job, then hands it back, and its deliveries run out
@@ -27,8 +29,13 @@ package fakeexec
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"image"
+	"image/png"
 	"os"
 	"strconv"
 	"strings"
@@ -240,12 +247,27 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 				res.Egress = append(res.Egress, limits.NetworkUse{Host: f[0], Allowed: f[1] == "true",
 					Connections: n(f[2]), BytesOut: n(f[3]), BytesIn: n(f[4])})
 			}
+		case "png":
+			var w, h int
+			_, _ = fmt.Sscan(arg, &w, &h)
+			res.Display = append(res.Display, pngDisplay(w, h))
+		case "display":
+			mime, text, _ := strings.Cut(arg, " ")
+			res.Display = append(res.Display, jobs.Display{MIME: mime, Data: base64.StdEncoding.EncodeToString([]byte(text))})
 		case "infra":
 			return nil, ErrInfra
 		}
 	}
 	zero := 0
 	return finish(jobs.StatusSucceeded, &zero)
+}
+
+// pngDisplay is a w×h PNG, one colour, as a display output.
+func pngDisplay(w, h int) jobs.Display {
+	img := image.NewGray(image.Rect(0, 0, max(w, 1), max(h, 1)))
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return jobs.Display{MIME: "image/png", Data: base64.StdEncoding.EncodeToString(b.Bytes()), Width: w, Height: h}
 }
 
 // tell passes output to opts.OnOutput as the real executor does, as the
