@@ -99,9 +99,9 @@ type jobPage struct {
 	// counts those the page leaves out and those the job's bounds dropped.
 	Figures     []figure
 	FiguresLeft int
-	CanCancel bool
-	CSRF      string
-	Note      string
+	CanCancel   bool
+	CSRF        string
+	Note        string
 }
 
 type artifactRow struct {
