@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 const sweCalc = `def add(a, b):
@@ -159,14 +160,19 @@ func TestIntegrationTemplateSWE(t *testing.T) {
 	if _, stderr, err := buildTemplateIn(t, cli, tag, ctx, "FROM BASE\nCOPY repo/ /opt/task/repo/\nCOPY apply.py /opt/task/apply.py\n"); err != nil {
 		t.Fatalf("build.sh template: %v\n%s", err, stderr)
 	}
-	e := setup(t, func(c *Config) {
-		c.Presets = map[string]Preset{"swe-calc": {Image: tag, MainFile: "main.sh", Argv: []string{"bash", "main.sh"}}}
-	})
+	// Registered as `submit template add` registers it: the worker's
+	// watch of the registry hands the executor what this hands it.
+	e := setup(t, nil)
+	e.SetTemplates(map[string]*templates.Template{"swe-calc": {Name: "swe-calc", Image: tag, MainFile: "main.sh",
+		Argv: []string{"bash", "main.sh"}, Version: 7}})
 	for _, c := range candidates {
 		res := run(t, e, job(sweJudge, func(j *jobs.Job) {
 			j.Image = "swe-calc"
 			j.Files = map[string]string{"candidate.patch": c.patch}
 		}))
+		if res.Template == nil || res.Template.Name != "swe-calc" || res.Template.Version != 7 || res.Template.Digest == "" {
+			t.Errorf("%s: the result names the template %+v, want swe-calc version 7 with its image's digest", c.name, res.Template)
+		}
 		got := -1 // none: the job did not run to its end
 		if res.Exit != nil {
 			got = *res.Exit
