@@ -347,7 +347,11 @@ func TestFleetEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the workers did not create the topology: %v", err)
 	}
-	sub, err := jobs.NewClient(ctx, js, jobs.Config{})
+	// A new cluster may leave an API request unanswered while it elects
+	// a stream's leader; NewClient asks again, within this bound.
+	octx, ocancel := context.WithTimeout(ctx, 2*time.Minute)
+	sub, err := jobs.NewClient(octx, js, jobs.Config{})
+	ocancel()
 	if err != nil {
 		t.Fatalf("open client: %v", err)
 	}

@@ -195,8 +195,10 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 		return nil, err
 	}
 	st := &Stores{MaxResultBytes: resultRoom(js)}
-	var err error
-	st.Stream, err = js.Stream(ctx, StreamName)
+	err := lookUp(ctx, func(ctx context.Context) (err error) {
+		st.Stream, err = js.Stream(ctx, StreamName)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return t.ensure(ctx, js, maker{js: js, leaveExisting: true})
 	}
@@ -207,7 +209,10 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 		name string
 		kv   *jetstream.KeyValue
 	}{{ResultsBucket, &st.Results}, {WorkersBucket, &st.Workers}, {CancelsBucket, &st.Cancels}} {
-		*b.kv, err = js.KeyValue(ctx, b.name)
+		err = lookUp(ctx, func(ctx context.Context) (err error) {
+			*b.kv, err = js.KeyValue(ctx, b.name)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return t.ensure(ctx, js, maker{js: js, leaveExisting: true})
 		}
@@ -216,6 +221,24 @@ func (t Topology) Open(ctx context.Context, js jetstream.JetStream) (*Stores, er
 		}
 	}
 	return st, nil
+}
+
+// lookUpTimeout bounds one JetStream API request of Open: in a cluster a
+// request can go unanswered (a stream's leader being elected), and the
+// caller's deadline may be minutes away.
+const lookUpTimeout = 5 * time.Second
+
+// lookUp runs f, a JetStream API request, under lookUpTimeout, again
+// while its own deadline, not ctx's, is what ended it.
+func lookUp(ctx context.Context, f func(context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, lookUpTimeout)
+		err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // EnsureConsumer creates or updates the durable pull consumer of a queue,

@@ -32,8 +32,16 @@ type term struct {
 	sent    int64 // output bytes sent as events
 	acked   int64 // of them, what the far end took
 	started bool  // the first pty_input came: output may flow
+	drained bool  // the shell ended ptyDrainGrace ago: what is unsent is cut
 	closed  bool
 }
+
+// ptyDrainGrace is how long a terminal whose shell ended still waits for
+// its reader to take what the shell left, a window at a time: a terminal
+// is read across the network, and its reader's acknowledgement may come
+// long after the shell's last write. lingerGrace, a command's, is for
+// pipes read on this machine.
+const ptyDrainGrace = 2 * time.Second
 
 // openPTY opens a new pseudo-terminal: its master, and the path of its
 // slave. The ioctls go through the poller's descriptor (SyscallConn), so
@@ -186,10 +194,16 @@ func (a *agent) startTerm(n int, path string, argv []string, cwd string, env []s
 func (a *agent) pumpTerm(id uint64, t *term) {
 	go func() {
 		<-t.p.exited
-		// What the shell's descendants still write within the grace;
-		// past it the terminal is cut, as a command's pipes are.
-		_ = t.master.SetReadDeadline(time.Now().Add(lingerGrace))
+		// What the shell left, and what its descendants still write,
+		// within the grace; past it the terminal is cut, as a command's
+		// pipes are.
+		_ = t.master.SetReadDeadline(time.Now().Add(ptyDrainGrace))
 		t.mu.Lock()
+		t.cond.Broadcast()
+		t.mu.Unlock()
+		time.Sleep(ptyDrainGrace)
+		t.mu.Lock()
+		t.drained = true
 		t.cond.Broadcast()
 		t.mu.Unlock()
 	}()
@@ -199,8 +213,8 @@ func (a *agent) pumpTerm(id uint64, t *term) {
 		for !t.closed && (!t.started || t.sent-t.acked >= envelope.PTYWindow) {
 			select {
 			case <-t.p.exited:
-				if t.started {
-					t.closed = true // ended, and nobody takes the rest
+				if t.started && t.drained {
+					t.closed = true // ended, and nobody took the rest in time
 				}
 			default:
 			}
