@@ -19,11 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -119,6 +121,8 @@ func TestSessionPageCells(t *testing.T) {
 	var cells sessions.Cells
 	if p := f.get(t, "/v1/sessions/"+info.ID+"/cells", f.alice); p.status != http.StatusOK || json.Unmarshal([]byte(p.body), &cells) != nil {
 		t.Fatalf("GET .../cells: %d %.200s", p.status, p.body)
+	} else {
+		matchesSchema(t, "CellList", p.body)
 	}
 	if len(cells.Cells) != 3 || len(cells.Cells[1].Display) != 1 || cells.Cells[1].Display[0].Width != 30 {
 		t.Fatalf("GET .../cells: %d cells: want 3, the second with a 30x20 figure", len(cells.Cells))
@@ -155,5 +159,27 @@ func TestSessionPageCells(t *testing.T) {
 	}
 	if p := f.get(t, "/sessions/"+info.ID, f.viewer); p.status != http.StatusNotFound || strings.Contains(p.body, "x = 1") {
 		t.Fatalf("another token's session page: %d", p.status)
+	}
+}
+
+// matchesSchema checks body against the schema name of the API's
+// document, where additionalProperties: false makes a field the
+// document does not name an error.
+func matchesSchema(t *testing.T, name, body string) {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(gateway.Document)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := doc.Components.Schemas[name]
+	if ref == nil {
+		t.Fatalf("openapi.yaml has no schema %s", name)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.Value.VisitJSON(v); err != nil {
+		t.Fatalf("the answer is not a %s of openapi.yaml: %v", name, err)
 	}
 }
