@@ -118,7 +118,8 @@ print("drawn")`, w, h)
 // A real session's cells on its page, in a browser: a cell that shows a
 // figure comes back through GET .../cells as a PNG of its size, and its
 // page draws it at that size beside the cell's code; a cell whose value
-// is a script tag shows it as text and runs nothing.
+// is a script tag shows it as text and runs nothing; a cell run while the
+// page is open arrives on it.
 func TestBrowserSessionCells(t *testing.T) {
 	testutil.NeedBrowser(t)
 	f := setup(t, options{sessions: realSessions})
@@ -161,6 +162,9 @@ func TestBrowserSessionCells(t *testing.T) {
 	if n := eval[int](t, b, `document.querySelectorAll('#cells script').length`); n != 0 {
 		t.Fatalf("%d script elements among the cells", n)
 	}
+	// A cell run while the page is open arrives on it.
+	f.api(t, "POST", "/v1/sessions/"+info.ID+"/code", map[string]any{"code": "6 * 7"}, http.StatusOK, nil)
+	b.waitText(t, "#cell-3 pre.value", "42", 20*time.Second)
 	b.screenshot(t, "session-cells")
 	b.noDialogs(t)
 }
