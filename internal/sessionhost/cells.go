@@ -79,8 +79,10 @@ type cellsPage struct {
 	More    bool              `json:"more,omitempty"`
 }
 
-// read returns the cells after after, as many as fit budget bytes (at
-// least one, which may then not fit a message: its answer says so).
+// read returns the cells after after, as many as fit budget bytes, and
+// at least one: a cell alone over the budget (a fleet whose messages are
+// smaller than a cell's figures) comes without its figures, counted as
+// dropped, rather than as an answer NATS would refuse.
 func (c *cellLog) read(after int64, budget int) cellsPage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -90,14 +92,32 @@ func (c *cellLog) read(after int64, budget int) cellsPage {
 		if k.seq <= after {
 			continue
 		}
-		if len(p.Cells) > 0 && n+len(k.data) > budget {
+		data := k.data
+		if len(p.Cells) == 0 && len(data) > budget {
+			data = withoutFigures(data)
+		}
+		if len(p.Cells) > 0 && n+len(data) > budget {
 			p.More = true
 			break
 		}
-		p.Cells = append(p.Cells, k.data)
-		n += len(k.data) + 1
+		p.Cells = append(p.Cells, data)
+		n += len(data) + 1
 	}
 	return p
+}
+
+// withoutFigures is a kept cell's JSON without its display outputs.
+func withoutFigures(data json.RawMessage) json.RawMessage {
+	var cell sessions.Cell
+	if json.Unmarshal(data, &cell) != nil {
+		return data
+	}
+	cell.DisplayDropped += len(cell.Display)
+	cell.Display = nil
+	if b, err := json.Marshal(cell); err == nil {
+		return b
+	}
+	return data
 }
 
 // cellBudget is the bytes of cells one answer carries: what a message of

@@ -86,7 +86,7 @@ func TestCellLogBounds(t *testing.T) {
 			c.add(sessions.Cell{Code: "draw()", Display: []jobs.Display{figure(600 << 10)}})
 		}
 		// A page of 1 MiB carries one such cell; the next page starts
-		// after it; a cell over the budget still comes, alone.
+		// after it; a cell alone over the budget comes without its figure.
 		var seqs []int64
 		for after := int64(0); ; {
 			p := c.read(after, 1<<20)
@@ -103,8 +103,13 @@ func TestCellLogBounds(t *testing.T) {
 		if len(seqs) != 3 || seqs[2] != 3 {
 			t.Fatalf("pages gave %v, want 1, 2, 3", seqs)
 		}
-		if p := c.read(0, 100); len(p.Cells) != 1 || !p.More {
+		p := c.read(0, 100<<10)
+		if len(p.Cells) != 1 || !p.More {
 			t.Fatalf("a budget under one cell: %d cells, more %v: want the first alone", len(p.Cells), p.More)
+		}
+		if cell := decodeCells(t, p)[0]; len(p.Cells[0]) > 100<<10 || len(cell.Display) != 0 || cell.DisplayDropped != 1 || cell.Code != "draw()" {
+			t.Fatalf("the first cell over the budget: %d bytes, %d figures, %d dropped: want it without its figure, counted",
+				len(p.Cells[0]), len(cell.Display), cell.DisplayDropped)
 		}
 	})
 }
