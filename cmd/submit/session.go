@@ -41,7 +41,7 @@ type sessionCommand struct {
 }
 
 func (c *sessionCommand) synopsis() string {
-	return "session create | ls | get ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
+	return "session create | ls | get ID | cells ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
 }
 
 func (c *sessionCommand) about() string {
@@ -53,6 +53,9 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
                      --memory, --cpus, --tmpfs); prints its ID
   ls                 the sessions, running first
   get ID             one session's record: where it runs, or why it ended
+  cells ID           its recent cells, oldest first, as its worker keeps them
+                     (the last 20; an ended session's for 15m): each one's
+                     code, output, value or error, and its figures' sizes
   exec ID -- CMD...  run a command in it; prints its output and exits as it
                      does (--cwd, --env, --timeout; --background prints its pid)
   run ID [-c CODE | FILE | -]
@@ -104,15 +107,15 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	args := fs.Args()
 	if len(args) == 0 {
-		return usageError("session", "session takes create, ls, get, exec, run, cp, network, pause, resume, fork, attach or rm")
+		return usageError("session", "session takes create, ls, get, cells, exec, run, cp, network, pause, resume, fork, attach or rm")
 	}
 	verb, args := args[0], args[1:]
-	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
+	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "cells": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
 		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}, "network": {2, 2}}
 	n, ok := want[verb]
 	switch {
 	case !ok:
-		return usageError("session", "unknown session command %q (create, ls, get, exec, run, cp, network, pause, resume, fork, attach, rm)", verb)
+		return usageError("session", "unknown session command %q (create, ls, get, cells, exec, run, cp, network, pause, resume, fork, attach, rm)", verb)
 	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
 		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
 	}
@@ -159,6 +162,8 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		}
 		c.out.printJSON(info)
 		return nil
+	case "cells":
+		return c.cells(ctx, client, args[0])
 	case "rm":
 		if _, err := client.Delete(ctx, args[0]); err != nil {
 			return sessionFailed(err)
@@ -295,6 +300,62 @@ func (c *sessionCommand) ls(ctx context.Context, client *sessions.Client) error 
 		fmt.Fprintln(tw, "(no sessions)")
 	}
 	return tw.Flush()
+}
+
+// cells prints session id's history: a header a cell, its code
+// indented, then what it printed, its value or error, and its figures.
+func (c *sessionCommand) cells(ctx context.Context, client *sessions.Client, id string) error {
+	h, err := client.Cells(ctx, id)
+	if err != nil {
+		return sessionFailed(err)
+	}
+	if c.out.json {
+		c.out.printJSON(h)
+		return nil
+	}
+	w := c.m.Stdout
+	if h.Dropped > 0 {
+		fmt.Fprintf(w, "(%d earlier cells no longer kept)\n", h.Dropped)
+	}
+	if len(h.Cells) == 0 {
+		fmt.Fprintln(w, "(no cells)")
+	}
+	indent := func(s string) string {
+		return "    " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n    ") + "\n"
+	}
+	for _, cell := range h.Cells {
+		head := fmt.Sprintf("[%d] %s %dms", cell.Seq, cell.At.UTC().Format(time.RFC3339), cell.DurationMS)
+		if cell.Context != "" {
+			head += " context " + cell.Context
+		}
+		if cell.TimedOut {
+			head += " timed out"
+		}
+		if cell.Cut {
+			head += " (cut)"
+		}
+		fmt.Fprintln(w, head)
+		c.out.text(w, indent(cell.Code))
+		if cell.Stdout != "" {
+			c.out.text(w, indent(cell.Stdout))
+		}
+		if cell.Stderr != "" {
+			c.out.text(w, indent(cell.Stderr))
+		}
+		switch {
+		case cell.Error != nil:
+			c.out.text(w, "  ! "+cell.Error.Name+": "+cell.Error.Value+"\n")
+		case cell.Text != "":
+			c.out.text(w, "  = "+strings.ReplaceAll(cell.Text, "\n", "\n    ")+"\n")
+		}
+		for _, d := range cell.Display {
+			c.out.text(w, fmt.Sprintf("  [figure %s %dx%d]\n", d.MIME, d.Width, d.Height))
+		}
+		if cell.DisplayDropped > 0 {
+			fmt.Fprintf(w, "  (%d display outputs not kept)\n", cell.DisplayDropped)
+		}
+	}
+	return nil
 }
 
 func decoded(text, encoding string) string {

@@ -63,6 +63,10 @@ func TestSessionCLIDocker(t *testing.T) {
 	if r := cli("", "session", "run", id, "-c", "1/0"); r.code != 1 || !strings.Contains(r.stderr, "ZeroDivisionError") {
 		t.Fatalf("a raising cell: %+v, want exit 1 and the traceback", r)
 	}
+	if r := cli("", "session", "cells", id); r.code != 0 || !strings.Contains(r.stdout, "[1] ") || !strings.Contains(r.stdout, "    n = 20\n") ||
+		!strings.Contains(r.stdout, "    side\n  = 42\n") || !strings.Contains(r.stdout, "  ! ZeroDivisionError: ") {
+		t.Fatalf("cells: %+v, want the three cells with their output, value and error", r)
+	}
 	local := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(local, []byte("from the host\n"), 0o644)
 	if r := cli("", "session", "cp", local, id+":data/in.txt"); r.code != 0 {

@@ -11,6 +11,8 @@
 //	POST /jobs/{id}/cancel       cancel it (an operator's token, CSRF-checked)
 //	GET  /batches[/{name}]       batches; one batch's progress, pass rates, plots
 //	GET  /workspaces[/{name}]    workspaces; one's revisions and their jobs
+//	GET  /sessions[/{id}]        the viewer's sessions; one's record, its recent
+//	                             cells and their figures, processes, a terminal
 //	GET  /login, POST /login, POST /logout
 //	GET  /static/...             the style sheet and the script
 //

@@ -91,6 +91,7 @@ type sessionPage struct {
 	Procs       []sessionapi.Process
 	ProcsErr    string
 	CanTerminal bool // the viewer may write, and the session runs
+	History     cellsView
 }
 
 func (p sessionPage) frame() frame { return frame{"Session " + p.ID, "sessions", 0} }
@@ -118,6 +119,7 @@ func (c *Console) sessionDetail(w http.ResponseWriter, r *http.Request, s *sessi
 			p.ProcsErr = err.Error()
 		}
 	}
+	p.History = cellsOf(ctx, client, info.ID)
 	c.render(w, http.StatusOK, "session", s, p)
 	return nil
 }

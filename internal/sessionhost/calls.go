@@ -34,6 +34,10 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 		answer(msg, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", l.info.ID))
 		return
 	}
+	if op == sessions.OpCells {
+		h.serveCells(msg, l.cells, call.Body)
+		return
+	}
 	select {
 	case l.calls <- struct{}{}:
 	default:
@@ -235,12 +239,15 @@ func (h *Host) code(l *live, body json.RawMessage) (any, error) {
 		return nil, err
 	}
 	t := l.timeout(req.Timeout.D())
+	at := time.Now().UTC()
 	r, err := h.do(l, &envelope.Request{Op: envelope.OpCode, Code: req.Code, Context: req.Context, Language: req.Language,
 		TimeoutMS: t.Milliseconds()}, t)
 	if err != nil {
 		return nil, err
 	}
-	return codeResult(r), nil
+	res := codeResult(r)
+	l.cells.add(newCell(req, res, at))
+	return res, nil
 }
 
 // codeResult is a cell's answer as the caller sees it: the display

@@ -38,6 +38,9 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 		why = l.info.Status // paused, or handed on
 	}
 	l.mu.Unlock()
+	if ended {
+		h.keepCells(l)
+	}
 	if l.sub != nil {
 		_ = l.sub.Unsubscribe()
 	}
@@ -64,6 +67,7 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 // and writes the last call's time of those whose record is behind.
 func (h *Host) expire(now time.Time) {
 	h.mu.Lock()
+	h.forgetCellsLocked(now)
 	ls := make([]*live, 0, len(h.live))
 	for _, l := range h.live {
 		ls = append(ls, l)
@@ -118,6 +122,7 @@ func (h *Host) shutdown() {
 	}
 	wg.Wait()
 	h.wg.Wait()
+	h.forgetAllCells()
 }
 
 // errEnded: a call that reached a session as it ended.

@@ -40,6 +40,7 @@ type Host struct {
 	starting int
 	create   *nats.Subscription // nil while the host is full
 	closed   bool
+	ended    []*endedCells // ended sessions' histories, oldest first (cells.go)
 	wg       sync.WaitGroup
 }
 
@@ -57,6 +58,7 @@ type live struct {
 	recorded time.Time // when the record's ActiveAt was last written
 	ended    bool
 	answers  *answerCache
+	cells    *cellLog
 	kvRev    uint64 // the record's KV revision as last written: written by compare-and-swap on it
 
 	recMu sync.Mutex // one write of the record at a time
@@ -317,7 +319,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	if info.Persist {
 		info.Env = o.env
 	}
-	l := &live{sb: sb, lim: info.Limits, ptys: ptys, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64),
+	l := &live{sb: sb, lim: info.Limits, ptys: ptys, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64), cells: &cellLog{},
 		info: info, kvRev: o.kvRev}
 	l.ck.dirty, l.ck.forked = o.dirty, o.forked
 	// Its calls are answered before the record says it runs: a caller

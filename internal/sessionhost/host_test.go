@@ -37,6 +37,9 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 		return nil, errors.New("ended")
 	default:
 	}
+	if req.Op == envelope.OpCode {
+		return codeReply(req), nil
+	}
 	if req.Op != envelope.OpExec {
 		return &envelope.Reply{ID: req.ID}, nil
 	}

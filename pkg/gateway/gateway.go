@@ -294,6 +294,7 @@ func (g *Gateway) routes() []route {
 		{pattern: "POST /v1/sessions/{id}/exec", h: g.execSession, write: true, body: 16 << 20, stream: true},
 		{pattern: "POST /v1/sessions/{id}/code", h: g.codeSession, write: true, body: 16 << 20, stream: true},
 		{pattern: "GET /v1/sessions/{id}/processes", h: g.listProcesses},
+		{pattern: "GET /v1/sessions/{id}/cells", h: g.listCells},
 		{pattern: "GET /v1/sessions/{id}/processes/{pid}", h: g.readProcess, stream: true},
 		{pattern: "POST /v1/sessions/{id}/processes/{pid}/signal", h: g.signalProcess, write: true, body: 1 << 10},
 		{pattern: "POST /v1/sessions/{id}/processes/{pid}/stdin", h: g.stdinProcess, write: true, body: sessions.MaxFileChunk},

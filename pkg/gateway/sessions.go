@@ -276,6 +276,22 @@ func (g *Gateway) listProcesses(w http.ResponseWriter, r *http.Request, tok *Tok
 	return nil
 }
 
+// listCells answers the session's recent cells, as its worker keeps them
+// (an ended session's for a while after its end). It resumes nothing: a
+// read is no call of the session.
+func (g *Gateway) listCells(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	c, err := g.sessionsOf(tok)
+	if err != nil {
+		return err
+	}
+	cells, err := c.Cells(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return g.sessionErr(err)
+	}
+	writeJSON(w, http.StatusOK, cells)
+	return nil
+}
+
 func pathPID(r *http.Request) (int, error) {
 	pid, err := strconv.Atoi(r.PathValue("pid"))
 	if err != nil || pid <= 0 {

@@ -45,3 +45,38 @@ func Example() {
 	}
 	fmt.Println(out.Stdout, *out.ExitCode)
 }
+
+// What a session ran, as a person watching it would read it: each cell's
+// code and its value or error, and the figures it showed.
+func ExampleClient_Cells() {
+	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	c, err := sessions.NewClient(ctx, js, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	id := os.Getenv("SESSION_ID")
+	h, err := c.Cells(ctx, id)
+	if err != nil {
+		log.Fatal(err) // ErrGone: its worker keeps none (paused, lost, ended long ago)
+	}
+	if h.Dropped > 0 {
+		fmt.Printf("(%d earlier cells no longer kept)\n", h.Dropped)
+	}
+	for _, cell := range h.Cells {
+		fmt.Printf("[%d] %s\n", cell.Seq, cell.Code)
+		if cell.Error != nil {
+			fmt.Printf("  ! %s: %s\n", cell.Error.Name, cell.Error.Value)
+		} else if cell.Text != "" {
+			fmt.Printf("  = %s\n", cell.Text)
+		}
+		for _, d := range cell.Display {
+			fmt.Printf("  [%s %dx%d]\n", d.MIME, d.Width, d.Height)
+		}
+	}
+}

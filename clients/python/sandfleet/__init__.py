@@ -683,6 +683,14 @@ class Session:
             body["timeout"] = _secs(timeout)
         return CodeResult(self._call("POST", "/code", body, wait=timeout or 600.0))
 
+    def cells(self) -> Dict[str, Any]:
+        """Its recent code cells, oldest first, as its worker keeps them (the
+        last 20; an ended session's for 15 minutes): {"cells": [{"seq", "at",
+        "duration_ms", "code", "text", "stdout", "stderr", "error", "display",
+        ...}], "dropped"}, dropped counting those no longer kept. A read: the
+        idle timeout goes on, and a paused session is not resumed (gone)."""
+        return self._call("GET", "/cells")
+
     def keepalive(self) -> Dict[str, Any]:
         """Count as a call: the idle timeout starts again."""
         self.info = self._call("POST", "/keepalive")

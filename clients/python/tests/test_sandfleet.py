@@ -98,6 +98,19 @@ class ClientTest(unittest.TestCase):
         job = json.loads(Fake.seen[0][3])
         self.assertEqual((job["image"], job["code"], job["limits"]), ("python", "print('hi')", {"timeout": "5s"}))
 
+    def test_session_cells(self):
+        info = {"id": "s-1", "status": "running"}
+        cells = {"cells": [{"seq": 1, "at": "2026-12-03T13:40:09Z", "duration_ms": 3, "code": "1+1", "text": "2"}], "dropped": 4}
+        Fake.script[("GET", "/v1/sessions/s-1")] = [(200, {}, info)]
+        Fake.script[("GET", "/v1/sessions/s-1/cells")] = [(200, {}, cells)]
+        got = self.sb.session("s-1").cells()
+        self.assertEqual((got["cells"][0]["code"], got["cells"][0]["text"], got["dropped"]), ("1+1", "2", 4))
+        self.assertEqual(Fake.seen[-1][:2], ("GET", "/v1/sessions/s-1/cells"))
+        Fake.script[("GET", "/v1/sessions/s-1/cells")] = [(410, {}, {"error": {"code": "gone", "message": "none kept"}})]
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            self.sb.session("s-1").cells()
+        self.assertEqual(cm.exception.code, "gone")
+
     def test_error_carries_the_code(self):
         Fake.script[("POST", "/v1/jobs")] = [(400, {}, {"error": {"code": "invalid_job", "message": "image: missing"}})]
         with self.assertRaises(sandfleet.SandfleetError) as cm:

@@ -518,6 +518,14 @@ export class Session {
             raw: d,
         };
     }
+    /**
+     * Its recent code cells, oldest first, as its worker keeps them (the last
+     * 20; an ended session's for 15 minutes). A read: the idle timeout goes
+     * on, and a paused session is not resumed (`gone`).
+     */
+    async cells() {
+        return (await this.call("GET", "/cells"));
+    }
     /** Count as a call: the idle timeout starts again. */
     async keepalive() {
         this.info = (await this.call("POST", "/keepalive"));

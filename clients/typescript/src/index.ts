@@ -623,6 +623,38 @@ export interface CodeResult {
   raw: Record<string, unknown>;
 }
 
+/** A figure or other display output of a cell: its bytes in base64. */
+export interface Display {
+  mime: string;
+  data: string;
+  width?: number;
+  height?: number;
+}
+
+/** A code cell a session ran, as its worker keeps it (text cut at its bounds: cut). */
+export interface Cell {
+  seq: number;
+  at: string;
+  duration_ms: number;
+  context?: string;
+  code: string;
+  text?: string;
+  stdout?: string;
+  stderr?: string;
+  error?: CodeError;
+  reset?: boolean;
+  timed_out?: boolean;
+  cut?: boolean;
+  display?: Display[];
+  display_dropped?: number;
+}
+
+/** A session's recent cells, oldest first; dropped counts those no longer kept. */
+export interface CellList {
+  cells: Cell[];
+  dropped?: number;
+}
+
 export interface ExecOptions {
   cwd?: string;
   env?: Record<string, string>;
@@ -732,6 +764,15 @@ export class Session {
       timedOut: Boolean(d.timed_out),
       raw: d,
     };
+  }
+
+  /**
+   * Its recent code cells, oldest first, as its worker keeps them (the last
+   * 20; an ended session's for 15 minutes). A read: the idle timeout goes
+   * on, and a paused session is not resumed (`gone`).
+   */
+  async cells(): Promise<CellList> {
+    return (await this.call("GET", "/cells")) as unknown as CellList;
   }
 
   /** Count as a call: the idle timeout starts again. */

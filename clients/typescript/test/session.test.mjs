@@ -35,7 +35,7 @@ function reset(entries) {
   seen = [];
 }
 
-test("a session object: exec, runCode, files and processes; mutating calls carry an Idempotency-Key, kept across a retry", async () => {
+test("a session object: exec, runCode, cells, files and processes; mutating calls carry an Idempotency-Key, kept across a retry", async () => {
   const busy = { error: { code: "too_many_requests", message: "busy" } };
   reset({
     "POST /v1/sessions": [[201, {}, INFO]],
@@ -45,6 +45,7 @@ test("a session object: exec, runCode, files and processes; mutating calls carry
     "PUT /v1/sessions/s-1/files/a%20b/c.txt": [[200, {}, { name: "c.txt", path: "/workspace/a b/c.txt", type: "file", size: 2, mode: 420, mtime_ms: 1 }]],
     "GET /v1/sessions/s-1/files/a%20b/c.txt": [[200, {}, Buffer.from([0, 255])]],
     "GET /v1/sessions/s-1/files": [[200, {}, { entries: [{ name: "a b", type: "dir" }] }]],
+    "GET /v1/sessions/s-1/cells": [[200, {}, { cells: [{ seq: 1, at: "", duration_ms: 3, code: "1+1", text: "2" }], dropped: 4 }]],
     "GET /v1/sessions/s-1/processes": [[200, {}, { processes: [{ pid: 9, cmd: ["sleep"], running: true, output_bytes: 0 }] }]],
     "GET /v1/sessions/s-1/processes/9": [[200, {}, { pid: 9, running: false, output: "b2s=", output_encoding: "base64", next: 2 }]],
     "POST /v1/sessions/s-1/processes/9/signal": [[200, {}, {}]],
@@ -78,6 +79,10 @@ test("a session object: exec, runCode, files and processes; mutating calls carry
   assert.equal(seen.at(-1).key, undefined, "a read sends no Idempotency-Key");
   assert.deepEqual((await s.files.list()).map((x) => x.name), ["a b"]);
   assert.equal(seen.at(-1).url, "/v1/sessions/s-1/files?dir=.");
+
+  const h = await s.cells();
+  assert.deepEqual([h.cells[0].code, h.cells[0].text, h.dropped], ["1+1", "2", 4]);
+  assert.equal(seen.at(-1).key, undefined, "a read of the cells sends no Idempotency-Key");
 
   assert.equal((await s.processes.list())[0].pid, 9);
   const out = await s.processes.output(9, { waitMs: 2000 });

@@ -1,0 +1,238 @@
+package sessionhost
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// A session's history of cells (sessions.OpCells): kept in the worker's
+// memory, bounded per session by sessions.MaxCells and MaxCellsBytes,
+// which an owner's cells fill however it likes. An ended session's is
+// kept keepEndedFor after its end, at most keepEnded of them and
+// keepEndedBytes in all on a worker, so that the page of a session an
+// agent deleted at its end still shows what it ran. At the default 16
+// sessions a worker then holds at most 16 × 4 + 16 = 80 MiB of
+// histories, beside the answers kept for retries (calls.go).
+const (
+	keepEnded      = 16
+	keepEndedBytes = 16 << 20
+	keepEndedFor   = 15 * time.Minute
+)
+
+// cellLog is a session's history: each cell as its JSON, oldest first.
+type cellLog struct {
+	mu      sync.Mutex
+	cells   []keptCell
+	bytes   int
+	seq     int64
+	dropped int
+}
+
+type keptCell struct {
+	seq  int64
+	data json.RawMessage
+}
+
+// add keeps cell, numbered next, and forgets the oldest past the bounds.
+func (c *cellLog) add(cell sessions.Cell) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	cell.Seq = c.seq
+	data, err := json.Marshal(cell)
+	for err == nil && len(data) > sessions.MaxCellsBytes && len(cell.Display) > 0 {
+		cell.Display = cell.Display[:len(cell.Display)-1]
+		cell.DisplayDropped++
+		data, err = json.Marshal(cell)
+	}
+	if err != nil {
+		c.dropped++
+		return
+	}
+	for len(c.cells) > 0 && (len(c.cells) >= sessions.MaxCells || c.bytes+len(data) > sessions.MaxCellsBytes) {
+		c.bytes -= len(c.cells[0].data)
+		c.cells[0] = keptCell{}
+		c.cells = c.cells[1:]
+		c.dropped++
+	}
+	c.cells = append(c.cells, keptCell{seq: cell.Seq, data: data})
+	c.bytes += len(data)
+}
+
+// size is the bytes the history holds.
+func (c *cellLog) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}
+
+// cellsPage is sessions.Cells with its cells as kept.
+type cellsPage struct {
+	Cells   []json.RawMessage `json:"cells"`
+	Dropped int               `json:"dropped,omitempty"`
+	More    bool              `json:"more,omitempty"`
+}
+
+// read returns the cells after after, as many as fit budget bytes, and
+// at least one: a cell alone over the budget (a fleet whose messages are
+// smaller than a cell's figures) comes without its figures, counted as
+// dropped, rather than as an answer NATS would refuse.
+func (c *cellLog) read(after int64, budget int) cellsPage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := cellsPage{Cells: []json.RawMessage{}, Dropped: c.dropped}
+	n := 0
+	for _, k := range c.cells {
+		if k.seq <= after {
+			continue
+		}
+		data := k.data
+		if len(p.Cells) == 0 && len(data) > budget {
+			data = withoutFigures(data)
+		}
+		if len(p.Cells) > 0 && n+len(data) > budget {
+			p.More = true
+			break
+		}
+		p.Cells = append(p.Cells, data)
+		n += len(data) + 1
+	}
+	return p
+}
+
+// withoutFigures is a kept cell's JSON without its display outputs.
+func withoutFigures(data json.RawMessage) json.RawMessage {
+	var cell sessions.Cell
+	if json.Unmarshal(data, &cell) != nil {
+		return data
+	}
+	cell.DisplayDropped += len(cell.Display)
+	cell.Display = nil
+	if b, err := json.Marshal(cell); err == nil {
+		return b
+	}
+	return data
+}
+
+// cellBudget is the bytes of cells one answer carries: what a message of
+// the fleet may, less room for the answer around them.
+func (h *Host) cellBudget() int {
+	max := h.nc.MaxPayload()
+	if max <= 0 {
+		max = 1 << 20
+	}
+	return int(max) - answerRoom - 1<<10
+}
+
+// serveCells answers a read of log. It is no call of the session: it
+// takes none of its call slots, and its idle timeout goes on.
+func (h *Host) serveCells(msg *nats.Msg, log *cellLog, body json.RawMessage) {
+	var req sessions.CellsRequest
+	if err := decode(body, &req); err != nil {
+		answer(msg, nil, err)
+		return
+	}
+	answer(msg, log.read(req.After, h.cellBudget()), nil)
+}
+
+// newCell is what the history keeps of a cell that ran req and answered
+// res.
+func newCell(req sessions.CodeRequest, res *sessions.CodeResult, at time.Time) sessions.Cell {
+	cell := sessions.Cell{At: at, DurationMS: res.DurationMS, Context: req.Context, Reset: res.Reset, TimedOut: res.TimedOut,
+		Display: res.Display, DisplayDropped: res.DisplayDropped}
+	cut := func(s string, max int) string {
+		if len(s) <= max {
+			return s
+		}
+		cell.Cut = true
+		for max > 0 && !utf8.RuneStart(s[max]) {
+			max--
+		}
+		return s[:max]
+	}
+	text := func(s, encoding string) string {
+		if encoding != "" { // not UTF-8: not shown as text
+			cell.Cut = cell.Cut || s != ""
+			return ""
+		}
+		return cut(s, sessions.MaxCellText)
+	}
+	cell.Code = cut(req.Code, sessions.MaxCellCode)
+	cell.Text = cut(res.Text, sessions.MaxCellText)
+	cell.Stdout = text(res.Stdout, res.StdoutEncoding)
+	cell.Stderr = text(res.Stderr, res.StderrEncoding)
+	if e := res.Error; e != nil {
+		cell.Error = &sessions.CodeError{Name: cut(e.Name, 256), Value: cut(e.Value, sessions.MaxCellText),
+			Traceback: cut(e.Traceback, sessions.MaxCellText)}
+	}
+	return cell
+}
+
+// endedCells is an ended session's history, answered until its time.
+type endedCells struct {
+	id    string
+	log   *cellLog
+	sub   *nats.Subscription
+	until time.Time
+}
+
+// keepCells goes on answering the reads of l's history after its end (a
+// session that ran no cell leaves none), and forgets the oldest kept
+// past the bounds. It subscribes before l's calls stop being answered,
+// so that a read finds a responder throughout.
+func (h *Host) keepCells(l *live) {
+	if l.cells.size() == 0 {
+		return
+	}
+	owner, id, log := l.info.Owner, l.info.ID, l.cells
+	sub, err := h.nc.Subscribe(sessions.Subject(id, sessions.OpCells), func(msg *nats.Msg) {
+		var call sessions.Call
+		if json.Unmarshal(msg.Data, &call) != nil || call.Owner != owner {
+			answer(msg, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", id))
+			return
+		}
+		h.serveCells(msg, log, call.Body)
+	})
+	if err != nil {
+		return // its history goes with it: the page says none is kept
+	}
+	h.mu.Lock()
+	h.ended = append(h.ended, &endedCells{id: id, log: log, sub: sub, until: time.Now().Add(keepEndedFor)})
+	h.forgetCellsLocked(time.Now())
+	h.mu.Unlock()
+}
+
+// forgetCellsLocked forgets the ended sessions' histories past their
+// time, then the oldest while over the bounds.
+func (h *Host) forgetCellsLocked(now time.Time) {
+	total := 0
+	for _, e := range h.ended {
+		total += e.log.size()
+	}
+	for len(h.ended) > 0 {
+		e := h.ended[0]
+		if now.Before(e.until) && len(h.ended) <= keepEnded && total <= keepEndedBytes {
+			break
+		}
+		_ = e.sub.Unsubscribe()
+		total -= e.log.size()
+		h.ended[0] = nil
+		h.ended = h.ended[1:]
+	}
+}
+
+// forgetAllCells stops answering for the ended sessions' histories.
+func (h *Host) forgetAllCells() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.ended {
+		_ = e.sub.Unsubscribe()
+	}
+	h.ended = nil
+}
