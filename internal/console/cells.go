@@ -1,59 +1,17 @@
 package console
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
-	"html/template"
-	"image"
-	_ "image/gif" // the figures' formats image.DecodeConfig knows
-	_ "image/jpeg"
-	_ "image/png"
 	"time"
 
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	sessionapi "github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // A session's page shows its recent cells (pkg/sessions Client.Cells):
 // each one's code, output, value or error as text, escaped as every
-// value is, and its figures inline. A figure is the session's own bytes:
-// it becomes an <img> with a data: URL only when its type is an image
-// type allowed here and its bytes decode as that image; html/template
-// would refuse any other data: URL, and typing this one as template.URL
-// is the one place a page trusts a URL it did not write. Other display
-// types (text/html above all) are never rendered, only counted.
-
-// figureFormats are the display types shown inline, by the format name
-// image.DecodeConfig gives their bytes.
-var figureFormats = map[string]string{"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif"}
-
-// figure is a display output the page shows as an image.
-type figure struct {
-	Src           template.URL
-	Width, Height int
-}
-
-// figureOf returns d as a figure, if it is an allowed image that decodes
-// as what its type says; its size is its bytes', not what d claims.
-func figureOf(d jobs.Display) (figure, bool) {
-	format, ok := figureFormats[d.MIME]
-	if !ok {
-		return figure{}, false
-	}
-	b, err := base64.StdEncoding.DecodeString(d.Data)
-	if err != nil {
-		return figure{}, false
-	}
-	cfg, got, err := image.DecodeConfig(bytes.NewReader(b))
-	if err != nil || got != format || cfg.Width <= 0 || cfg.Height <= 0 {
-		return figure{}, false
-	}
-	// Encoded again, so that the URL is exactly the bytes checked.
-	return figure{Src: template.URL("data:" + d.MIME + ";base64," + base64.StdEncoding.EncodeToString(b)),
-		Width: cfg.Width, Height: cfg.Height}, true
-}
+// value is, and its figures inline as a job's page shows its own
+// (display.go).
 
 // cellView is a cell as the page shows it.
 type cellView struct {
@@ -86,14 +44,9 @@ func cellsOf(ctx context.Context, client *sessionapi.Client, id string) cellsVie
 	}
 	v := cellsView{Dropped: h.Dropped, Cells: make([]cellView, 0, len(h.Cells))}
 	for _, c := range h.Cells {
-		cv := cellView{Cell: c, Hidden: c.DisplayDropped}
-		for _, d := range c.Display {
-			if f, ok := figureOf(d); ok {
-				cv.Figures = append(cv.Figures, f)
-			} else {
-				cv.Hidden++
-			}
-		}
+		cv := cellView{Cell: c}
+		cv.Figures, cv.Hidden = figures(c.Display)
+		cv.Hidden += c.DisplayDropped
 		cv.Display = nil // shown as Figures only
 		v.Cells = append(v.Cells, cv)
 	}

@@ -1,44 +1,63 @@
 package console
 
 import (
+	"bytes"
 	"encoding/base64"
 	"html/template"
-	"strings"
+	"image"
+	_ "image/gif" // the figures' formats image.DecodeConfig knows
+	_ "image/jpeg"
+	_ "image/png"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
-// figure is a display output as a page shows it: an image inline, its
-// bytes in a data: URL.
+// A job's page and a session's show display outputs, the job's own bytes,
+// as figures: an <img> with a data: URL only when the output's type is an
+// image type allowed here and its bytes decode as that image. html/template
+// would refuse any other data: URL, and typing this one as template.URL is
+// the one place a page trusts a URL it did not write. Other display types
+// (text/html and SVG above all) are never rendered, only counted.
+
+// figureFormats are the display types shown inline, by the format name
+// image.DecodeConfig gives their bytes.
+var figureFormats = map[string]string{"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif"}
+
+// figure is a display output the page shows as an image.
 type figure struct {
 	Src           template.URL
-	MIME          string
 	Width, Height int
 }
 
-// inlineTypes are the display types a page shows as images. SVG is not
-// one (it is a document, with scripts of its own), nor is anything else a
-// job's program wrote: a page shows no markup of a job's.
-var inlineTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+// figureOf returns d as a figure, if it is an allowed image that decodes
+// as what its type says; its size is its bytes', not what d claims.
+func figureOf(d jobs.Display) (figure, bool) {
+	format, ok := figureFormats[d.MIME]
+	if !ok {
+		return figure{}, false
+	}
+	b, err := base64.StdEncoding.DecodeString(d.Data)
+	if err != nil {
+		return figure{}, false
+	}
+	cfg, got, err := image.DecodeConfig(bytes.NewReader(b))
+	if err != nil || got != format || cfg.Width <= 0 || cfg.Height <= 0 {
+		return figure{}, false
+	}
+	// Encoded again, so that the URL is exactly the bytes checked.
+	return figure{Src: template.URL("data:" + d.MIME + ";base64," + base64.StdEncoding.EncodeToString(b)),
+		Width: cfg.Width, Height: cfg.Height}, true
+}
 
-// figures are the display outputs a page shows, in their order, and how
-// many it leaves out: a type not in inlineTypes, or data that is not
-// standard base64 (the data: URL is typed as safe here, so its bytes are
-// checked first, newlines included, which the decoder would skip).
+// figures are the outputs of ds shown as figures, in order, and how many
+// are not.
 func figures(ds []jobs.Display) (shown []figure, left int) {
 	for _, d := range ds {
-		if !inlineTypes[d.MIME] || strings.ContainsAny(d.Data, "\r\n") {
+		if f, ok := figureOf(d); ok {
+			shown = append(shown, f)
+		} else {
 			left++
-			continue
 		}
-		if _, err := base64.StdEncoding.DecodeString(d.Data); err != nil || d.Data == "" {
-			left++
-			continue
-		}
-		shown = append(shown, figure{
-			Src:  template.URL("data:" + d.MIME + ";base64," + d.Data),
-			MIME: d.MIME, Width: d.Width, Height: d.Height,
-		})
 	}
 	return shown, left
 }

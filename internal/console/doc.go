@@ -25,7 +25,7 @@
 // with textContent, and a Content-Security-Policy forbids inline script,
 // so a job that prints <script> shows it as text. A job's display
 // outputs are shown only as images (data: URLs of the types display.go
-// names, their base64 checked); markup and SVG are never rendered. The console takes the
+// names, their bytes decoded first); markup and SVG are never rendered. The console takes the
 // gateway's bearer tokens, from the Authorization header or, after the
 // login form, a session of its own: a random ID in an HttpOnly
 // SameSite=Strict cookie, the token kept in the gateway's memory only,
