@@ -53,7 +53,7 @@ func (c *templateCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return usageError("template", "template %s: wrong arguments %q", args[0], args[1:])
 	}
 	if c.m.tenant != "" {
-		return usageError("template", "--tenant: templates are the operator's")
+		return usageError("template", "--tenant: this command reaches the registry over NATS, as the operator; a tenant registers its own templates over HTTP (PUT /v1/templates/NAME)")
 	}
 	nc, js, err := c.m.dial()
 	if err != nil {
