@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ import (
 // template of it, never on the first tenant's; a name only the first
 // tenant has is no image for the other; and a tenant's registration that
 // names the worker's own image (written to the bucket past the registry's
-// checks) is refused by the worker before any container starts.
+// checks), or an image without the sandbox's label that an operator's
+// template lent it, is refused by the worker before any container starts.
 func TestTenantTemplateDocker(t *testing.T) {
 	t.Parallel()
 	w := startAPIWorker(t, pythonSandbox(t, runID("ttmpl")), "tt1", "--slots", "2", "--pool", "0")
@@ -57,6 +59,18 @@ func TestTenantTemplateDocker(t *testing.T) {
 	onlyA := tmpl("team-a")
 	onlyA.Name = "only-a"
 	if _, err := reg.PutTenant(t.Context(), "team-a", onlyA, templates.TenantPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	// An operator's template of an image that is no sandbox's (a mistake)
+	// lends it to tenants' templates at registration; the worker still
+	// runs none of theirs on it.
+	natsImage := tmpl("operator")
+	natsImage.Name, natsImage.Image = "on-nats", "sandfleet/nats:latest"
+	if _, err := reg.Put(t.Context(), natsImage); err != nil {
+		t.Fatal(err)
+	}
+	natsImage.Name = "borrowed"
+	if _, err := reg.PutTenant(t.Context(), "team-b", natsImage, templates.TenantPolicy{}); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := js.KeyValue(t.Context(), templates.Bucket)
@@ -110,5 +124,10 @@ func TestTenantTemplateDocker(t *testing.T) {
 	}
 	if res = run("team-b", "escape"); res.Status != jobs.StatusRejected || !strings.Contains(res.Error, "a tenant's template may not") {
 		t.Errorf("team-b's template of the worker's image: %s %q", res.Status, res.Error)
+	}
+	if _, err := exec.Command("docker", "image", "inspect", "sandfleet/nats:latest").Output(); err == nil {
+		if res = run("team-b", "borrowed"); res.Status != jobs.StatusRejected || !strings.Contains(res.Error, executor.SandboxLabel) {
+			t.Errorf("team-b's template of an image without the sandbox label: %s %q", res.Status, res.Error)
+		}
 	}
 }

@@ -225,6 +225,12 @@ func (e *Executor) templateRef(ctx context.Context, t *templates.Template) (*tem
 	if err != nil {
 		return nil, err
 	}
+	// A tenant's template runs on a sandbox image alone, whatever the
+	// registry let through: a second line, should an operator's template
+	// name another image.
+	if t.Tenant != "" && !e.sandboxImage(t.Image) {
+		return nil, fmt.Errorf("image: template %q names the image %s, which has no %s label: a tenant's template may not (%w)", t.Name, t.Image, SandboxLabel, errTenantImage)
+	}
 	return &templates.Ref{Name: t.Name, Tenant: t.Tenant, Version: t.Version, Digest: id}, nil
 }
 

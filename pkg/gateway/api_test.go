@@ -888,6 +888,13 @@ func TestTenantTemplatesAPI(t *testing.T) {
 		t.Errorf("b's delete reached the operator's: %v", got)
 	}
 
+	// A job of b's that names a's ID (so that a worker would take it for
+	// a's, and look its image up among a's templates) is refused.
+	r := b.do(t, "POST", "/v1/jobs", bt, []byte(`{"id":"team-a.forged","image":"t1","code":"print(1)"}`))
+	if r.status != 400 || r.errorCode() != gateway.CodeInvalidJob {
+		t.Errorf("b's job of a's ID: %d %s", r.status, r.body)
+	}
+
 	// The cap: 16 of a tenant's; the 17th is refused, b's are its own.
 	for i := 2; i <= 16; i++ {
 		apiCase{method: "PUT", path: fmt.Sprintf("/v1/templates/t%d", i), token: a, body: tmpl("sandfleet/sandbox:latest", ""), status: 200}.run(t, b, doc)

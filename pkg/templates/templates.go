@@ -34,10 +34,13 @@ import (
 // Bucket is the KV bucket of the registrations, by name.
 const Bucket = "TEMPLATES"
 
-// Caps of the registry: a template's JSON, and how many there may be.
+// Caps of the registry: a template's JSON, how many there may be, and
+// how many of them all tenants together may hold (so that tenants cannot
+// fill the registry against the operator).
 const (
-	MaxBytes     = 64 << 10
-	MaxTemplates = 256
+	MaxBytes           = 64 << 10
+	MaxTemplates       = 256
+	MaxTenantTemplates = MaxTemplates / 2
 )
 
 // Template is one registration.
@@ -102,7 +105,7 @@ var (
 )
 
 // tenantPrefix starts the key of every tenant's template,
-// _tenant.<tenant>.<name>: no operator's template is named with a '_',
+// _tenant.<tenant>.<name>: no operator's template's name begins with a '_',
 // and no tenant's name holds a dot, so a key says whose template it is
 // and one tenant's names never reach another's key or the operator's.
 const tenantPrefix = "_tenant."
@@ -289,6 +292,12 @@ func (r *Registry) PutTenant(ctx context.Context, tenant string, t Template, p T
 		}
 		if len(keys) >= p.max() {
 			return fmt.Errorf("%w: tenant %s holds %d, the most a tenant may", ErrFull, tenant, p.max())
+		}
+		if keys, err = r.keys(ctx, tenantPrefix+">"); err != nil {
+			return err
+		}
+		if len(keys) >= MaxTenantTemplates {
+			return fmt.Errorf("%w: the tenants hold %d, the most they may together", ErrFull, MaxTenantTemplates)
 		}
 		return nil
 	})

@@ -289,3 +289,31 @@ func TestWatchKeys(t *testing.T) {
 		t.Error("Get returned a value stored under another's key")
 	}
 }
+
+// Tenants together hold at most MaxTenantTemplates, so that the operator
+// keeps room: past it a tenant's new template is refused, the operator's
+// is not.
+func TestTenantsShareOfTheRegistry(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	reg, err := templates.Open(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := templates.TenantPolicy{MaxTemplates: templates.MaxTenantTemplates}
+	tp := func(name string) templates.Template {
+		return templates.Template{Name: name, Image: "sandfleet/sandbox:latest", MainFile: "main.py", Argv: []string{"python3", "main.py"}}
+	}
+	for i := range templates.MaxTenantTemplates {
+		if _, err := reg.PutTenant(t.Context(), fmt.Sprintf("team-%d", i%4), tp(fmt.Sprintf("t%d", i)), p); err != nil {
+			t.Fatalf("the tenants' template %d: %v", i+1, err)
+		}
+	}
+	if _, err := reg.PutTenant(t.Context(), "team-9", tp("one-more"), p); !errors.Is(err, templates.ErrFull) {
+		t.Errorf("past the tenants' share: %v, want ErrFull", err)
+	}
+	if _, err := reg.Put(t.Context(), tp("ops")); err != nil {
+		t.Errorf("the operator's past the tenants' share: %v", err)
+	}
+}
