@@ -146,6 +146,15 @@ func TestTenantTemplates(t *testing.T) {
 			t.Errorf("b's Delete(%q): %v, want not found", name, err)
 		}
 	}
+	// The operator's names do not reach a tenant's keys either.
+	for _, name := range []string{"_tenant.team-a.t1", "_tenant.team-a.>", "_tenant.*.t1"} {
+		if got, err := reg.Get(ctx, "", name); !errors.Is(err, templates.ErrNotFound) {
+			t.Errorf("the operator's Get(%q): %v %+v, want not found", name, err, got)
+		}
+		if err := reg.Delete(ctx, "", name); !errors.Is(err, templates.ErrNotFound) {
+			t.Errorf("the operator's Delete(%q): %v, want not found", name, err)
+		}
+	}
 	if l, err := reg.List(ctx, "team-b"); err != nil || len(l) != 0 {
 		t.Errorf("b's List: %v %v", err, l)
 	}
