@@ -260,7 +260,7 @@ func (r *Registry) Put(ctx context.Context, t Template) (*Template, error) {
 	if t.Tenant != "" {
 		return nil, invalid("tenant: an operator's template has none (a tenant's is PutTenant's)")
 	}
-	return r.put(ctx, t, func() error { return nil })
+	return r.put(ctx, t, nil)
 }
 
 // PutTenant registers t as tenant's own template, within p: an image of
@@ -285,27 +285,47 @@ func (r *Registry) PutTenant(ctx context.Context, tenant string, t Template, p T
 		return nil, invalid("image %q: a tenant's template names the image of a built-in preset (%s) or of one of the operator's templates",
 			t.Image, strings.Join(PresetImages, ", "))
 	}
-	return r.put(ctx, t, func() error {
-		keys, err := r.keys(ctx, tenantPrefix+tenant+".>")
-		if err != nil {
-			return err
-		}
-		if len(keys) >= p.max() {
-			return fmt.Errorf("%w: tenant %s holds %d, the most a tenant may", ErrFull, tenant, p.max())
-		}
-		if keys, err = r.keys(ctx, tenantPrefix+">"); err != nil {
-			return err
-		}
-		if len(keys) >= MaxTenantTemplates {
-			return fmt.Errorf("%w: the tenants hold %d, the most they may together", ErrFull, MaxTenantTemplates)
-		}
-		return nil
+	return r.put(ctx, t, []keyCap{
+		{tenantPrefix + tenant + ".>", p.max(), "tenant " + tenant + "'s templates"},
+		{tenantPrefix + ">", MaxTenantTemplates, "the tenants' templates together"},
 	})
 }
 
-// put stores t under its key; a new key must leave room in the registry
-// and pass room (the tenant's own cap).
-func (r *Registry) put(ctx context.Context, t Template, room func() error) (*Template, error) {
+// keyCap is a cap on how many keys match filter.
+type keyCap struct {
+	filter string
+	max    int
+	what   string
+}
+
+// within checks that the registry's keys stay within MaxTemplates and
+// caps: with created, the new key is among them; without, it is to come.
+func (r *Registry) within(ctx context.Context, caps []keyCap, created bool) error {
+	for _, c := range append([]keyCap{{"", MaxTemplates, "the registry"}}, caps...) {
+		var keys []string
+		var err error
+		if c.filter == "" {
+			keys, err = r.keys(ctx)
+		} else {
+			keys, err = r.keys(ctx, c.filter)
+		}
+		if err != nil {
+			return err
+		}
+		if n := len(keys); n > c.max || n == c.max && !created {
+			return fmt.Errorf("%w: %s hold %d, the most they may", ErrFull, c.what, c.max)
+		}
+	}
+	return nil
+}
+
+// put stores t under its key. A new key must leave the registry within
+// MaxTemplates and caps, checked before it is created and again after,
+// when the count includes it: a key whose second check fails is removed
+// again, so that concurrent puts of new names never leave a cap passed
+// (some may all be refused, and are retried), since the last of them to
+// count sees every one that stays.
+func (r *Registry) put(ctx context.Context, t Template, caps []keyCap) (*Template, error) {
 	t.Version, t.Updated = 0, time.Now().UTC()
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -318,23 +338,42 @@ func (r *Registry) put(ctx context.Context, t Template, room func() error) (*Tem
 		return nil, invalid("%d bytes, over the cap of %d", len(data), MaxBytes)
 	}
 	key := Key(t.Tenant, t.Name)
-	if _, err := r.kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
-		all, err := r.keys(ctx)
+	_, err = r.kv.Get(ctx, key)
+	switch {
+	case err == nil:
+		rev, err := r.kv.Put(ctx, key, data)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("templates: put %s: %w", key, err)
 		}
-		if len(all) >= MaxTemplates {
-			return nil, fmt.Errorf("%w (%d)", ErrFull, MaxTemplates)
-		}
-		if err := room(); err != nil {
-			return nil, err
-		}
-	} else if err != nil {
+		t.Version = rev
+		return &t, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil, fmt.Errorf("templates: get %s: %w", key, err)
 	}
-	rev, err := r.kv.Put(ctx, key, data)
+	if err := r.within(ctx, caps, false); err != nil {
+		return nil, err
+	}
+	rev, err := r.kv.Create(ctx, key, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// Made meanwhile by another put of the name: this is a new
+		// version of it, which takes no room.
+		rev, err = r.kv.Put(ctx, key, data)
+		if err != nil {
+			return nil, fmt.Errorf("templates: put %s: %w", key, err)
+		}
+		t.Version = rev
+		return &t, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("templates: put %s: %w", key, err)
+		return nil, fmt.Errorf("templates: create %s: %w", key, err)
+	}
+	if err := r.within(ctx, caps, true); err != nil {
+		// Another put took the room meanwhile: undo this one, unless
+		// it was written over since.
+		if derr := r.kv.Delete(ctx, key, jetstream.LastRevision(rev)); derr != nil && !errors.Is(derr, jetstream.ErrKeyExists) {
+			return nil, errors.Join(err, derr)
+		}
+		return nil, err
 	}
 	t.Version = rev
 	return &t, nil

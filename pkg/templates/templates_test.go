@@ -326,3 +326,40 @@ func TestTenantsShareOfTheRegistry(t *testing.T) {
 		t.Errorf("the operator's past the tenants' share: %v", err)
 	}
 }
+
+// Puts of new names at once never leave a tenant past its cap: each
+// counts again once its key is made, and undoes it when over.
+func TestTenantCapUnderConcurrentPuts(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	reg, err := templates.Open(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const max, puts = 4, 24
+	errs := make(chan error, puts)
+	for i := range puts {
+		go func() {
+			_, err := reg.PutTenant(t.Context(), "team-a", templates.Template{Name: fmt.Sprintf("t%d", i), Image: "sandfleet/sandbox:latest",
+				MainFile: "main.py", Argv: []string{"python3", "main.py"}}, templates.TenantPolicy{MaxTemplates: max})
+			errs <- err
+		}()
+	}
+	stored := 0
+	for range puts {
+		switch err := <-errs; {
+		case err == nil:
+			stored++
+		case !errors.Is(err, templates.ErrFull):
+			t.Errorf("a put: %v", err)
+		}
+	}
+	l, err := reg.List(t.Context(), "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l) > max || len(l) != stored {
+		t.Errorf("%d puts succeeded, %d templates held; the cap is %d", stored, len(l), max)
+	}
+}
