@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/field"
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -209,6 +210,21 @@ func (t *Template) Validate() error {
 	for k := range t.Env {
 		if k == "" || len(k) > 128 {
 			return invalid("env: a name of 1 to 128 bytes")
+		}
+	}
+	if t.Tenant != "" {
+		// A tenant's commands, file and env are a job's, held to a
+		// job's checks: its template is no way past them.
+		for _, c := range []struct {
+			field string
+			err   error
+		}{
+			{"main_file", field.FileName(t.MainFile)}, {"argv", field.Argv(t.Argv)}, {"compile", field.Argv(t.Compile)},
+			{"start", field.Argv(t.Start)}, {"ready", field.Argv(t.Ready)}, {"env", field.Env(t.Env)},
+		} {
+			if c.err != nil {
+				return invalid("%s: %v", c.field, c.err)
+			}
 		}
 	}
 	if err := t.Limits.Fill(limits.Default()).Validate(limits.DefaultCaps()); err != nil {
