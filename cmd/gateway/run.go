@@ -23,6 +23,7 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
+	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -75,6 +76,7 @@ type options struct {
 	maxStream int
 	maxTerms  int
 	maxBatch  int
+	tenantTpl int // templates per tenant
 	perToken  perLimits
 	perTenant perLimits
 	mcpOutput int
@@ -108,6 +110,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.maxTerms, "max-terminals", 64, "most `N` session terminals (GET /v1/sessions/{id}/pty WebSockets) open at once; past it 429")
 	fs.IntVar(&o.perToken.terminals, "max-terminals-per-token", 8, "most `N` of --max-terminals one token holds")
 	fs.IntVar(&o.perTenant.terminals, "max-terminals-per-tenant", 16, "most `N` of --max-terminals the tokens of one tenant hold together")
+	fs.IntVar(&o.tenantTpl, "max-templates-per-tenant", templates.DefaultTenantTemplates, "most `N` templates of its own one tenant registers (PUT /v1/templates/{name}); past it 429")
 	fs.DurationVar(&o.sessTTL, "console-session-ttl", 12*time.Hour, "how long a console login lasts (`D`)")
 	fs.IntVar(&o.maxSess, "max-console-sessions", 10_000, "most `N` console logins held (in memory); past it a login ends the oldest")
 	fs.IntVar(&o.mcpOutput, "mcp-max-output", mcp.DefaultMaxOutput, "the most `BYTES` of text a tool result of /mcp holds (stdout and stderr cut in the middle past it; at least 1024)")
@@ -172,7 +175,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		{"max-batches-per-token", o.perToken.batches}, {"max-waiting-per-tenant", o.perTenant.waiting},
 		{"max-streams-per-tenant", o.perTenant.streams}, {"max-batches-per-tenant", o.perTenant.batches},
 		{"max-terminals", o.maxTerms}, {"max-terminals-per-token", o.perToken.terminals}, {"max-terminals-per-tenant", o.perTenant.terminals},
-		{"max-console-sessions", o.maxSess},
+		{"max-console-sessions", o.maxSess}, {"max-templates-per-tenant", o.tenantTpl},
 	} {
 		if f.n < 1 {
 			return cmdline.Usagef("--%s %d: want 1 or more", f.name, f.n)
@@ -265,7 +268,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxBatchesPerToken: o.perToken.batches, MaxWaitingPerTenant: o.perTenant.waiting,
 		MaxStreamsPerTenant: o.perTenant.streams, MaxBatchesPerTenant: o.perTenant.batches,
 		MaxTerminals: o.maxTerms, MaxTerminalsPerToken: o.perToken.terminals, MaxTerminalsPerTenant: o.perTenant.terminals,
-		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess,
+		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess, MaxTemplatesPerTenant: o.tenantTpl,
 		MCP: mcp.Options{MaxOutput: o.mcpOutput},
 	})
 	if err != nil {

@@ -53,7 +53,7 @@ func (c *templateCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return usageError("template", "template %s: wrong arguments %q", args[0], args[1:])
 	}
 	if c.m.tenant != "" {
-		return usageError("template", "--tenant: templates are the operator's")
+		return usageError("template", "--tenant: this command reaches the registry over NATS, as the operator; a tenant registers its own templates over HTTP (PUT /v1/templates/NAME)")
 	}
 	nc, js, err := c.m.dial()
 	if err != nil {
@@ -70,7 +70,7 @@ func (c *templateCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	case "add":
 		return c.add(ctx, reg, args[1])
 	case "ls":
-		list, err := reg.List(ctx)
+		list, err := reg.List(ctx, "")
 		if err != nil {
 			return fail(exitUnavailable, "%w", err)
 		}
@@ -88,14 +88,14 @@ func (c *templateCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		c.out.text(c.m.Stdout, b.String())
 		return nil
 	case "show":
-		t, err := reg.Get(ctx, args[1])
+		t, err := reg.Get(ctx, "", args[1])
 		if err != nil {
 			return templateFailed(err)
 		}
 		c.printTemplate(t)
 		return nil
 	}
-	if err := reg.Delete(ctx, args[1]); err != nil {
+	if err := reg.Delete(ctx, "", args[1]); err != nil {
 		return templateFailed(err)
 	}
 	return nil

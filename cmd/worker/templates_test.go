@@ -90,7 +90,7 @@ func TestTemplateStartAndReadyDocker(t *testing.T) {
 		return res.Status == jobs.StatusError && strings.Contains(res.Error, "ready")
 	})
 
-	if err := reg.Delete(t.Context(), "warm-repo"); err != nil {
+	if err := reg.Delete(t.Context(), "", "warm-repo"); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "a removed template's jobs are refused", func() bool {

@@ -207,6 +207,23 @@ func TestTenants(t *testing.T) {
 		}
 	})
 
+	// A tenant's templates are registered by the gateway, on the
+	// operator's connection: its own credentials reach no template, its
+	// own keys no more than the operator's.
+	t.Run("b cannot reach the template registry", func(t *testing.T) {
+		for _, key := range []string{"_tenant.team-b.mine", "_tenant.team-a.t1", "t1"} {
+			cctx, done := short()
+			_, err := b.js.Publish(cctx, "$KV.TEMPLATES."+key, []byte(`{"name":"t1","image":"sandfleet/worker:latest","main_file":"m","argv":["x"]}`))
+			done()
+			if err == nil {
+				t.Fatalf("b registered %s", key)
+			}
+			b.expectViolation(t, "$KV.TEMPLATES."+key)
+			request(b, "$JS.API.DIRECT.GET.KV_TEMPLATES.$KV.TEMPLATES."+key, nil)
+		}
+		request(b, "$JS.API.STREAM.INFO.KV_TEMPLATES", nil)
+	})
+
 	t.Run("b cannot list jobs, results or consumers", func(t *testing.T) {
 		for _, subj := range []string{
 			"$JS.API.STREAM.NAMES",

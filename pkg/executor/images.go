@@ -25,8 +25,15 @@ type images struct {
 type imageEntry struct {
 	id      string // "" when missing
 	missing bool
+	// sandbox: the image carries SandboxLabel.
+	sandbox bool
 	at      time.Time
 }
+
+// SandboxLabel is the label every sandbox image carries (sandbox-image/,
+// and so every template image build.sh makes from one): the worker's own
+// images and other local ones lack it, and the sandbox's hardening with it.
+const SandboxLabel = "sandfleet.image"
 
 // resolve returns ref's image ID, from the cache or the engine. A missing
 // image is ErrImageMissing; a failing engine ErrInfrastructure.
@@ -42,7 +49,7 @@ func (e *Executor) resolveImage(ctx context.Context, ref string, fresh bool) (st
 		case err != nil:
 			return "", infraErr("inspect image "+ref, err)
 		default:
-			ent = imageEntry{id: info.ID, at: time.Now()}
+			ent = imageEntry{id: info.ID, at: time.Now(), sandbox: info.Config != nil && info.Config.Labels[SandboxLabel] != ""}
 		}
 		e.imgs.mu.Lock()
 		if e.imgs.m == nil {
@@ -55,6 +62,14 @@ func (e *Executor) resolveImage(ctx context.Context, ref string, fresh bool) (st
 		return "", fmt.Errorf("%w: %s (%s)", ErrImageMissing, ref, e.buildHint(ref))
 	}
 	return ent.id, nil
+}
+
+// sandboxImage reports whether ref, as last resolved (resolveImage),
+// carries SandboxLabel.
+func (e *Executor) sandboxImage(ref string) bool {
+	e.imgs.mu.Lock()
+	defer e.imgs.mu.Unlock()
+	return e.imgs.m[ref].sandbox
 }
 
 // known reports whether ref was last seen present: the pool fills only

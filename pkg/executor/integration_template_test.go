@@ -95,6 +95,11 @@ USER 10001:10001
 	if got := info.Config.Labels["sandfleet.template"]; got != tag {
 		t.Errorf("label sandfleet.template = %q, want %q", got, tag)
 	}
+	// The sandbox's label stays, so that a tenant's template may run on
+	// an operator's template of this image (tenantImage, templateRef).
+	if info.Config.Labels[SandboxLabel] == "" {
+		t.Errorf("the template image lost its base's %s label: %v", SandboxLabel, info.Config.Labels)
+	}
 
 	e := setup(t, func(c *Config) {
 		c.Presets = map[string]Preset{"task": {Image: tag, MainFile: "main.sh", Argv: []string{"bash", "main.sh"}}}

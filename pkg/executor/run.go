@@ -87,15 +87,18 @@ type accepted struct {
 // image, if optional), limits within its caps, an envelope it can build.
 // msg says why the job is rejected, "" when it is not.
 func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (a accepted, msg string) {
-	preset, tmpl, ok := e.lookup(job.Image)
+	// The job's tenant is its ID's, which the worker took from the
+	// subject the job came on: a tenant may publish on its own alone.
+	tenant := jobs.TenantOf(job.ID)
+	preset, tmpl, ok := e.lookup(tenant, job.Image)
 	if !ok {
 		return a, fmt.Sprintf("image: unknown preset or template %q (this worker allows %s)",
-			job.Image, strings.Join(append(e.Presets(), e.Templates()...), ", "))
+			job.Image, strings.Join(append(e.Presets(), e.templatesOf(tenant)...), ", "))
 	}
 	def, caps := e.cfg.Defaults, e.cfg.Caps
 	if tmpl != nil {
 		ref, err := e.templateRef(ctx, tmpl)
-		if errors.Is(err, ErrImageMissing) {
+		if errors.Is(err, ErrImageMissing) || errors.Is(err, errTenantImage) {
 			return a, err.Error()
 		}
 		// Another error of the engine's is the launch's to meet.

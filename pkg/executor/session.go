@@ -89,7 +89,9 @@ var ErrSessionEnded = errors.New("session ended")
 // StartSession starts a session's sandbox (a warm one when the pool has
 // one that fits) and hands it its envelope.
 func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
-	preset, tmpl, ok := e.lookup(spec.Image)
+	// A session names a preset or an operator's template (a tenant's own
+	// templates are its jobs').
+	preset, tmpl, ok := e.lookup("", spec.Image)
 	if !ok {
 		return nil, fmt.Errorf("%w: image: unknown preset or template %q (this worker allows %s)", ErrRejected, spec.Image,
 			strings.Join(append(e.Presets(), e.Templates()...), ", "))
@@ -258,7 +260,7 @@ func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
 // HasPreset reports whether the executor serves the preset, or a
 // template of the name.
 func (e *Executor) HasPreset(name string) bool {
-	_, _, ok := e.lookup(name)
+	_, _, ok := e.lookup("", name)
 	return ok
 }
 

@@ -186,7 +186,7 @@ func (e *Executor) syncTemplatePools() {
 	}
 	for name, tp := range e.templates.pools {
 		t := e.templates.m[name]
-		if t == nil || t.Pool == 0 || t.Version != tp.t.Version || e.closed() {
+		if t == nil || t.Pool == 0 || t.Tenant != "" || t.Version != tp.t.Version || e.closed() {
 			delete(e.templates.pools, name)
 			go tp.close()
 		}
@@ -195,7 +195,8 @@ func (e *Executor) syncTemplatePools() {
 		return
 	}
 	for name, t := range e.templates.m {
-		if t.Pool > 0 && e.templates.pools[name] == nil {
+		// A tenant's template has no pool (templates.TenantPolicy).
+		if t.Pool > 0 && t.Tenant == "" && e.templates.pools[name] == nil {
 			e.templates.pools[name] = newTemplatePool(e, t)
 		}
 	}
@@ -214,6 +215,9 @@ func (e *Executor) closed() bool {
 // templateSandbox is a prepared sandbox of t's pool for a job of limits
 // lim, or nil.
 func (e *Executor) templateSandbox(t *templates.Template, lim limits.Limits) *sandbox {
+	if t.Tenant != "" {
+		return nil
+	}
 	e.templates.mu.RLock()
 	tp := e.templates.pools[t.Name]
 	e.templates.mu.RUnlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -34,31 +35,72 @@ func (e *Executor) SetTemplates(m map[string]*templates.Template) {
 	e.syncTemplatePools()
 }
 
-// Templates are the names of the templates this executor serves.
-func (e *Executor) Templates() []string {
+// Templates are the names of the operator's templates this executor
+// serves.
+func (e *Executor) Templates() []string { return e.templatesOf("") }
+
+// templatesOf are the names of the templates a job of tenant may name:
+// the operator's, and tenant's own (another tenant's are not its to learn).
+func (e *Executor) templatesOf(tenant string) []string {
 	e.templates.mu.RLock()
 	defer e.templates.mu.RUnlock()
-	names := make([]string, 0, len(e.templates.m))
-	for n := range e.templates.m {
-		names = append(names, n)
+	var names []string
+	for _, t := range e.templates.m {
+		if t.Tenant == "" || t.Tenant == tenant {
+			names = append(names, t.Name)
+		}
 	}
 	sort.Strings(names)
-	return names
+	return slices.Compact(names)
 }
 
-// lookup is the preset a job's image names: a preset of the worker's, or
-// a template (then t is it).
-func (e *Executor) lookup(name string) (p Preset, t *templates.Template, ok bool) {
+// lookup is the preset a job of tenant ("" for the operator's) names as
+// its image: a preset of the worker's; else tenant's own template of the
+// name; else the operator's (then t is the template). Another tenant's
+// template is never found: the name is looked up under the job's tenant's
+// key, and a name no template may have (one of a key's form) under none.
+func (e *Executor) lookup(tenant, name string) (p Preset, t *templates.Template, ok bool) {
 	if p, ok := e.cfg.Presets[name]; ok {
 		return p, nil, true
 	}
+	if !templates.ValidName(name) {
+		return Preset{}, nil, false
+	}
 	e.templates.mu.RLock()
-	t = e.templates.m[name]
+	if tenant != "" {
+		t = e.templates.m[templates.Key(tenant, name)]
+	}
+	if t == nil {
+		t = e.templates.m[templates.Key("", name)]
+	}
 	e.templates.mu.RUnlock()
 	if t == nil {
 		return Preset{}, nil, false
 	}
 	return Preset{Image: t.Image, MainFile: t.MainFile, Argv: t.Argv, Compile: t.Compile}, t, true
+}
+
+// tenantImage reports whether a tenant's template may run on image on
+// this worker: the image of one of its presets or of an operator's
+// template it serves, as the gateway checked at registration
+// (templates.TenantImage). Checked again here, at each job, because an
+// operator's template may have gone since, and because a registration
+// reaching the bucket some other way must not start the worker's own
+// images, which lack the sandbox's hardening.
+func (e *Executor) tenantImage(image string) bool {
+	for _, p := range e.cfg.Presets {
+		if p.Image == image {
+			return true
+		}
+	}
+	e.templates.mu.RLock()
+	defer e.templates.mu.RUnlock()
+	for _, t := range e.templates.m {
+		if t.Tenant == "" && t.Image == image {
+			return true
+		}
+	}
+	return false
 }
 
 // templateLimits are the defaults and caps of a template's jobs: its own
@@ -173,6 +215,9 @@ func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Templat
 // templateRef is what the result says of t, once this worker has t's
 // image; a worker without it refuses the job, naming the image.
 func (e *Executor) templateRef(ctx context.Context, t *templates.Template) (*templates.Ref, error) {
+	if t.Tenant != "" && !e.tenantImage(t.Image) {
+		return nil, fmt.Errorf("image: template %q names the image %s, which a tenant's template may not (%w)", t.Name, t.Image, errTenantImage)
+	}
 	id, err := e.resolveImage(ctx, t.Image, false)
 	if errors.Is(err, ErrImageMissing) {
 		return nil, fmt.Errorf("image: template %q needs the image %s, which this worker does not have (%w)", t.Name, t.Image, ErrImageMissing)
@@ -180,8 +225,18 @@ func (e *Executor) templateRef(ctx context.Context, t *templates.Template) (*tem
 	if err != nil {
 		return nil, err
 	}
-	return &templates.Ref{Name: t.Name, Version: t.Version, Digest: id}, nil
+	// A tenant's template runs on a sandbox image alone, whatever the
+	// registry let through: a second line, should an operator's template
+	// name another image.
+	if t.Tenant != "" && !e.sandboxImage(t.Image) {
+		return nil, fmt.Errorf("image: template %q names the image %s, which has no %s label: a tenant's template may not (%w)", t.Name, t.Image, SandboxLabel, errTenantImage)
+	}
+	return &templates.Ref{Name: t.Name, Tenant: t.Tenant, Version: t.Version, Digest: id}, nil
 }
+
+// errTenantImage is a tenant's template naming an image that is neither a
+// preset's nor an operator's template's: its jobs are rejected.
+var errTenantImage = errors.New("not a preset's image nor an operator's template's")
 
 // withTemplateEnv is job with t's env under its own: a job's variable of
 // the same name wins.

@@ -793,3 +793,112 @@ func TestTemplatesAPI(t *testing.T) {
 	apiCase{method: "DELETE", path: "/v1/templates/repo-x", token: b.alice, status: 204}.run(t, b, doc)
 	apiCase{name: "deleted", method: "GET", path: "/v1/templates/repo-x", token: b.alice, status: 404, code: gateway.CodeNotFound}.run(t, b, doc)
 }
+
+// A tenant's token registers, lists, shows and removes its tenant's own
+// templates: another tenant's token sees none of them and reaches neither
+// them nor the operator's; an image that is no preset's nor an operator
+// template's, a pool, a forged tenant and the 17th template are refused;
+// a read-only token lists and shows only.
+func TestTenantTemplatesAPI(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	b := setup(t, options{tenants: []string{"team-a", "team-b"}})
+	a, bt, aRead := b.tenant["team-a"], b.tenant["team-b"], b.tenantRead["team-a"]
+	tmpl := func(image, extra string) string {
+		return `{"image":"` + image + `","main_file":"main.py","argv":["python3","main.py"]` + extra + `}`
+	}
+	apiCase{method: "PUT", path: "/v1/templates/t1", token: b.alice, body: tmpl("sandfleet/task-x:1", `,"description":"the operator's"`), status: 200}.run(t, b, doc)
+	var stored struct {
+		Name, Tenant, Description string
+		Version                   uint64
+	}
+	apiCase{method: "PUT", path: "/v1/templates/t1", token: a, body: tmpl("sandfleet/sandbox:latest", `,"description":"a's"`), status: 200}.run(t, b, doc).decode(t, &stored)
+	if stored.Name != "t1" || stored.Tenant != "team-a" || stored.Version == 0 {
+		t.Errorf("a's put: %+v", stored)
+	}
+	listed := func(token string) []string {
+		var l struct {
+			Templates []struct{ Name, Tenant, Description string } `json:"templates"`
+		}
+		apiCase{method: "GET", path: "/v1/templates", token: token, status: 200}.run(t, b, doc).decode(t, &l)
+		var out []string
+		for _, tp := range l.Templates {
+			out = append(out, tp.Tenant+"/"+tp.Name+":"+tp.Description)
+		}
+		return out
+	}
+	if got := listed(a); !slices.Equal(got, []string{"team-a/t1:a's"}) {
+		t.Errorf("a's list: %v", got)
+	}
+	if got := listed(aRead); !slices.Equal(got, []string{"team-a/t1:a's"}) {
+		t.Errorf("a's read-only list: %v", got)
+	}
+	if got := listed(bt); len(got) != 0 {
+		t.Errorf("b's list: %v", got)
+	}
+	if got := listed(b.alice); !slices.Equal(got, []string{"/t1:the operator's"}) {
+		t.Errorf("the operator's list: %v", got)
+	}
+	apiCase{method: "GET", path: "/v1/templates/t1", token: aRead, status: 200, check: func(t *testing.T, r reply) {
+		if !strings.Contains(string(r.body), `"a's"`) {
+			t.Errorf("a's read-only show: %s", r.body)
+		}
+	}}.run(t, b, doc)
+	for _, c := range []apiCase{
+		{name: "b shows a's", method: "GET", path: "/v1/templates/t1", token: bt, status: 404, code: gateway.CodeNotFound},
+		{name: "b removes a's", method: "DELETE", path: "/v1/templates/t1", token: bt, status: 404, code: gateway.CodeNotFound},
+		{name: "b names a's key", method: "GET", path: "/v1/templates/_tenant.team-a.t1", token: bt, status: 404, code: gateway.CodeNotFound, docRefuses: true},
+		{name: "b names a's key, escaped", method: "GET", path: "/v1/templates/_tenant%2Eteam-a%2Et1", token: bt, status: 404, code: gateway.CodeNotFound, docRefuses: true},
+		{name: "b puts a's key", method: "PUT", path: "/v1/templates/_tenant.team-a.t1", token: bt, body: tmpl("sandfleet/sandbox:latest", ""), status: 400, code: gateway.CodeInvalidRequest, docRefuses: true},
+		{name: "b names a in the body", method: "PUT", path: "/v1/templates/t9", token: bt, body: tmpl("sandfleet/sandbox:latest", `,"tenant":"team-a"`), status: 400, code: gateway.CodeInvalidRequest},
+		{name: "the operator's token names a tenant", method: "PUT", path: "/v1/templates/t9", token: b.alice, body: tmpl("sandfleet/sandbox:latest", `,"tenant":"team-a"`), status: 400, code: gateway.CodeInvalidRequest},
+		{name: "a wildcard", method: "PUT", path: "/v1/templates/t.%3E", token: bt, body: tmpl("sandfleet/sandbox:latest", ""), status: 400, code: gateway.CodeInvalidRequest, docRefuses: true},
+		{name: "a star", method: "GET", path: "/v1/templates/%2A", token: bt, status: 404, code: gateway.CodeNotFound, docRefuses: true},
+		{name: "an empty token", method: "PUT", path: "/v1/templates/a..b", token: bt, body: tmpl("sandfleet/sandbox:latest", ""), status: 400, code: gateway.CodeInvalidRequest},
+		{name: "uppercase", method: "PUT", path: "/v1/templates/T1", token: bt, body: tmpl("sandfleet/sandbox:latest", ""), status: 400, code: gateway.CodeInvalidRequest, docRefuses: true},
+		{name: "the worker's image", method: "PUT", path: "/v1/templates/t2", token: a, body: tmpl("sandfleet/worker:latest", ""), status: 400, code: gateway.CodeInvalidRequest,
+			check: func(t *testing.T, r reply) {
+				if !strings.Contains(string(r.body), "image") {
+					t.Errorf("the refusal does not name the field: %s", r.body)
+				}
+			}},
+		{name: "a pool", method: "PUT", path: "/v1/templates/t2", token: a, body: tmpl("sandfleet/sandbox:latest", `,"pool":1`), status: 400, code: gateway.CodeInvalidRequest,
+			check: func(t *testing.T, r reply) {
+				if !strings.Contains(string(r.body), "pool") {
+					t.Errorf("the refusal does not name the field: %s", r.body)
+				}
+			}},
+		{name: "a read-only token puts", method: "PUT", path: "/v1/templates/t2", token: aRead, body: tmpl("sandfleet/sandbox:latest", ""), status: 403, code: gateway.CodeForbidden},
+		{name: "a read-only token removes", method: "DELETE", path: "/v1/templates/t1", token: aRead, status: 403, code: gateway.CodeForbidden},
+	} {
+		c.run(t, b, doc)
+	}
+	// b's own t1, and the operator's image for it: a's is untouched.
+	apiCase{method: "PUT", path: "/v1/templates/t1", token: bt, body: tmpl("sandfleet/task-x:1", `,"description":"b's"`), status: 200}.run(t, b, doc)
+	apiCase{method: "GET", path: "/v1/templates/t1", token: a, status: 200, check: func(t *testing.T, r reply) {
+		if !strings.Contains(string(r.body), `"a's"`) {
+			t.Errorf("b's put reached a's t1: %s", r.body)
+		}
+	}}.run(t, b, doc)
+	apiCase{method: "DELETE", path: "/v1/templates/t1", token: bt, status: 204}.run(t, b, doc)
+	if got := listed(a); len(got) != 1 {
+		t.Errorf("b's delete reached a's: %v", got)
+	}
+	if got := listed(b.alice); len(got) != 1 {
+		t.Errorf("b's delete reached the operator's: %v", got)
+	}
+
+	// A job of b's that names a's ID (so that a worker would take it for
+	// a's, and look its image up among a's templates) is refused.
+	r := b.do(t, "POST", "/v1/jobs", bt, []byte(`{"id":"team-a.forged","image":"t1","code":"print(1)"}`))
+	if r.status != 400 || r.errorCode() != gateway.CodeInvalidJob {
+		t.Errorf("b's job of a's ID: %d %s", r.status, r.body)
+	}
+
+	// The cap: 16 of a tenant's; the 17th is refused, b's are its own.
+	for i := 2; i <= 16; i++ {
+		apiCase{method: "PUT", path: fmt.Sprintf("/v1/templates/t%d", i), token: a, body: tmpl("sandfleet/sandbox:latest", ""), status: 200}.run(t, b, doc)
+	}
+	apiCase{name: "the 17th", method: "PUT", path: "/v1/templates/t17", token: a, body: tmpl("sandfleet/sandbox:latest", ""), status: 429, code: gateway.CodeTooManyRequests}.run(t, b, doc)
+	apiCase{method: "PUT", path: "/v1/templates/t17", token: bt, body: tmpl("sandfleet/sandbox:latest", ""), status: 200}.run(t, b, doc)
+}

@@ -76,6 +76,11 @@ type Config struct {
 	MaxTerminals          int
 	MaxTerminalsPerToken  int
 	MaxTerminalsPerTenant int
+	// MaxTemplatesPerTenant is the most templates of its own one tenant
+	// registers (PUT /v1/templates/{name} with a tenant's token), within
+	// the registry's own cap for all (templates.MaxTemplates). Default
+	// templates.DefaultTenantTemplates (16).
+	MaxTemplatesPerTenant int
 	// ReadTimeout bounds the reading of a request body. Default 60s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the writing of a response (after a wait), and
@@ -142,6 +147,7 @@ func (c *Config) setDefaults() {
 		{&c.MaxWaitingPerToken, 256}, {&c.MaxStreamsPerToken, 64}, {&c.MaxBatchesPerToken, 4},
 		{&c.MaxWaitingPerTenant, 512}, {&c.MaxStreamsPerTenant, 128}, {&c.MaxBatchesPerTenant, 8},
 		{&c.MaxTerminals, 64}, {&c.MaxTerminalsPerToken, 8}, {&c.MaxTerminalsPerTenant, 16},
+		{&c.MaxTemplatesPerTenant, templates.DefaultTenantTemplates},
 	} {
 		if *d.v <= 0 {
 			*d.v = d.def

@@ -34,12 +34,20 @@ type bundle struct {
 	js     jetstream.JetStream // the fleet's, as an operator would reach it
 	// Tokens: alice may use every queue, bob only "default".
 	alice, bob string
+	// tenant and tenantRead are a read-write and a read-only token of
+	// each of options.tenants, served by a client of that tenant.
+	tenant, tenantRead map[string]string
 }
 
 type options struct {
 	cfg  gateway.Config
 	topo fleet.Topology
 	open bool // no tokens
+	// tenants get tokens of their own (bundle.tenant, bundle.tenantRead),
+	// each served over a connection of its own with its tenant's client
+	// (the server here grants every connection everything: the scope is
+	// the gateway's to keep).
+	tenants []string
 }
 
 func setup(t testing.TB, o options) *bundle {
@@ -69,6 +77,30 @@ func setup(t testing.TB, o options) *bundle {
 			}
 			*tk.secret = secret
 			lines = append(lines, line)
+		}
+		b.tenant, b.tenantRead = map[string]string{}, map[string]string{}
+		for _, tenant := range o.tenants {
+			for _, role := range []string{"", gateway.RoleRead} {
+				secret, line, err := gateway.NewTokenWith(tenant+"-"+role+"tok", gateway.TokenOptions{Tenant: tenant, Role: role})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lines = append(lines, line)
+				if role == "" {
+					b.tenant[tenant] = secret
+				} else {
+					b.tenantRead[tenant] = secret
+				}
+			}
+			tnc, tjs := natstest.Connect(t, srv.ClientURL(), jobs.TenantOptions(tenant)...)
+			tc, err := jobs.NewTenantClient(tjs, tenant, jobs.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.cfg.Tenants == nil {
+				o.cfg.Tenants = map[string]gateway.Conn{}
+			}
+			o.cfg.Tenants[tenant] = gateway.Conn{Client: tc, NC: tnc}
 		}
 		o.cfg.Tokens, err = gateway.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 		if err != nil {

@@ -27,7 +27,7 @@ func (t *templateRegistry) get(r *http.Request) (*templates.Registry, error) {
 		return t.reg, nil
 	}
 	if t.nc == nil {
-		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway has no operator's connection: templates are the operator's")
+		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway has no operator's connection, on which the template registry is reached")
 	}
 	js, err := jetstream.New(t.nc)
 	if err != nil {
@@ -41,13 +41,22 @@ func (t *templateRegistry) get(r *http.Request) (*templates.Registry, error) {
 	return reg, nil
 }
 
-// registryOf is the registry for tok: templates are the operator's, so a
-// tenant's token is refused (its jobs may still name a template).
-func (g *Gateway) registryOf(r *http.Request, tok *Token) (*templates.Registry, error) {
-	if tok != nil && tok.Tenant != "" {
-		return nil, apiErr(http.StatusForbidden, CodeForbidden, "templates are the operator's: a tenant's jobs may name one, not register one")
+// registryOf is the registry for tok, and the tenant whose templates tok
+// reaches ("" for the operator's): a tenant's token reads and writes its
+// tenant's own templates alone (templates.Registry keys them by tenant),
+// never the operator's or another tenant's. The registry is reached on
+// the operator's connection, as tenants' credentials do not reach the
+// bucket; the tenant is the token's view's, decided in New.
+func (g *Gateway) registryOf(r *http.Request, tok *Token) (*templates.Registry, string, error) {
+	reg, err := g.templates.get(r)
+	if err != nil {
+		return nil, "", err
 	}
-	return g.templates.get(r)
+	v := g.views.of(tok)
+	if v == nil {
+		return nil, "", apiErr(http.StatusForbidden, CodeForbidden, "this token reaches no templates")
+	}
+	return reg, v.Tenant(), nil
 }
 
 func templateErr(err error) error {
@@ -62,13 +71,14 @@ func templateErr(err error) error {
 	return err
 }
 
-// listTemplates: GET /v1/templates.
+// listTemplates: GET /v1/templates: those of the token's tenant, or the
+// operator's for an operator's token.
 func (g *Gateway) listTemplates(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, err := g.registryOf(r, tok)
+	reg, tenant, err := g.registryOf(r, tok)
 	if err != nil {
 		return err
 	}
-	list, err := reg.List(r.Context())
+	list, err := reg.List(r.Context(), tenant)
 	if err != nil {
 		return err
 	}
@@ -79,13 +89,14 @@ func (g *Gateway) listTemplates(w http.ResponseWriter, r *http.Request, tok *Tok
 	return nil
 }
 
-// getTemplate: GET /v1/templates/{name}.
+// getTemplate: GET /v1/templates/{name}: the token's tenant's (or the
+// operator's, for an operator's token); another's is not found.
 func (g *Gateway) getTemplate(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, err := g.registryOf(r, tok)
+	reg, tenant, err := g.registryOf(r, tok)
 	if err != nil {
 		return err
 	}
-	t, err := reg.Get(r.Context(), r.PathValue("name"))
+	t, err := reg.Get(r.Context(), tenant, r.PathValue("name"))
 	if err != nil {
 		return templateErr(err)
 	}
@@ -94,9 +105,11 @@ func (g *Gateway) getTemplate(w http.ResponseWriter, r *http.Request, tok *Token
 }
 
 // putTemplate: PUT /v1/templates/{name}: a registration, or a new version
-// of one; the body is the template (its name, if given, the path's).
+// of one; the body is the template (its name, if given, the path's). A
+// tenant's token registers its tenant's own, within the tenant policy
+// (templates.TenantPolicy).
 func (g *Gateway) putTemplate(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, err := g.registryOf(r, tok)
+	reg, tenant, err := g.registryOf(r, tok)
 	if err != nil {
 		return err
 	}
@@ -115,7 +128,15 @@ func (g *Gateway) putTemplate(w http.ResponseWriter, r *http.Request, tok *Token
 		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "name %q is not the path's %q", t.Name, name)
 	}
 	t.Name = name
-	stored, err := reg.Put(r.Context(), t)
+	if t.Tenant != "" && t.Tenant != tenant {
+		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "tenant %q: a template's tenant is its token's", t.Tenant)
+	}
+	var stored *templates.Template
+	if tenant == "" {
+		stored, err = reg.Put(r.Context(), t)
+	} else {
+		stored, err = reg.PutTenant(r.Context(), tenant, t, templates.TenantPolicy{MaxTemplates: g.cfg.MaxTemplatesPerTenant})
+	}
 	if err != nil {
 		return templateErr(err)
 	}
@@ -125,11 +146,11 @@ func (g *Gateway) putTemplate(w http.ResponseWriter, r *http.Request, tok *Token
 
 // deleteTemplate: DELETE /v1/templates/{name}.
 func (g *Gateway) deleteTemplate(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, err := g.registryOf(r, tok)
+	reg, tenant, err := g.registryOf(r, tok)
 	if err != nil {
 		return err
 	}
-	if err := reg.Delete(r.Context(), r.PathValue("name")); err != nil {
+	if err := reg.Delete(r.Context(), tenant, r.PathValue("name")); err != nil {
 		return templateErr(err)
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -7,6 +7,12 @@
 // sees it. Registrations live in the JetStream KV bucket TEMPLATES; a
 // registration's version is its KV revision, so a result can say which
 // registration it ran.
+//
+// A tenant may register templates of its own (PutTenant): they are its
+// alone, kept under keys of its own (Key), named by its jobs only, and
+// bounded by a TenantPolicy, since a tenant is not trusted with what the
+// operator is: its template names an image the fleet already runs
+// sandboxes of, holds no warm pool, and counts against a cap of its own.
 package templates
 
 import (
@@ -16,25 +22,35 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // Bucket is the KV bucket of the registrations, by name.
 const Bucket = "TEMPLATES"
 
-// Caps of the registry: a template's JSON, and how many there may be.
+// Caps of the registry: a template's JSON, how many there may be, and
+// how many of them all tenants together may hold (so that tenants cannot
+// fill the registry against the operator).
 const (
-	MaxBytes     = 64 << 10
-	MaxTemplates = 256
+	MaxBytes           = 64 << 10
+	MaxTemplates       = 256
+	MaxTenantTemplates = MaxTemplates / 2
 )
 
 // Template is one registration.
 type Template struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// Tenant is the tenant whose template it is, "" for the operator's;
+	// set by the registry from the key it is stored under, never taken
+	// from a caller.
+	Tenant      string `json:"tenant,omitempty"`
 	Description string `json:"description,omitempty"`
 	// Image is a local tag or a digest the workers that serve the
 	// template have; a worker without it refuses the template's jobs.
@@ -70,7 +86,9 @@ type Template struct {
 
 // Ref is what a result says of the template its job ran on.
 type Ref struct {
-	Name    string `json:"name"`
+	Name string `json:"name"`
+	// Tenant is the template's tenant, "" for the operator's.
+	Tenant  string `json:"tenant,omitempty"`
 	Version uint64 `json:"version"`
 	// Digest is the image's ID on the worker that ran the job.
 	Digest string `json:"digest,omitempty"`
@@ -82,16 +100,82 @@ var (
 	ErrInvalid = errors.New("invalid template")
 	// ErrNotFound is a name with no registration.
 	ErrNotFound = errors.New("no such template")
-	// ErrFull is a registry holding MaxTemplates already.
+	// ErrFull is a registry holding MaxTemplates already, or a tenant
+	// holding its TenantPolicy's MaxTemplates.
 	ErrFull = errors.New("the registry holds the most templates it may")
 )
+
+// tenantPrefix starts the key of every tenant's template,
+// _tenant.<tenant>.<name>: no operator's template's name begins with a '_',
+// and no tenant's name holds a dot, so a key says whose template it is
+// and one tenant's names never reach another's key or the operator's.
+const tenantPrefix = "_tenant."
+
+// Key is the KV key of tenant's template name ("" tenant: the operator's).
+func Key(tenant, name string) string {
+	if tenant == "" {
+		return name
+	}
+	return tenantPrefix + tenant + "." + name
+}
+
+// parseKey is Key's inverse; ok is false for a key no registration has.
+func parseKey(key string) (tenant, name string, ok bool) {
+	rest, isTenant := strings.CutPrefix(key, tenantPrefix)
+	if !isTenant {
+		return "", key, ValidName(key)
+	}
+	tenant, name, _ = strings.Cut(rest, ".")
+	return tenant, name, fleet.ValidTenant(tenant) && ValidName(name)
+}
+
+// PresetImages are the images of the built-in presets, which a tenant's
+// template may name besides those of the operator's templates.
+var PresetImages = []string{"sandfleet/sandbox:latest", "sandfleet/sandbox-langs:latest", "sandfleet/sandbox-data:latest"}
+
+// DefaultTenantTemplates is TenantPolicy.MaxTemplates's default.
+const DefaultTenantTemplates = 16
+
+// TenantPolicy bounds the templates of tenants: who runs a sandbox is not
+// trusted with the worker's host, so a tenant's template names no image
+// but one the fleet already runs sandboxes of (PresetImages, or an image
+// of an operator's template: never another local image, such as the
+// worker's own, which lacks the sandbox's hardening), and holds no warm
+// pool (a pool holds every serving worker's resources for one tenant).
+// Its limits are within the fleet's caps as an operator's are, and each
+// worker cuts them to its own caps.
+type TenantPolicy struct {
+	// MaxTemplates is the most templates one tenant holds, within the
+	// registry's MaxTemplates for all. Defaults to DefaultTenantTemplates.
+	MaxTemplates int
+}
+
+func (p TenantPolicy) max() int {
+	if p.MaxTemplates <= 0 {
+		return DefaultTenantTemplates
+	}
+	return p.MaxTemplates
+}
+
+// TenantImage reports whether a tenant's template may name image, given
+// the operator's templates: exactly the image of a built-in preset or of
+// one of them (the same string; a digest of it is another name).
+func TenantImage(image string, operators []*Template) bool {
+	if slices.Contains(PresetImages, image) {
+		return true
+	}
+	return slices.ContainsFunc(operators, func(t *Template) bool { return t.Tenant == "" && t.Image == image })
+}
 
 // Reserved are the names of the built-in presets: a template may not take
 // one, as a worker's own preset of a name wins over a template of it.
 var Reserved = []string{"python", "python-data", "shell", "node", "c", "cpp", "java", "go", "rust"}
 
-// ValidName reports whether name may name a template.
-func ValidName(name string) bool { return validName.MatchString(name) }
+// ValidName reports whether name may name a template: a KV key's token
+// or dot-separated tokens, none empty (so no "a..b", no trailing dot).
+func ValidName(name string) bool {
+	return validName.MatchString(name) && !strings.Contains(name, "..") && !strings.HasSuffix(name, ".")
+}
 
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
@@ -101,7 +185,11 @@ func invalid(format string, a ...any) error {
 func (t *Template) Validate() error {
 	switch {
 	case !ValidName(t.Name):
-		return invalid("name %q must match %s", t.Name, validName)
+		return invalid("name %q must match %s, with no empty part between dots", t.Name, validName)
+	case t.Tenant != "" && !fleet.ValidTenant(t.Tenant):
+		return invalid("tenant %q is no tenant's name", t.Tenant)
+	case t.Tenant != "" && (t.Pool != 0 || t.PoolMax != 0):
+		return invalid("pool: a tenant's template has no warm pool (pool and pool_max 0)")
 	case slices.Contains(Reserved, t.Name):
 		return invalid("name %q is a built-in preset's", t.Name)
 	case t.Image == "" || len(t.Image) > 256:
@@ -122,6 +210,21 @@ func (t *Template) Validate() error {
 	for k := range t.Env {
 		if k == "" || len(k) > 128 {
 			return invalid("env: a name of 1 to 128 bytes")
+		}
+	}
+	if t.Tenant != "" {
+		// A tenant's commands, file and env are a job's, held to a
+		// job's checks: its template is no way past them.
+		for _, c := range []struct {
+			field string
+			err   error
+		}{
+			{"main_file", field.FileName(t.MainFile)}, {"argv", field.Argv(t.Argv)}, {"compile", field.Argv(t.Compile)},
+			{"start", field.Argv(t.Start)}, {"ready", field.Argv(t.Ready)}, {"env", field.Env(t.Env)},
+		} {
+			if c.err != nil {
+				return invalid("%s: %v", c.field, c.err)
+			}
 		}
 	}
 	if err := t.Limits.Fill(limits.Default()).Validate(limits.DefaultCaps()); err != nil {
@@ -166,9 +269,79 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Registry,
 	return &Registry{kv: kv}, nil
 }
 
-// Put registers t (a new one, or a new version of one) and returns it as
-// stored, with its version.
+// Put registers t, an operator's template (a new one, or a new version of
+// one), and returns it as stored, with its version. A tenant's goes
+// through PutTenant.
 func (r *Registry) Put(ctx context.Context, t Template) (*Template, error) {
+	if t.Tenant != "" {
+		return nil, invalid("tenant: an operator's template has none (a tenant's is PutTenant's)")
+	}
+	return r.put(ctx, t, nil)
+}
+
+// PutTenant registers t as tenant's own template, within p: an image of
+// a built-in preset or of an operator's template, no pool, and at most
+// p's MaxTemplates of the tenant's. t's Tenant, if set, must be tenant.
+func (r *Registry) PutTenant(ctx context.Context, tenant string, t Template, p TenantPolicy) (*Template, error) {
+	if !fleet.ValidTenant(tenant) {
+		return nil, invalid("tenant %q is no tenant's name", tenant)
+	}
+	if t.Tenant != "" && t.Tenant != tenant {
+		return nil, invalid("tenant %q is not the caller's %q", t.Tenant, tenant)
+	}
+	t.Tenant = tenant
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	operators, err := r.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	if !TenantImage(t.Image, operators) {
+		return nil, invalid("image %q: a tenant's template names the image of a built-in preset (%s) or of one of the operator's templates",
+			t.Image, strings.Join(PresetImages, ", "))
+	}
+	return r.put(ctx, t, []keyCap{
+		{tenantPrefix + tenant + ".>", p.max(), "tenant " + tenant + "'s templates"},
+		{tenantPrefix + ">", MaxTenantTemplates, "the tenants' templates together"},
+	})
+}
+
+// keyCap is a cap on how many keys match filter.
+type keyCap struct {
+	filter string
+	max    int
+	what   string
+}
+
+// within checks that the registry's keys stay within MaxTemplates and
+// caps: with created, the new key is among them; without, it is to come.
+func (r *Registry) within(ctx context.Context, caps []keyCap, created bool) error {
+	for _, c := range append([]keyCap{{"", MaxTemplates, "the registry"}}, caps...) {
+		var keys []string
+		var err error
+		if c.filter == "" {
+			keys, err = r.keys(ctx)
+		} else {
+			keys, err = r.keys(ctx, c.filter)
+		}
+		if err != nil {
+			return err
+		}
+		if n := len(keys); n > c.max || n == c.max && !created {
+			return fmt.Errorf("%w: %s hold %d, the most they may", ErrFull, c.what, c.max)
+		}
+	}
+	return nil
+}
+
+// put stores t under its key. A new key must leave the registry within
+// MaxTemplates and caps, checked before it is created and again after,
+// when the count includes it: a key whose second check fails is removed
+// again, so that concurrent puts of new names never leave a cap passed
+// (some may all be refused, and are retried), since the last of them to
+// count sees every one that stays.
+func (r *Registry) put(ctx context.Context, t Template, caps []keyCap) (*Template, error) {
 	t.Version, t.Updated = 0, time.Now().UTC()
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -180,29 +353,56 @@ func (r *Registry) Put(ctx context.Context, t Template) (*Template, error) {
 	if len(data) > MaxBytes {
 		return nil, invalid("%d bytes, over the cap of %d", len(data), MaxBytes)
 	}
-	if _, err := r.kv.Get(ctx, t.Name); errors.Is(err, jetstream.ErrKeyNotFound) {
-		names, err := r.names(ctx)
+	key := Key(t.Tenant, t.Name)
+	_, err = r.kv.Get(ctx, key)
+	switch {
+	case err == nil:
+		rev, err := r.kv.Put(ctx, key, data)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("templates: put %s: %w", key, err)
 		}
-		if len(names) >= MaxTemplates {
-			return nil, fmt.Errorf("%w (%d)", ErrFull, MaxTemplates)
-		}
+		t.Version = rev
+		return &t, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, fmt.Errorf("templates: get %s: %w", key, err)
 	}
-	rev, err := r.kv.Put(ctx, t.Name, data)
+	if err := r.within(ctx, caps, false); err != nil {
+		return nil, err
+	}
+	rev, err := r.kv.Create(ctx, key, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// Made meanwhile by another put of the name: this is a new
+		// version of it, which takes no room.
+		rev, err = r.kv.Put(ctx, key, data)
+		if err != nil {
+			return nil, fmt.Errorf("templates: put %s: %w", key, err)
+		}
+		t.Version = rev
+		return &t, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("templates: put %s: %w", t.Name, err)
+		return nil, fmt.Errorf("templates: create %s: %w", key, err)
+	}
+	if err := r.within(ctx, caps, true); err != nil {
+		// Another put took the room meanwhile: undo this one, unless
+		// it was written over since.
+		if derr := r.kv.Delete(ctx, key, jetstream.LastRevision(rev)); derr != nil && !errors.Is(derr, jetstream.ErrKeyExists) {
+			return nil, errors.Join(err, derr)
+		}
+		return nil, err
 	}
 	t.Version = rev
 	return &t, nil
 }
 
-// Get returns the registration of name, or ErrNotFound.
-func (r *Registry) Get(ctx context.Context, name string) (*Template, error) {
-	if !ValidName(name) {
+// Get returns tenant's registration of name ("" tenant: the operator's),
+// or ErrNotFound. A tenant's Get never reads the operator's nor another
+// tenant's: the key is the tenant's.
+func (r *Registry) Get(ctx context.Context, tenant, name string) (*Template, error) {
+	if !ValidName(name) || tenant != "" && !fleet.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	e, err := r.kv.Get(ctx, name)
+	e, err := r.kv.Get(ctx, Key(tenant, name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
@@ -212,48 +412,71 @@ func (r *Registry) Get(ctx context.Context, name string) (*Template, error) {
 	return decode(e)
 }
 
+// decode is the registration e holds, named by its key: a value that
+// names another template than its key is not one.
 func decode(e jetstream.KeyValueEntry) (*Template, error) {
 	var t Template
 	if err := json.Unmarshal(e.Value(), &t); err != nil {
 		return nil, fmt.Errorf("templates: %s: %w", e.Key(), err)
 	}
+	tenant, name, ok := parseKey(e.Key())
+	if !ok || t.Tenant != tenant || t.Name != name {
+		return nil, fmt.Errorf("templates: key %s holds template %q of tenant %q", e.Key(), t.Name, t.Tenant)
+	}
 	t.Version = e.Revision()
 	return &t, nil
 }
 
-// Delete removes the registration of name.
-func (r *Registry) Delete(ctx context.Context, name string) error {
-	if _, err := r.Get(ctx, name); err != nil {
+// Delete removes tenant's registration of name ("" tenant: the operator's).
+func (r *Registry) Delete(ctx context.Context, tenant, name string) error {
+	if _, err := r.Get(ctx, tenant, name); err != nil {
 		return err
 	}
-	return r.kv.Delete(ctx, name)
+	return r.kv.Delete(ctx, Key(tenant, name))
 }
 
-func (r *Registry) names(ctx context.Context) ([]string, error) {
-	lister, err := r.kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, k)
+// keys are the registry's keys, or those matching filters.
+func (r *Registry) keys(ctx context.Context, filters ...string) ([]string, error) {
+	var lister jetstream.KeyLister
+	var err error
+	if len(filters) == 0 {
+		lister, err = r.kv.ListKeys(ctx)
+	} else {
+		lister, err = r.kv.ListKeysFiltered(ctx, filters...)
 	}
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}
-	return names, nil
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
-// List returns every registration, by name.
-func (r *Registry) List(ctx context.Context) ([]*Template, error) {
-	names, err := r.names(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+// List returns tenant's registrations ("" tenant: the operator's), by
+// name.
+func (r *Registry) List(ctx context.Context, tenant string) ([]*Template, error) {
+	if tenant != "" && !fleet.ValidTenant(tenant) {
+		return nil, nil
+	}
+	keys, err := r.keys(ctx)
+	if err != nil {
 		return nil, err
+	}
+	var names []string
+	for _, k := range keys {
+		if t, n, ok := parseKey(k); ok && t == tenant {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	var out []*Template
 	for _, n := range names {
-		t, err := r.Get(ctx, n)
+		t, err := r.Get(ctx, tenant, n)
 		if errors.Is(err, ErrNotFound) {
 			continue // deleted meanwhile
 		}
@@ -266,7 +489,9 @@ func (r *Registry) List(ctx context.Context) ([]*Template, error) {
 }
 
 // Watch calls set with every registration as it stands, at once and at
-// each change (a deleted one is gone from the map), until ctx ends.
+// each change (a deleted one is gone from the map), until ctx ends. The
+// map is by key (Key): the operator's templates by name, the tenants'
+// under their tenants' keys.
 func (r *Registry) Watch(ctx context.Context, set func(map[string]*Template)) error {
 	w, err := r.kv.WatchAll(ctx)
 	if err != nil {
