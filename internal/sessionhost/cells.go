@@ -2,6 +2,7 @@ package sessionhost
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -15,7 +16,8 @@ import (
 // memory, bounded per session by sessions.MaxCells and MaxCellsBytes,
 // which an owner's cells fill however it likes. An ended session's is
 // kept keepEndedFor after its end, at most keepEnded of them and
-// keepEndedBytes in all on a worker, so that the page of a session an
+// keepEndedBytes in all on a worker (past them the owner holding the most
+// loses its oldest), so that the page of a session an
 // agent deleted at its end still shows what it ran. At the default 16
 // sessions a worker then holds at most 16 × 4 + 16 = 80 MiB of
 // histories, beside the answers kept for retries (calls.go).
@@ -177,6 +179,7 @@ func newCell(req sessions.CodeRequest, res *sessions.CodeResult, at time.Time) s
 // endedCells is an ended session's history, answered until its time.
 type endedCells struct {
 	id    string
+	owner string
 	log   *cellLog
 	sub   *nats.Subscription
 	until time.Time
@@ -203,27 +206,57 @@ func (h *Host) keepCells(l *live) {
 		return // its history goes with it: the page says none is kept
 	}
 	h.mu.Lock()
-	h.ended = append(h.ended, &endedCells{id: id, log: log, sub: sub, until: time.Now().Add(keepEndedFor)})
+	h.ended = append(h.ended, &endedCells{id: id, owner: owner, log: log, sub: sub, until: time.Now().Add(keepEndedFor)})
 	h.forgetCellsLocked(time.Now())
 	h.mu.Unlock()
 }
 
 // forgetCellsLocked forgets the ended sessions' histories past their
-// time, then the oldest while over the bounds.
+// time, then, while over the bounds, the oldest of the owner holding the
+// most (by count when over keepEnded, else by bytes): owners distrust
+// each other, and one who makes and deletes many sessions must not evict
+// the others' histories, only its own.
 func (h *Host) forgetCellsLocked(now time.Time) {
+	count := map[string]int{}
+	size := map[string]int{}
 	total := 0
+	kept := h.ended[:0]
 	for _, e := range h.ended {
-		total += e.log.size()
-	}
-	for len(h.ended) > 0 {
-		e := h.ended[0]
-		if now.Before(e.until) && len(h.ended) <= keepEnded && total <= keepEndedBytes {
-			break
+		if !now.Before(e.until) {
+			_ = e.sub.Unsubscribe()
+			continue
 		}
+		kept = append(kept, e)
+		n := e.log.size()
+		count[e.owner]++
+		size[e.owner] += n
+		total += n
+	}
+	clear(h.ended[len(kept):])
+	h.ended = kept
+	for len(h.ended) > 0 && (len(h.ended) > keepEnded || total > keepEndedBytes) {
+		by := size
+		if len(h.ended) > keepEnded {
+			by = count
+		}
+		heaviest := ""
+		for o, n := range by {
+			if heaviest == "" || n > by[heaviest] || n == by[heaviest] && o < heaviest {
+				heaviest = o
+			}
+		}
+		i := slices.IndexFunc(h.ended, func(e *endedCells) bool { return e.owner == heaviest })
+		e := h.ended[i]
 		_ = e.sub.Unsubscribe()
-		total -= e.log.size()
-		h.ended[0] = nil
-		h.ended = h.ended[1:]
+		n := e.log.size()
+		count[e.owner]--
+		size[e.owner] -= n
+		if count[e.owner] == 0 {
+			delete(count, e.owner)
+			delete(size, e.owner)
+		}
+		total -= n
+		h.ended = slices.Delete(h.ended, i, i+1)
 	}
 }
 
