@@ -39,6 +39,11 @@ type cellLog struct {
 type keptCell struct {
 	seq  int64
 	data json.RawMessage
+	// bare is data without its figures (nil: it has none), made once at
+	// add: what a read over its budget sends, which a client may ask for
+	// again and again, and which must not cost a decoding of megabytes
+	// of figures each time.
+	bare json.RawMessage
 }
 
 // add keeps cell, numbered next, and forgets the oldest past the bounds.
@@ -57,15 +62,27 @@ func (c *cellLog) add(cell sessions.Cell) {
 		c.dropped++
 		return
 	}
-	for len(c.cells) > 0 && (len(c.cells) >= sessions.MaxCells || c.bytes+len(data) > sessions.MaxCellsBytes) {
-		c.bytes -= len(c.cells[0].data)
+	k := keptCell{seq: cell.Seq, data: data}
+	if len(cell.Display) > 0 {
+		bare := cell
+		bare.DisplayDropped += len(bare.Display)
+		bare.Display = nil
+		if b, err := json.Marshal(bare); err == nil {
+			k.bare = b
+		}
+	}
+	for len(c.cells) > 0 && (len(c.cells) >= sessions.MaxCells || c.bytes+k.size() > sessions.MaxCellsBytes) {
+		c.bytes -= c.cells[0].size()
 		c.cells[0] = keptCell{}
 		c.cells = c.cells[1:]
 		c.dropped++
 	}
-	c.cells = append(c.cells, keptCell{seq: cell.Seq, data: data})
-	c.bytes += len(data)
+	c.cells = append(c.cells, k)
+	c.bytes += k.size()
 }
+
+// size is the bytes k holds.
+func (k keptCell) size() int { return len(k.data) + len(k.bare) }
 
 // size is the bytes the history holds.
 func (c *cellLog) size() int {
@@ -95,8 +112,8 @@ func (c *cellLog) read(after int64, budget int) cellsPage {
 			continue
 		}
 		data := k.data
-		if len(p.Cells) == 0 && len(data) > budget {
-			data = withoutFigures(data)
+		if len(p.Cells) == 0 && len(data) > budget && k.bare != nil {
+			data = k.bare
 		}
 		if len(p.Cells) > 0 && n+len(data) > budget {
 			p.More = true
@@ -106,20 +123,6 @@ func (c *cellLog) read(after int64, budget int) cellsPage {
 		n += len(data) + 1
 	}
 	return p
-}
-
-// withoutFigures is a kept cell's JSON without its display outputs.
-func withoutFigures(data json.RawMessage) json.RawMessage {
-	var cell sessions.Cell
-	if json.Unmarshal(data, &cell) != nil {
-		return data
-	}
-	cell.DisplayDropped += len(cell.Display)
-	cell.Display = nil
-	if b, err := json.Marshal(cell); err == nil {
-		return b
-	}
-	return data
 }
 
 // cellBudget is the bytes of cells one answer carries: what a message of
