@@ -411,9 +411,11 @@ func (r *Registry) putOnce(ctx context.Context, key string, data []byte, caps []
 		return 0, fmt.Errorf("templates: create %s: %w", key, err)
 	}
 	if err := r.within(ctx, caps, true); err != nil {
-		// Another put took the room meanwhile: undo this one, unless
-		// it was written over since.
-		if derr := r.kv.Delete(ctx, key, jetstream.LastRevision(rev)); derr != nil && !errors.Is(derr, jetstream.ErrKeyExists) {
+		// Another put took the room meanwhile: undo this one, even if
+		// a new version was written over it since (a put that found it
+		// made), else a tenant rewriting each new name as it is made
+		// would keep every one past the cap.
+		if derr := r.kv.Delete(ctx, key); derr != nil {
 			return 0, errors.Join(err, derr)
 		}
 		return 0, err
