@@ -2,6 +2,7 @@ package sessionhost
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -15,7 +16,8 @@ import (
 // memory, bounded per session by sessions.MaxCells and MaxCellsBytes,
 // which an owner's cells fill however it likes. An ended session's is
 // kept keepEndedFor after its end, at most keepEnded of them and
-// keepEndedBytes in all on a worker, so that the page of a session an
+// keepEndedBytes in all on a worker (past them the owner holding the most
+// loses its oldest), so that the page of a session an
 // agent deleted at its end still shows what it ran. At the default 16
 // sessions a worker then holds at most 16 × 4 + 16 = 80 MiB of
 // histories, beside the answers kept for retries (calls.go).
@@ -37,6 +39,11 @@ type cellLog struct {
 type keptCell struct {
 	seq  int64
 	data json.RawMessage
+	// bare is data without its figures (nil: it has none), made once at
+	// add: what a read over its budget sends, which a client may ask for
+	// again and again, and which must not cost a decoding of megabytes
+	// of figures each time.
+	bare json.RawMessage
 }
 
 // add keeps cell, numbered next, and forgets the oldest past the bounds.
@@ -55,15 +62,27 @@ func (c *cellLog) add(cell sessions.Cell) {
 		c.dropped++
 		return
 	}
-	for len(c.cells) > 0 && (len(c.cells) >= sessions.MaxCells || c.bytes+len(data) > sessions.MaxCellsBytes) {
-		c.bytes -= len(c.cells[0].data)
+	k := keptCell{seq: cell.Seq, data: data}
+	if len(cell.Display) > 0 {
+		bare := cell
+		bare.DisplayDropped += len(bare.Display)
+		bare.Display = nil
+		if b, err := json.Marshal(bare); err == nil {
+			k.bare = b
+		}
+	}
+	for len(c.cells) > 0 && (len(c.cells) >= sessions.MaxCells || c.bytes+k.size() > sessions.MaxCellsBytes) {
+		c.bytes -= c.cells[0].size()
 		c.cells[0] = keptCell{}
 		c.cells = c.cells[1:]
 		c.dropped++
 	}
-	c.cells = append(c.cells, keptCell{seq: cell.Seq, data: data})
-	c.bytes += len(data)
+	c.cells = append(c.cells, k)
+	c.bytes += k.size()
 }
+
+// size is the bytes k holds.
+func (k keptCell) size() int { return len(k.data) + len(k.bare) }
 
 // size is the bytes the history holds.
 func (c *cellLog) size() int {
@@ -93,8 +112,8 @@ func (c *cellLog) read(after int64, budget int) cellsPage {
 			continue
 		}
 		data := k.data
-		if len(p.Cells) == 0 && len(data) > budget {
-			data = withoutFigures(data)
+		if len(p.Cells) == 0 && len(data) > budget && k.bare != nil {
+			data = k.bare
 		}
 		if len(p.Cells) > 0 && n+len(data) > budget {
 			p.More = true
@@ -104,20 +123,6 @@ func (c *cellLog) read(after int64, budget int) cellsPage {
 		n += len(data) + 1
 	}
 	return p
-}
-
-// withoutFigures is a kept cell's JSON without its display outputs.
-func withoutFigures(data json.RawMessage) json.RawMessage {
-	var cell sessions.Cell
-	if json.Unmarshal(data, &cell) != nil {
-		return data
-	}
-	cell.DisplayDropped += len(cell.Display)
-	cell.Display = nil
-	if b, err := json.Marshal(cell); err == nil {
-		return b
-	}
-	return data
 }
 
 // cellBudget is the bytes of cells one answer carries: what a message of
@@ -177,6 +182,7 @@ func newCell(req sessions.CodeRequest, res *sessions.CodeResult, at time.Time) s
 // endedCells is an ended session's history, answered until its time.
 type endedCells struct {
 	id    string
+	owner string
 	log   *cellLog
 	sub   *nats.Subscription
 	until time.Time
@@ -203,27 +209,57 @@ func (h *Host) keepCells(l *live) {
 		return // its history goes with it: the page says none is kept
 	}
 	h.mu.Lock()
-	h.ended = append(h.ended, &endedCells{id: id, log: log, sub: sub, until: time.Now().Add(keepEndedFor)})
+	h.ended = append(h.ended, &endedCells{id: id, owner: owner, log: log, sub: sub, until: time.Now().Add(keepEndedFor)})
 	h.forgetCellsLocked(time.Now())
 	h.mu.Unlock()
 }
 
 // forgetCellsLocked forgets the ended sessions' histories past their
-// time, then the oldest while over the bounds.
+// time, then, while over the bounds, the oldest of the owner holding the
+// most (by count when over keepEnded, else by bytes): owners distrust
+// each other, and one who makes and deletes many sessions must not evict
+// the others' histories, only its own.
 func (h *Host) forgetCellsLocked(now time.Time) {
+	count := map[string]int{}
+	size := map[string]int{}
 	total := 0
+	kept := h.ended[:0]
 	for _, e := range h.ended {
-		total += e.log.size()
-	}
-	for len(h.ended) > 0 {
-		e := h.ended[0]
-		if now.Before(e.until) && len(h.ended) <= keepEnded && total <= keepEndedBytes {
-			break
+		if !now.Before(e.until) {
+			_ = e.sub.Unsubscribe()
+			continue
 		}
+		kept = append(kept, e)
+		n := e.log.size()
+		count[e.owner]++
+		size[e.owner] += n
+		total += n
+	}
+	clear(h.ended[len(kept):])
+	h.ended = kept
+	for len(h.ended) > 0 && (len(h.ended) > keepEnded || total > keepEndedBytes) {
+		by := size
+		if len(h.ended) > keepEnded {
+			by = count
+		}
+		heaviest := ""
+		for o, n := range by {
+			if heaviest == "" || n > by[heaviest] || n == by[heaviest] && o < heaviest {
+				heaviest = o
+			}
+		}
+		i := slices.IndexFunc(h.ended, func(e *endedCells) bool { return e.owner == heaviest })
+		e := h.ended[i]
 		_ = e.sub.Unsubscribe()
-		total -= e.log.size()
-		h.ended[0] = nil
-		h.ended = h.ended[1:]
+		n := e.log.size()
+		count[e.owner]--
+		size[e.owner] -= n
+		if count[e.owner] == 0 {
+			delete(count, e.owner)
+			delete(size, e.owner)
+		}
+		total -= n
+		h.ended = slices.Delete(h.ended, i, i+1)
 	}
 }
 

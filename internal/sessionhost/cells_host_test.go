@@ -130,3 +130,46 @@ func TestCellsAreNoCall(t *testing.T) {
 		return err == nil && info.Status == sessions.StatusEnded && info.EndReason == sessions.EndIdle
 	})
 }
+
+// One owner's ended sessions do not evict another's histories: mallory,
+// who makes and deletes more sessions than a worker keeps the histories
+// of, loses her own oldest, and alice's deleted session still shows what
+// it ran.
+func TestEndedCellsKeptPerOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "alice's"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Delete(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	mallory := b.client.As("mallory")
+	var last string
+	for range 20 {
+		m, err := mallory.Create(ctx, sessions.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-b.boxes // the fake's sandboxes, held by the harness
+		if _, err := mallory.RunCode(ctx, m.ID, "", sessions.CodeRequest{Code: "evict"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mallory.Delete(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+		last = m.ID
+	}
+	got, err := b.client.Cells(ctx, s.ID)
+	if err != nil || len(got.Cells) != 1 || got.Cells[0].Code != "alice's" {
+		t.Fatalf("alice's ended session after mallory's: %+v, %v: want its cell kept", got, err)
+	}
+	if got, err := mallory.Cells(ctx, last); err != nil || len(got.Cells) != 1 {
+		t.Errorf("mallory's last ended session: %+v, %v: want its cell kept", got, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,31 @@ func TestNewCellCuts(t *testing.T) {
 	}
 	if c := newCell(sessions.CodeRequest{Code: "1"}, &sessions.CodeResult{Text: "1"}, testNow); c.Cut {
 		t.Fatal("a short cell says cut")
+	}
+}
+
+// A read whose first cell is over its budget (a fleet's message smaller
+// than a cell's figures) sends the cell without them, made once when the
+// cell was kept: a client asking again and again makes the worker decode
+// no megabytes of figures each time. Not parallel: it counts the bytes
+// the process allocates.
+func TestCellReadOverBudgetCostsLittle(t *testing.T) {
+	c := &cellLog{}
+	c.add(sessions.Cell{Code: "plot()", Display: []jobs.Display{figure(2 << 20)}})
+	if c.size() < 2<<20 {
+		t.Fatalf("the cell holds %d bytes, want its 2 MiB figure", c.size())
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const reads = 10
+	for range reads {
+		p := c.read(0, 1<<20)
+		if len(p.Cells) != 1 || len(p.Cells[0]) > 1<<20 {
+			t.Fatalf("a read over the budget: %d cells, want the first without its figure", len(p.Cells))
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Fatalf("%d reads allocated %d bytes, want well under a figure's 2 MiB each", reads, got)
 	}
 }

@@ -175,7 +175,7 @@ func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a ac
 		}()
 	}
 	if a.tmpl != nil {
-		if err := e.prepare(ctx, s, a.tmpl); err != nil {
+		if err := e.prepare(ctx, s, a.tmpl, a.lim); err != nil {
 			return nil, err
 		}
 	}

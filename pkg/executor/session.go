@@ -134,7 +134,7 @@ func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session
 		}
 	}
 	if tmpl != nil {
-		if err := e.prepare(ctx, s, tmpl); err != nil {
+		if err := e.prepare(ctx, s, tmpl, lim); err != nil {
 			e.release(ctx, log, s)
 			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, tmpl.Name, err)
 		}

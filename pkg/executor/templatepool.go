@@ -101,7 +101,7 @@ func (tp *templatePool) launch() {
 	log := tp.e.cfg.Logger.With("template", tp.t.Name, "version", tp.t.Version)
 	s, err := tp.e.admit(tp.ctx, tp.t.Image, "", tp.lim)
 	if err == nil {
-		if err = tp.e.prepare(tp.ctx, s, tp.t); err != nil {
+		if err = tp.e.prepare(tp.ctx, s, tp.t, tp.lim); err != nil {
 			tp.e.release(context.Background(), log, s)
 		}
 	}

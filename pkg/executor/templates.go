@@ -148,8 +148,12 @@ var errNotReady = errors.New("the template's sandbox did not become ready")
 // it passes, before s gets its job's envelope: no job sees a sandbox of the
 // template before both. Each runs as the sandbox's user, with the
 // template's env, inside the sandbox's limits; the launcher waits for its
-// envelope meanwhile, and the whole is bounded by ReadyWithin.
-func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Template) error {
+// envelope meanwhile, and the whole is bounded by ReadyWithin. A tenant's
+// template is bounded by its job's timeout (lim's) as well: its start runs
+// before the job's clock does, and a ready_timeout of the tenant's own
+// must not give its code more of the sandbox than the worker's cap on a
+// job's time, nor hold a slot longer.
+func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Template, lim limits.Limits) error {
 	if s.prepared || len(t.Start) == 0 && len(t.Ready) == 0 {
 		return nil
 	}
@@ -157,7 +161,11 @@ func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Templat
 	if api == nil {
 		return fmt.Errorf("%w: this engine client runs no start or ready commands", errNotReady)
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.ReadyWithin())
+	within := t.ReadyWithin()
+	if t.Tenant != "" && lim.Timeout > 0 {
+		within = min(within, lim.Timeout.D())
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	env := make([]string, 0, len(t.Env))
 	for k, v := range t.Env {
@@ -198,14 +206,14 @@ func (e *Executor) prepare(ctx context.Context, s *sandbox, t *templates.Templat
 	for delay := 20 * time.Millisecond; len(t.Ready) > 0; delay = min(2*delay, time.Second) {
 		code, err := run(t.Ready)
 		if err != nil {
-			return fmt.Errorf("%w: ready %q did not pass within %s: %v", errNotReady, t.Ready, t.ReadyWithin(), err)
+			return fmt.Errorf("%w: ready %q did not pass within %s: %v", errNotReady, t.Ready, within, err)
 		}
 		if code == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: ready %q did not pass within %s (it last exited %d)", errNotReady, t.Ready, t.ReadyWithin(), code)
+			return fmt.Errorf("%w: ready %q did not pass within %s (it last exited %d)", errNotReady, t.Ready, within, code)
 		case <-time.After(delay):
 		}
 	}

@@ -340,7 +340,10 @@ func (r *Registry) within(ctx context.Context, caps []keyCap, created bool) erro
 // when the count includes it: a key whose second check fails is removed
 // again, so that concurrent puts of new names never leave a cap passed
 // (some may all be refused, and are retried), since the last of them to
-// count sees every one that stays.
+// count sees every one that stays. A new version of a key takes no room,
+// so it is written only over the revision read: a key removed (or made)
+// meanwhile is counted again, else a put racing a delete of its key
+// would bring the key back uncounted, past the caps.
 func (r *Registry) put(ctx context.Context, t Template, caps []keyCap) (*Template, error) {
 	t.Version, t.Updated = 0, time.Now().UTC()
 	if err := t.Validate(); err != nil {
@@ -354,45 +357,70 @@ func (r *Registry) put(ctx context.Context, t Template, caps []keyCap) (*Templat
 		return nil, invalid("%d bytes, over the cap of %d", len(data), MaxBytes)
 	}
 	key := Key(t.Tenant, t.Name)
-	_, err = r.kv.Get(ctx, key)
-	switch {
-	case err == nil:
-		rev, err := r.kv.Put(ctx, key, data)
+	for try := 1; ; try++ {
+		rev, err := r.putOnce(ctx, key, data, caps)
+		if errors.Is(err, errRaced) && try < maxPutTries {
+			continue
+		}
+		if errors.Is(err, errRaced) {
+			return nil, fmt.Errorf("%w: %s changed %d times while it was written; retry", ErrFull, key, try)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("templates: put %s: %w", key, err)
+			return nil, err
 		}
 		t.Version = rev
 		return &t, nil
+	}
+}
+
+// maxPutTries is how often put reads its key again after another request
+// changed it between the read and the write.
+const maxPutTries = 5
+
+// errRaced is a key changed by another request between put's read and its
+// write.
+var errRaced = errors.New("changed meanwhile")
+
+// putOnce writes data under key once: over the revision it reads, or as
+// a new key within caps.
+func (r *Registry) putOnce(ctx context.Context, key string, data []byte, caps []keyCap) (uint64, error) {
+	e, err := r.kv.Get(ctx, key)
+	switch {
+	case err == nil:
+		rev, err := r.kv.Update(ctx, key, data, e.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, errRaced
+		}
+		if err != nil {
+			return 0, fmt.Errorf("templates: put %s: %w", key, err)
+		}
+		return rev, nil
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil, fmt.Errorf("templates: get %s: %w", key, err)
+		return 0, fmt.Errorf("templates: get %s: %w", key, err)
 	}
 	if err := r.within(ctx, caps, false); err != nil {
-		return nil, err
+		return 0, err
 	}
 	rev, err := r.kv.Create(ctx, key, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		// Made meanwhile by another put of the name: this is a new
-		// version of it, which takes no room.
-		rev, err = r.kv.Put(ctx, key, data)
-		if err != nil {
-			return nil, fmt.Errorf("templates: put %s: %w", key, err)
-		}
-		t.Version = rev
-		return &t, nil
+		// Made meanwhile by another put of the name: read again, and
+		// write over what it made.
+		return 0, errRaced
 	}
 	if err != nil {
-		return nil, fmt.Errorf("templates: create %s: %w", key, err)
+		return 0, fmt.Errorf("templates: create %s: %w", key, err)
 	}
 	if err := r.within(ctx, caps, true); err != nil {
-		// Another put took the room meanwhile: undo this one, unless
-		// it was written over since.
-		if derr := r.kv.Delete(ctx, key, jetstream.LastRevision(rev)); derr != nil && !errors.Is(derr, jetstream.ErrKeyExists) {
-			return nil, errors.Join(err, derr)
+		// Another put took the room meanwhile: undo this one, even if
+		// a new version was written over it since (a put that found it
+		// made), else a tenant rewriting each new name as it is made
+		// would keep every one past the cap.
+		if derr := r.kv.Delete(ctx, key); derr != nil {
+			return 0, errors.Join(err, derr)
 		}
-		return nil, err
+		return 0, err
 	}
-	t.Version = rev
-	return &t, nil
+	return rev, nil
 }
 
 // Get returns tenant's registration of name ("" tenant: the operator's),
