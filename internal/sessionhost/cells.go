@@ -208,6 +208,9 @@ func (h *Host) keepCells(l *live) {
 	if err != nil {
 		return // its history goes with it: the page says none is kept
 	}
+	// The server has the new responder before the live one goes: a read
+	// routed from now on finds one of them.
+	_ = h.nc.FlushTimeout(2 * time.Second)
 	h.mu.Lock()
 	h.ended = append(h.ended, &endedCells{id: id, owner: owner, log: log, sub: sub, until: time.Now().Add(keepEndedFor)})
 	h.forgetCellsLocked(time.Now())

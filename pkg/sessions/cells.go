@@ -90,7 +90,7 @@ func (c *Client) Cells(ctx context.Context, id string) (*Cells, error) {
 			return nil, err
 		}
 		var page Cells
-		err = c.request(ctx, Subject(id, OpCells), data, 0, &page)
+		err = c.readCells(ctx, id, data, &page)
 		if errors.Is(err, nats.ErrNoResponders) {
 			if _, err := c.Get(ctx, id); err != nil {
 				return nil, err
@@ -121,4 +121,23 @@ func jsonCall(owner string, body any) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(Call{Owner: owner, Body: b})
+}
+
+// cellsTry bounds one read of a history. A read sent as its session ends
+// can go unanswered (routed to the live session's responder just before
+// it goes); a read does no harm twice, so it is asked again, within
+// CallTimeout in all.
+const cellsTry = 5 * time.Second
+
+func (c *Client) readCells(ctx context.Context, id string, data []byte, page *Cells) error {
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, cellsTry)
+		err := c.request(tctx, Subject(id, OpCells), data, 0, page)
+		tcancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
 }
