@@ -687,7 +687,14 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 			}
 			t.Logf("%s %s: %v", req.Op, req.Path, r.Error)
 		}
-		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "echo on"})); string(r.Stdout) != "on\n" {
+		r, err = s.Do(t.Context(), &envelope.Request{Op: envelope.OpExec, Shell: "echo on"})
+		if err == ErrSessionEnded && runscEnded(t, e, s) {
+			return // as at the mkfifo above: gVisor's sandbox, not the agent
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := okReply(t, r); string(r.Stdout) != "on\n" {
 			t.Fatalf("after the FIFOs: %q", r.Stdout)
 		}
 	})
