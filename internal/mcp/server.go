@@ -68,7 +68,10 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 // d.InputSchema and decodes into In: arguments it refuses are a result
 // with isError (the model may correct them), not a protocol error.
 func addTool[In any](s *Server, d Def, h func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, error)) {
-	t := &sdk.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema, OutputSchema: d.OutputSchema}
+	t := &sdk.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}
+	if d.OutputSchema != nil {
+		t.OutputSchema = d.OutputSchema // a nil *Schema in the interface is not "none"
+	}
 	sdk.AddTool(s.srv, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
 		ctx, done := s.inflight.start(ctx, req)
 		defer done()
