@@ -269,7 +269,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxStreamsPerTenant: o.perTenant.streams, MaxBatchesPerTenant: o.perTenant.batches,
 		MaxTerminals: o.maxTerms, MaxTerminalsPerToken: o.perToken.terminals, MaxTerminalsPerTenant: o.perTenant.terminals,
 		ConsoleSessionTTL: o.sessTTL, MaxConsoleSessions: o.maxSess, MaxTemplatesPerTenant: o.tenantTpl,
-		MCP: mcp.Options{MaxOutput: o.mcpOutput},
+		MCP: mcp.Options{MaxOutput: o.mcpOutput, Version: cmdline.Version(version)},
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 )
@@ -59,6 +60,7 @@ func (c *mcpCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return usageError("mcp", "--nats and --url: give one (the gateway, or NATS)")
 	}
 	c.opts.Logger = slog.New(slog.NewTextHandler(c.m.Stderr, nil))
+	c.opts.Version = cmdline.Version(version)
 	var runner mcp.Runner
 	switch {
 	case c.url != "" && !fs.Changed("nats"):

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -101,7 +102,7 @@ func startHTTP(o *httpOptions, js jetstream.JetStream, natsUp func() bool, log *
 			log.Warn("sessions not served over HTTP", "err", err)
 			sess = nil
 		}
-		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log, Sessions: sess,
+		gw, err := gateway.New(client, js.Conn(), gateway.Config{Tokens: tokens, Ready: natsUp, Logger: log, Sessions: sess, MCP: mcp.Options{Version: cmdline.Version(version)},
 			MaxWaitingPerToken: o.perToken.waiting, MaxStreamsPerToken: o.perToken.streams, MaxBatchesPerToken: o.perToken.batches})
 		if err != nil {
 			log.Error("HTTP API not served", "err", err)

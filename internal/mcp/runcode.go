@@ -25,6 +25,9 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 	if in.Session != "" {
 		return s.runCell(ctx, req, in)
 	}
+	if in.Language == "" {
+		return s.notRun("language is required: it names how the code runs (a session's run_code may leave it out)"), nil
+	}
 	job := &jobs.Job{Image: in.Language, Code: in.Code, Files: in.Files, Stdin: in.Stdin, Outputs: in.Outputs}
 	if in.Timeout > 0 {
 		job.Limits.Timeout = limits.Duration(time.Duration(in.Timeout * float64(time.Second)))
@@ -45,10 +48,10 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 	case ctx.Err() != nil:
 		return nil, ctx.Err() // the client canceled the call, or left
 	case wctx.Err() != nil:
-		return s.failure(fmt.Sprintf("no result within %s: the fleet is busy; the job was canceled, try again later", wait.Round(time.Second))), nil
+		return s.notRun(fmt.Sprintf("no result within %s: the fleet is busy; the job was canceled, try again later", wait.Round(time.Second))), nil
 	default:
 		s.opts.Logger.Info("run_code failed", "job_id", job.ID, "err", err)
-		return s.failure(callError(err)), nil
+		return s.notRun(callError(err)), nil
 	}
 	s.opts.Logger.Info("run_code", "job_id", res.ID, "status", res.Status)
 	return s.render(ctx, r, res), nil
@@ -67,6 +70,12 @@ func callError(err error) string {
 
 func (s *Server) failure(msg string) *sdk.CallToolResult {
 	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: clip(msg, s.opts.MaxOutput)}}}
+}
+
+// notRun is a failure of a tool with an outputSchema: code that did not
+// run, said in its text and its structuredContent.
+func (s *Server) notRun(msg string) *sdk.CallToolResult {
+	return withOutput(s.failure(msg), &Output{Status: "not_run", Message: clip(msg, s.opts.MaxOutput/4)})
 }
 
 // isError reports the statuses a model must read as the program's
@@ -96,16 +105,20 @@ func (s *Server) render(ctx context.Context, r Runner, res *jobs.Result) *sdk.Ca
 	}
 
 	out := &sdk.CallToolResult{IsError: isError(res.Status)}
+	o := &Output{Status: string(res.Status), ExitCode: res.Exit, Job: res.ID, DurationMS: res.DurationMS, Message: clip(res.Error, 1000)}
 	var foot strings.Builder
 	budget := s.opts.MaxImageBytes
 	imgs, note := displays(res.Display, res.DisplayDropped, &budget)
 	out.Content = append(out.Content, imgs...)
+	o.Figures = figures(imgs, 1)
 	foot.WriteString(note)
 	var listed int
 	for _, a := range res.Artifacts {
 		if ctx.Err() != nil {
 			break
 		}
+		at := len(out.Content) + 1 // the text comes first
+		o.Files = append(o.Files, File{Name: a.Name, Size: a.Size, URI: ArtifactURI(res.ID, a.Name), Content: &at})
 		if img := s.image(ctx, r, res, a, &budget); img != nil {
 			out.Content = append(out.Content, img)
 			listed++
@@ -139,9 +152,21 @@ func (s *Server) render(ctx context.Context, r Runner, res *jobs.Result) *sdk.Ca
 	}
 
 	h, f := clip(head.String(), s.opts.MaxOutput/4), clip(foot.String(), s.opts.MaxOutput/4)
-	text := h + s.streams(res, s.opts.MaxOutput-len(h)-len(f)) + f
-	out.Content = append([]sdk.Content{&sdk.TextContent{Text: text}}, out.Content...)
-	return out
+	body, stdout, stderr := s.streams(res, s.opts.MaxOutput-len(h)-len(f))
+	o.Stdout, o.Stderr = stdout, stderr
+	out.Content = append([]sdk.Content{&sdk.TextContent{Text: h + body + f}}, out.Content...)
+	return withOutput(out, o)
+}
+
+// figures are the references of imgs, the first at content[first].
+func figures(imgs []sdk.Content, first int) []Figure {
+	var fs []Figure
+	for i, c := range imgs {
+		if img, ok := c.(*sdk.ImageContent); ok {
+			fs = append(fs, Figure{MIMEType: img.MIMEType, Bytes: len(img.Data), Content: first + i})
+		}
+	}
+	return fs
 }
 
 func statusNote(st jobs.Status) string {
@@ -160,8 +185,9 @@ func statusNote(st jobs.Status) string {
 
 // streams renders stdout and stderr in at most n bytes: when both do not
 // fit, the shorter keeps up to half and the longer the rest, each cut in
-// the middle (the start says what ran, the end how it ended).
-func (s *Server) streams(res *jobs.Result, n int) string {
+// the middle (the start says what ran, the end how it ended). It also
+// returns each stream as cut.
+func (s *Server) streams(res *jobs.Result, n int) (all, stdout, stderr string) {
 	type stream struct {
 		name      string
 		data      string
@@ -199,18 +225,20 @@ func (s *Server) streams(res *jobs.Result, n int) string {
 			a, c = half, room-half
 		}
 	}
+	var bodies [2]string
 	for i, st := range ss {
 		b.WriteString(labels[i])
 		if st.data == "" {
 			continue
 		}
 		body := cut(st.data, []int{a, c}[i])
+		bodies[i] = body
 		b.WriteString(body)
 		if !strings.HasSuffix(body, "\n") {
 			b.WriteByte('\n')
 		}
 	}
-	return b.String()
+	return b.String(), bodies[0], bodies[1]
 }
 
 // text is a stream as text a model can read.

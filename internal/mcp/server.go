@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -29,6 +27,8 @@ type Server struct {
 	runner RunnerFor
 	srv    *sdk.Server
 	calls  map[string]call // by tool name: Call's
+	// inflight are the calls running over HTTP, for the transport to end.
+	inflight inflight
 }
 
 // NewServer returns a server whose tools run their jobs on runner(caller).
@@ -69,7 +69,12 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 // with isError (the model may correct them), not a protocol error.
 func addTool[In any](s *Server, d Def, h func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, error)) {
 	t := &sdk.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}
+	if d.OutputSchema != nil {
+		t.OutputSchema = d.OutputSchema // a nil *Schema in the interface is not "none"
+	}
 	sdk.AddTool(s.srv, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
+		ctx, done := s.inflight.start(ctx, req)
+		defer done()
 		res, err := h(ctx, req, in)
 		return res, nil, err
 	})
@@ -140,62 +145,4 @@ func (s *Server) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteC
 		return nil
 	}
 	return err
-}
-
-// HTTPOptions configure HTTPHandler.
-type HTTPOptions struct {
-	// MaxBodyBytes caps a request's body. Default 4 MiB.
-	MaxBodyBytes int64
-	// SessionTimeout closes a session idle that long. Default 30m.
-	SessionTimeout time.Duration
-}
-
-type callerCtxKey struct{}
-
-// WithCaller returns r as asked by c. The gateway authenticates a request
-// before HTTPHandler serves it, and says so with WithCaller.
-func WithCaller(r *http.Request, c *Caller) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), callerCtxKey{}, c))
-}
-
-func caller(r *http.Request) *Caller {
-	c, _ := r.Context().Value(callerCtxKey{}).(*Caller)
-	return c
-}
-
-// HTTPHandler serves the Streamable HTTP transport. The caller is the one
-// WithCaller gave (none: an open gateway's); this handler binds each
-// session to the caller that opened it, so that another token cannot use
-// a session ID it learned.
-func (s *Server) HTTPHandler(o HTTPOptions) http.Handler {
-	if o.SessionTimeout <= 0 {
-		o.SessionTimeout = 30 * time.Minute
-	}
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, &sdk.StreamableHTTPOptions{
-		Logger:              s.opts.Logger,
-		MaxRequestBodyBytes: o.MaxBodyBytes,
-		SessionTimeout:      o.SessionTimeout,
-		// The gateway checks Host and Origin itself, as for the rest of its
-		// API (a gateway without tokens answers loopback names only); the
-		// SDK's own check would refuse a tokened gateway behind a proxy on
-		// the same machine, which forwards with the public Host.
-		DisableLocalhostProtection: true,
-	})
-	// The SDK keeps a session to the token's UserID; the only way to hand
-	// it one is its bearer middleware, whose verifier here just reads what
-	// the gateway already found.
-	verified := auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
-		c := caller(r)
-		if c == nil {
-			return nil, auth.ErrInvalidToken
-		}
-		return &auth.TokenInfo{UserID: c.Name, Extra: map[string]any{callerKey: c}}, nil
-	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if caller(r) == nil {
-			h.ServeHTTP(w, r)
-			return
-		}
-		verified.ServeHTTP(w, r)
-	})
 }

@@ -83,6 +83,7 @@ func (o *Options) sessionDefs() []Def {
 			})},
 		{Name: ToolExec, Description: fmt.Sprintf("Run a shell command (/bin/sh -c) in a session's working directory, /workspace, and return its exit code, stdout and stderr (the result holds at most %d bytes of them). "+
 			"A command may start a server in the background (command &) that later calls reach on 127.0.0.1.", o.MaxOutput),
+			OutputSchema: outputSchema,
 			InputSchema: strict(map[string]*jsonschema.Schema{"session": sessionProp,
 				"command": {Type: "string", Description: "The shell command."}, "timeout": timeout}, "session", "command")},
 		{Name: ToolReadFile, Description: fmt.Sprintf("Read a text file of a session (a path relative to /workspace, or under /tmp); at most %d bytes are returned.", o.MaxOutput),
@@ -112,6 +113,12 @@ func (s *Server) sessionsOf(req *sdk.CallToolRequest) (*sessions.Client, *sdk.Ca
 		return nil, s.failure("this server serves no sessions"), nil
 	}
 	return sr.Sessions(), nil, nil
+}
+
+// sessionNotRun is sessionFailure for a tool with an outputSchema.
+func (s *Server) sessionNotRun(err error) *sdk.CallToolResult {
+	res := s.sessionFailure(err)
+	return withOutput(res, &Output{Status: "not_run", Message: clip(res.Content[0].(*sdk.TextContent).Text, s.opts.MaxOutput/4)})
 }
 
 // sessionFailure is a session call's error as a model reads it.
@@ -154,9 +161,11 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecArgs
 	r, err := c.Exec(ctx, in.Session, "", sessions.ExecRequest{Shell: in.Command, Timeout: seconds(in.Timeout)})
 	stop()
 	if err != nil {
-		return s.sessionFailure(err), nil
+		return s.sessionNotRun(err), nil
 	}
-	return s.execResult(r), nil
+	res := s.execResult(r)
+	res.StructuredContent.(*Output).Session = in.Session
+	return res, nil
 }
 
 // callTimeout is how long a session's call may run: its timeout, or the
@@ -172,20 +181,28 @@ func (s *Server) callTimeout(timeout float64) time.Duration {
 // MaxOutput.
 func (s *Server) execResult(r *sessions.ExecResult) *sdk.CallToolResult {
 	var head strings.Builder
+	o := &Output{Status: "ok", ExitCode: r.ExitCode, DurationMS: &r.DurationMS}
 	switch {
 	case r.TimedOut:
 		fmt.Fprintf(&head, "timed out after %d ms (killed)", r.DurationMS)
+		o.Status = "timeout"
 	case r.ExitCode != nil:
 		fmt.Fprintf(&head, "exit code: %d", *r.ExitCode)
 	}
-	out := s.twoStreams(head.String(), decode(r.Stdout, r.StdoutEncoding), decode(r.Stderr, r.StderrEncoding), r.StdoutTruncated || r.StderrTruncated)
-	return s.textResult(r.TimedOut || r.ExitCode == nil || *r.ExitCode != 0, out)
+	failed := r.TimedOut || r.ExitCode == nil || *r.ExitCode != 0
+	if failed && !r.TimedOut {
+		o.Status = "error"
+	}
+	out, so, se := s.twoStreams(head.String(), decode(r.Stdout, r.StdoutEncoding), decode(r.Stderr, r.StderrEncoding), r.StdoutTruncated || r.StderrTruncated)
+	o.Stdout, o.Stderr = so, se
+	return withOutput(s.textResult(failed, out), o)
 }
 
 // runCell runs run_code's code as a cell of the session's Python context.
 func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCodeArgs) (*sdk.CallToolResult, error) {
-	if in.Language != "python" {
-		return s.failure("a session's run_code runs Python cells (language python); use exec for a command"), nil
+	// The session decides the language; one named must be its.
+	if in.Language != "" && in.Language != "python" {
+		return s.notRun("a session's run_code runs Python cells (language python, or none); use exec for a command"), nil
 	}
 	c, fail, err := s.sessionsOf(req)
 	if c == nil {
@@ -195,9 +212,11 @@ func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 	r, err := c.RunCode(ctx, in.Session, "", sessions.CodeRequest{Code: in.Code, Timeout: seconds(in.Timeout)})
 	stop()
 	if err != nil {
-		return s.sessionFailure(err), nil
+		return s.sessionNotRun(err), nil
 	}
-	return s.cellResult(r), nil
+	res := s.cellResult(r)
+	res.StructuredContent.(*Output).Session = in.Session
+	return res, nil
 }
 
 // cellResult is a cell's result: what it raised and the value of its
@@ -206,18 +225,23 @@ func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 // images within MaxImageBytes.
 func (s *Server) cellResult(r *sessions.CodeResult) *sdk.CallToolResult {
 	var head strings.Builder
+	o := &Output{Status: "ok", DurationMS: &r.DurationMS}
 	if r.Reset {
 		head.WriteString("(a fresh Python context: nothing of earlier cells is defined)\n")
 	}
-	if r.TimedOut {
-		head.WriteString("interrupted at its timeout; the context is kept\n")
-	}
 	quarter := s.opts.MaxOutput / 4
 	if r.Error != nil {
-		fmt.Fprintf(&head, "error: %s\n", cut(clip(r.Error.Name, 200)+": "+strings.ToValidUTF8(r.Error.Value, "\uFFFD"), quarter))
+		o.Status = "error"
+		o.Error = &OutputError{Name: clip(r.Error.Name, 200), Value: cut(strings.ToValidUTF8(r.Error.Value, "\uFFFD"), quarter)}
+		fmt.Fprintf(&head, "error: %s\n", cut(o.Error.Name+": "+strings.ToValidUTF8(r.Error.Value, "\uFFFD"), quarter))
+	}
+	if r.TimedOut {
+		o.Status = "timeout"
+		head.WriteString("interrupted at its timeout; the context is kept\n")
 	}
 	if r.Text != "" {
-		fmt.Fprintf(&head, "value: %s\n", cut(strings.ToValidUTF8(r.Text, "\uFFFD"), quarter))
+		o.Value = cut(strings.ToValidUTF8(r.Text, "\uFFFD"), quarter)
+		fmt.Fprintf(&head, "value: %s\n", o.Value)
 	}
 	errText := ""
 	if r.Error != nil {
@@ -228,21 +252,27 @@ func (s *Server) cellResult(r *sessions.CodeResult) *sdk.CallToolResult {
 	if note != "" {
 		head.WriteString(clip(note, quarter))
 	}
-	out := s.twoStreams(strings.TrimSuffix(head.String(), "\n"), decode(r.Stdout, r.StdoutEncoding),
+	out, so, se := s.twoStreams(strings.TrimSuffix(head.String(), "\n"), decode(r.Stdout, r.StdoutEncoding),
 		decode(r.Stderr, r.StderrEncoding)+errText, false)
+	o.Stdout, o.Stderr = so, se
+	if o.Error != nil {
+		o.Error.Traceback = cut(strings.ToValidUTF8(errText, "\uFFFD"), quarter)
+	}
 	res := s.textResult(r.Error != nil, out)
 	res.Content = append(res.Content, imgs...)
-	return res
+	o.Figures = figures(imgs, 1)
+	return withOutput(res, o)
 }
 
 // twoStreams writes a head and two streams within MaxOutput, cutting each
 // stream in the middle when they are too long together.
-func (s *Server) twoStreams(head, stdout, stderr string, cutBySandbox bool) string {
+// It also returns each stream as cut.
+func (s *Server) twoStreams(head, stdout, stderr string, cutBySandbox bool) (text, so, se string) {
 	// What is written around the streams: the sandbox's note and the two
 	// labels.
 	const around = 128
 	room := max(s.opts.MaxOutput-len(head)-around, 256)
-	so, se := stdout, stderr
+	so, se = stdout, stderr
 	if len(so)+len(se) > room {
 		share := room / 2
 		if len(so) < share {
@@ -264,7 +294,7 @@ func (s *Server) twoStreams(head, stdout, stderr string, cutBySandbox bool) stri
 	if se != "" {
 		b.WriteString("\nstderr:\n" + se)
 	}
-	return b.String()
+	return b.String(), so, se
 }
 
 func decode(text, encoding string) string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -44,7 +45,9 @@ type Options struct {
 	// Logger for what the server does; never the standard output of a
 	// stdio server. Default slog.Default().
 	Logger *slog.Logger
-	// Version is what the server says it is in initialize. Default "dev".
+	// Version is what the server says it is in initialize (serverInfo):
+	// the build's, as --version prints it. Default the module's version or
+	// VCS revision the binary was built from, else "dev".
 	Version string
 	// Sessions offers the tools of sessions (create_session, exec,
 	// read_file, write_file, list_files, close_session, and run_code's
@@ -89,7 +92,7 @@ func (o *Options) SetDefaults() {
 		o.Logger = slog.Default()
 	}
 	if o.Version == "" {
-		o.Version = "dev"
+		o.Version = cmdline.Version("")
 	}
 }
 
@@ -111,6 +114,10 @@ type Def struct {
 	Name        string
 	Description string
 	InputSchema *jsonschema.Schema
+	// OutputSchema, if set, is the shape of the structuredContent of the
+	// tool's results (MCP's tools/list says it; the function-calling
+	// formats have no place for it).
+	OutputSchema *jsonschema.Schema
 }
 
 // Tool names.
@@ -159,8 +166,9 @@ func (o *Options) runCodeDef() Def {
 	maxT := o.MaxTimeout.Seconds()
 	minT := 0.0
 	d := Def{
-		Name:        ToolRunCode,
-		Description: desc,
+		Name:         ToolRunCode,
+		Description:  desc,
+		OutputSchema: outputSchema,
 		InputSchema: &jsonschema.Schema{
 			Type:     "object",
 			Required: []string{"language", "code"},
@@ -182,7 +190,12 @@ func (o *Options) runCodeDef() Def {
 	}
 	if o.Sessions {
 		d.InputSchema.Properties["session"] = &jsonschema.Schema{Type: "string",
-			Description: "A session's id (create_session): the code runs as a cell of the session's Python context instead of a fresh sandbox; its globals stay for the next cell and the value of a trailing expression is returned."}
+			Description: "A session's id (create_session): the code runs as a cell of the session's Python context instead of a fresh sandbox; its globals stay for the next cell and the value of a trailing expression is returned. The session decides the language: language may be left out."}
+		// A session decides the language; without one the call says it
+		// lacks it (a schema's "one of the two" is refused by the
+		// function-calling APIs at the top level).
+		d.InputSchema.Required = []string{"code"}
+		d.InputSchema.Properties["language"].Description += " Required unless session is given."
 	}
 	return d
 }
@@ -223,7 +236,11 @@ func ToolList(defs []Def, format string) (list []any, ok bool) {
 	for _, d := range defs {
 		switch format {
 		case FormatMCP:
-			list = append(list, map[string]any{"name": d.Name, "description": d.Description, "inputSchema": d.InputSchema})
+			t := map[string]any{"name": d.Name, "description": d.Description, "inputSchema": d.InputSchema}
+			if d.OutputSchema != nil {
+				t["outputSchema"] = d.OutputSchema
+			}
+			list = append(list, t)
 		case FormatOpenAI:
 			list = append(list, map[string]any{"type": "function", "function": map[string]any{
 				"name": d.Name, "description": d.Description, "parameters": d.InputSchema}})
