@@ -346,7 +346,7 @@ func (g *Gateway) mountConsole() error {
 		}
 	}
 	if g.cfg.Sessions != nil {
-		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.As(v.Name) }
+		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.For(v.Scope.Tenant(), v.Name) }
 	}
 	var open *jobs.Client // an open console's: the operator's
 	if g.views.operator != nil {
