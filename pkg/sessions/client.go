@@ -41,7 +41,7 @@ type Answer struct {
 func BucketConfig() jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:       Bucket,
-		Description:  "sandfleet sessions: their records, by ID",
+		Description:  "sandfleet sessions: their records, by tenant, owner and ID",
 		TTL:          48 * time.Hour,
 		MaxBytes:     256 << 20,
 		MaxValueSize: 64 << 10,
