@@ -102,6 +102,9 @@ type options struct {
 	http                httpOptions // http.go
 	sessions            int
 	sessionLifetime     time.Duration
+	sessionIdle         time.Duration
+	sessionsPerToken    int
+	sessionsPerTenant   int
 
 	// ready, if set, is called with the NATS URL once connected (tests).
 	ready func(url string)
@@ -151,6 +154,9 @@ func flagSet(o *options) *pflag.FlagSet {
 	storeFlags(fs, &o.store)
 	fs.IntVar(&o.sessions, "sessions", 16, "hold at most `N` sessions (long-lived sandboxes) at once, apart from --slots; 0 serves none")
 	fs.DurationVar(&o.sessionLifetime, "session-max-lifetime", 24*time.Hour, "the longest `D` a session may ask for as max_lifetime")
+	fs.DurationVar(&o.sessionIdle, "session-max-idle", time.Hour, "the longest `D` a session may ask for as idle_timeout")
+	fs.IntVar(&o.sessionsPerToken, "session-max-per-token", 4, "the most live sessions `N` one token holds in the fleet (give every worker the same); -1 no cap")
+	fs.IntVar(&o.sessionsPerTenant, "session-max-per-tenant", 8, "the most live sessions `N` the tokens of one tenant hold in the fleet (give every worker the same); -1 no cap")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	httpFlags(fs, &o.http)
 	return fs

@@ -255,7 +255,8 @@ func serveSessions(stop context.Context, js jetstream.JetStream, ss sessionStart
 		sobs = m
 	}
 	host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
-		Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
+		Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime, MaxIdleTimeout: o.sessionIdle,
+		MaxPerToken: o.sessionsPerToken, MaxPerTenant: o.sessionsPerTenant,
 		Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
 		Workspaces: sessionWorkspaces(js, o.topology()),
 	})

@@ -3,10 +3,12 @@ package records
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 func TestOutputKeepsBytes(t *testing.T) {
@@ -115,5 +117,71 @@ func TestEncodeResultDropsDisplaysFirst(t *testing.T) {
 	if len(back.Display) != 2 || back.DisplayDropped != 2 || back.Stdout != "hello\n" || back.StdoutTruncated {
 		t.Fatalf("%d displays, %d dropped, stdout %q (truncated %v): want 2, 2 and all of it",
 			len(back.Display), back.DisplayDropped, back.Stdout, back.StdoutTruncated)
+	}
+}
+
+// Whatever a result carries is cut to fit, with the cut said, and the
+// verdict stays: a result that cannot be stored makes its job run again.
+func TestEncodeResultCutsEveryList(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 4<<10)
+	exit := 1
+	cases := []struct {
+		name  string
+		fill  func(r *jobs.Result)
+		field string
+		check func(r *jobs.Result) bool
+	}{
+		{"egress", func(r *jobs.Result) {
+			for i := range 400 {
+				r.Egress = append(r.Egress, limits.NetworkUse{Host: fmt.Sprint(i, big), Reason: big})
+			}
+		}, "egress", func(r *jobs.Result) bool { return len(r.Egress) > 0 && len(r.Egress) < 400 }},
+		{"artifacts", func(r *jobs.Result) {
+			for i := range 2000 {
+				r.Artifacts = append(r.Artifacts, jobs.Artifact{Name: fmt.Sprint(i, big[:1000]), Key: big[:200]})
+			}
+		}, "artifacts", func(r *jobs.Result) bool { return len(r.Artifacts) > 0 && len(r.Artifacts) < 2000 }},
+		{"artifacts skipped", func(r *jobs.Result) {
+			for i := range 2000 {
+				r.ArtifactsSkipped = append(r.ArtifactsSkipped, jobs.SkippedArtifact{Name: fmt.Sprint(i, big[:1000]), Reason: "too large"})
+			}
+		}, "artifacts_skipped", func(r *jobs.Result) bool { return len(r.ArtifactsSkipped) < 2000 }},
+		{"workspace skipped", func(r *jobs.Result) {
+			r.Workspace = &jobs.WorkspaceStep{Name: "w", Revision: 3}
+			for i := range 2000 {
+				r.Workspace.Skipped = append(r.Workspace.Skipped, jobs.SkippedEntry{Name: fmt.Sprint(i, big[:1000]), Reason: "fifo"})
+			}
+		}, "workspace.skipped", func(r *jobs.Result) bool {
+			return r.Workspace.Revision == 3 && len(r.Workspace.Skipped)+r.Workspace.SkippedMore == 2000
+		}},
+		{"an error past everything", func(r *jobs.Result) { r.Error = strings.Repeat(big, 1000) }, "result",
+			func(r *jobs.Result) bool { return len(r.Error) <= 4<<10 && r.Status == jobs.StatusFailed }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := &jobs.Result{ID: "j", Status: jobs.StatusFailed, Exit: &exit}
+			r.SetOutput([]byte("out\n"), nil)
+			tc.fill(r)
+			const max = 1 << 20
+			data, err := EncodeResult(r, max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back jobs.Result
+			if err := json.Unmarshal(data, &back); err != nil {
+				t.Fatal(err)
+			}
+			if len(data) > max || back.Status != jobs.StatusFailed || back.ExitCode() != 1 {
+				t.Fatalf("%d bytes (max %d), status %s exit %d", len(data), max, back.Status, back.ExitCode())
+			}
+			if len(back.Cut) == 0 || !strings.HasPrefix(back.Cut[len(back.Cut)-1], tc.field+": ") || !tc.check(&back) {
+				t.Fatalf("cut %q: want a line about %s, and what it keeps", back.Cut, tc.field)
+			}
+			if tc.field != "result" && back.Stdout != "out\n" {
+				t.Fatalf("stdout %q: the lists go before any output", back.Stdout)
+			}
+		})
 	}
 }

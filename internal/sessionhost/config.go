@@ -53,9 +53,22 @@ type Config struct {
 	Worker string
 	// Max is the most sessions the host holds at once. Default 16.
 	Max int
-	// MaxLifetime caps what a session may ask for max_lifetime (and
-	// idle_timeout). Default 24h.
+	// MaxLifetime caps what a session may ask for max_lifetime. Default
+	// 24h.
 	MaxLifetime time.Duration
+	// MaxIdleTimeout caps what a session may ask for idle_timeout.
+	// Default 1h.
+	MaxIdleTimeout time.Duration
+	// MaxPerToken and MaxPerTenant cap the live sessions (running or
+	// resuming, on any worker) one owner, and all the owners of one
+	// tenant, hold: a create past them is refused (sessions.ErrCap), so
+	// that one caller cannot take every worker's room. The operator's
+	// own (owner and tenant "") are not counted. Defaults 4 and 8;
+	// negative: no cap. Workers count the fleet's records, so give every
+	// worker the same caps; creates racing on two workers may pass the
+	// cap by one each.
+	MaxPerToken  int
+	MaxPerTenant int
 	// Limits resolves a session's limits against the worker's defaults
 	// and caps, as a job's are.
 	Limits func(limits.Limits) (limits.Limits, error)
@@ -89,6 +102,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxLifetime <= 0 {
 		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.MaxIdleTimeout <= 0 {
+		c.MaxIdleTimeout = time.Hour
+	}
+	if c.MaxPerToken == 0 {
+		c.MaxPerToken = 4
+	}
+	if c.MaxPerTenant == 0 {
+		c.MaxPerTenant = 8
 	}
 	if c.MaxCalls <= 0 {
 		c.MaxCalls = 16

@@ -35,17 +35,20 @@ type Host struct {
 	start Starter
 	log   *slog.Logger
 
-	mu       sync.Mutex
-	live     map[string]*live
-	starting int
-	create   *nats.Subscription // nil while the host is full
-	closed   bool
-	ended    []*endedCells // ended sessions' histories, oldest first (cells.go)
-	wg       sync.WaitGroup
+	mu        sync.Mutex
+	live      map[string]*live
+	starting  int
+	create    *nats.Subscription // nil while the host is full
+	closed    bool
+	admitting sync.Mutex     // one admission at a time (caps.go)
+	pending   map[string]int // creates admitted whose record is not written yet, by owner's and tenant's keys
+	ended     []*endedCells  // ended sessions' histories, oldest first (cells.go)
+	wg        sync.WaitGroup
 }
 
 // live is a session the host holds.
 type live struct {
+	key   string // its record's (sessions.Key)
 	info  sessions.Info
 	sb    Sandbox
 	sub   *nats.Subscription
@@ -77,11 +80,13 @@ func New(ctx context.Context, js jetstream.JetStream, start Starter, cfg Config)
 	if err != nil {
 		return nil, fmt.Errorf("sessions: bucket %s: %w", sessions.Bucket, err)
 	}
-	return &Host{cfg: cfg, nc: js.Conn(), kv: kv, start: start, log: cfg.Logger, live: map[string]*live{}}, nil
+	return &Host{cfg: cfg, nc: js.Conn(), kv: kv, start: start, log: cfg.Logger, live: map[string]*live{},
+		pending: map[string]int{}}, nil
 }
 
 // Run serves until ctx ends, then ends every session the host holds.
 func (h *Host) Run(ctx context.Context) error {
+	h.migrate(ctx)
 	h.markLost(ctx)
 	h.mu.Lock()
 	err := h.listenLocked()
@@ -240,11 +245,25 @@ func (h *Host) spec(call sessions.Call) (sessions.Spec, limits.Limits, time.Dura
 	if life == 0 {
 		life = min(sessions.DefaultMaxLifetime, h.cfg.MaxLifetime)
 	}
+	capped := func(cap, format string, args ...any) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
+		return spec, limits.Limits{}, 0, 0, sessions.CapErrorf(cap, format, args...)
+	}
 	if life > h.cfg.MaxLifetime {
-		return fail("max_lifetime: %s is over this worker's cap of %s", life, h.cfg.MaxLifetime)
+		return capped(sessions.CapMaxLifetime, "max_lifetime: %s is over the cap of %s (the worker's --session-max-lifetime)", life, h.cfg.MaxLifetime)
+	}
+	if idle > h.cfg.MaxIdleTimeout {
+		return capped(sessions.CapIdleTimeout, "idle_timeout: %s is over the cap of %s (the worker's --session-max-idle)", idle, h.cfg.MaxIdleTimeout)
 	}
 	if idle > life {
 		idle = life
+	}
+	if err := sessions.ValidLabels(spec.Labels); err != nil {
+		return spec, limits.Limits{}, 0, 0, err
+	}
+	if spec.Persist {
+		if err := sessions.ValidRecordEnv(spec.Env); err != nil {
+			return spec, limits.Limits{}, 0, 0, err
+		}
 	}
 	return spec, lim, idle, life, nil
 }
@@ -254,11 +273,20 @@ func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
 	if err != nil {
 		return nil, err
 	}
+	resuming := ""
+	if spec.From != nil && spec.From.Resume {
+		resuming = spec.From.Session
+	}
+	release, err := h.admit(call, resuming)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if spec.From != nil {
 		return h.createFrom(call, spec)
 	}
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
-	o := opening{info: sessions.Info{ID: id, Owner: call.Owner, Image: spec.Image, Limits: lim,
+	o := opening{key: sessions.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: spec.Image, Limits: lim,
 		IdleTimeout: limits.Duration(idle), MaxLifetime: limits.Duration(life), Labels: spec.Labels, Tenant: spec.Tenant},
 		env: spec.Env, files: spec.Files}
 	if spec.Persist || spec.Workspace != "" || spec.WorkspaceFrom != nil {
@@ -271,6 +299,7 @@ func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
 
 // opening is a session on its way to a sandbox: new, forked, or resumed.
 type opening struct {
+	key     string        // its record's key
 	info    sessions.Info // its record, but for what the start fills in
 	env     map[string]string
 	files   map[string]string
@@ -320,7 +349,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 		info.Env = o.env
 	}
 	l := &live{sb: sb, lim: info.Limits, ptys: ptys, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64), cells: &cellLog{},
-		info: info, kvRev: o.kvRev}
+		key: o.key, info: info, kvRev: o.kvRev}
 	l.ck.dirty, l.ck.forked = o.dirty, o.forked
 	// Its calls are answered before the record says it runs: a caller
 	// that reads the record finds a responder.
@@ -378,14 +407,17 @@ func (h *Host) record(ctx context.Context, l *live) error {
 	if err != nil {
 		return err
 	}
+	if len(b) > sessions.MaxRecordBytes {
+		return fmt.Errorf("the record is %d bytes, over the limit of %d", len(b), sessions.MaxRecordBytes)
+	}
 	l.mu.Lock()
 	prev := l.kvRev
 	l.mu.Unlock()
 	var rev uint64
 	if prev == 0 {
-		rev, err = h.kv.Create(ctx, info.ID, b)
+		rev, err = h.kv.Create(ctx, l.key, b)
 	} else {
-		rev, err = h.kv.Update(ctx, info.ID, b, prev)
+		rev, err = h.kv.Update(ctx, l.key, b, prev)
 	}
 	if raced(err) {
 		return errTakenOver

@@ -217,8 +217,13 @@ func TestIdleAndLost(t *testing.T) {
 		info, err := b.client.Get(ctx, lost.ID)
 		return err == nil && info.EndReason == sessions.EndLost
 	})
-	if _, err := b.client.Create(ctx, sessions.Spec{MaxLifetime: limits.Duration(48 * time.Hour)}); !errors.Is(err, sessions.ErrInvalid) {
-		t.Errorf("max_lifetime over the cap: %v, want ErrInvalid", err)
+	if _, err := b.client.Create(ctx, sessions.Spec{MaxLifetime: limits.Duration(48 * time.Hour)}); !errors.Is(err, sessions.ErrCap) ||
+		sessions.AsError(err).Cap != sessions.CapMaxLifetime {
+		t.Errorf("max_lifetime over the cap: %v, want ErrCap naming max_lifetime", err)
+	}
+	if _, err := b.client.Create(ctx, sessions.Spec{IdleTimeout: limits.Duration(2 * time.Hour)}); !errors.Is(err, sessions.ErrCap) ||
+		sessions.AsError(err).Cap != sessions.CapIdleTimeout {
+		t.Errorf("idle_timeout over the cap: %v, want ErrCap naming idle_timeout", err)
 	}
 	if _, err := b.client.Create(ctx, sessions.Spec{Limits: limits.Limits{Memory: 64 * limits.GiB}}); !errors.Is(err, sessions.ErrInvalid) ||
 		!strings.Contains(err.Error(), "memory") {

@@ -106,7 +106,7 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	src, _, err := h.readRecord(ctx, spec.From.Session, call.Owner)
+	src, _, err := h.readRecord(ctx, spec.From.Session, call)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 		return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: it has no checkpoint to fork", src.ID)
 	}
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
-	o := opening{info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
+	o := opening{key: sessions.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
 		IdleTimeout: src.IdleTimeout, MaxLifetime: src.MaxLifetime, Labels: spec.Labels, ForkedFrom: src.ID},
 		env: src.Env, from: &source{tenant: src.Tenant, workspace: src.Workspace}}
 	o.info.Persist = src.Persist
@@ -127,21 +127,14 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 	return h.open(o)
 }
 
-// readRecord returns session id's record and its KV revision, as owner
-// may see it.
-func (h *Host) readRecord(ctx context.Context, id, owner string) (*sessions.Info, jetstream.KeyValueEntry, error) {
-	e, err := h.kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", id)
-	}
-	if err != nil {
+// readRecord returns session id's record and its KV entry, as the
+// caller (its owner, of its tenant) may see it.
+func (h *Host) readRecord(ctx context.Context, id string, call sessions.Call) (*sessions.Info, jetstream.KeyValueEntry, error) {
+	info, e, err := sessions.ReadRecord(ctx, h.kv, call.Tenant, call.Owner, id)
+	if err != nil && sessions.AsError(err) == nil {
 		return nil, nil, sessions.Errorf(sessions.ErrFailed, "read the session's record: %v", err)
 	}
-	var info sessions.Info
-	if json.Unmarshal(e.Value(), &info) != nil || info.Owner != owner {
-		return nil, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", id)
-	}
-	return &info, e, nil
+	return info, e, err
 }
 
 // resumeStale is how long a resume another worker took may go on before
@@ -155,7 +148,7 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 	deadline := time.Now().Add(resumeStale)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		info, e, err := h.readRecord(ctx, id, call.Owner)
+		info, e, err := h.readRecord(ctx, id, call)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -184,7 +177,7 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 			return nil, err
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-		rev, err := h.kv.Update(ctx, id, b, e.Revision())
+		rev, err := h.kv.Update(ctx, e.Key(), b, e.Revision())
 		cancel()
 		if raced(err) {
 			continue // another resumer, or a call, wrote first: look again
@@ -193,7 +186,7 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 			return nil, sessions.Errorf(sessions.ErrFailed, "take the session's record: %v", err)
 		}
 		h.log.Info("resuming a session", "session_id", id, "why", why)
-		return h.open(opening{info: *info, env: info.Env, kvRev: rev, prev: e.Value(), restore: why,
+		return h.open(opening{key: e.Key(), info: *info, env: info.Env, kvRev: rev, prev: e.Value(), restore: why,
 			from: &source{tenant: info.Tenant, workspace: info.Workspace, must: info.Checkpoint != nil}})
 	}
 	return nil, sessions.Errorf(sessions.ErrFailed, "session %s: another worker's resume did not finish within %s", id, resumeStale)
@@ -220,7 +213,7 @@ func (h *Host) giveBack(ctx context.Context, o opening) {
 	if o.prev == nil {
 		return
 	}
-	if _, err := h.kv.Update(ctx, o.info.ID, o.prev, o.kvRev); err != nil {
+	if _, err := h.kv.Update(ctx, o.key, o.prev, o.kvRev); err != nil {
 		h.log.Warn("putting back a session's record after a failed resume", "session_id", o.info.ID, "error", err)
 	}
 }

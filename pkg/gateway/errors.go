@@ -43,9 +43,13 @@ const (
 	CodeBodyTooLarge    Code = "body_too_large"    // 413
 	CodeQueueFull       Code = "queue_full"        // 429: the fleet's queue is full; Retry-After
 	CodeTooManyRequests Code = "too_many_requests" // 429: the gateway's own bounds; Retry-After
-	CodeInternal        Code = "internal"          // 500: never with details
-	CodeNotImplemented  Code = "not_implemented"   // 501
-	CodeUnavailable     Code = "unavailable"       // 503: NATS or JetStream unreachable; Retry-After
+	// CodeSessionCap: over a cap of the fleet's on sessions, named in the
+	// body's "cap": 429 for the live sessions a token or a tenant holds,
+	// 400 for a max_lifetime or idle_timeout over its cap.
+	CodeSessionCap     Code = "session_cap"
+	CodeInternal       Code = "internal"        // 500: never with details
+	CodeNotImplemented Code = "not_implemented" // 501
+	CodeUnavailable    Code = "unavailable"     // 503: NATS or JetStream unreachable; Retry-After
 )
 
 // Error is an error with its HTTP answer. Handlers return one, or an error
@@ -57,6 +61,8 @@ type Error struct {
 	RetryAfter time.Duration // sets Retry-After when > 0
 	// BadLines lists the bad lines of a strict batch.
 	BadLines []BadLine
+	// Cap names the cap of a session_cap (sessions.CapPerToken, ...).
+	Cap string
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
@@ -72,6 +78,9 @@ type ErrorBody struct {
 	Code     Code      `json:"code"`
 	Message  string    `json:"message"`
 	BadLines []BadLine `json:"bad_lines,omitempty"`
+	// Cap names the cap a session_cap is over: sessions_per_token,
+	// sessions_per_tenant, max_lifetime or idle_timeout.
+	Cap string `json:"cap,omitempty"`
 }
 
 func apiErr(status int, code Code, format string, args ...any) *Error {
@@ -132,7 +141,7 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	writeJSON(w, e.Status, struct {
 		Error ErrorBody `json:"error"`
-	}{ErrorBody{Code: e.Code, Message: e.Message, BadLines: e.BadLines}})
+	}{ErrorBody{Code: e.Code, Message: e.Message, BadLines: e.BadLines, Cap: e.Cap}})
 }
 
 // writeJSON writes v as the response body with status.

@@ -14,5 +14,5 @@ func Codes() []Code {
 	return []Code{CodeInvalidJSON, CodeUnknownField, CodeInvalidJob, CodeInvalidBatch, CodeInvalidRequest,
 		CodeUnauthorized, CodeForbidden, CodeNotFound, CodeMethodNotAllow, CodeRequestTimeout,
 		CodeAlreadyFinished, CodeBodyTooLarge, CodeQueueFull, CodeTooManyRequests, CodeInternal,
-		CodeNotImplemented, CodeUnavailable}
+		CodeNotImplemented, CodeUnavailable, CodeSessionCap}
 }

@@ -293,7 +293,7 @@ func (g *Gateway) routes() []route {
 		{pattern: "GET /v1/sessions/{id}", h: g.getSession},
 		{pattern: "DELETE /v1/sessions/{id}", h: g.deleteSession, write: true},
 		{pattern: "POST /v1/sessions/{id}/keepalive", h: g.keepaliveSession, write: true},
-		{pattern: "PUT /v1/sessions/{id}/network", h: g.setSessionNetwork, write: true},
+		{pattern: "PUT /v1/sessions/{id}/network", h: g.setSessionNetwork, write: true, body: 1 << 16},
 		{pattern: "POST /v1/sessions/{id}/pause", h: g.pauseSession, write: true, long: true},
 		{pattern: "POST /v1/sessions/{id}/resume", h: g.resumeSession, write: true, long: true},
 		{pattern: "POST /v1/sessions/{id}/fork", h: g.forkSession, write: true, body: 1 << 16, long: true},
@@ -346,7 +346,7 @@ func (g *Gateway) mountConsole() error {
 		}
 	}
 	if g.cfg.Sessions != nil {
-		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.As(v.Name) }
+		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.For(v.Scope.Tenant(), v.Name) }
 	}
 	var open *jobs.Client // an open console's: the operator's
 	if g.views.operator != nil {

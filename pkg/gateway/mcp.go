@@ -67,7 +67,7 @@ func (r gatewayRunner) Sessions() *sessions.Client {
 	if r.g.cfg.Sessions == nil {
 		return nil
 	}
-	return r.g.cfg.Sessions.As(tokenName(r.tok))
+	return r.g.cfg.Sessions.For(tokenTenant(r.tok), tokenName(r.tok))
 }
 
 func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {

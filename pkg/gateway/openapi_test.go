@@ -161,3 +161,41 @@ func TestOpenAPIRoutesMatchDocument(t *testing.T) {
 		}
 	}
 }
+
+// Every route that takes a body in openapi.yaml takes a real one: a body
+// of a size any of them allows is read, not refused 413 (a route whose
+// body limit was left at zero refuses every body).
+func TestEveryDocumentedBodyIsTaken(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	b := setup(t, options{})
+	param := regexp.MustCompile(`\{(\w+)\}`)
+	n := 0
+	for path, item := range c.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.RequestBody == nil || op.RequestBody.Value == nil {
+				continue
+			}
+			for ctype := range op.RequestBody.Value.Content {
+				n++
+				url := param.ReplaceAllStringFunc(path, func(p string) string {
+					if p == "{pid}" {
+						return "1"
+					}
+					return "x"
+				})
+				body := bytes.Repeat([]byte("a"), 512)
+				if strings.Contains(ctype, "json") {
+					body = append([]byte("{}"), bytes.Repeat([]byte(" "), 510)...)
+				}
+				rep := b.do(t, method, url, b.alice, body, "Content-Type", ctype)
+				if rep.status == http.StatusRequestEntityTooLarge {
+					t.Errorf("%s %s (%s): a body of %d bytes is refused 413: %s", method, path, ctype, len(body), rep.body)
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d routes with a body in openapi.yaml: the document was not read", n)
+	}
+}

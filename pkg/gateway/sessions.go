@@ -22,7 +22,7 @@ func (g *Gateway) sessionsOf(tok *Token) (*sessions.Client, error) {
 	if g.cfg.Sessions == nil {
 		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
 	}
-	return g.cfg.Sessions.As(tokenName(tok)), nil
+	return g.cfg.Sessions.For(tokenTenant(tok), tokenName(tok)), nil
 }
 
 // sessionErr maps a session's error to its answer.
@@ -36,6 +36,16 @@ func (g *Gateway) sessionErr(err error) error {
 		return apiErr(http.StatusNotFound, CodeNotFound, "%s", e.Message)
 	case errors.Is(e, sessions.ErrGone):
 		return apiErr(http.StatusGone, CodeGone, "%s", e.Message)
+	case errors.Is(e, sessions.ErrCap):
+		// A count's cap holds until one of the caller's sessions ends; an
+		// ask over a lifetime's cap is wrong whenever it is sent.
+		status := http.StatusTooManyRequests
+		if e.Cap == sessions.CapMaxLifetime || e.Cap == sessions.CapIdleTimeout {
+			status = http.StatusBadRequest
+		}
+		ae := apiErr(status, CodeSessionCap, "%s", e.Message)
+		ae.Cap = e.Cap
+		return ae
 	case errors.Is(e, sessions.ErrFull), errors.Is(e, sessions.ErrLimit):
 		ae := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "%s", e.Message)
 		ae.RetryAfter = g.cfg.RetryAfter
@@ -48,6 +58,14 @@ func (g *Gateway) sessionErr(err error) error {
 		return apiErr(http.StatusConflict, CodePaused, "%s", e.Message)
 	}
 	return apiErr(http.StatusUnprocessableEntity, CodeFailed, "%s", e.Message)
+}
+
+// tokenTenant is the tenant of a token, "" for an operator's or none.
+func tokenTenant(tok *Token) string {
+	if tok == nil {
+		return ""
+	}
+	return tok.Tenant
 }
 
 // decodeBody reads a JSON body into v, refusing unknown fields.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
@@ -48,11 +49,16 @@ type options struct {
 	// (the server here grants every connection everything: the scope is
 	// the gateway's to keep).
 	tenants []string
+	// srv, if set, is the server to use (else one of the test's own).
+	srv *server.Server
 }
 
 func setup(t testing.TB, o options) *bundle {
 	t.Helper()
-	srv := natstest.Server(t)
+	srv := o.srv
+	if srv == nil {
+		srv = natstest.Server(t)
+	}
 	nc, js := natstest.Connect(t, srv.ClientURL())
 	if _, err := o.topo.Ensure(t.Context(), js); err != nil {
 		t.Fatal(err)

@@ -174,6 +174,11 @@ type Result struct {
 	// for showing only.
 	Display        []Display `json:"display,omitempty"`
 	DisplayDropped int       `json:"display_dropped,omitempty"`
+	// Cut says what was left out of the result for it to fit the most
+	// a stored result may take (the server's max_payload), one line per
+	// field ("egress: 400 of 512 entries dropped ..."); empty when
+	// nothing was. A job whose result is cut is not run again.
+	Cut []string `json:"cut,omitempty"`
 }
 
 // Display is one display output: its MIME type ("image/png") and bytes

@@ -22,9 +22,12 @@ import (
 // an idempotency key (a retried call with the same key gets the first
 // call's answer and runs nothing again) and the operation's body.
 type Call struct {
-	Owner string          `json:"owner,omitempty"`
-	Key   string          `json:"key,omitempty"`
-	Body  json.RawMessage `json:"body,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// Tenant is the owner's tenant ("" for none): a record is kept
+	// under its tenant and owner (Key).
+	Tenant string          `json:"tenant,omitempty"`
+	Key    string          `json:"key,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
 }
 
 // Answer is a session's reply: a result or an error.
@@ -38,7 +41,7 @@ type Answer struct {
 func BucketConfig() jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:       Bucket,
-		Description:  "sandfleet sessions: their records, by ID",
+		Description:  "sandfleet sessions: their records, by tenant, owner and ID",
 		TTL:          48 * time.Hour,
 		MaxBytes:     256 << 20,
 		MaxValueSize: 64 << 10,
@@ -48,9 +51,10 @@ func BucketConfig() jetstream.KeyValueConfig {
 
 // Client calls sessions for one owner.
 type Client struct {
-	nc    *nats.Conn
-	rec   *records
-	owner string
+	nc     *nats.Conn
+	rec    *records
+	owner  string
+	tenant string
 	// CallTimeout bounds a call's wait beyond the operation's own
 	// timeout. Default 30 s.
 	CallTimeout time.Duration
@@ -92,11 +96,22 @@ func NewClient(ctx context.Context, js jetstream.JetStream, owner string) (*Clie
 	return c, nil
 }
 
-// As returns a client of the same fleet for another owner.
-func (c *Client) As(owner string) *Client {
+// As returns a client of the same fleet for another owner, of no
+// tenant.
+func (c *Client) As(owner string) *Client { return c.For("", owner) }
+
+// For returns a client of the same fleet for owner of tenant: its
+// sessions name the tenant's workspaces, count against the tenant's caps
+// and are listed to that owner alone.
+func (c *Client) For(tenant, owner string) *Client {
 	d := *c
-	d.owner = owner
+	d.owner, d.tenant = owner, tenant
 	return &d
+}
+
+// call is what a request of the client carries.
+func (c *Client) call(key string, body json.RawMessage) ([]byte, error) {
+	return json.Marshal(Call{Owner: c.owner, Tenant: c.tenant, Key: key, Body: body})
 }
 
 // maxCreateTries is how many workers a create asks before it reports
@@ -113,11 +128,14 @@ func (c *Client) Create(ctx context.Context, spec Spec) (*Info, error) {
 }
 
 func (c *Client) create(ctx context.Context, spec Spec) (*Info, error) {
+	if c.tenant != "" {
+		spec.Tenant = c.tenant // a tenant's session names its tenant's workspaces
+	}
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(Call{Owner: c.owner, Key: uuid.NewString(), Body: body})
+	data, err := c.call(uuid.NewString(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -147,47 +165,86 @@ func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := kv.Get(ctx, id)
+	info, _, err := ReadRecord(ctx, kv, c.tenant, c.owner, id)
+	return info, err
+}
+
+// ReadRecord returns session id's record and its entry, as owner of
+// tenant may see it: ErrNotFound for one that does not exist or is
+// another owner's. A record of an earlier version, kept by ID alone, is
+// read there.
+func ReadRecord(ctx context.Context, kv jetstream.KeyValue, tenant, owner, id string) (*Info, jetstream.KeyValueEntry, error) {
+	if !ValidID(id) {
+		return nil, nil, Errorf(ErrNotFound, "no session %q", id)
+	}
+	e, err := kv.Get(ctx, Key(tenant, owner, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
+		e, err = kv.Get(ctx, id)
+	}
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil, Errorf(ErrNotFound, "no session %q", id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sessions: look up %s: %w", id, err)
+		return nil, nil, fmt.Errorf("sessions: look up %s: %w", id, err)
 	}
 	var info Info
 	if err := json.Unmarshal(e.Value(), &info); err != nil {
-		return nil, fmt.Errorf("sessions: record of %s: %w", id, err)
+		return nil, nil, fmt.Errorf("sessions: record of %s: %w", id, err)
 	}
-	if info.Owner != c.owner {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
+	if info.Owner != owner {
+		return nil, nil, Errorf(ErrNotFound, "no session %q", id)
 	}
-	return &info, nil
+	return &info, e, nil
+}
+
+// Records returns the records under the keys filter matches (OwnerKeys
+// or TenantKeys and a wildcard), up to limit (0: all): one filtered
+// watch, which reads no other key's record.
+func Records(ctx context.Context, kv jetstream.KeyValue, filter string, limit int) ([]jetstream.KeyValueEntry, error) {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	var out []jetstream.KeyValueEntry
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, nil
+			}
+			if e == nil { // the current values are all read
+				return out, nil
+			}
+			out = append(out, e)
+			if limit > 0 && len(out) >= limit {
+				return out, nil
+			}
+		}
+	}
 }
 
 // MaxList bounds what List returns.
 const MaxList = 1000
 
-// List returns the owner's sessions, running first, newest first.
+// List returns the owner's sessions, running first, newest first. It
+// reads the owner's records alone (OwnerKeys).
 func (c *Client) List(ctx context.Context) ([]Info, error) {
 	kv, err := c.rec.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	entries, err := Records(ctx, kv, OwnerKeys(c.tenant, c.owner)+".*", 0)
 	if err != nil {
 		return nil, fmt.Errorf("sessions: list: %w", err)
 	}
-	defer keys.Stop()
 	var out []Info
-	for k := range keys.Keys() {
-		if info, err := c.Get(ctx, k); err == nil {
-			out = append(out, *info)
-		}
-		if len(out) >= MaxList {
-			break
+	for _, e := range entries {
+		var info Info
+		if json.Unmarshal(e.Value(), &info) == nil && info.Owner == c.owner {
+			out = append(out, info)
 		}
 	}
 	slices.SortFunc(out, func(a, b Info) int {
@@ -199,6 +256,9 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		}
 		return b.CreatedAt.Compare(a.CreatedAt)
 	})
+	if len(out) > MaxList {
+		out = out[:MaxList]
+	}
 	return out, nil
 }
 
@@ -218,7 +278,7 @@ func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait
 		}
 		raw = b
 	}
-	data, err := json.Marshal(Call{Owner: c.owner, Key: key, Body: raw})
+	data, err := c.call(key, raw)
 	if err != nil {
 		return err
 	}
@@ -248,14 +308,11 @@ func (c *Client) notLive(ctx context.Context, id, op string, out any) (again boo
 	if err != nil {
 		return false, Errorf(ErrNotFound, "no session %q", id)
 	}
-	e, err := kv.Get(ctx, id)
+	rec, e, err := ReadRecord(ctx, kv, c.tenant, c.owner, id)
 	if err != nil {
 		return false, Errorf(ErrNotFound, "no session %q", id)
 	}
-	var info Info
-	if json.Unmarshal(e.Value(), &info) != nil || info.Owner != c.owner {
-		return false, Errorf(ErrNotFound, "no session %q", id)
-	}
+	info := *rec
 	now := time.Now().UTC()
 	// settle writes what op makes of a session without a sandbox, unless
 	// another wrote first: then the call is tried again.
@@ -268,7 +325,7 @@ func (c *Client) notLive(ctx context.Context, id, op string, out any) (again boo
 		}
 		b, err := json.Marshal(info)
 		if err == nil {
-			_, err = kv.Update(ctx, id, b, e.Revision())
+			_, err = kv.Update(ctx, e.Key(), b, e.Revision())
 		}
 		if err != nil {
 			return true, nil
@@ -289,7 +346,7 @@ func (c *Client) notLive(ctx context.Context, id, op string, out any) (again boo
 	case !info.Persist:
 		info.Status, info.EndReason, info.EndedAt = StatusEnded, EndLost, &now
 		if b, err := json.Marshal(info); err == nil {
-			_, _ = kv.Update(ctx, id, b, e.Revision()) // another caller may have said so first
+			_, _ = kv.Update(ctx, e.Key(), b, e.Revision()) // another caller may have said so first
 		}
 		return false, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
 	case op == OpPause:
@@ -336,7 +393,11 @@ func (c *Client) Resume(ctx context.Context, id string) (*Info, error) {
 		return nil, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
 	case StatusRunning:
 		var live Info
-		err := c.request(ctx, Subject(id, OpInfo), mustCall(c.owner), 0, &live)
+		data, err := c.call("", nil)
+		if err != nil {
+			return nil, err
+		}
+		err = c.request(ctx, Subject(id, OpInfo), data, 0, &live)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return &live, err
 		}
@@ -346,11 +407,6 @@ func (c *Client) Resume(ctx context.Context, id string) (*Info, error) {
 		}
 	}
 	return c.resume(ctx, id)
-}
-
-func mustCall(owner string) []byte {
-	b, _ := json.Marshal(Call{Owner: owner})
-	return b
 }
 
 // Pause checkpoints a persistent session and frees its sandbox: its

@@ -358,6 +358,8 @@ const MaxReplyOutput = 256 << 10
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Cap names the cap an ErrCap is over (CapPerToken, ...).
+	Cap string `json:"cap,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("session: %s: %s", e.Code, e.Message) }
@@ -379,7 +381,24 @@ var (
 	ErrExists   = &Error{Code: "exists"}    // the path exists already
 	ErrFailed   = &Error{Code: "failed"}    // the call failed in the sandbox
 	ErrPaused   = &Error{Code: "paused"}    // the session is paused: resume it first
+	ErrCap      = &Error{Code: "cap"}       // over a cap of the fleet's on what a caller may hold or ask (Error.Cap names it)
 )
+
+// The caps an ErrCap names (Error.Cap): the live sessions (running or
+// resuming) one token, or all the tokens of one tenant, hold; the most a
+// create may ask for max_lifetime and idle_timeout. The operator sets
+// them on the workers (cmd/worker's --session-max-* flags).
+const (
+	CapPerToken    = "sessions_per_token"
+	CapPerTenant   = "sessions_per_tenant"
+	CapMaxLifetime = "max_lifetime"
+	CapIdleTimeout = "idle_timeout"
+)
+
+// CapErrorf returns an ErrCap naming cap.
+func CapErrorf(cap, format string, args ...any) *Error {
+	return &Error{Code: ErrCap.Code, Cap: cap, Message: fmt.Sprintf(format, args...)}
+}
 
 // Errorf returns an Error of sentinel's code.
 func Errorf(sentinel *Error, format string, args ...any) *Error {

@@ -80,6 +80,8 @@ export interface Result {
         size: number;
         reason: string;
     }[];
+    /** What was left out for the result to fit the server's limit, one line per field. */
+    cut?: string[];
 }
 /** A file a job kept from its outputs. */
 export interface Artifact {

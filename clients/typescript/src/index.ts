@@ -84,6 +84,8 @@ export interface Result {
   workspace?: Record<string, unknown>;
   artifacts?: Artifact[];
   artifacts_skipped?: { name: string; size: number; reason: string }[];
+  /** What was left out for the result to fit the server's limit, one line per field. */
+  cut?: string[];
 }
 
 /** A file a job kept from its outputs. */

@@ -15,6 +15,8 @@
 //	timeout        finish as timeout
 //	egress H A C O I  account egress to host H: allowed A (true or false),
 //	               C connections, O bytes out and I in (a result's egress)
+//	egresses N S   account N denied destinations, each a host of S bytes
+//	               quoted twice in its reason (a refused flood's egress)
 //	png W H        show a W×H PNG (a display output, as a figure)
 //	display M TEXT show TEXT as a display output of MIME type M
 //	infra          fail as a broken infrastructure would (an error wrapping
@@ -246,6 +248,14 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 				n := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
 				res.Egress = append(res.Egress, limits.NetworkUse{Host: f[0], Allowed: f[1] == "true",
 					Connections: n(f[2]), BytesOut: n(f[3]), BytesIn: n(f[4])})
+			}
+		case "egresses":
+			var count, size int
+			_, _ = fmt.Sscan(arg, &count, &size)
+			for i := range count {
+				host := fmt.Sprintf("%d.%s.test:443", i, strings.Repeat("h", size))
+				res.Egress = append(res.Egress, limits.NetworkUse{Host: host, Rule: "none", Connections: 1,
+					Reason: fmt.Sprintf("%q is not %q", host, host)})
 			}
 		case "png":
 			var w, h int
