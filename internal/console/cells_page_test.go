@@ -73,11 +73,24 @@ func fakeSessions(t testing.TB, js jetstream.JetStream) *sessions.Client {
 	done := make(chan error, 1)
 	go func() { done <- host.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
+	hostReady(t, host, done)
 	c, err := sessions.NewClient(t.Context(), js, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// hostReady waits until host takes creates: a create sent before it
+// listens finds no worker (429).
+func hostReady(t testing.TB, host *sessionhost.Host, done chan error) {
+	t.Helper()
+	select {
+	case <-host.Ready():
+	case err := <-done:
+		done <- err
+		t.Fatalf("the session host ended before it listened: %v", err)
+	}
 }
 
 var imgRE = regexp.MustCompile(`<img class="figure" src="data:image/png;base64,([A-Za-z0-9+/=]+)" width="(\d+)" height="(\d+)"`)

@@ -41,6 +41,7 @@ func realSessions(t testing.TB, js jetstream.JetStream) *sessions.Client {
 	done := make(chan error, 1)
 	go func() { done <- host.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
+	hostReady(t, host, done)
 	c, err := sessions.NewClient(t.Context(), js, "")
 	if err != nil {
 		t.Fatal(err)

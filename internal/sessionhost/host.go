@@ -44,6 +44,7 @@ type Host struct {
 	pending   map[string]int // creates admitted whose record is not written yet, by owner's and tenant's keys
 	ended     []*endedCells  // ended sessions' histories, oldest first (cells.go)
 	wg        sync.WaitGroup
+	ready     chan struct{} // closed once creates reach the host
 }
 
 // live is a session the host holds.
@@ -81,8 +82,12 @@ func New(ctx context.Context, js jetstream.JetStream, start Starter, cfg Config)
 		return nil, fmt.Errorf("sessions: bucket %s: %w", sessions.Bucket, err)
 	}
 	return &Host{cfg: cfg, nc: js.Conn(), kv: kv, start: start, log: cfg.Logger, live: map[string]*live{},
-		pending: map[string]int{}}, nil
+		pending: map[string]int{}, ready: make(chan struct{})}, nil
 }
+
+// Ready is closed once Run listens and the server has its subscription:
+// a create made after it reaches this host (until it is full).
+func (h *Host) Ready() <-chan struct{} { return h.ready }
 
 // Run serves until ctx ends, then ends every session the host holds.
 func (h *Host) Run(ctx context.Context) error {
@@ -98,6 +103,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// subscription): a test, or an operator, that waits for it may create
 	// at once.
 	_ = h.nc.Flush()
+	close(h.ready)
 	h.log.Info("serving sessions", "max", h.cfg.Max)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
