@@ -20,7 +20,9 @@ import (
 // the container's stdout, and every process it starts holds pipes of its
 // own, never the container's streams; so what it reports of a command
 // (its exit status, its output) is its word, signed with the envelope's
-// key.
+// key. The output is what came down the command's pipes, which another
+// process of the session (same uid) may open through /proc and write
+// into, unless the command runs exclusive (session_exclusive.go).
 
 // maxInFlight bounds the requests the agent serves at once; one past it
 // is answered with ErrCodeLimit at once.
