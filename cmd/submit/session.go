@@ -33,6 +33,7 @@ type sessionCommand struct {
 	cwd           string
 	timeout       time.Duration
 	background    bool
+	exclusive     bool
 	code          string
 	context       string
 	persist       bool
@@ -57,7 +58,9 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
                      (the last 20; an ended session's for 15m): each one's
                      code, output, value or error, and its figures' sizes
   exec ID -- CMD...  run a command in it; prints its output and exits as it
-                     does (--cwd, --env, --timeout; --background prints its pid)
+                     does (--cwd, --env, --timeout; --background prints its pid;
+                     --exclusive kills the session's other processes first,
+                     so that none can touch its output: for a verifier)
   run ID [-c CODE | FILE | -]
                      run Python in its stateful context (--context NAME):
                      globals stay for the next run; prints the output, then
@@ -97,6 +100,7 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 	fs.StringVar(&c.cwd, "cwd", "", "exec: run in `DIR`")
 	fs.DurationVar(&c.timeout, "timeout", 0, "exec, run: stop it after `D` (default the session's timeout)")
 	fs.BoolVar(&c.background, "background", false, "exec: start it in the background and print its pid")
+	fs.BoolVar(&c.exclusive, "exclusive", false, "exec: kill every other process of the session first and start none until it ends, so that no other process can write into its output (for a verifier)")
 	fs.StringVarP(&c.code, "code", "c", "", "run: the `CODE` to run")
 	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\")")
 	fs.BoolVar(&c.persist, "persist", false, "create: checkpoint /workspace, so that the session survives its sandbox")
@@ -367,7 +371,8 @@ func decoded(text, encoding string) string {
 }
 
 func (c *sessionCommand) exec(ctx context.Context, client *sessions.Client, id string, argv []string) error {
-	req := sessions.ExecRequest{Cmd: argv, Cwd: c.cwd, Env: c.env.m, Timeout: limits.Duration(c.timeout), Background: c.background}
+	req := sessions.ExecRequest{Cmd: argv, Cwd: c.cwd, Env: c.env.m, Timeout: limits.Duration(c.timeout), Background: c.background,
+		Exclusive: c.exclusive}
 	res, err := client.Exec(ctx, id, uuid.NewString(), req)
 	if err != nil {
 		return sessionFailed(err)

@@ -103,7 +103,14 @@ type Request struct {
 
 	// exec: Argv, or Shell run by /bin/sh -c; Cwd (default the working
 	// directory), Env over the session's, Stdin, TimeoutMS (0: none for a
-	// background process, the session's limit otherwise).
+	// background process, the session's limit otherwise). Exclusive
+	// ends every other process of the sandbox first (its background
+	// processes, terminals and contexts included) and lets none start
+	// until the command has ended, so that nothing but the command and
+	// its own descendants can reach its output or status; not with
+	// Background. A reply to it says Exclusive: an agent that does not
+	// know the field ignores it, and its reply does not.
+	Exclusive  bool              `json:"exclusive,omitempty"`
 	Argv       []string          `json:"argv,omitempty"`
 	Shell      string            `json:"shell,omitempty"`
 	Cwd        string            `json:"cwd,omitempty"`
@@ -163,6 +170,10 @@ type Reply struct {
 	// Stdout and Stderr are the first OutputLimit bytes.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	// An exclusive exec's: that it ran alone, and how many processes
+	// of the session it ended first.
+	Exclusive bool `json:"exclusive,omitempty"`
+	Ended     int  `json:"ended,omitempty"`
 
 	// exec (background).
 	PID int `json:"pid,omitempty"`

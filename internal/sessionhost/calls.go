@@ -222,12 +222,13 @@ func (h *Host) exec(l *live, body json.RawMessage) (any, error) {
 		t = 0
 	}
 	r, err := h.do(l, &envelope.Request{Op: envelope.OpExec, Argv: req.Cmd, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
-		Stdin: []byte(req.Stdin), TimeoutMS: t.Milliseconds(), Background: req.Background}, t)
+		Stdin: []byte(req.Stdin), TimeoutMS: t.Milliseconds(), Background: req.Background, Exclusive: req.Exclusive}, t)
 	if err != nil {
 		return nil, err
 	}
 	res := &sessions.ExecResult{PID: r.PID, ExitCode: r.Exit, Signal: r.Signal, TimedOut: r.TimedOut, DurationMS: r.DurationMS,
-		StdoutTruncated: r.StdoutBytes > int64(len(r.Stdout)), StderrTruncated: r.StderrBytes > int64(len(r.Stderr))}
+		StdoutTruncated: r.StdoutBytes > int64(len(r.Stdout)), StderrTruncated: r.StderrBytes > int64(len(r.Stderr)),
+		Exclusive: r.Exclusive, Ended: r.Ended}
 	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
 	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
 	return res, nil

@@ -405,7 +405,7 @@ func (ss *Session) Do(ctx context.Context, req *envelope.Request) (*envelope.Rep
 		if !ok {
 			return nil, ErrSessionEnded
 		}
-		return rep, nil
+		return unprotected(&r, rep), nil
 	case <-ctx.Done():
 		ss.forget(id)
 		return nil, ctx.Err()

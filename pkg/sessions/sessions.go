@@ -208,6 +208,14 @@ type Info struct {
 }
 
 // ExecRequest runs a command: Cmd (an argv) or Shell (run by /bin/sh -c).
+//
+// Exclusive runs it with no other process of the session alive: every
+// one (background processes, terminals' shells, code contexts, whatever
+// they left) is killed first, and none may start until the command ends.
+// Nothing but the command and its own descendants can then write into
+// its output or touch its exit code, which a session's own processes
+// otherwise can (they run as the same user): use it to run a verifier
+// whose verdict grades the session's work. Not with Background.
 type ExecRequest struct {
 	Cmd        []string          `json:"cmd,omitempty"`
 	Shell      string            `json:"shell,omitempty"`
@@ -216,6 +224,7 @@ type ExecRequest struct {
 	Stdin      string            `json:"stdin,omitempty"`
 	Timeout    limits.Duration   `json:"timeout,omitempty"` // default the session's limits.timeout
 	Background bool              `json:"background,omitempty"`
+	Exclusive  bool              `json:"exclusive,omitempty"`
 }
 
 // ExecResult is a command's end, or a background command's PID.
@@ -231,6 +240,10 @@ type ExecResult struct {
 	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
 	DurationMS      int64  `json:"duration_ms"`
+	// Exclusive says the command ran alone, Ended how many processes of
+	// the session were killed before it started.
+	Exclusive bool `json:"exclusive,omitempty"`
+	Ended     int  `json:"ended,omitempty"`
 }
 
 // CodeRequest runs a cell in a stateful context.

@@ -171,8 +171,11 @@ func (a *agent) startTerm(n int, path string, argv []string, cwd string, env []s
 	defer slave.Close()
 	fd := slave.Fd()
 	a.mu.Lock()
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: cwd, Env: env, Files: []uintptr{fd, fd, fd},
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}})
+	pid, err := 0, errSole
+	if !a.sole {
+		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: cwd, Env: env, Files: []uintptr{fd, fd, fd},
+			Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}})
+	}
 	var p *proc
 	if err == nil {
 		p = &proc{pid: pid, argv: argv, started: time.Now(), exited: make(chan struct{})}

@@ -20,7 +20,9 @@ import (
 // the container's stdout, and every process it starts holds pipes of its
 // own, never the container's streams; so what it reports of a command
 // (its exit status, its output) is its word, signed with the envelope's
-// key.
+// key. The output is what came down the command's pipes, which another
+// process of the session (same uid) may open through /proc and write
+// into, unless the command runs exclusive (session_exclusive.go).
 
 // maxInFlight bounds the requests the agent serves at once; one past it
 // is answered with ErrCodeLimit at once.
@@ -48,6 +50,7 @@ type agent struct {
 	archiving sync.Mutex // one checkpoint at a time (checkpoint.go)
 
 	mu    sync.Mutex
+	sole  bool          // an exclusive command runs: nothing else may start (session_exclusive.go)
 	procs map[int]*proc // every child the agent started and has not reaped
 	bg    map[int]*proc // the background processes, listed and collectable
 	ctxs  map[string]*codeContext
@@ -237,30 +240,42 @@ func (a *agent) reap(chld <-chan os.Signal) {
 		case <-chld:
 		case <-tick.C:
 		}
-		for {
-			var w waited
-			pid, err := syscall.Wait4(-1, &w.status, syscall.WNOHANG, &w.usage)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			if err != nil || pid <= 0 {
-				break
-			}
-			a.mu.Lock()
-			if p, ok := a.procs[pid]; ok {
-				delete(a.procs, pid)
-				p.st = w
-				close(p.exited)
-			}
-			a.mu.Unlock()
+		a.collect()
+	}
+}
+
+// collect reaps every child that has exited, without waiting.
+func (a *agent) collect() {
+	for {
+		var w waited
+		pid, err := syscall.Wait4(-1, &w.status, syscall.WNOHANG, &w.usage)
+		if errors.Is(err, syscall.EINTR) {
+			continue
 		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		a.mu.Lock()
+		if p, ok := a.procs[pid]; ok {
+			delete(a.procs, pid)
+			p.st = w
+			close(p.exited)
+		}
+		a.mu.Unlock()
 	}
 }
 
 // spawn starts argv in a process group of its own, with pipes of the
 // agent's for its streams; stdin is a pipe too when withStdin, else
-// /dev/null. extra are more files for the child (fds 3, 4...).
+// /dev/null. extra are more files for the child (fds 3, 4...). It fails
+// while an exclusive command runs.
 func (a *agent) spawn(argv []string, cwd string, env []string, withStdin bool, extra ...*os.File) (p *proc, stdin, outR, errR *os.File, err error) {
+	return a.start(false, argv, cwd, env, withStdin, extra...)
+}
+
+// start is spawn; sole is the exclusive command's own start, the one
+// allowed while a.sole is set.
+func (a *agent) start(sole bool, argv []string, cwd string, env []string, withStdin bool, extra ...*os.File) (p *proc, stdin, outR, errR *os.File, err error) {
 	path, err := lookPath(argv[0], env)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("%s: command not found", argv[0])
@@ -300,7 +315,10 @@ func (a *agent) spawn(argv []string, cwd string, env []string, withStdin bool, e
 		fds = append(fds, f.Fd())
 	}
 	a.mu.Lock()
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: cwd, Env: env, Files: fds, Sys: &syscall.SysProcAttr{Setpgid: true}})
+	pid, err := 0, errSole
+	if !a.sole || sole {
+		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: cwd, Env: env, Files: fds, Sys: &syscall.SysProcAttr{Setpgid: true}})
+	}
 	if err == nil {
 		p = &proc{pid: pid, argv: argv, started: time.Now(), exited: make(chan struct{})}
 		a.procs[pid] = p
@@ -315,6 +333,9 @@ func (a *agent) spawn(argv []string, cwd string, env []string, withStdin bool, e
 		errR.Close()
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, nil, nil, fmt.Errorf("%s: command not found", argv[0])
+		}
+		if err == errSole {
+			return nil, nil, nil, nil, err
 		}
 		return nil, nil, nil, nil, fmt.Errorf("%s: %w", argv[0], err)
 	}
@@ -351,6 +372,9 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	if err != nil {
 		return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
 	}
+	if req.Exclusive {
+		return a.execExclusive(req, argv, cwd, env)
+	}
 	if req.Background {
 		return a.startBackground(req, argv, cwd, env)
 	}
@@ -358,6 +382,12 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	if err != nil {
 		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
 	}
+	return a.foreground(req, p, stdin, outR, errR)
+}
+
+// foreground feeds a started command its stdin, and returns its end and
+// output once it has exited (or been killed at its timeout).
+func (a *agent) foreground(req *envelope.Request, p *proc, stdin, outR, errR *os.File) *envelope.Reply {
 	if stdin != nil {
 		go func() {
 			_, _ = stdin.Write(req.Stdin)

@@ -603,6 +603,10 @@ class ExecResult:
         self.truncated: bool = d.get("stdout_truncated", False) or d.get("stderr_truncated", False)
         self.duration_ms: int = d.get("duration_ms", 0)
         self.pid: Optional[int] = d.get("pid")
+        # exclusive: it ran with no other process of the session alive;
+        # ended: how many were killed before it started.
+        self.exclusive: bool = d.get("exclusive", False)
+        self.ended: int = d.get("ended", 0)
 
     def __repr__(self) -> str:
         return f"ExecResult(exit_code={self.exit_code!r}, stdout={self.stdout[:60]!r})"
@@ -665,11 +669,19 @@ class Session:
         stdin: Optional[str] = None,
         timeout: Optional[float] = None,
         background: bool = False,
+        exclusive: bool = False,
     ) -> ExecResult:
-        """Run a command: a string goes to /bin/sh -c, a list is an argv."""
+        """Run a command: a string goes to /bin/sh -c, a list is an argv.
+
+        With exclusive, every other process of the session (background
+        processes, terminals, code contexts) is killed first and none may
+        start until the command ends, so that nothing but the command can
+        write into its output or touch its exit code: use it for a
+        verifier whose verdict grades the session's work."""
         body: Dict[str, Any] = {"shell": cmd} if isinstance(cmd, str) else {"cmd": list(cmd)}
         for key, value in (("cwd", cwd), ("env", dict(env) if env else None), ("stdin", stdin),
-                           ("timeout", _secs(timeout) if timeout else None), ("background", background or None)):
+                           ("timeout", _secs(timeout) if timeout else None), ("background", background or None),
+                           ("exclusive", exclusive or None)):
             if value is not None:
                 body[key] = value
         return ExecResult(self._call("POST", "/exec", body, wait=timeout or 600.0))

@@ -111,6 +111,14 @@ class ClientTest(unittest.TestCase):
             self.sb.session("s-1").cells()
         self.assertEqual(cm.exception.code, "gone")
 
+    def test_session_exclusive_exec(self):
+        Fake.script[("GET", "/v1/sessions/s-1")] = [(200, {}, {"id": "s-1", "status": "running"})]
+        Fake.script[("POST", "/v1/sessions/s-1/exec")] = [(200, {}, {"exit_code": 1, "stdout": "3 failed\n", "stderr": "",
+                                                                      "duration_ms": 5, "exclusive": True, "ended": 2})]
+        r = self.sb.session("s-1").exec("pytest -q", exclusive=True)
+        self.assertEqual((r.exit_code, r.stdout, r.exclusive, r.ended), (1, "3 failed\n", True, 2))
+        self.assertEqual(json.loads(Fake.seen[-1][3]), {"shell": "pytest -q", "exclusive": True})
+
     def test_error_carries_the_code(self):
         Fake.script[("POST", "/v1/jobs")] = [(400, {}, {"error": {"code": "invalid_job", "message": "image: missing"}})]
         with self.assertRaises(sandfleet.SandfleetError) as cm:

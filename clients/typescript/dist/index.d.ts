@@ -269,6 +269,10 @@ export interface ExecResult {
     truncated: boolean;
     durationMs: number;
     pid?: number;
+    /** It ran with no other process of the session alive (ExecOptions.exclusive). */
+    exclusive: boolean;
+    /** How many processes of the session were killed before it started. */
+    ended: number;
     raw: Record<string, unknown>;
 }
 /** What a cell raised, as Python says it. */
@@ -322,6 +326,13 @@ export interface ExecOptions {
     stdin?: string;
     timeoutMs?: number;
     background?: boolean;
+    /**
+     * Kill every other process of the session first (background processes,
+     * terminals, code contexts) and start none until the command ends, so
+     * that nothing but the command can write into its output or touch its
+     * exit code: for a verifier whose verdict grades the session's work.
+     */
+    exclusive?: boolean;
 }
 /** A file of a session, as listed. */
 export interface Entry {

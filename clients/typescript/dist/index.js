@@ -487,6 +487,8 @@ export class Session {
             body.timeout = secs(opts.timeoutMs) + "s";
         if (opts.background)
             body.background = true;
+        if (opts.exclusive)
+            body.exclusive = true;
         const d = await this.call("POST", "/exec", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
         return {
             exitCode: d.exit_code,
@@ -497,6 +499,8 @@ export class Session {
             truncated: Boolean(d.stdout_truncated || d.stderr_truncated),
             durationMs: d.duration_ms ?? 0,
             pid: d.pid,
+            exclusive: Boolean(d.exclusive),
+            ended: d.ended ?? 0,
             raw: d,
         };
     }

@@ -604,6 +604,10 @@ export interface ExecResult {
   truncated: boolean;
   durationMs: number;
   pid?: number;
+  /** It ran with no other process of the session alive (ExecOptions.exclusive). */
+  exclusive: boolean;
+  /** How many processes of the session were killed before it started. */
+  ended: number;
   raw: Record<string, unknown>;
 }
 
@@ -663,6 +667,13 @@ export interface ExecOptions {
   stdin?: string;
   timeoutMs?: number;
   background?: boolean;
+  /**
+   * Kill every other process of the session first (background processes,
+   * terminals, code contexts) and start none until the command ends, so
+   * that nothing but the command can write into its output or touch its
+   * exit code: for a verifier whose verdict grades the session's work.
+   */
+  exclusive?: boolean;
 }
 
 /** A file of a session, as listed. */
@@ -737,6 +748,7 @@ export class Session {
     if (opts.stdin !== undefined) body.stdin = opts.stdin;
     if (opts.timeoutMs !== undefined) body.timeout = secs(opts.timeoutMs) + "s";
     if (opts.background) body.background = true;
+    if (opts.exclusive) body.exclusive = true;
     const d = await this.call("POST", "/exec", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
     return {
       exitCode: d.exit_code as number | undefined,
@@ -747,6 +759,8 @@ export class Session {
       truncated: Boolean(d.stdout_truncated || d.stderr_truncated),
       durationMs: (d.duration_ms as number) ?? 0,
       pid: d.pid as number | undefined,
+      exclusive: Boolean(d.exclusive),
+      ended: (d.ended as number) ?? 0,
       raw: d,
     };
   }

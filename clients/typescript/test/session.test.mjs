@@ -40,7 +40,8 @@ test("a session object: exec, runCode, cells, files and processes; mutating call
   reset({
     "POST /v1/sessions": [[201, {}, INFO]],
     "POST /v1/sessions/s-1/exec": [[429, { "Retry-After": "0" }, busy],
-      [200, {}, { exit_code: 3, stdout: "aGk=", stdout_encoding: "base64", stderr: "", duration_ms: 7 }]],
+      [200, {}, { exit_code: 3, stdout: "aGk=", stdout_encoding: "base64", stderr: "", duration_ms: 7 }],
+      [200, {}, { exit_code: 1, stdout: "3 failed\n", stderr: "", duration_ms: 5, exclusive: true, ended: 2 }]],
     "POST /v1/sessions/s-1/code": [[200, {}, { text: "2", stdout: "", stderr: "", reset: true, error: { name: "E", value: "v", traceback: "t" } }]],
     "PUT /v1/sessions/s-1/files/a%20b/c.txt": [[200, {}, { name: "c.txt", path: "/workspace/a b/c.txt", type: "file", size: 2, mode: 420, mtime_ms: 1 }]],
     "GET /v1/sessions/s-1/files/a%20b/c.txt": [[200, {}, Buffer.from([0, 255])]],
@@ -64,6 +65,10 @@ test("a session object: exec, runCode, cells, files and processes; mutating call
   assert.equal(execs.length, 2);
   assert.ok(execs[0].key && execs[0].key === execs[1].key, "a retry sends the same Idempotency-Key");
   assert.deepEqual(JSON.parse(execs[0].body), { cmd: ["sh", "-c", "exit 3"], timeout: "1.5s" });
+  assert.deepEqual([r.exclusive, r.ended], [false, 0]);
+  const v = await s.exec("pytest -q", { exclusive: true });
+  assert.deepEqual([v.exitCode, v.stdout, v.exclusive, v.ended], [1, "3 failed\n", true, 2]);
+  assert.deepEqual(JSON.parse(seen.at(-1).body), { shell: "pytest -q", exclusive: true });
 
   const c = await s.runCode("1+1", { context: "k" });
   assert.deepEqual([c.text, c.reset, c.error.name], ["2", true, "E"]);

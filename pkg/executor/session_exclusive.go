@@ -1,0 +1,16 @@
+package executor
+
+import "github.com/sandfleet/sandfleet/internal/envelope"
+
+// unprotected turns the reply to an exclusive exec that did not run
+// exclusively into a failure: an agent older than the option ignores it,
+// and the command ran beside the session's other processes, which could
+// write into its output. Its result is not handed on as if it were
+// protected.
+func unprotected(req *envelope.Request, rep *envelope.Reply) *envelope.Reply {
+	if !req.Exclusive || rep.Error != nil || rep.Exclusive {
+		return rep
+	}
+	return &envelope.Reply{ID: rep.ID, Error: &envelope.ReplyError{Code: envelope.ErrCodeFailed,
+		Message: "exclusive: the sandbox's agent ran the command beside the session's other processes (its image predates exclusive exec); the result is withheld"}}
+}
