@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string) error {
 	if extra := os.Getenv("SANDFLEET_EGRESS_UPSTREAM_CA"); extra != "" && !roots.AppendCertsFromPEM([]byte(extra)) {
 		return errors.New("SANDFLEET_EGRESS_UPSTREAM_CA holds no PEM certificate")
 	}
-	p := &egress.Proxy{Resolver: res, Protect: prot, Log: log, CA: ca, Roots: roots}
+	p := &egress.Proxy{Resolver: res, Protect: prot, Forbid: egress.ForbiddenFor(sn, ownAddrs()), Log: log, CA: ca, Roots: roots}
 	pl, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -112,4 +112,20 @@ func run(ctx context.Context, args []string) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+// ownAddrs are the addresses of the proxy's interfaces at its start: its
+// outside network's (those on the sandboxes' networks, attached later,
+// are within --sandbox-net).
+func ownAddrs() []netip.Addr {
+	var out []netip.Addr
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"runtime"
 	"time"
@@ -85,7 +86,8 @@ type options struct {
 	egressImage         string
 	egressNetwork       string
 	egressHosts         string // --egress-hosts as given
-	egressSubnets       string
+	egressSubnets       string       // --egress-subnets as given
+	subnets             netip.Prefix // --egress-subnets parsed
 	egressUpstreamCA    string          // --egress-upstream-ca as given
 	secretsFile         string          // --secrets as given
 	secrets             []egress.Secret // --secrets read
@@ -237,6 +239,9 @@ func parseFlags(args []string) (*options, error) {
 		if o.secrets, err = egress.LoadSecrets(o.secretsFile, os.Getenv); err != nil {
 			return nil, cmdline.Usagef("--secrets: %w", err)
 		}
+	}
+	if o.subnets, err = netip.ParsePrefix(o.egressSubnets); err != nil {
+		return nil, cmdline.Usagef("--egress-subnets: %w", err)
 	}
 	if o.uids, err = executor.ParseUIDRange(o.sandboxUIDs); err != nil {
 		return nil, cmdline.Usagef("--sandbox-uids: %w", err)

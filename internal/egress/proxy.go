@@ -42,6 +42,9 @@ const (
 type Proxy struct {
 	Resolver *Resolver
 	Protect  []netip.Prefix // the protected ranges: Protected and what the gateway adds
+	// Forbid are ranges no rule opens, not even an exact one: the
+	// sandboxes' networks and the proxy's own addresses (ForbiddenFor).
+	Forbid []netip.Prefix
 	Log      *slog.Logger
 	// CA signs the certificates of the hosts the proxy intercepts, those
 	// a sandbox's secrets are for; nil: no sandbox may have secrets.
@@ -101,7 +104,7 @@ func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network, secrets []
 	}
 	ip = ip.Unmap()
 	e := &sandboxEntry{id: id, ip: ip, open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
-	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect, forbid: p.Forbid}, secrets: secrets})
 	transport := func() *http.Transport {
 		return &http.Transport{
 			Proxy:                 nil, // never the proxy's own environment
@@ -145,7 +148,7 @@ func (p *Proxy) Update(id string, n *limits.Network, secrets []Secret) error {
 	if e == nil {
 		return errNoSandbox
 	}
-	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect, forbid: p.Forbid}, secrets: secrets})
 	e.tr.CloseIdleConnections()
 	e.tlsTr.CloseIdleConnections()
 	e.mu.Lock()
