@@ -85,9 +85,9 @@ type options struct {
 	egressAllow         string // --egress-allow as given
 	egressImage         string
 	egressNetwork       string
-	egressHosts         string // --egress-hosts as given
-	egressSubnets       string       // --egress-subnets as given
-	subnets             netip.Prefix // --egress-subnets parsed
+	egressHosts         string          // --egress-hosts as given
+	egressSubnets       string          // --egress-subnets as given
+	subnets             netip.Prefix    // --egress-subnets parsed
 	egressUpstreamCA    string          // --egress-upstream-ca as given
 	secretsFile         string          // --secrets as given
 	secrets             []egress.Secret // --secrets read

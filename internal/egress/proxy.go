@@ -45,7 +45,7 @@ type Proxy struct {
 	// Forbid are ranges no rule opens, not even an exact one: the
 	// sandboxes' networks and the proxy's own addresses (ForbiddenFor).
 	Forbid []netip.Prefix
-	Log      *slog.Logger
+	Log    *slog.Logger
 	// CA signs the certificates of the hosts the proxy intercepts, those
 	// a sandbox's secrets are for; nil: no sandbox may have secrets.
 	CA *CA
