@@ -158,4 +158,3 @@ func (g *Gateway) replayLocked(ctx context.Context) {
 	g.cfg.Logger.Warn("egress proxy restarted: its sandboxes registered again; their egress before it is not accounted",
 		"sandboxes", len(g.regs), "failed", failed)
 }
-
