@@ -99,4 +99,3 @@ func (g *Gateway) Release(ctx context.Context, id string) ([]limits.NetworkUse, 
 	}
 	return use, err
 }
-
