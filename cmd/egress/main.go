@@ -10,8 +10,11 @@
 // The control API's token is read from SANDFLEET_EGRESS_TOKEN, and PEM
 // the proxy trusts besides the system's roots, when it verifies a host it
 // intercepts, from SANDFLEET_EGRESS_UPSTREAM_CA. The fleet CA it signs
-// intercepted hosts' certificates with is made at its start; its key
-// never leaves the process.
+// intercepted hosts' certificates with, certificate and key, PEM, is read
+// from SANDFLEET_EGRESS_CA (the worker makes it, so that a restarted
+// proxy signs with the CA its sandboxes trust); without it, one is made
+// at the start. A Go memory limit under the container's (GOMEMLIMIT,
+// which the worker sets) keeps the proxy out of the OOM killer's way.
 package main
 
 import (
@@ -79,7 +82,7 @@ func run(ctx context.Context, args []string) error {
 		prot = append(prot, p)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	ca, err := egress.NewCA()
+	ca, err := fleetCA(os.Getenv(egress.EnvCA))
 	if err != nil {
 		return fmt.Errorf("the fleet CA: %w", err)
 	}
@@ -90,7 +93,7 @@ func run(ctx context.Context, args []string) error {
 	if extra := os.Getenv("SANDFLEET_EGRESS_UPSTREAM_CA"); extra != "" && !roots.AppendCertsFromPEM([]byte(extra)) {
 		return errors.New("SANDFLEET_EGRESS_UPSTREAM_CA holds no PEM certificate")
 	}
-	p := &egress.Proxy{Resolver: res, Protect: prot, Log: log, CA: ca, Roots: roots}
+	p := &egress.Proxy{Resolver: res, Protect: prot, Forbid: egress.ForbiddenFor(sn, ownAddrs()), Log: log, CA: ca, Roots: roots}
 	pl, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -112,4 +115,30 @@ func run(ctx context.Context, args []string) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+// ownAddrs are the addresses of the proxy's interfaces at its start: its
+// outside network's (those on the sandboxes' networks, attached later,
+// are within --sandbox-net).
+func ownAddrs() []netip.Addr {
+	var out []netip.Addr
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// fleetCA is the CA the worker handed in (the same at every restart of
+// the container, so that its sandboxes' bundles keep trusting it), or
+// one made now for a proxy run alone.
+func fleetCA(pemBytes string) (*egress.CA, error) {
+	if pemBytes == "" {
+		return egress.NewCA()
+	}
+	return egress.ParseCA([]byte(pemBytes))
 }

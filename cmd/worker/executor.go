@@ -61,6 +61,9 @@ func executorConfig(o *options) (executor.Config, error) {
 		nw.Open = nw.Open || fc.Caps.Network.Open
 		nw.Allow = append(nw.Allow, fc.Caps.Network.Allow...)
 	}
+	if err := apartFromSandboxes(nw.Allow, o.subnets); err != nil {
+		return executor.Config{}, err
+	}
 	if !nw.None() {
 		nw.SecretHosts = egress.SecretHosts(o.secrets)
 		cfg.Caps.Network = &nw
@@ -70,6 +73,19 @@ func executorConfig(o *options) (executor.Config, error) {
 	return cfg, nil
 }
 
+// apartFromSandboxes refuses an allow rule that overlaps the sandboxes'
+// own networks: the proxy never connects there whatever the rules, so
+// such a rule could only mislead (an operator's mirror range that holds
+// the sandboxes would otherwise open one tenant's sandbox to another).
+func apartFromSandboxes(allow []limits.Rule, subnets netip.Prefix) error {
+	for _, r := range allow {
+		if r.Host == "" && r.Prefix.Overlaps(subnets) {
+			return cmdline.Usagef("--egress-allow %s overlaps --egress-subnets %s, the sandboxes' own networks, which no rule opens: narrow the rule or move --egress-subnets", r, subnets)
+		}
+	}
+	return nil
+}
+
 // startGateway starts the egress gateway of a worker whose jobs may have
 // a network: its internal network and proxy, named after the worker.
 func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Gateway, error) {
@@ -77,9 +93,12 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 	if err != nil {
 		return nil, cmdline.Usagef("--egress-hosts: %w", err)
 	}
-	subnets, err := netip.ParsePrefix(o.egressSubnets)
-	if err != nil {
-		return nil, cmdline.Usagef("--egress-subnets: %w", err)
+	for name, addrs := range hosts {
+		for _, a := range addrs {
+			if o.subnets.Contains(a) {
+				return nil, cmdline.Usagef("--egress-hosts %s=%s is within --egress-subnets %s: the sandboxes' own addresses are never reachable through the proxy", name, a, o.subnets)
+			}
+		}
 	}
 	var upstream []byte
 	if o.egressUpstreamCA != "" {
@@ -93,7 +112,7 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 	}
 	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
 	return egress.StartGateway(ctx, egress.GatewayConfig{
-		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: subnets, Logger: log,
+		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: o.subnets, Logger: log,
 		Secrets: o.secrets, UpstreamCA: upstream,
 	})
 }

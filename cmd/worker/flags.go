@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"runtime"
 	"time"
@@ -84,8 +85,9 @@ type options struct {
 	egressAllow         string // --egress-allow as given
 	egressImage         string
 	egressNetwork       string
-	egressHosts         string // --egress-hosts as given
-	egressSubnets       string
+	egressHosts         string          // --egress-hosts as given
+	egressSubnets       string          // --egress-subnets as given
+	subnets             netip.Prefix    // --egress-subnets parsed
 	egressUpstreamCA    string          // --egress-upstream-ca as given
 	secretsFile         string          // --secrets as given
 	secrets             []egress.Secret // --secrets read
@@ -136,7 +138,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.Int64Var(&o.caps.Pids, "max-pids", 0, "cap `N` on a job's processes and threads (default 1024)")
 	fs.Var(cmdline.Value(&o.caps.Output, "size"), "max-output", "cap `SIZE` on a job's output per stream (default 2m)")
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for open egress (limits.network: true): the internet through the egress proxy, never private, loopback, link-local or the host's addresses")
-	fs.StringVar(&o.egressAllow, "egress-allow", "", "the egress rules any job may name in limits.network.allow: `LIST` of hosts (*.example.org), IPs and CIDRs with optional :PORT, comma-separated (default empty: no job may have a network); private, loopback and link-local addresses only where named here")
+	fs.StringVar(&o.egressAllow, "egress-allow", "", "the egress rules any job may name in limits.network.allow: `LIST` of hosts (*.example.org), IPs and CIDRs with optional :PORT, comma-separated (default empty: no job may have a network); private, loopback and link-local addresses only where named here; none within --egress-subnets (the worker refuses to start)")
 	fs.StringVar(&o.egressImage, "egress-image", egress.DefaultImage, "`IMAGE` of the egress proxy, started when jobs may have a network (make images builds it)")
 	fs.StringVar(&o.egressNetwork, "egress-network", "bridge", "Docker `NETWORK` the egress proxy reaches the world by; the worker reaches the proxy's control API on it")
 	fs.StringVar(&o.egressHosts, "egress-hosts", "", "`LIST` of NAME=IP the egress proxy uses instead of DNS (air-gapped fleets, mirrors); a pinned name may be a private address")
@@ -243,6 +245,9 @@ func parseFlags(args []string) (*options, error) {
 		if o.secrets, err = egress.LoadSecrets(o.secretsFile, os.Getenv); err != nil {
 			return nil, cmdline.Usagef("--secrets: %w", err)
 		}
+	}
+	if o.subnets, err = netip.ParsePrefix(o.egressSubnets); err != nil {
+		return nil, cmdline.Usagef("--egress-subnets: %w", err)
 	}
 	if o.uids, err = executor.ParseUIDRange(o.sandboxUIDs); err != nil {
 		return nil, cmdline.Usagef("--sandbox-uids: %w", err)

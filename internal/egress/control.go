@@ -26,7 +26,7 @@ import (
 //	PUT    /v1/sandboxes/{id}/network  {"network": {...}, "secrets": [...]}  204
 //	GET    /v1/sandboxes/{id}   200 {"egress": [NetworkUse...]}
 //	DELETE /v1/sandboxes/{id}   200 {"egress": [NetworkUse...]}
-//	GET    /v1/healthz          200
+//	GET    /v1/healthz          200 {"instance": "...", "ca_sha256": "..."}
 //	GET    /v1/ca               200 the fleet CA's certificate, PEM
 type registration struct {
 	IP      netip.Addr      `json:"ip"`
@@ -39,6 +39,14 @@ type update struct {
 	Secrets []Secret        `json:"secrets,omitempty"`
 }
 
+// Health is what the proxy says of itself: Instance is new at each of its
+// starts (a restarted proxy has forgotten every registration), CA is its
+// fleet CA's Fingerprint ("" for none).
+type Health struct {
+	Instance string `json:"instance"`
+	CA       string `json:"ca_sha256,omitempty"`
+}
+
 type released struct {
 	Egress []limits.NetworkUse `json:"egress"`
 }
@@ -47,7 +55,14 @@ type released struct {
 // network, whose connections are refused.
 func ControlHandler(p *Proxy, token string, from netip.Prefix) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {})
+	health := Health{Instance: randHex(8)}
+	if p.CA != nil {
+		health.CA = p.CA.Fingerprint()
+	}
+	mux.HandleFunc("GET /v1/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(health)
+	})
 	mux.HandleFunc("GET /v1/ca", func(w http.ResponseWriter, r *http.Request) {
 		if p.CA == nil {
 			http.Error(w, "no CA", http.StatusNotFound)
@@ -151,7 +166,7 @@ func (c *Control) do(ctx context.Context, method, path string, body any, out any
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("egress proxy: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("egress proxy: %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(msg))}
 	}
 	if raw, ok := out.(*rawBody); ok {
 		*raw.b, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -163,12 +178,34 @@ func (c *Control) do(ctx context.Context, method, path string, body any, out any
 	return nil
 }
 
+// statusError is the control API's answer other than 2xx.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// isNotFound reports whether err is the proxy's "no such sandbox".
+func isNotFound(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusNotFound
+}
+
 // rawBody takes a response's body as it is.
 type rawBody struct{ b *[]byte }
 
 // Healthy reports whether the proxy answers.
 func (c *Control) Healthy(ctx context.Context) error {
-	return c.do(ctx, http.MethodGet, "/v1/healthz", nil, nil)
+	_, err := c.Health(ctx)
+	return err
+}
+
+// Health returns what the proxy says of itself.
+func (c *Control) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodGet, "/v1/healthz", nil, &h)
+	return h, err
 }
 
 // Register sets the policy of the sandbox id at ip, and the secrets it

@@ -51,3 +51,43 @@ func TestControlAPI(t *testing.T) {
 		t.Fatalf("a request from the sandboxes' network: %d", rec.Code)
 	}
 }
+
+// The proxy's health names its process and its CA, and a CA handed to a
+// proxy (as the worker does at each of its starts) is the one it shows.
+func TestControlHealthNamesInstanceAndCA(t *testing.T) {
+	t.Parallel()
+	ca, err := NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ca.MarshalPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseCA(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fingerprint() != ca.Fingerprint() || string(again.PEM) != string(ca.PEM) {
+		t.Fatal("ParseCA(MarshalPEM()) is another CA")
+	}
+	if _, err := again.leaf("a.example.test"); err != nil {
+		t.Fatalf("the parsed CA cannot sign: %v", err)
+	}
+	if _, err := ParseCA(ca.PEM); err == nil {
+		t.Error("ParseCA took a certificate without its key")
+	}
+	health := func() Health {
+		srv := httptest.NewServer(ControlHandler(&Proxy{CA: again}, "tok", netip.MustParsePrefix("10.231.0.0/16")))
+		defer srv.Close()
+		h, err := (&Control{URL: srv.URL, Token: "tok"}).Health(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	first, second := health(), health()
+	if first.CA != ca.Fingerprint() || first.Instance == "" || first.Instance == second.Instance {
+		t.Errorf("health %+v then %+v: want the CA %s and a new instance each start", first, second, ca.Fingerprint())
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -73,8 +74,13 @@ type GatewayConfig struct {
 	// Dir is where the CA bundle that sandboxes with secrets mount is
 	// written: a directory of the Docker engine's host. "": a directory
 	// named after Name in os.TempDir().
-	Dir    string
-	Logger *slog.Logger
+	Dir string
+	// HealthEvery is how often the worker asks whether its proxy is up and
+	// the same process: a proxy restarted (by the engine after an OOM
+	// kill, or by the worker when it is found stopped) gets every live
+	// sandbox registered again. Zero: 2s.
+	HealthEvery time.Duration
+	Logger      *slog.Logger
 }
 
 // CABundlePath is where a sandbox with secrets finds the CA bundle it
@@ -91,6 +97,13 @@ var DefaultSubnets = netip.MustParsePrefix("10.231.0.0/16")
 // (unassigned) gateway address, the proxy's and the sandbox's.
 const sandboxBits = 28
 
+// The proxy's memory: the container's limit, and the Go runtime's soft
+// limit under it (GOMEMLIMIT).
+const (
+	proxyMemory   = 256 << 20
+	proxyMemLimit = 192 << 20
+)
+
 // Gateway is a worker's egress: the proxy container that is the one way
 // out of its sandboxes with a network, and a network of its own for each
 // of them, which holds the sandbox and the proxy only.
@@ -98,8 +111,19 @@ type Gateway struct {
 	cfg       GatewayConfig
 	api       *client.Client
 	container string // the proxy's container ID
-	ctl       *Control
+	token     string // the control API's
+	ctl       atomic.Pointer[Control]
+	ca        *CA    // the fleet CA, the worker's, handed to the proxy
 	bundle    string // the CA bundle's path on the host
+
+	// regMu orders the registrations (Admit, Update, Release) with their
+	// replay on a restarted proxy, so that a replay never brings back a
+	// policy a session has since replaced; regs are the live ones.
+	regMu    sync.Mutex
+	regs     map[string]registration
+	instance string // the proxy process the registrations are with
+	stop     context.CancelFunc
+	watching sync.WaitGroup
 
 	mu    sync.Mutex
 	used  map[int]bool // blocks of Subnets held by a sandbox's network
@@ -144,7 +168,15 @@ func StartGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 		return nil, fmt.Errorf("egress: Subnets %s: want an IPv4 prefix of /%d or wider", cfg.Subnets, sandboxBits)
 	}
 	cfg.Subnets = cfg.Subnets.Masked()
-	g := &Gateway{cfg: cfg, api: cfg.Client, used: map[int]bool{}, count: 1 << (sandboxBits - cfg.Subnets.Bits())}
+	if cfg.HealthEvery <= 0 {
+		cfg.HealthEvery = 2 * time.Second
+	}
+	g := &Gateway{cfg: cfg, api: cfg.Client, used: map[int]bool{}, count: 1 << (sandboxBits - cfg.Subnets.Bits()),
+		regs: map[string]registration{}, token: randHex(32)}
+	var err error
+	if g.ca, err = NewCA(); err != nil {
+		return nil, fmt.Errorf("egress: the fleet CA: %w", err)
+	}
 	if _, err := g.api.ImageInspect(ctx, cfg.Image); err != nil {
 		return nil, fmt.Errorf("egress: the proxy's image %s (build it with make images): %w", cfg.Image, err)
 	}
@@ -153,21 +185,19 @@ func StartGateway(ctx context.Context, cfg GatewayConfig) (*Gateway, error) {
 		g.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := g.writeBundle(ctx); err != nil {
+	if err := g.writeBundle(); err != nil {
 		g.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	g.startWatch()
 	return g, nil
 }
 
 // writeBundle writes the CA bundle of sandboxes with secrets: the host's
 // roots, so that every other host verifies as before, and the proxy's
-// fleet CA, whose key stays in the proxy.
-func (g *Gateway) writeBundle(ctx context.Context) error {
-	ca, err := g.ctl.CA(ctx)
-	if err != nil {
-		return err
-	}
+// fleet CA.
+func (g *Gateway) writeBundle() error {
+	ca := g.ca.PEM
 	var bundle []byte
 	for _, f := range systemBundles {
 		if b, err := os.ReadFile(f); err == nil {
@@ -209,7 +239,10 @@ func (g *Gateway) removeLeftovers(ctx context.Context) {
 }
 
 func (g *Gateway) startProxy(ctx context.Context) error {
-	token := randHex(32)
+	caPEM, err := g.ca.MarshalPEM()
+	if err != nil {
+		return err
+	}
 	protect := slices.Clone(g.cfg.Protect)
 	protect = append(protect, hostPrefixes()...)
 	args := []string{"--sandbox-net", g.cfg.Subnets.String()}
@@ -226,7 +259,11 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 		args = append(args, "--hosts", strings.Join(hs, ","))
 	}
 	pids := int64(512)
-	env := []string{"SANDFLEET_EGRESS_TOKEN=" + token}
+	env := []string{"SANDFLEET_EGRESS_TOKEN=" + g.token, EnvCA + "=" + string(caPEM),
+		// The Go runtime collects harder as it nears this, under the
+		// container's limit: a burst is slower, not an OOM kill that
+		// takes every sandbox's network with it.
+		fmt.Sprintf("GOMEMLIMIT=%dMiB", proxyMemLimit>>20)}
 	if len(g.cfg.UpstreamCA) > 0 {
 		env = append(env, "SANDFLEET_EGRESS_UPSTREAM_CA="+string(g.cfg.UpstreamCA))
 	}
@@ -246,7 +283,7 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 			SecurityOpt:    []string{"no-new-privileges"},
 			RestartPolicy:  container.RestartPolicy{Name: "on-failure", MaximumRetryCount: 5},
 			Resources: container.Resources{
-				Memory: 256 << 20, MemorySwap: 256 << 20, NanoCPUs: 1e9, PidsLimit: &pids,
+				Memory: proxyMemory, MemorySwap: proxyMemory, NanoCPUs: 1e9, PidsLimit: &pids,
 			},
 			LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "2"}},
 		},
@@ -258,29 +295,15 @@ func (g *Gateway) startProxy(ctx context.Context) error {
 	if _, err := g.api.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("egress: start the proxy: %w", err)
 	}
-	in, err := g.api.ContainerInspect(ctx, created.ID, client.ContainerInspectOptions{})
-	if err != nil || in.Container.NetworkSettings == nil {
-		return fmt.Errorf("egress: inspect the proxy: %v", err)
+	h, err := g.connect(ctx, 20*time.Second)
+	if err != nil {
+		return err
 	}
-	outside := in.Container.NetworkSettings.Networks[g.cfg.Outside]
-	if outside == nil || !outside.IPAddress.IsValid() {
-		return fmt.Errorf("egress: the proxy has no address on %s", g.cfg.Outside)
+	if h.CA != g.ca.Fingerprint() {
+		return fmt.Errorf("egress: the proxy's CA (sha256 %s) is not the one the worker gave it", h.CA)
 	}
-	g.ctl = &Control{URL: fmt.Sprintf("http://%s", net.JoinHostPort(outside.IPAddress.String(), fmt.Sprint(ControlPort))), Token: token}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := g.ctl.Healthy(hctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("egress: the proxy does not answer on %s: %w", g.ctl.URL, err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the proxy's start; no event says it listens
-	}
-	g.cfg.Logger.Info("egress proxy up", "subnets", g.cfg.Subnets, "control", g.ctl.URL)
+	g.instance = h.Instance
+	g.cfg.Logger.Info("egress proxy up", "subnets", g.cfg.Subnets, "control", g.control().URL)
 	return nil
 }
 
@@ -437,57 +460,13 @@ func ProxyEnv(proxy string) map[string]string {
 	}
 }
 
-// Admit registers the sandbox container id, started on att's network,
-// with its policy: its job must not start before.
-func (g *Gateway) Admit(ctx context.Context, id string, att Attachment, n *limits.Network) error {
-	in, err := g.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		return fmt.Errorf("egress: inspect the sandbox: %w", err)
-	}
-	var ep *network.EndpointSettings
-	if in.Container.NetworkSettings != nil {
-		ep = in.Container.NetworkSettings.Networks[att.Network]
-	}
-	if ep == nil || !ep.IPAddress.IsValid() {
-		return fmt.Errorf("egress: the sandbox has no address on %s", att.Network)
-	}
-	secrets, err := pick(g.cfg.Secrets, n)
-	if err != nil {
-		return err
-	}
-	return g.ctl.Register(ctx, id, ep.IPAddress, n, secrets)
-}
-
-// Update replaces the policy of the admitted sandbox id (a session's):
-// n may grant nothing. Secrets need the CA bundle the sandbox was made
-// with (att.CABundle).
-func (g *Gateway) Update(ctx context.Context, id string, att Attachment, n *limits.Network) error {
-	if n == nil {
-		n = &limits.Network{}
-	}
-	if len(n.Secrets) > 0 && att.CABundle == "" {
-		return errors.New("egress: secrets for a sandbox made without them (it has no CA bundle to trust the proxy by)")
-	}
-	secrets, err := pick(g.cfg.Secrets, n)
-	if err != nil {
-		return err
-	}
-	return g.ctl.Update(ctx, id, n, secrets)
-}
-
-// Usage returns the sandbox id's egress so far.
-func (g *Gateway) Usage(ctx context.Context, id string) ([]limits.NetworkUse, error) {
-	return g.ctl.Usage(ctx, id)
-}
-
-// Release forgets the sandbox id and returns its egress.
-func (g *Gateway) Release(ctx context.Context, id string) ([]limits.NetworkUse, error) {
-	return g.ctl.Release(ctx, id)
-}
-
 // Close removes the proxy, and the sandboxes' networks no sandbox holds
 // (the next start removes the rest, after Reap).
 func (g *Gateway) Close(ctx context.Context) error {
+	if g.stop != nil {
+		g.stop()
+		g.watching.Wait()
+	}
 	var err error
 	if g.container != "" {
 		if _, e := g.api.ContainerRemove(ctx, g.container, client.ContainerRemoveOptions{Force: true}); e != nil && !cerrdefs.IsNotFound(e) {

@@ -27,8 +27,8 @@ import (
 
 // CA is the fleet CA: the proxy signs, with it, the certificates of the
 // hosts it intercepts (those a sandbox's secrets are for), and the
-// sandboxes trust it through the CA bundle mounted into them. Its key is
-// made at the proxy's start and never leaves the proxy's memory.
+// sandboxes trust it through the CA bundle mounted into them. The worker
+// makes it and hands it to the proxy at each of its starts (ca.go).
 type CA struct {
 	cert *x509.Certificate
 	key  crypto.Signer

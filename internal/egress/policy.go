@@ -51,6 +51,17 @@ func denied(rule, format string, args ...any) verdict {
 type policy struct {
 	net     *limits.Network
 	protect []netip.Prefix
+	forbid  []netip.Prefix // never reached, whatever the rules (Proxy.Forbid)
+}
+
+// forbiddenBy returns the forbidden range holding a, if any.
+func (p policy) forbiddenBy(a netip.Addr) (netip.Prefix, bool) {
+	for _, r := range p.forbid {
+		if r.Contains(a) {
+			return r, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // protectedBy returns the protected range holding a, if any.
@@ -86,6 +97,12 @@ func (p policy) name(host string, port uint16) verdict {
 // address literal), or one the operator's hosts map pinned a name to.
 func (p policy) addr(a netip.Addr, port uint16, byName *verdict, pinned bool) verdict {
 	a = a.Unmap()
+	// The sandboxes' own networks and the proxy itself come before any
+	// rule, even an exact one: an operator's mirror range that holds them
+	// must not open one tenant's sandbox to another's.
+	if f, ok := p.forbiddenBy(a); ok {
+		return denied("", "%s is in %s, the sandboxes' or the proxy's own addresses, never reachable", a, f)
+	}
 	for _, r := range p.net.Deny {
 		if r.MatchesAddr(a, port) {
 			return denied(r.String(), "denied by the rule %s", r)
@@ -161,4 +178,20 @@ func ParseHosts(s string) (map[string][]netip.Addr, error) {
 		out[host] = append(out[host], a.Unmap())
 	}
 	return out, nil
+}
+
+// ForbiddenFor returns what a proxy serving the sandboxes of sandboxNet
+// never connects to, whatever the rules: that network (every sandbox,
+// and the proxy's address on each sandbox's network), the proxy's own
+// loopback and "this host" addresses (0.0.0.0 reaches the host's own
+// services), and the addresses of its interfaces now (its outside
+// network's, where its control API listens).
+func ForbiddenFor(sandboxNet netip.Prefix, own []netip.Addr) []netip.Prefix {
+	out := []netip.Prefix{sandboxNet.Masked()}
+	out = append(out, mustPrefixes("127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128")...)
+	for _, a := range own {
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
 }

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +25,6 @@ import (
 // Bounds of the proxy, per sandbox and per connection.
 const (
 	maxConnsPerSandbox = 256              // connections of one sandbox at once; past it, refused
-	maxUseKeys         = 512              // distinct destinations accounted per sandbox; the rest as "(other)"
 	headerTimeout      = 30 * time.Second // a request's head, or a ClientHello, within this
 	dialTimeout        = 10 * time.Second
 	maxHelloBytes      = 64 << 10
@@ -42,7 +40,10 @@ const (
 type Proxy struct {
 	Resolver *Resolver
 	Protect  []netip.Prefix // the protected ranges: Protected and what the gateway adds
-	Log      *slog.Logger
+	// Forbid are ranges no rule opens, not even an exact one: the
+	// sandboxes' networks and the proxy's own addresses (ForbiddenFor).
+	Forbid []netip.Prefix
+	Log    *slog.Logger
 	// CA signs the certificates of the hosts the proxy intercepts, those
 	// a sandbox's secrets are for; nil: no sandbox may have secrets.
 	CA *CA
@@ -71,7 +72,7 @@ type sandboxEntry struct {
 	mu     sync.Mutex
 	closed bool
 	open   map[net.Conn]struct{}
-	use    map[useKey]*limits.NetworkUse
+	use    accounting
 }
 
 // entryState is a sandbox's policy and the secrets it names, replaced
@@ -82,12 +83,6 @@ type entryState struct {
 }
 
 func (e *sandboxEntry) policy() policy { return e.state.Load().pol }
-
-type useKey struct {
-	host    string
-	allowed bool
-	rule    string
-}
 
 // Register sets the policy of the sandbox id at ip, with the secrets its
 // policy names; a later registration of ip (its address given to another
@@ -100,8 +95,8 @@ func (p *Proxy) Register(id string, ip netip.Addr, n *limits.Network, secrets []
 		return errors.New("a sandbox with secrets, and the proxy has no CA to intercept their hosts with")
 	}
 	ip = ip.Unmap()
-	e := &sandboxEntry{id: id, ip: ip, open: map[net.Conn]struct{}{}, use: map[useKey]*limits.NetworkUse{}}
-	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	e := &sandboxEntry{id: id, ip: ip, open: map[net.Conn]struct{}{}}
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect, forbid: p.Forbid}, secrets: secrets})
 	transport := func() *http.Transport {
 		return &http.Transport{
 			Proxy:                 nil, // never the proxy's own environment
@@ -145,7 +140,7 @@ func (p *Proxy) Update(id string, n *limits.Network, secrets []Secret) error {
 	if e == nil {
 		return errNoSandbox
 	}
-	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect}, secrets: secrets})
+	e.state.Store(&entryState{pol: policy{net: n, protect: p.Protect, forbid: p.Forbid}, secrets: secrets})
 	e.tr.CloseIdleConnections()
 	e.tlsTr.CloseIdleConnections()
 	e.mu.Lock()
@@ -168,22 +163,6 @@ func (p *Proxy) Usage(id string) ([]limits.NetworkUse, bool) {
 		return nil, false
 	}
 	return e.usage(), true
-}
-
-func (e *sandboxEntry) usage() []limits.NetworkUse {
-	e.mu.Lock()
-	out := make([]limits.NetworkUse, 0, len(e.use))
-	for _, u := range e.use {
-		out = append(out, *u)
-	}
-	e.mu.Unlock()
-	slices.SortFunc(out, func(a, b limits.NetworkUse) int {
-		if c := strings.Compare(a.Host, b.Host); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Rule, b.Rule)
-	})
-	return out
 }
 
 // Release forgets the sandbox id, closes its connections and returns what
@@ -216,31 +195,6 @@ func (p *Proxy) lookup(ip netip.Addr) *sandboxEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.byIP[ip.Unmap()]
-}
-
-// account adds to the destination's line; n < 0 counts a connection.
-func (e *sandboxEntry) account(host string, v verdict, out, in int64, conn bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	k := useKey{host, v.allow, v.rule}
-	u := e.use[k]
-	if u == nil {
-		if len(e.use) >= maxUseKeys {
-			k = useKey{"(other)", v.allow, ""}
-			if u = e.use[k]; u == nil {
-				u = &limits.NetworkUse{Host: k.host, Allowed: v.allow}
-				e.use[k] = u
-			}
-		} else {
-			u = &limits.NetworkUse{Host: host, Allowed: v.allow, Rule: v.rule, Reason: v.reason}
-			e.use[k] = u
-		}
-	}
-	if conn {
-		u.Connections++
-	}
-	u.BytesOut += out
-	u.BytesIn += in
 }
 
 // track holds c among e's connections, or says e is gone.
