@@ -81,6 +81,15 @@ type Config struct {
 	// TempDir holds checkpoints on their way (unlinked files). Default
 	// os.TempDir().
 	TempDir string
+	// CheckpointRate and CheckpointBurst bound the bytes one session's
+	// checkpoints archive: a token bucket of CheckpointBurst bytes that
+	// fills at CheckpointRate bytes a second (ckrate.go). Default 1 MiB a
+	// second, 64 MiB.
+	CheckpointRate, CheckpointBurst int64
+	// TenantCheckpointRate and TenantCheckpointBurst are the same bound
+	// for all the sessions of one tenant (of none, for those of no
+	// tenant) on this worker. Default 4 MiB a second, 256 MiB.
+	TenantCheckpointRate, TenantCheckpointBurst int64
 }
 
 func (c *Config) setDefaults() {
@@ -110,5 +119,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.CheckpointQuiet <= 0 {
 		c.CheckpointQuiet = 2 * time.Second
+	}
+	for _, d := range []struct {
+		v   *int64
+		def int64
+	}{{&c.CheckpointRate, 1 << 20}, {&c.CheckpointBurst, 64 << 20},
+		{&c.TenantCheckpointRate, 4 << 20}, {&c.TenantCheckpointBurst, 256 << 20}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
 	}
 }
