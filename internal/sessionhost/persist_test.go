@@ -76,7 +76,9 @@ func setupPersist(t *testing.T, cfg sessionhost.Config) *persistBundle {
 	cfg.Workspaces = func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
 		return ws.Heads, ws.Snapshots, nil
 	}
-	cfg.Limits = func(l limits.Limits) (limits.Limits, error) { return limits.Resolve(l, limits.Default(), limits.DefaultCaps()) }
+	cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+		return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
+	}
 	runs := &atomic.Int64{}
 	start := func(context.Context, sessionhost.StartSpec) (sessionhost.Sandbox, error) {
 		return &filesBox{fakeSandbox: fakeSandbox{runs: runs, done: make(chan struct{})}}, nil
@@ -242,7 +244,9 @@ func TestRestartLeavesCheckpointedSessions(t *testing.T) {
 	put(sessions.Info{ID: "fresh", Persist: true})
 	logs := &testutil.Buffer{}
 	h, err := sessionhost.New(t.Context(), js, nil, sessionhost.Config{Worker: "w", Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-		Workspaces: func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) { return ws.Heads, ws.Snapshots, nil }})
+		Workspaces: func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+			return ws.Heads, ws.Snapshots, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
