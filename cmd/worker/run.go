@@ -257,7 +257,7 @@ func serveSessions(stop context.Context, js jetstream.JetStream, ss sessionStart
 	host, err := sessionhost.New(stop, js, startSession(ss), sessionhost.Config{
 		Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime,
 		Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
-		Workspaces: sessionWorkspaces(js, o.topology()),
+		Workspaces: sessionWorkspaces(js, o.topology()), RefreshAge: o.topology().SnapshotRefreshAge(),
 	})
 	if err != nil {
 		if stop.Err() == nil {

@@ -81,6 +81,10 @@ type Config struct {
 	// TempDir holds checkpoints on their way (unlinked files). Default
 	// os.TempDir().
 	TempDir string
+	// RefreshAge is the age of a workspace's head past which a checkpoint
+	// of an unchanged tree is saved all the same, renewing the
+	// workspace's expiry. Default 3h (the fleet's SnapshotRefreshAge).
+	RefreshAge time.Duration
 	// CheckpointRate and CheckpointBurst bound the bytes one session's
 	// checkpoints archive: a token bucket of CheckpointBurst bytes that
 	// fills at CheckpointRate bytes a second (ckrate.go). Default 1 MiB a
@@ -119,6 +123,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CheckpointQuiet <= 0 {
 		c.CheckpointQuiet = 2 * time.Second
+	}
+	if c.RefreshAge <= 0 {
+		c.RefreshAge = 3 * time.Hour
 	}
 	for _, d := range []struct {
 		v   *int64

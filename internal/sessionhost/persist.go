@@ -36,7 +36,9 @@ import (
 // A checkpoint whose archive has the digest of the head's revision (the
 // tree did not change: the archive of a tree is the same bytes, its
 // entries in the order of their names, each with its mode, size, contents
-// and modification time to the second) saves nothing. The bytes a
+// and modification time to the second) saves nothing, unless the head is
+// older than RefreshAge: a revision saved then renews the workspace's and
+// its snapshot's lifetimes, as a job's step does. The bytes a
 // session's checkpoints archive over time are bounded for the session and
 // for its tenant on this worker (ckrate.go).
 
@@ -198,7 +200,7 @@ func (h *Host) save(ctx context.Context, l *live) (archived int64, saved bool, e
 		if err != nil {
 			return rep.Bytes, false, err
 		}
-		if head.Revision > 0 && head.SHA256 == rep.SHA256 {
+		if head.Revision > 0 && head.SHA256 == rep.SHA256 && time.Since(head.UpdatedAt) < h.cfg.RefreshAge {
 			return rep.Bytes, false, h.unchanged(ctx, l, head)
 		}
 		obj := fleet.SaveName(ws, head.Revision+1, take)

@@ -164,6 +164,21 @@ func TestCheckpointUnchangedIsNotSaved(t *testing.T) {
 	}
 }
 
+// An unchanged tree whose head is older than RefreshAge is saved all the
+// same: the new revision renews the workspace's expiry.
+func TestCheckpointUnchangedRenewsAnOldHead(t *testing.T) {
+	t.Parallel()
+	b := setupPersist(t, sessionhost.Config{RefreshAge: time.Nanosecond})
+	s, err := b.client.Create(t.Context(), sessions.Spec{Persist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, s.ID, "write", "a")
+	testutil.Eventually(t, 10*time.Second, "revision 1", func() bool { return b.revision(t, s) == 1 })
+	b.exec(t, s.ID, "true")
+	testutil.Eventually(t, 10*time.Second, "revision 2 of the same tree", func() bool { return b.revision(t, s) == 2 })
+}
+
 // The bytes a session's checkpoints archive are bounded, and so are its
 // tenant's sessions': past a session's burst its idle checkpoint waits
 // (the head stays), a fork's is refused as over the bound, a pause still
