@@ -258,7 +258,7 @@ func serveSessions(stop context.Context, js jetstream.JetStream, ss sessionStart
 		Worker: o.id, Max: o.sessions, MaxLifetime: o.sessionLifetime, MaxIdleTimeout: o.sessionIdle,
 		MaxPerToken: o.sessionsPerToken, MaxPerTenant: o.sessionsPerTenant,
 		Limits: ss.ResolveLimits, Images: ss.HasPreset, Logger: log, Observer: sobs,
-		Workspaces: sessionWorkspaces(js, o.topology()),
+		Workspaces: sessionWorkspaces(js, o.topology()), RefreshAge: o.topology().SnapshotRefreshAge(),
 	})
 	if err != nil {
 		if stop.Err() == nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/executor"
@@ -65,7 +66,7 @@ func TestSessionPersistDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Worker != id1 || !s.Persist || s.Workspace != s.ID || plain.Persist {
+	if s.Worker != id1 || !s.Persist || s.Workspace != fleet.SessionWorkspace("", s.ID) || plain.Persist {
 		t.Fatalf("created: %+v and %+v", s, plain)
 	}
 	code := func(id, src string) *sessions.CodeResult {
@@ -182,7 +183,7 @@ print(json.dumps({"reset": r.reset, "text": r.text, "restored": s.restored}))`, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.ID == s.ID || f.ForkedFrom != s.ID || !f.Persist || f.Workspace != f.ID {
+	if f.ID == s.ID || f.ForkedFrom != s.ID || !f.Persist || f.Workspace != fleet.SessionWorkspace("", f.ID) {
 		t.Fatalf("fork: %+v", f)
 	}
 	if got := sh(f.ID, "cat notes.txt; echo fork >> notes.txt"); got != "one\ntwo\nthree\n" {

@@ -151,6 +151,31 @@ func SaveName(workspace string, revision int64, take string) string {
 	return SnapshotName(workspace, revision) + "." + take
 }
 
+// SessionWorkspace is the workspace a persistent session keeps its
+// checkpoints in: "session=<id>", "<tenant>.session=<id>" for a tenant's.
+// Its '=' is outside the names a job or a session may give a workspace
+// (A-Z a-z 0-9 _ -), so no caller can name it: not to read it, write into
+// it, start from it or hold a step on it. Only the session's worker writes
+// it, and the head says whose it is (its owner).
+func SessionWorkspace(tenant, session string) string {
+	name := sessionWorkspacePrefix + session
+	if tenant == "" {
+		return name
+	}
+	return tenant + "." + name
+}
+
+const sessionWorkspacePrefix = "session="
+
+// IsSessionWorkspace reports whether a workspace's name is a session's
+// (SessionWorkspace): left out of every list of workspaces.
+func IsSessionWorkspace(name string) bool {
+	if t := TenantOf(name); t != "" {
+		name = name[len(t)+1:]
+	}
+	return strings.HasPrefix(name, sessionWorkspacePrefix)
+}
+
 // ArtifactKey is the object of a job's artifact in ARTIFACTS, as one
 // delivery of the job (run, a name of its own) stored it: two live
 // deliveries of a job (a lease that ran out while the first still ran)

@@ -94,6 +94,19 @@ type Config struct {
 	// TempDir holds checkpoints on their way (unlinked files). Default
 	// os.TempDir().
 	TempDir string
+	// RefreshAge is the age of a workspace's head past which a checkpoint
+	// of an unchanged tree is saved all the same, renewing the
+	// workspace's expiry. Default 3h (the fleet's SnapshotRefreshAge).
+	RefreshAge time.Duration
+	// CheckpointRate and CheckpointBurst bound the bytes one session's
+	// checkpoints archive: a token bucket of CheckpointBurst bytes that
+	// fills at CheckpointRate bytes a second (ckrate.go). Default 1 MiB a
+	// second, 64 MiB.
+	CheckpointRate, CheckpointBurst int64
+	// TenantCheckpointRate and TenantCheckpointBurst are the same bound
+	// for all the sessions of one tenant (of none, for those of no
+	// tenant) on this worker. Default 4 MiB a second, 256 MiB.
+	TenantCheckpointRate, TenantCheckpointBurst int64
 }
 
 func (c *Config) setDefaults() {
@@ -132,5 +145,17 @@ func (c *Config) setDefaults() {
 	}
 	if c.CheckpointQuiet <= 0 {
 		c.CheckpointQuiet = 2 * time.Second
+	}
+	if c.RefreshAge <= 0 {
+		c.RefreshAge = 3 * time.Hour
+	}
+	for _, d := range []struct {
+		v   *int64
+		def int64
+	}{{&c.CheckpointRate, 1 << 20}, {&c.CheckpointBurst, 64 << 20},
+		{&c.TenantCheckpointRate, 4 << 20}, {&c.TenantCheckpointBurst, 256 << 20}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
 	}
 }

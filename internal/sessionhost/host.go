@@ -12,6 +12,7 @@ package sessionhost
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -45,6 +46,9 @@ type Host struct {
 	ended     []*endedCells  // ended sessions' histories, oldest first (cells.go)
 	wg        sync.WaitGroup
 	ready     chan struct{} // closed once creates reach the host
+
+	rateMu sync.Mutex
+	rates  map[string]*bucket // each tenant's checkpoint bytes (ckrate.go)
 }
 
 // live is a session the host holds.
@@ -120,6 +124,9 @@ func (h *Host) Run(ctx context.Context) error {
 
 // markLost records the sessions an earlier run of this worker held as
 // lost: their sandboxes ended with it (the reaper removes what is left).
+// A persistent session that has something to resume from is left as it
+// is: its next call finds no one answering and resumes it, on this worker
+// or another, as when any worker is lost.
 func (h *Host) markLost(ctx context.Context) {
 	keys, err := h.kv.ListKeys(ctx)
 	if err != nil {
@@ -135,14 +142,48 @@ func (h *Host) markLost(ctx context.Context) {
 		if json.Unmarshal(e.Value(), &info) != nil || info.Worker != h.cfg.Worker || info.Status != sessions.StatusRunning {
 			continue
 		}
-		now := time.Now().UTC()
-		info.Status, info.EndReason, info.EndedAt = sessions.StatusEnded, sessions.EndLost, &now
-		if b, err := json.Marshal(info); err == nil {
-			if _, err := h.kv.Update(ctx, k, b, e.Revision()); err == nil {
-				h.log.Info("a session of this worker's earlier run is lost", "session_id", k)
-			}
+		if h.resumable(ctx, &info) {
+			h.log.Info("a persistent session of this worker's earlier run resumes at its next call", "session_id", k)
+			continue
+		}
+		if h.endLost(ctx, &info, e.Revision()) == nil {
+			h.log.Info("a session of this worker's earlier run is lost", "session_id", k)
 		}
 	}
+}
+
+// resumable reports whether a session whose sandbox is gone can start
+// again: it persists, and has a checkpoint, or a workspace it names that
+// holds a revision.
+func (h *Host) resumable(ctx context.Context, info *sessions.Info) bool {
+	switch {
+	case !info.Persist || h.cfg.Workspaces == nil:
+		return false
+	case info.Checkpoint != nil:
+		return true
+	}
+	heads, _, err := h.cfg.Workspaces(ctx, info.Tenant)
+	if err != nil {
+		return true // not known now: the resume finds out
+	}
+	e, err := heads.Get(ctx, info.Workspace)
+	if err != nil {
+		return !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted)
+	}
+	head, err := jobs.DecodeWorkspaceHead(info.Workspace, e.Value())
+	return err == nil && head.Revision > 0
+}
+
+// endLost records a session ended as lost by compare-and-swap on rev.
+func (h *Host) endLost(ctx context.Context, info *sessions.Info, rev uint64) error {
+	now := time.Now().UTC()
+	info.Status, info.EndReason, info.EndedAt = sessions.StatusEnded, sessions.EndLost, &now
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	_, err = h.kv.Update(ctx, info.ID, b, rev)
+	return err
 }
 
 // Stats are the host's counts: sessions running, starting, and its

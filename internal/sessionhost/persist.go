@@ -32,6 +32,15 @@ import (
 // would cost one each, and what a lost worker loses is at most the last
 // burst. A background process's writes after the last idle point are in
 // the next checkpoint.
+//
+// A checkpoint whose archive has the digest of the head's revision (the
+// tree did not change: the archive of a tree is the same bytes, its
+// entries in the order of their names, each with its mode, size, contents
+// and modification time to the second) saves nothing, unless the head is
+// older than RefreshAge: a revision saved then renews the workspace's and
+// its snapshot's lifetimes, as a job's step does. The bytes a
+// session's checkpoints archive over time are bounded for the session and
+// for its tenant on this worker (ckrate.go).
 
 // checkpointing is a live session's state of its checkpoints.
 type checkpointing struct {
@@ -42,6 +51,8 @@ type checkpointing struct {
 	retry   time.Time          // after a failed one: not before
 	forked  *jobs.WorkspaceRef // a fork's source, for its workspace's first head
 	pending int                // calls in flight
+	bytes   int64              // the last archive's size: what the next is expected to cost
+	rate    bucket             // the session's checkpoint bytes over time (ckrate.go)
 }
 
 // errTakenOver: the session's record was written by another (a resume).
@@ -105,6 +116,14 @@ func (h *Host) checkpointIdle(l *live) {
 		l.ck.busy = false
 		l.mu.Unlock()
 	}()
+	now := time.Now()
+	if d := h.checkpointWait(l, now); d > 0 {
+		l.mu.Lock()
+		l.ck.retry = now.Add(d)
+		l.mu.Unlock()
+		h.log.Info("a session's checkpoint waits for its bound", "session_id", l.info.ID, "wait_ms", d.Milliseconds())
+		return
+	}
 	if err := h.checkpoint(l); errors.Is(err, errTakenOver) {
 		h.finish(l, nil)
 	}
@@ -132,7 +151,8 @@ func (h *Host) checkpoint(l *live) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	err := h.save(ctx, l)
+	archived, saved, err := h.save(ctx, l)
+	h.spendCheckpoint(l, archived)
 	if err != nil {
 		l.mu.Lock()
 		l.ck.dirty, l.ck.retry = true, time.Now().Add(10*time.Second)
@@ -143,56 +163,56 @@ func (h *Host) checkpoint(l *live) error {
 		return err
 	}
 	cp := l.snapshot().Checkpoint
+	if !saved {
+		h.log.Info("session checkpoint unchanged", "session_id", l.info.ID, "revision", cp.Revision, "archived_bytes", archived)
+		return nil
+	}
 	h.log.Info("session checkpointed", "session_id", l.info.ID, "workspace", l.info.Workspace, "revision", cp.Revision,
 		"size_bytes", cp.SizeBytes, "ms", time.Since(start).Milliseconds())
 	return nil
 }
 
-func (h *Host) save(ctx context.Context, l *live) error {
+// save archives the session's /workspace and saves it as its workspace's
+// next revision, unless the head's revision has its digest: it returns
+// the bytes archived and whether a revision was saved.
+func (h *Host) save(ctx context.Context, l *live) (archived int64, saved bool, err error) {
 	info := l.snapshot()
 	ws := info.Workspace
 	heads, snaps, err := h.cfg.Workspaces(ctx, info.Tenant)
 	if err != nil {
-		return fmt.Errorf("open the workspaces: %w", err)
+		return 0, false, fmt.Errorf("open the workspaces: %w", err)
 	}
 	f, err := h.tempFile()
 	if err != nil {
-		return err
+		return 0, false, err
 	}
 	defer f.Close()
 	rep, err := l.sb.Archive(ctx, f)
 	if err != nil {
-		return fmt.Errorf("archive /workspace: %w", err)
+		return 0, false, fmt.Errorf("archive /workspace: %w", err)
 	}
+	l.mu.Lock()
+	l.ck.bytes = rep.Bytes
+	l.mu.Unlock()
 	take := jobs.NewID()
 	for range 5 {
-		var head *jobs.WorkspaceHead
-		var krev uint64
-		e, err := heads.Get(ctx, ws)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-			head = &jobs.WorkspaceHead{Name: ws, Forked: l.ck.forked}
-		case err != nil:
-			return fmt.Errorf("read the head of %s: %w", ws, err)
-		default:
-			if head, err = jobs.DecodeWorkspaceHead(ws, e.Value()); err != nil {
-				return err
-			}
-			krev = e.Revision()
+		head, krev, err := h.readHead(ctx, heads, l, info)
+		if err != nil {
+			return rep.Bytes, false, err
 		}
-		if head.Step != nil {
-			return fmt.Errorf("workspace %s: job %s's step is in flight", ws, head.Step.Job)
+		if head.Revision > 0 && head.SHA256 == rep.SHA256 && time.Since(head.UpdatedAt) < h.cfg.RefreshAge {
+			return rep.Bytes, false, h.unchanged(ctx, l, head)
 		}
 		obj := fleet.SaveName(ws, head.Revision+1, take)
 		if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{fleet.SnapshotJobMeta: info.ID}},
 			io.NewSectionReader(f, 0, rep.Bytes)); err != nil {
-			return fmt.Errorf("put %s: %w", obj, err)
+			return rep.Bytes, false, fmt.Errorf("put %s: %w", obj, err)
 		}
 		now := time.Now().UTC()
 		next := records.WithRevision(head, obj, rep.Bytes, rep.Files, rep.SHA256, info.ID, h.cfg.KeepRevisions, now)
 		data, err := json.Marshal(next)
 		if err != nil {
-			return err
+			return rep.Bytes, false, err
 		}
 		if krev == 0 {
 			_, err = heads.Create(ctx, ws, data)
@@ -205,7 +225,7 @@ func (h *Host) save(ctx context.Context, l *live) error {
 		}
 		if err != nil {
 			_ = snaps.Delete(ctx, obj)
-			return fmt.Errorf("move the head of %s: %w", ws, err)
+			return rep.Bytes, false, fmt.Errorf("move the head of %s: %w", ws, err)
 		}
 		for _, r := range head.Kept {
 			if !slices.Contains(next.Kept, r) {
@@ -215,9 +235,54 @@ func (h *Host) save(ctx context.Context, l *live) error {
 		l.mu.Lock()
 		l.info.Checkpoint = &sessions.Checkpoint{Revision: next.Revision, At: now, SizeBytes: rep.Bytes, Files: rep.Files}
 		l.mu.Unlock()
-		return h.record(ctx, l)
+		return rep.Bytes, true, h.record(ctx, l)
 	}
-	return fmt.Errorf("the head of %s kept changing", ws)
+	return rep.Bytes, false, fmt.Errorf("the head of %s kept changing", ws)
+}
+
+// readHead reads the head of the session's workspace and its KV revision
+// (0: none yet, a new head), free for a checkpoint: no step in flight on
+// it, and, a session's own, the session's owner's.
+func (h *Host) readHead(ctx context.Context, heads jetstream.KeyValue, l *live, info sessions.Info) (*jobs.WorkspaceHead, uint64, error) {
+	ws := info.Workspace
+	own := fleet.IsSessionWorkspace(ws)
+	e, err := heads.Get(ctx, ws)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		head := &jobs.WorkspaceHead{Name: ws, Forked: l.ck.forked}
+		if own {
+			head.Owner = info.Owner
+		}
+		return head, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("read the head of %s: %w", ws, err)
+	}
+	head, err := jobs.DecodeWorkspaceHead(ws, e.Value())
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case own && head.Owner != info.Owner:
+		return nil, 0, fmt.Errorf("workspace %s is another owner's", ws)
+	case head.Step != nil:
+		return nil, 0, fmt.Errorf("workspace %s: job %s's step is in flight", ws, head.Step.Job)
+	}
+	return head, e.Revision(), nil
+}
+
+// unchanged records the head's revision as the session's checkpoint, when
+// it is not yet (a session restored from a workspace it names).
+func (h *Host) unchanged(ctx context.Context, l *live, head *jobs.WorkspaceHead) error {
+	l.mu.Lock()
+	cp := l.info.Checkpoint
+	same := cp != nil && cp.Revision == head.Revision
+	if !same {
+		l.info.Checkpoint = &sessions.Checkpoint{Revision: head.Revision, At: head.UpdatedAt, SizeBytes: head.SizeBytes, Files: head.Files}
+	}
+	l.mu.Unlock()
+	if same {
+		return nil
+	}
+	return h.record(ctx, l)
 }
 
 // pause checkpoints a persistent session and lets its sandbox go, its
@@ -246,6 +311,10 @@ func (h *Host) checkpointNow(l *live) (*sessions.Info, error) {
 	due := l.ck.dirty || l.info.Checkpoint == nil
 	l.mu.Unlock()
 	if due {
+		if d := h.checkpointWait(l, time.Now()); d > 0 {
+			return nil, sessions.Errorf(sessions.ErrLimit, "checkpoint: session %s is over its checkpoints' bound (%s); the next may run in %s",
+				l.info.ID, h.cfg.checkpointRule(), d.Round(time.Second))
+		}
 		if err := h.checkpoint(l); err != nil {
 			return nil, sessions.Errorf(sessions.ErrFailed, "checkpoint: %v", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 	"github.com/sandfleet/sandfleet/pkg/worker"
@@ -32,7 +33,10 @@ import (
 // head's).
 type source struct {
 	tenant, workspace string
-	rev               int64
+	// owner: whose session restores it; a session's own workspace
+	// (fleet.SessionWorkspace) whose head names another owner is refused.
+	owner string
+	rev   int64
 	// must: a missing snapshot is an error (a resume's checkpoint), not
 	// an empty start.
 	must bool
@@ -46,9 +50,10 @@ func workspaceName(tenant, name string) string {
 	return tenant + "." + name
 }
 
-// persistOpening fills in a new session's workspace: its own (Workspace,
-// else one named as the session) when it persists, restored from its head
-// or from WorkspaceFrom.
+// persistOpening fills in a new session's workspace when it persists: the
+// tenant's workspace it names (Workspace), shared as a job's, or else its
+// own (fleet.SessionWorkspace), which no caller can name; restored from
+// its head or from WorkspaceFrom.
 func (h *Host) persistOpening(o *opening, spec sessions.Spec) error {
 	if h.cfg.Workspaces == nil {
 		return sessions.Errorf(sessions.ErrInvalid, "persist: this worker keeps no workspaces")
@@ -67,8 +72,11 @@ func (h *Host) persistOpening(o *opening, spec sessions.Spec) error {
 	t := spec.Tenant
 	o.info.Persist = spec.Persist || spec.Workspace != ""
 	if o.info.Persist {
-		o.info.Workspace = workspaceName(t, cmpOr(spec.Workspace, o.info.ID))
-		o.from = &source{tenant: t, workspace: o.info.Workspace}
+		o.info.Workspace = fleet.SessionWorkspace(t, o.info.ID)
+		if spec.Workspace != "" {
+			o.info.Workspace = workspaceName(t, spec.Workspace)
+		}
+		o.from = &source{tenant: t, workspace: o.info.Workspace, owner: o.info.Owner}
 		o.dirty = len(spec.Files) > 0
 	}
 	if f := spec.WorkspaceFrom; f != nil {
@@ -83,13 +91,6 @@ func fromName(r *jobs.WorkspaceRef) string {
 		return ""
 	}
 	return r.Name
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // createFrom starts a session from another's checkpoint: the same one
@@ -116,13 +117,13 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
 	o := opening{key: sessions.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
 		IdleTimeout: src.IdleTimeout, MaxLifetime: src.MaxLifetime, Labels: spec.Labels, ForkedFrom: src.ID},
-		env: src.Env, from: &source{tenant: src.Tenant, workspace: src.Workspace}}
+		env: src.Env, from: &source{tenant: src.Tenant, workspace: src.Workspace, owner: src.Owner}}
 	o.info.Persist = src.Persist
 	if p := spec.From.Persist; p != nil {
 		o.info.Persist = *p
 	}
 	if o.info.Persist {
-		o.info.Workspace, o.dirty = workspaceName(src.Tenant, id), true
+		o.info.Workspace, o.dirty = fleet.SessionWorkspace(src.Tenant, id), true
 	}
 	return h.open(o)
 }
@@ -170,6 +171,10 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 		why := "lost"
 		if info.Status == sessions.StatusPaused {
 			why = "paused"
+		} else if err := h.endUnresumable(info, e.Revision()); raced(err) {
+			continue
+		} else if err != nil {
+			return nil, err
 		}
 		info.Status, info.Worker, info.ActiveAt = sessions.StatusResuming, h.cfg.Worker, time.Now().UTC()
 		b, err := json.Marshal(info)
@@ -187,9 +192,24 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 		}
 		h.log.Info("resuming a session", "session_id", id, "why", why)
 		return h.open(opening{key: e.Key(), info: *info, env: info.Env, kvRev: rev, prev: e.Value(), restore: why,
-			from: &source{tenant: info.Tenant, workspace: info.Workspace, must: info.Checkpoint != nil}})
+			from: &source{tenant: info.Tenant, workspace: info.Workspace, owner: info.Owner, must: info.Checkpoint != nil}})
 	}
 	return nil, sessions.Errorf(sessions.ErrFailed, "session %s: another worker's resume did not finish within %s", id, resumeStale)
+}
+
+// endUnresumable records a lost session that has nothing to start from
+// as ended (it ended with its sandbox) and returns ErrGone, or the error
+// of the record's compare-and-swap on rev; nil when it may be resumed.
+func (h *Host) endUnresumable(info *sessions.Info, rev uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h.resumable(ctx, info) {
+		return nil
+	}
+	if err := h.endLost(ctx, info, rev); err != nil {
+		return err
+	}
+	return sessions.Errorf(sessions.ErrGone, "session %s has ended: %s (its worker was lost before its first checkpoint)", info.ID, sessions.EndLost)
 }
 
 // ask returns the record of session id from its owner, if one answers.
@@ -264,6 +284,9 @@ func (h *Host) fetch(ctx context.Context, src *source) (*spooled, int64, error) 
 		if head, err = jobs.DecodeWorkspaceHead(src.workspace, e.Value()); err != nil {
 			return nil, 0, sessions.Errorf(sessions.ErrFailed, "%v", err)
 		}
+	}
+	if head != nil && fleet.IsSessionWorkspace(src.workspace) && head.Owner != src.owner {
+		return nil, 0, sessions.Errorf(sessions.ErrNotFound, "workspace %s is another owner's", src.workspace)
 	}
 	rev := src.rev
 	if head != nil && rev == 0 {

@@ -229,6 +229,9 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 				continue
 			}
 			name := strings.TrimPrefix(m.Subject(), kvSubject(fleet.WorkspacesBucket, ""))
+			if fleet.IsSessionWorkspace(name) {
+				continue // a session's checkpoints: its owner's alone
+			}
 			h, err := DecodeWorkspaceHead(name, m.Data())
 			if err != nil {
 				return nil, err

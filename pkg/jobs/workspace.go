@@ -230,6 +230,11 @@ type WorkspaceHead struct {
 	UpdatedAt time.Time        `json:"updated_at"`
 	// Step is the step in flight, if any.
 	Step *InFlight `json:"step,omitempty"`
+	// Owner is, for a persistent session's checkpoints (a workspace no
+	// job names: fleet.SessionWorkspace), the session's owner, the only
+	// one whose session restores it or forks from it. Empty for a
+	// workspace of jobs, which every caller of its tenant may name.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Snapshot returns the object in SNAPSHOTS of revision rev's snapshot.

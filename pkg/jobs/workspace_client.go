@@ -137,7 +137,8 @@ func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, er
 }
 
 // Workspaces returns every workspace's head, by name; a tenant's client,
-// the tenant's.
+// the tenant's. The checkpoints of persistent sessions are not listed:
+// they are their sessions' owners' alone (fleet.SessionWorkspace).
 func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
 	if c.tenant != "" {
 		return c.tenantHeads(ctx)
@@ -154,6 +155,9 @@ func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
 	}
 	var heads []*WorkspaceHead
 	for _, n := range names {
+		if fleet.IsSessionWorkspace(n) {
+			continue
+		}
 		h, err := c.Workspace(ctx, n)
 		if errors.Is(err, ErrNoWorkspace) {
 			continue // removed meanwhile

@@ -118,9 +118,11 @@ type Spec struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 
 	// Persist keeps the session's /workspace in a workspace (Workspace,
-	// else one named as the session): restored from its head at the
-	// start, checkpointed into it at idle points and on pause and
-	// delete, so that the session outlives its sandbox and its worker.
+	// a workspace of the tenant's that its jobs may name too, else the
+	// session's own, which no one else names, reads or lists): restored
+	// from its head at the start, checkpointed into it at idle points and
+	// on pause and delete, so that the session outlives its sandbox and
+	// its worker.
 	Persist   bool   `json:"persist,omitempty"`
 	Workspace string `json:"workspace,omitempty"`
 	// WorkspaceFrom starts the session from a revision of another
