@@ -146,7 +146,7 @@ func (h *Host) markLost(ctx context.Context) {
 			h.log.Info("a persistent session of this worker's earlier run resumes at its next call", "session_id", k)
 			continue
 		}
-		if h.endLost(ctx, &info, e.Revision()) == nil {
+		if h.endLost(ctx, k, &info, e.Revision()) == nil {
 			h.log.Info("a session of this worker's earlier run is lost", "session_id", k)
 		}
 	}
@@ -174,15 +174,16 @@ func (h *Host) resumable(ctx context.Context, info *sessions.Info) bool {
 	return err == nil && head.Revision > 0
 }
 
-// endLost records a session ended as lost by compare-and-swap on rev.
-func (h *Host) endLost(ctx context.Context, info *sessions.Info, rev uint64) error {
+// endLost records a session ended as lost under its record's key, by
+// compare-and-swap on rev.
+func (h *Host) endLost(ctx context.Context, key string, info *sessions.Info, rev uint64) error {
 	now := time.Now().UTC()
 	info.Status, info.EndReason, info.EndedAt = sessions.StatusEnded, sessions.EndLost, &now
 	b, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}
-	_, err = h.kv.Update(ctx, info.ID, b, rev)
+	_, err = h.kv.Update(ctx, key, b, rev)
 	return err
 }
 

@@ -171,7 +171,7 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 		why := "lost"
 		if info.Status == sessions.StatusPaused {
 			why = "paused"
-		} else if err := h.endUnresumable(info, e.Revision()); raced(err) {
+		} else if err := h.endUnresumable(e.Key(), info, e.Revision()); raced(err) {
 			continue
 		} else if err != nil {
 			return nil, err
@@ -200,13 +200,13 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 // endUnresumable records a lost session that has nothing to start from
 // as ended (it ended with its sandbox) and returns ErrGone, or the error
 // of the record's compare-and-swap on rev; nil when it may be resumed.
-func (h *Host) endUnresumable(info *sessions.Info, rev uint64) error {
+func (h *Host) endUnresumable(key string, info *sessions.Info, rev uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if h.resumable(ctx, info) {
 		return nil
 	}
-	if err := h.endLost(ctx, info, rev); err != nil {
+	if err := h.endLost(ctx, key, info, rev); err != nil {
 		return err
 	}
 	return sessions.Errorf(sessions.ErrGone, "session %s has ended: %s (its worker was lost before its first checkpoint)", info.ID, sessions.EndLost)
