@@ -25,6 +25,26 @@ type presetLister interface{ Presets() []string }
 // poolStatser is implemented by executors with a warm pool (pkg/executor).
 type poolStatser interface{ PoolStats() executor.PoolStats }
 
+// unremovabler is implemented by executors that retry the removals that
+// failed (pkg/executor).
+type unremovabler interface{ Unremovable() int }
+
+// unremovableMax is how many containers the executor may fail to remove
+// (and retry in the background) before /readyz says the worker is not
+// ready: one now and then is an engine's hiccup that the retries clear;
+// more mean an engine that keeps sandboxes (and their uids, memory and
+// processes) it was told to remove, which an operator should look at.
+const unremovableMax = 5
+
+// unremovable returns how many containers exec is failing to remove, read
+// at each call; 0 for an executor that does not say.
+func unremovable(exec any) func() int {
+	if u, ok := exec.(unremovabler); ok {
+		return u.Unremovable
+	}
+	return func() int { return 0 }
+}
+
 // jobMetrics are the worker's Prometheus metrics, on a registry of their own:
 // the worker.Observer counters, and gauges read from the worker, the NATS
 // connection and the executor's pool at scrape time.
@@ -181,7 +201,11 @@ func (m *jobMetrics) watch(w watched, natsUp func() bool, exec any) {
 	m.reg.GaugeFunc("sandfleet_slots_busy", "Slots holding a job now.", func() float64 { return float64(w.Status().Busy) })
 	m.reg.GaugeFunc("sandfleet_jobs_held", "Jobs held, leases kept alive, while the sandbox infrastructure is down.", func() float64 { return float64(w.Held()) })
 	m.reg.GaugeFunc("sandfleet_executor_ready", "1 while the sandbox infrastructure (Docker) is believed up, else 0: nothing is fetched.", func() float64 { return b(w.Status().Ready) })
-	m.reg.GaugeFunc("sandfleet_ready", "1 when /readyz answers 200: NATS connected, topology set up, executor up.", func() float64 { return b(natsUp() && w.Ready()) })
+	stuck := unremovable(exec)
+	m.reg.GaugeFunc("sandfleet_ready", "1 when /readyz answers 200: NATS connected, topology set up, executor up, fewer than 5 containers it cannot remove.",
+		func() float64 { return b(natsUp() && w.Ready() && stuck() < unremovableMax) })
+	m.reg.GaugeFunc("sandfleet_sandboxes_unremovable", "Containers of this worker whose removal failed and is being retried in the background; their uids stay claimed until they are gone. /readyz fails from 5.",
+		func() float64 { return float64(stuck()) })
 	m.reg.GaugeFunc("sandfleet_draining", "1 once a drain began: no more jobs are fetched.", func() float64 { return b(w.Status().Draining) })
 	m.reg.Collect(laneFamilies(w), laneDescs...)
 	ps, ok := exec.(poolStatser)
@@ -220,4 +244,5 @@ func (unstarted) Status() jobs.WorkerStatus                         { return job
 func (unstarted) Held() int                                         { return 0 }
 func (unstarted) Ready() bool                                       { return false }
 func (unstarted) PoolStats() executor.PoolStats                     { return executor.PoolStats{} }
+func (unstarted) Unremovable() int                                  { return 0 }
 func (unstarted) Stats() sessionhost.Stats                          { return sessionhost.Stats{} }

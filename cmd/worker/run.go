@@ -145,7 +145,7 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			return fmt.Errorf("--metrics: %w", err)
 		}
 		m.watch(w, nc.IsConnected, exec)
-		hs := &http.Server{Handler: statusHandler(w, nc.IsConnected, m.handler()), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: statusHandler(w, nc.IsConnected, unremovable(exec), m.handler()), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = hs.Serve(ln) })
 		defer hs.Close()
 		log.Info("serving /metrics, /healthz, /readyz and /status", "addr", ln.Addr().String())
@@ -296,9 +296,10 @@ func releaseStartMemory(stop context.Context, w *worker.Worker) {
 }
 
 // statusHandler serves /healthz (the process answers), /readyz (NATS
-// connected, topology set up, executor up), /status (the heartbeat) and
-// /metrics (Prometheus).
-func statusHandler(w *worker.Worker, natsUp func() bool, metrics http.Handler) http.Handler {
+// connected, topology set up, executor up, fewer than unremovableMax
+// containers it cannot remove), /status (the heartbeat) and /metrics
+// (Prometheus).
+func statusHandler(w *worker.Worker, natsUp func() bool, stuck func() int, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
@@ -315,6 +316,10 @@ func statusHandler(w *worker.Worker, natsUp func() bool, metrics http.Handler) h
 				msg = "not ready: " + why
 			}
 			http.Error(rw, msg, http.StatusServiceUnavailable)
+			return
+		}
+		if n := stuck(); n >= unremovableMax {
+			http.Error(rw, fmt.Sprintf("not ready: %d sandboxes cannot be removed (the engine refuses; retrying)", n), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(rw, "ready")

@@ -27,10 +27,9 @@ type Executor struct {
 	uids      *uidClaims      // the uids this Executor's sandboxes hold
 	templates templateSet     // the fleet's templates, as the worker last heard of them
 
-	// Leftovers Reap failed to remove, which it skips from then on: a
-	// container wedged in the engine hangs every call that touches it.
-	mu          sync.Mutex
-	unremovable map[string]bool
+	// Containers whose removal failed (sandboxes, and leftovers Reap
+	// found), retried in the background until they are gone.
+	stuck *stuckSet
 
 	// Removals of exited sandboxes run after Run returned, off the job's
 	// latency: at most cap(removeSlots) at once (past that, release
@@ -74,9 +73,10 @@ func New(cfg Config) (*Executor, error) {
 type tuning struct {
 	calls  callDeadlines
 	starts startTuning
+	stuck  stuckTuning // zero: defaultStuckTuning
 }
 
-var defaultTuning = tuning{calls: deadlines, starts: defaultStartTuning}
+var defaultTuning = tuning{calls: deadlines, starts: defaultStartTuning, stuck: defaultStuckTuning}
 
 // newWithAPI is New on any engine, a fake one in tests.
 func newWithAPI(cfg Config, api dockerAPI) (*Executor, error) {
@@ -94,7 +94,7 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		instance:    randHex(8),
 		starts:      newStartGate(cfg.Runtime, cfg.Logger.With("worker", cfg.WorkerID), t.starts),
 		uids:        newUIDClaims(cfg.UIDs),
-		unremovable: map[string]bool{},
+		stuck:       newStuckSet(t.stuck),
 		removeSlots: make(chan struct{}, maxBackgroundRemovals),
 		closing:     make(chan struct{}),
 		createWait:  t.calls.create,
@@ -129,6 +129,7 @@ func (e *Executor) Close() error {
 	e.closeOnce.Do(func() { close(e.closing) })
 	e.closeTemplatePools()
 	e.removing.Wait()
+	e.closeStuck()
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())
 	}
@@ -248,7 +249,8 @@ func (e *Executor) StartErr() error { return e.starts.err() }
 // though once at start is enough. It returns how many it removed, and an
 // error only when it could not list them. A container it cannot remove
 // (the engine keeps it wedged: every call on it hangs until its deadline)
-// is logged and skipped, by this call and every later one.
+// is logged and skipped, by this call and every later one, and handed to
+// the background retries (see Unremovable).
 func (e *Executor) Reap(ctx context.Context) (int, error) {
 	list, err := e.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -262,21 +264,16 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 		if c.Labels[LabelManaged] != "true" || c.Labels[LabelWorker] != e.cfg.WorkerID || c.Labels[LabelInstance] == e.instance {
 			continue
 		}
-		e.mu.Lock()
-		skip := e.unremovable[c.ID]
-		e.mu.Unlock()
-		if skip {
-			continue
+		if e.isStuck(c.ID) {
+			continue // the background retries have it
 		}
 		if _, err := e.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			if ctx.Err() != nil {
 				return n, infraErr("reap", ctx.Err())
 			}
-			e.mu.Lock()
-			e.unremovable[c.ID] = true
-			e.mu.Unlock()
-			e.cfg.Logger.Error("a leftover sandbox cannot be removed; skipping it (remove it by hand, or restart the engine)",
+			e.cfg.Logger.Error("a leftover sandbox cannot be removed; skipping it here, retrying it in the background",
 				"container", shortID(c.ID), "job_id", c.Labels[LabelJob], "worker", e.cfg.WorkerID, "error", err)
+			e.stick(c.ID, 0, false, nil, err)
 			continue
 		}
 		n++

@@ -214,6 +214,7 @@ var fastTuning = tuning{
 		create: 2 * time.Second, attach: 2 * time.Second, wait: 2 * time.Second, start: 2 * time.Second,
 		inspect: 2 * time.Second, kill: 2 * time.Second, remove: 2 * time.Second},
 	starts: startTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond, cap: 100, window: time.Minute},
+	stuck:  stuckTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond},
 }
 
 func faultyExecutor(t *testing.T, f *faultyEngine, tune tuning, mod func(*Config)) (*Executor, *testutil.Buffer) {
@@ -440,6 +441,7 @@ func TestReapSkipsAWedgedContainer(t *testing.T) {
 	f := newFaultyEngine(t)
 	tune := fastTuning
 	tune.calls.remove = 300 * time.Millisecond
+	tune.stuck.first = time.Hour // the background retries stay out of the count
 	e, logs := faultyExecutor(t, f, tune, nil)
 	leftover := func(id string) container.Summary {
 		return container.Summary{ID: id, Labels: map[string]string{LabelManaged: "true", LabelWorker: "w", LabelInstance: "crashed"}}
@@ -462,6 +464,9 @@ func TestReapSkipsAWedgedContainer(t *testing.T) {
 	}
 	if n := f.count("remove wedgedwedged2"); n != 1 {
 		t.Errorf("the wedged container's removal was tried %d times, want once", n)
+	}
+	if n := e.Unremovable(); n != 1 {
+		t.Errorf("Unremovable = %d, want the wedged one", n)
 	}
 	if n := strings.Count(logs.String(), "cannot be removed; skipping it"); n != 1 {
 		t.Errorf("logged %d times, want once:\n%s", n, logs)

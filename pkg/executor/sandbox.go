@@ -132,7 +132,10 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	s := &sandbox{id: created.ID, short: shortID(created.ID), born: time.Now(), imageID: id, uid: uid, net: sn}
 	defer func() {
 		if err != nil {
-			e.discard(ctx, s.id)
+			if derr := e.discard(ctx, s.id); derr != nil {
+				e.stick(s.id, uid, true, sn, derr)
+				return
+			}
 			e.uids.free(uid)
 			e.dropNet(ctx, sn)
 		}
@@ -207,7 +210,7 @@ func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim
 			// The engine may make it after all, after we gave up on it:
 			// it goes by our name, and is looked for until it shows. The
 			// uid is held until then.
-			e.discard(ctx, spec.Name)
+			_ = e.discard(ctx, spec.Name) // sweepLate looks again
 			e.removing.Go(func() {
 				e.sweepLate(spec.Name)
 				e.uids.free(uid)
@@ -239,7 +242,10 @@ func (e *Executor) sweepLate(name string) {
 		_, err := e.api.ContainerInspect(context.Background(), name, client.ContainerInspectOptions{})
 		if err == nil {
 			e.cfg.Logger.Warn("a container whose create was abandoned at its deadline was made after all; removing it", "name", name)
-			e.discard(context.Background(), name)
+			if err := e.discard(context.Background(), name); err != nil {
+				e.cfg.Logger.Error("removing a container made after its create's deadline failed; Reap removes it at the next start",
+					"name", name, "worker", e.cfg.WorkerID, "error", err)
+			}
 			return
 		}
 		if !cerrdefs.IsNotFound(err) {
@@ -258,19 +264,20 @@ const (
 // discard removes the container of a failed launch (by ID, or by name when
 // the create's answer never came) and checks that it is gone: a runtime
 // that fails every start leaves a created container per attempt, and
-// processes of the engine's behind it, unless they are removed.
-func (e *Executor) discard(ctx context.Context, idOrName string) {
+// processes of the engine's behind it, unless they are removed. It
+// returns why the container may still be there; the caller hands it to
+// the background retries (stick) when it knows its ID.
+func (e *Executor) discard(ctx context.Context, idOrName string) error {
 	ctx = context.WithoutCancel(ctx)
 	_, err := e.api.ContainerRemove(ctx, idOrName, client.ContainerRemoveOptions{Force: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		if _, err = e.api.ContainerInspect(ctx, idOrName, client.ContainerInspectOptions{}); err == nil {
 			err = errors.New("still there after it was removed")
 		} else if cerrdefs.IsNotFound(err) {
-			return
+			return nil
 		}
 	}
-	e.cfg.Logger.Error("removing a sandbox that failed to start failed; Reap will retry at the next start",
-		"container", shortID(idOrName), "worker", e.cfg.WorkerID, "error", err)
+	return err
 }
 
 // release ends a sandbox's streams and goroutines and force-removes its
@@ -284,8 +291,8 @@ func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 	s.stopWait()
 	removeLogged := func() {
 		if err := e.remove(ctx, s); err != nil {
-			log.Error("removing the sandbox failed; Reap will retry at the next start", "container", s.short, "error", err)
-			return // its network stays while it is attached
+			log.Warn("removing the sandbox failed", "container", s.short, "error", err)
+			return // retried in the background: its uid and network stay claimed until then
 		}
 		e.dropNet(ctx, s.net)
 	}
@@ -304,14 +311,16 @@ func (e *Executor) release(ctx context.Context, log *slog.Logger, s *sandbox) {
 }
 
 // remove force-removes a sandbox's container, even for a caller that gave
-// up: its deadline is the engine call's own.
+// up: its deadline is the engine call's own. Gone, its uid is free again;
+// still there (the error), it is handed to the background retries, which
+// hold its uid (the container keeps its name, the claim on the engine)
+// and its network until it is gone.
 func (e *Executor) remove(ctx context.Context, s *sandbox) error {
-	// Freed even when the removal failed: a container that is still there
-	// keeps its name, which is the claim on the engine.
-	defer e.uids.free(s.uid)
 	if _, err := e.api.ContainerRemove(context.WithoutCancel(ctx), s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		e.stick(s.id, s.uid, true, s.net, err)
 		return err
 	}
+	e.uids.free(s.uid)
 	return nil
 }
 
