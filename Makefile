@@ -18,7 +18,7 @@ LANGS_TESTS := TestIntegrationLanguages|TestHumanEvalX
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all help check docs test-suite build sandbox-image langs-image data-image data-image-refresh images-all test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
+.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
 
 all: build
 
@@ -60,6 +60,11 @@ test-langs: build
 ## runsc: install gVisor (Debian's runsc) and register it with the running Docker daemon (no restart)
 runsc:
 	./deploy/runsc.sh
+
+## soak: drive one embedded worker with a mix of jobs and sessions for SOAK (default 60m; SOAK=5m for a quick look), sample it every minute, check nothing was lost or left; table on stdout, curves in soak-out/soak.svg
+SOAK ?= 60m
+soak: build
+	SOAK=$(SOAK) $(GO) run ./tools/soak -out soak-out
 
 ## run: build everything and start one worker with an embedded JetStream server and the HTTP API on 127.0.0.1:8080
 run: build sandbox-image

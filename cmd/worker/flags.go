@@ -75,6 +75,7 @@ type options struct {
 	pool                int
 	poolMax             int
 	metrics             string
+	pprof               bool
 	grace               time.Duration
 	runtime             string
 	sandboxUIDs         string            // --sandbox-uids as given
@@ -127,6 +128,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.id, "id", "", "worker `NAME` in results, logs and container labels (default the host name; characters other than A-Z a-z 0-9 - _ / = become -)")
 	fs.StringVar(&o.configFile, "config", "", "JSON `FILE` with presets, defaults, caps and runtime")
 	fs.StringVar(&o.metrics, "metrics", "", "serve /metrics (Prometheus), /healthz, /readyz and /status on `ADDR` (e.g. 127.0.0.1:9090)")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles (/debug/pprof/: heap, goroutines, CPU) on the --metrics listener, which should then be reachable by operators only")
 	fs.DurationVar(&o.grace, "grace", time.Minute, "after the first signal, jobs in flight may finish for `D` (default 1m)")
 	fs.StringVar(&o.runtime, "runtime", "", "OCI runtime `NAME` of the sandboxes: runc (default) or runsc (gVisor)")
 	fs.StringVar(&o.sandboxUIDs, "sandbox-uids", executor.DefaultUIDs.String(), "host uids `FIRST-LAST` the sandboxes run as, one of its own each, never one another container on the engine holds (workers on one engine may share it); no uid anything else on the host uses")

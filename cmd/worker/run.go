@@ -145,7 +145,11 @@ func serve(stop, force context.Context, o *options, log *slog.Logger, exec worke
 			return fmt.Errorf("--metrics: %w", err)
 		}
 		m.watch(w, nc.IsConnected, exec)
-		hs := &http.Server{Handler: statusHandler(w, nc.IsConnected, unremovable(exec), m.handler()), ReadHeaderTimeout: 5 * time.Second}
+		h := statusHandler(w, nc.IsConnected, unremovable(exec), m.handler())
+		if o.pprof {
+			h = withPprof(h)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = hs.Serve(ln) })
 		defer hs.Close()
 		log.Info("serving /metrics, /healthz, /readyz and /status", "addr", ln.Addr().String())

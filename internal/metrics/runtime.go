@@ -20,6 +20,7 @@ var goMetrics = []struct {
 	{"go_threads", "Number of OS threads the Go runtime has created.", "/sched/threads/total:threads", GaugeType},
 	{"go_sched_gomaxprocs_threads", "GOMAXPROCS: the OS threads that can run Go code at once.", "/sched/gomaxprocs:threads", GaugeType},
 	{"go_memstats_heap_alloc_bytes", "Bytes of heap memory occupied by live objects and dead ones not yet swept.", "/memory/classes/heap/objects:bytes", GaugeType},
+	{"go_gc_heap_live_bytes", "Bytes of heap memory occupied by live objects, as the last GC marked them: the heap a worker keeps, garbage excluded.", "/gc/heap/live:bytes", GaugeType},
 	{"go_memstats_sys_bytes", "Bytes of memory mapped by the Go runtime.", "/memory/classes/total:bytes", GaugeType},
 	{"go_gc_cycles_total", "Completed GC cycles.", "/gc/cycles/total:gc-cycles", CounterType},
 	{"go_gc_gogc_percent", "The GOGC setting (-1: off).", "/gc/gogc:percent", GaugeType},

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// kind is one sort of job in the mix: its code, limits, the status it
+// must end with and, for some, a check of its output.
+type kind struct {
+	name   string
+	weight int
+	code   string
+	lim    limits.Limits
+	want   jobs.Status
+	cancel bool // canceled a second after its submission
+	check  func(*jobs.Result) error
+}
+
+var kinds = []kind{
+	{name: "quick", weight: 50, code: "print(1)", want: jobs.StatusSucceeded, check: stdoutIs("1\n")},
+	{name: "slow", weight: 14, code: "import time; time.sleep(1); print('ok')", want: jobs.StatusSucceeded, check: stdoutIs("ok\n")},
+	{name: "memory", weight: 12, code: "b = bytearray(50 << 20); print(len(b))", want: jobs.StatusSucceeded, check: stdoutIs("52428800\n")},
+	{name: "failing", weight: 8, code: "raise SystemExit(3)", want: jobs.StatusFailed},
+	{name: "timeout", weight: 5, code: "import time; time.sleep(30)", lim: limits.Limits{Timeout: limits.Duration(time.Second)}, want: jobs.StatusTimeout},
+	{name: "canceled", weight: 5, code: "import time; time.sleep(30)", want: jobs.StatusCanceled, cancel: true},
+	{name: "large", weight: 4, code: "import sys; sys.stdout.write('x' * (512 << 10))", want: jobs.StatusSucceeded,
+		check: func(r *jobs.Result) error { return lenIs(r, 512<<10) }},
+	{name: "output_limit", weight: 2, code: "import sys; sys.stdout.write('x' * (200 << 10))", lim: limits.Limits{Output: 64 << 10}, want: jobs.StatusOutputLimit},
+}
+
+func stdoutIs(s string) func(*jobs.Result) error {
+	return func(r *jobs.Result) error {
+		if r.Stdout != s {
+			return fmt.Errorf("stdout %.40q, want %q", r.Stdout, s)
+		}
+		return nil
+	}
+}
+
+func lenIs(r *jobs.Result, n int) error {
+	if len(r.Stdout) != n {
+		return fmt.Errorf("stdout of %d bytes, want %d", len(r.Stdout), n)
+	}
+	return nil
+}
+
+// submitted is a job the soak sent and what became of it.
+type submitted struct {
+	id   string
+	kind *kind
+	sent time.Time
+}
+
+// load drives the worker and keeps the books: the jobs sent, the
+// latencies of the current interval, the sessions' failures.
+type load struct {
+	w        *workerProc
+	o        options
+	inFlight chan struct{}
+	waiting  sync.WaitGroup
+
+	mu       sync.Mutex
+	sent     []submitted
+	skipped  int
+	errs     []string
+	jobLat   []time.Duration // quick jobs' submit→result, this interval
+	execLat  []time.Duration // sessions' code cells, this interval
+	sessions int
+	byKind   map[string]int
+}
+
+func newLoad(w *workerProc, o options) *load {
+	return &load{w: w, o: o, inFlight: make(chan struct{}, o.maxInFlight), byKind: map[string]int{}}
+}
+
+func (l *load) fail(format string, a ...any) {
+	l.mu.Lock()
+	l.errs = append(l.errs, fmt.Sprintf(format, a...))
+	l.mu.Unlock()
+}
+
+// drive submits jobs at the fixed rate and runs sessions, until ctx ends.
+func (l *load) drive(ctx context.Context) {
+	var sessions sync.WaitGroup
+	sessions.Go(func() { l.sessionLoop(ctx) })
+	total := 0
+	for _, k := range kinds {
+		total += k.weight
+	}
+	gap := time.Duration(float64(time.Second) / l.o.rate)
+	tick := time.NewTicker(gap)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			sessions.Wait()
+			return
+		case <-tick.C:
+		}
+		r := rand.IntN(total)
+		k := &kinds[0]
+		for i := range kinds {
+			if r < kinds[i].weight {
+				k = &kinds[i]
+				break
+			}
+			r -= kinds[i].weight
+		}
+		select {
+		case l.inFlight <- struct{}{}:
+		default:
+			l.mu.Lock()
+			l.skipped++
+			l.mu.Unlock()
+			continue
+		}
+		l.waiting.Go(func() {
+			defer func() { <-l.inFlight }()
+			l.one(k, fmt.Sprintf("soak-%s-%d-%s", k.name, n, strconv.FormatInt(time.Now().UnixNano()%1e6, 36)))
+		})
+	}
+}
+
+// one submits a job of kind k and waits for its result; the books are
+// checked at the end, from the store, not from what was seen here.
+func (l *load) one(k *kind, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	j := &jobs.Job{ID: id, Image: "python", Code: k.code, Limits: k.lim}
+	s := submitted{id: id, kind: k, sent: time.Now()}
+	if _, err := l.w.cli.Submit(ctx, j); err != nil {
+		l.fail("submit %s: %v", id, err)
+		return
+	}
+	l.mu.Lock()
+	l.sent = append(l.sent, s)
+	l.byKind[k.name]++
+	l.mu.Unlock()
+	if k.cancel {
+		time.Sleep(time.Second)
+		if _, err := l.w.cli.Cancel(ctx, id); err != nil {
+			l.fail("cancel %s: %v", id, err)
+		}
+	}
+	if _, err := l.w.cli.Wait(ctx, id); err != nil {
+		l.fail("wait %s: %v", id, err)
+		return
+	}
+	if k.name == "quick" {
+		l.mu.Lock()
+		l.jobLat = append(l.jobLat, time.Since(s.sent))
+		l.mu.Unlock()
+	}
+}
+
+// wait waits for the jobs in flight.
+func (l *load) wait() { l.waiting.Wait() }
+
+// sessionLoop runs a session every sessionEvery, one at a time.
+func (l *load) sessionLoop(ctx context.Context) {
+	tick := time.NewTicker(l.o.sessionEvery)
+	defer tick.Stop()
+	for {
+		if err := l.session(ctx); err != nil && ctx.Err() == nil {
+			l.fail("session: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// session creates a session, writes a file, runs six cells that keep a
+// counter (each must see the last one's state), reads the file back with a
+// command, and deletes it.
+func (l *load) session(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx) // a session begun is finished
+	var info struct{ ID string }
+	if err := l.call(ctx, "POST", "/v1/sessions", map[string]any{"image": "python"}, &info); err != nil {
+		return err
+	}
+	defer func() { _ = l.call(ctx, "DELETE", "/v1/sessions/"+info.ID, nil, nil) }()
+	base := "/v1/sessions/" + info.ID
+	body := "soak " + info.ID
+	if err := l.call(ctx, "PUT", base+"/files/note.txt", body, nil); err != nil {
+		return err
+	}
+	for i := range 6 {
+		code := "n = n + 1 if 'n' in globals() else 1\nn"
+		t := time.Now()
+		var r struct{ Text string }
+		if err := l.call(ctx, "POST", base+"/code", map[string]any{"code": code}, &r); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.execLat = append(l.execLat, time.Since(t))
+		l.mu.Unlock()
+		if r.Text != strconv.Itoa(i+1) {
+			return fmt.Errorf("cell %d of %s = %q, want %d: the session lost its state", i+1, info.ID, r.Text, i+1)
+		}
+	}
+	var r struct {
+		Stdout string `json:"stdout"`
+	}
+	if err := l.call(ctx, "POST", base+"/exec", map[string]any{"cmd": []string{"cat", "note.txt"}}, &r); err != nil {
+		return err
+	}
+	if r.Stdout != body {
+		return fmt.Errorf("note.txt of %s = %q, want %q", info.ID, r.Stdout, body)
+	}
+	l.mu.Lock()
+	l.sessions++
+	l.mu.Unlock()
+	return nil
+}
+
+// call makes an HTTP API call; a string body is sent as it is.
+func (l *load) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, _ := json.Marshal(b)
+		rd = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, l.w.httpBase+path, rd)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %.300s", method, path, res.StatusCode, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// interval returns the p50 and p99 of the quick jobs' and the cells'
+// latencies since the last call, and starts the next interval.
+func (l *load) interval() (job, cell [2]time.Duration, jobsDone int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	job, cell = pcts(l.jobLat), pcts(l.execLat)
+	l.jobLat, l.execLat = nil, nil
+	return job, cell, len(l.sent)
+}
+
+func pcts(d []time.Duration) [2]time.Duration {
+	if len(d) == 0 {
+		return [2]time.Duration{}
+	}
+	slices.Sort(d)
+	at := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	return [2]time.Duration{at(0.5), at(0.99)}
+}
+
+// check reads every job sent back from the store: one result per ID,
+// with the status its kind must have.
+func (l *load) check(ctx context.Context) []string {
+	l.mu.Lock()
+	sent := slices.Clone(l.sent)
+	problems := slices.Clone(l.errs)
+	l.mu.Unlock()
+	seen := map[string]bool{}
+	for _, s := range sent {
+		if seen[s.id] {
+			problems = append(problems, "job sent twice: "+s.id)
+		}
+		seen[s.id] = true
+		res, err := l.w.cli.Get(ctx, s.id)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s (%s): no result: %v", s.id, s.kind.name, err))
+			continue
+		}
+		if res.Status != s.kind.want {
+			problems = append(problems, fmt.Sprintf("%s (%s): %s, want %s (error %q)", s.id, s.kind.name, res.Status, s.kind.want, res.Error))
+			continue
+		}
+		if s.kind.check != nil {
+			if err := s.kind.check(res); err != nil {
+				problems = append(problems, fmt.Sprintf("%s (%s): %v", s.id, s.kind.name, err))
+			}
+		}
+	}
+	return problems
+}
+
+func (l *load) printCounts(w io.Writer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.byKind))
+	for k := range l.byKind {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "jobs sent %d (", len(l.sent))
+	for i, k := range names {
+		if i > 0 {
+			fmt.Fprint(w, ", ")
+		}
+		fmt.Fprintf(w, "%s %d", k, l.byKind[k])
+	}
+	fmt.Fprintf(w, "), arrivals skipped at %d in flight: %d; sessions completed %d\n", l.o.maxInFlight, l.skipped, l.sessions)
+}
