@@ -23,7 +23,7 @@ func (e *Executor) BaselineSpec(preset string, entrypoint []string) (client.Cont
 	if len(entrypoint) == 0 {
 		return client.ContainerCreateOptions{}, fmt.Errorf("executor: BaselineSpec: an entrypoint is required")
 	}
-	spec := e.containerSpec(p.Image, "baseline-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil)
+	spec := e.containerSpec(p.Image, "baseline-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil, nil)
 	spec.Name = "sandfleet-baseline-" + randHex(6)
 	c := *spec.Config
 	c.Entrypoint = slices.Clone(entrypoint)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ type Executor struct {
 	pool      *pool           // nil when Config.Pool is 0
 	starts    *startGate      // whether sandboxes start: every launch asks it
 	uids      *uidClaims      // the uids this Executor's sandboxes hold
+	users     *userFiles      // the sandboxes' /etc/passwd and /etc/group
 	templates templateSet     // the fleet's templates, as the worker last heard of them
 
 	// Leftovers Reap failed to remove, which it skips from then on: a
@@ -99,6 +101,7 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		closing:     make(chan struct{}),
 		createWait:  t.calls.create,
 	}
+	e.users = newUserFiles(cfg.WorkerID, e.instance)
 	seen := map[string]bool{}
 	e.optional = map[string]bool{}
 	for _, name := range e.Presets() {
@@ -129,6 +132,7 @@ func (e *Executor) Close() error {
 	e.closeOnce.Do(func() { close(e.closing) })
 	e.closeTemplatePools()
 	e.removing.Wait()
+	os.RemoveAll(e.users.dir) // a sandbox still running keeps the files it mounted
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())
 	}
@@ -248,7 +252,8 @@ func (e *Executor) StartErr() error { return e.starts.err() }
 // though once at start is enough. It returns how many it removed, and an
 // error only when it could not list them. A container it cannot remove
 // (the engine keeps it wedged: every call on it hangs until its deadline)
-// is logged and skipped, by this call and every later one.
+// is logged and skipped, by this call and every later one. It also removes
+// the user tables (users.go) the worker's earlier executors left.
 func (e *Executor) Reap(ctx context.Context) (int, error) {
 	list, err := e.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -283,5 +288,6 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 		e.cfg.Logger.Info("reaped a leftover sandbox", "container", shortID(c.ID),
 			"job_id", c.Labels[LabelJob], "pooled", c.Labels[LabelPool] == "true", "worker", e.cfg.WorkerID)
 	}
+	e.users.removeOthers()
 	return n, nil
 }
