@@ -420,7 +420,8 @@ var maskedPaths = []string{
 // benchmarks that cannot drift from the real hardening. The container
 // reads its envelope on stdin (-i) and is removed on exit (--rm). It has
 // no name and runs as the first uid of Config.UIDs, unclaimed, as every
-// container of these arguments does: a benchmark's, not a fleet's.
+// container of these arguments does: a benchmark's, not a fleet's; nor
+// does it mount a sandbox's user tables (users.go), written per sandbox.
 func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	p, ok := e.cfg.Presets[preset]
 	if !ok {
