@@ -161,7 +161,11 @@ func (u *userFiles) forgetOne() {
 // dies before it does.
 func (e *Executor) readImageUsers(ctx context.Context, imageID string) (userTables, error) {
 	ctx = context.WithoutCancel(ctx) // as create's: a canceled create may still make a container
+	// Named, so that one the engine makes after its create was abandoned
+	// at the deadline is found and removed, as a sandbox's is.
+	name := "sandfleet-users-" + e.instance + "-" + randHex(4)
 	created, err := e.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: name,
 		Config: &container.Config{
 			Image: imageID,
 			// Never run; an image with no command of its own needs one to
@@ -173,6 +177,10 @@ func (e *Executor) readImageUsers(ctx context.Context, imageID string) (userTabl
 		HostConfig: &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}},
 	})
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			e.discard(ctx, name)
+			e.removing.Go(func() { e.sweepLate(name) })
+		}
 		return userTables{}, infraErr("read the image's users: create", err)
 	}
 	defer func() {
