@@ -452,6 +452,14 @@ func TestContainerSpecHardening(t *testing.T) {
 	if len(o.Config.Env) != 0 || len(o.Config.Cmd) != 0 {
 		t.Fatal("job data leaked into the container's config; it belongs in the envelope")
 	}
+	// The sandbox's user: its tables read-only over the image's, and the
+	// user's environment, nothing of a job's.
+	u := &sandboxUser{passwd: "/host/1.passwd", group: "/host/1.group", env: []string{"USER=sandbox"}}
+	if o := e.containerSpec("img", "job-1", l, 123456, nil, u); len(o.HostConfig.Mounts) != 2 ||
+		!o.HostConfig.Mounts[0].ReadOnly || o.HostConfig.Mounts[0].Target != "/etc/passwd" || o.HostConfig.Mounts[0].Source != u.passwd ||
+		!o.HostConfig.Mounts[1].ReadOnly || o.HostConfig.Mounts[1].Target != "/etc/group" || !slices.Equal(o.Config.Env, u.env) {
+		t.Fatalf("the user's mounts %+v, env %q", o.HostConfig.Mounts, o.Config.Env)
+	}
 	l.Network = &limits.Network{Open: true}
 	e, _ = newWithAPI(Config{WorkerID: "w", Runtime: "runsc", NetworkRuntime: "runsc-net", Egress: fakeEgress{}}, &fakeDocker{})
 	att, _ := e.cfg.Egress.Prepare(context.Background(), l.Network)
