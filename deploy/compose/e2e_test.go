@@ -31,6 +31,7 @@ const (
 	workerImage  = "sandfleet/worker:latest"
 	sandboxImage = "sandfleet/sandbox:latest"
 	dockerSocket = "/var/run/docker.sock"
+	sandboxFiles = "/tmp/sandfleet" // the worker's TMPDIR, shared with the host
 	// e2eStall fails the run when no result comes for this long: longer
 	// than a lease (30s) plus a NATS leader election, far shorter than a
 	// hung fleet.
@@ -186,13 +187,15 @@ func startFleet(ctx context.Context, t *testing.T, cli *testcontainers.DockerCli
 			ContainerRequest: testcontainers.ContainerRequest{
 				Image:    workerImage,
 				Cmd:      []string{"--id", id, "--replicas", "3", "--slots", strconv.Itoa(slots)},
-				Env:      map[string]string{"NATS_URL": strings.Join(natsURLs, ",")},
+				Env:      map[string]string{"NATS_URL": strings.Join(natsURLs, ","), "TMPDIR": sandboxFiles},
 				Networks: []string{net.Name},
 				Tmpfs:    map[string]string{"/tmp": "rw"},
 				HostConfigModifier: func(hc *container.HostConfig) {
 					// The worker is trusted with the host's Docker; its
-					// sandboxes never get the socket.
-					hc.Binds = append(hc.Binds, dockerSocket+":"+dockerSocket)
+					// sandboxes never get the socket. What it writes for
+					// them to mount (their user tables) the daemon reads
+					// at the same path on the host, as in docker-compose.yml.
+					hc.Binds = append(hc.Binds, dockerSocket+":"+dockerSocket, sandboxFiles+":"+sandboxFiles)
 					// As in docker-compose.yml; a stop by the test is not
 					// restarted.
 					hc.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}

@@ -204,6 +204,18 @@ func TestWorkerDaemonSet(t *testing.T) {
 	if v, vok := volume(spec, tmp.Name); !ok || !vok || v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
 		t.Errorf("/tmp is not an in-memory emptyDir: %+v", v)
 	}
+	// What the sandboxes mount (their user tables, the CA bundle) is
+	// written under TMPDIR, and the node's dockerd reads it at that path.
+	tmpdir := ""
+	for _, e := range c.Env {
+		if e.Name == "TMPDIR" {
+			tmpdir = e.Value
+		}
+	}
+	shared, ok := mountOf(c, tmpdir)
+	if v, vok := volume(spec, shared.Name); tmpdir == "" || !ok || !vok || v.HostPath == nil || v.HostPath.Path != tmpdir {
+		t.Errorf("TMPDIR %q is not the node's directory of the same path: %+v", tmpdir, v)
+	}
 
 	grace, ok := flag(c.Args, "grace")
 	g, err := time.ParseDuration(grace)

@@ -14,7 +14,9 @@ import (
 // ceiling pays for exactly the hardening a sandbox does and cannot drift
 // from it. The container carries the executor's labels, so Reap removes
 // what a crashed benchmark leaves. Like DockerRunArgs' it runs as the
-// first uid of Config.UIDs, unclaimed, under a name of its own.
+// first uid of Config.UIDs, unclaimed, under a name of its own, and
+// without the user tables a sandbox mounts (users.go): two read-only binds
+// of small files, written per sandbox.
 func (e *Executor) BaselineSpec(preset string, entrypoint []string) (client.ContainerCreateOptions, error) {
 	p, ok := e.cfg.Presets[preset]
 	if !ok {
@@ -23,7 +25,7 @@ func (e *Executor) BaselineSpec(preset string, entrypoint []string) (client.Cont
 	if len(entrypoint) == 0 {
 		return client.ContainerCreateOptions{}, fmt.Errorf("executor: BaselineSpec: an entrypoint is required")
 	}
-	spec := e.containerSpec(p.Image, "baseline-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil)
+	spec := e.containerSpec(p.Image, "baseline-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil, nil)
 	spec.Name = "sandfleet-baseline-" + randHex(6)
 	c := *spec.Config
 	c.Entrypoint = slices.Clone(entrypoint)

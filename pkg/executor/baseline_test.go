@@ -20,7 +20,7 @@ func TestBaselineSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := e.containerSpec(DefaultImage, "x", e.cfg.Defaults, e.cfg.UIDs.First, nil)
+	want := e.containerSpec(DefaultImage, "x", e.cfg.Defaults, e.cfg.UIDs.First, nil, nil)
 	if !slices.Equal(got.Config.Entrypoint, []string{"/bin/true"}) || got.Config.Cmd != nil {
 		t.Errorf("entrypoint %q, cmd %q: want [/bin/true] and none", got.Config.Entrypoint, got.Config.Cmd)
 	}

@@ -100,6 +100,13 @@
 // leftover the reaper has not removed yet). A create that meets a
 // conflict claims another uid.
 //
+// The uid is the user "sandbox" (SandboxUser), home /workspace: its
+// container mounts, read-only, an /etc/passwd and /etc/group of its own,
+// the image's (read once per image ID from a container that is never
+// started) without any entry of the uid or the name, plus its entry. They
+// are written under os.TempDir(), as the egress CA bundle is, before the
+// create, and removed when the uid is freed (users.go).
+//
 // # Leftovers
 //
 // Every container carries the labels sandfleet.managed=true,

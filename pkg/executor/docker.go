@@ -1,9 +1,11 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -30,6 +32,7 @@ type dockerAPI interface {
 	ContainerInspect(ctx context.Context, containerID string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 	ContainerRemove(ctx context.Context, containerID string, options client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
+	CopyFromContainer(ctx context.Context, containerID string, options client.CopyFromContainerOptions) (client.CopyFromContainerResult, error)
 	ImageInspect(ctx context.Context, imageID string, inspectOpts ...client.ImageInspectOption) (client.ImageInspectResult, error)
 	Ping(ctx context.Context, options client.PingOptions) (client.PingResult, error)
 	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
@@ -45,7 +48,7 @@ var _ dockerAPI = (*client.Client)(nil)
 // lasts as long as its sandbox, whose job's timeout and KillGrace bound
 // how long anyone waits for it, and release ends it.
 type callDeadlines struct {
-	ping, info, list, image, create, attach, wait, start, inspect, kill, remove time.Duration
+	ping, info, list, image, create, attach, wait, start, inspect, kill, remove, copy time.Duration
 }
 
 // deadlines is the one table of the engine's deadlines. Each is several
@@ -63,6 +66,7 @@ var deadlines = callDeadlines{
 	inspect: 10 * time.Second, // reads the container's state
 	kill:    10 * time.Second, // delivers a signal
 	remove:  20 * time.Second, // stops what is left, unmounts and deletes the root filesystem
+	copy:    10 * time.Second, // a small file out of an image's layers (an image's /etc/passwd)
 }
 
 // errNoAnswer is the cause of a call abandoned at its deadline. It is
@@ -191,6 +195,26 @@ func (w withDeadlines) ContainerList(ctx context.Context, o client.ContainerList
 	}, nil)
 }
 
+// CopyFromContainer reads the archive within the deadline, up to
+// maxCopy: its body is the call's, which ends with it. What it returns
+// is in memory.
+func (w withDeadlines) CopyFromContainer(ctx context.Context, id string, o client.CopyFromContainerOptions) (client.CopyFromContainerResult, error) {
+	return within(ctx, w.d.copy, func(ctx context.Context) (client.CopyFromContainerResult, error) {
+		r, err := w.api.CopyFromContainer(ctx, id, o)
+		if err != nil {
+			return r, err
+		}
+		defer r.Content.Close()
+		data, err := io.ReadAll(io.LimitReader(r.Content, maxCopy))
+		r.Content = io.NopCloser(bytes.NewReader(data))
+		return r, err
+	}, nil)
+}
+
+// maxCopy is the most of an archive CopyFromContainer reads: a user table
+// (maxUserTable) and its headers.
+const maxCopy = maxUserTable + 64<<10
+
 func (w withDeadlines) ImageInspect(ctx context.Context, image string, o ...client.ImageInspectOption) (client.ImageInspectResult, error) {
 	return within(ctx, w.d.image, func(ctx context.Context) (client.ImageInspectResult, error) {
 		return w.api.ImageInspect(ctx, image, o...)
@@ -246,8 +270,9 @@ func infraErr(op string, err error) error {
 // uid's, and the container's name is uid's claim on the engine.
 //
 // att is the egress gateway's network of a sandbox with a network, nil for
-// one without.
-func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment) client.ContainerCreateOptions {
+// one without. user is the sandbox's user tables and environment
+// (users.go), nil for a container without them (a benchmark's baseline).
+func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment, user *sandboxUser) client.ContainerCreateOptions {
 	no := false
 	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
@@ -269,7 +294,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	fsize := int64(l.Tmpfs)
 	cfg := &container.Config{
 		Image:           image,
-		User:            fmt.Sprintf("%d:%d", uid, uid), // numeric: the image's /etc/passwd knows none of them
+		User:            fmt.Sprintf("%d:%d", uid, uid), // numeric: the engine looks names up in the image's /etc/passwd, not the sandbox's
 		WorkingDir:      workDir,
 		AttachStdin:     true,
 		AttachStdout:    true,
@@ -346,6 +371,11 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: att.CABundle,
 			Target: egress.CABundlePath, ReadOnly: true, BindOptions: &mount.BindOptions{NonRecursive: true}})
 	}
+	if user != nil {
+		// Its own /etc/passwd and /etc/group, naming its uid, read-only.
+		cfg.Env = user.env
+		host.Mounts = append(host.Mounts, user.mounts()...)
+	}
 	return client.ContainerCreateOptions{
 		Config:     cfg,
 		HostConfig: host,
@@ -390,13 +420,14 @@ var maskedPaths = []string{
 // benchmarks that cannot drift from the real hardening. The container
 // reads its envelope on stdin (-i) and is removed on exit (--rm). It has
 // no name and runs as the first uid of Config.UIDs, unclaimed, as every
-// container of these arguments does: a benchmark's, not a fleet's.
+// container of these arguments does: a benchmark's, not a fleet's; nor
+// does it mount a sandbox's user tables (users.go), written per sandbox.
 func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	p, ok := e.cfg.Presets[preset]
 	if !ok {
 		return nil, fmt.Errorf("executor: unknown preset %q", preset)
 	}
-	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil)
+	spec := e.containerSpec(p.Image, "docker-run-"+randHex(4), e.cfg.Defaults, e.cfg.UIDs.First, nil, nil)
 	c, h := spec.Config, spec.HostConfig
 	args := []string{"--rm", "-i", "--user", c.User, "--workdir", c.WorkingDir, "--hostname", c.Hostname,
 		"--network", string(h.NetworkMode), "--ipc", string(h.IpcMode), "--runtime", h.Runtime,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ type Executor struct {
 	pool      *pool           // nil when Config.Pool is 0
 	starts    *startGate      // whether sandboxes start: every launch asks it
 	uids      *uidClaims      // the uids this Executor's sandboxes hold
+	users     *userFiles      // the sandboxes' /etc/passwd and /etc/group
 	templates templateSet     // the fleet's templates, as the worker last heard of them
 
 	// Containers whose removal failed (sandboxes, and leftovers Reap
@@ -99,6 +101,7 @@ func newTuned(cfg Config, api dockerAPI, t tuning) (*Executor, error) {
 		closing:     make(chan struct{}),
 		createWait:  t.calls.create,
 	}
+	e.users = newUserFiles(cfg.WorkerID, e.instance)
 	seen := map[string]bool{}
 	e.optional = map[string]bool{}
 	for _, name := range e.Presets() {
@@ -130,6 +133,7 @@ func (e *Executor) Close() error {
 	e.closeTemplatePools()
 	e.removing.Wait()
 	e.closeStuck()
+	os.RemoveAll(e.users.dir) // a sandbox still running keeps the files it mounted
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())
 	}
@@ -250,7 +254,8 @@ func (e *Executor) StartErr() error { return e.starts.err() }
 // error only when it could not list them. A container it cannot remove
 // (the engine keeps it wedged: every call on it hangs until its deadline)
 // is logged and skipped, by this call and every later one, and handed to
-// the background retries (see Unremovable).
+// the background retries (see Unremovable). It also removes the user
+// tables (users.go) the worker's earlier executors left.
 func (e *Executor) Reap(ctx context.Context) (int, error) {
 	list, err := e.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -280,5 +285,6 @@ func (e *Executor) Reap(ctx context.Context) (int, error) {
 		e.cfg.Logger.Info("reaped a leftover sandbox", "container", shortID(c.ID),
 			"job_id", c.Labels[LabelJob], "pooled", c.Labels[LabelPool] == "true", "worker", e.cfg.WorkerID)
 	}
+	e.users.removeOthers()
 	return n, nil
 }

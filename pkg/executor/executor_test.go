@@ -163,6 +163,10 @@ func (f *fakeDocker) ContainerList(ctx context.Context, o client.ContainerListOp
 	return client.ContainerListResult{}, nil
 }
 
+func (f *fakeDocker) CopyFromContainer(ctx context.Context, id string, o client.CopyFromContainerOptions) (client.CopyFromContainerResult, error) {
+	return client.CopyFromContainerResult{}, cerrdefs.ErrNotFound
+}
+
 func (f *fakeDocker) ImageInspect(ctx context.Context, image string, o ...client.ImageInspectOption) (client.ImageInspectResult, error) {
 	if f.missing[image] {
 		return client.ImageInspectResult{}, cerrdefs.ErrNotFound.WithMessage("no such image: " + image)
@@ -417,7 +421,7 @@ func TestContainerSpecHardening(t *testing.T) {
 	t.Parallel()
 	e, _ := newWithAPI(Config{WorkerID: "w", Runtime: "runsc"}, &fakeDocker{})
 	l := limits.Default()
-	o := e.containerSpec("img", "job-1", l, 123456, nil)
+	o := e.containerSpec("img", "job-1", l, 123456, nil, nil)
 	h := o.HostConfig
 	if !h.ReadonlyRootfs || h.NetworkMode != "none" || !o.Config.NetworkDisabled || h.CapDrop[0] != "ALL" ||
 		h.SecurityOpt[0] != "no-new-privileges" || h.Memory != h.MemorySwap || h.Memory != int64(l.Memory) ||
@@ -448,15 +452,23 @@ func TestContainerSpecHardening(t *testing.T) {
 	if len(o.Config.Env) != 0 || len(o.Config.Cmd) != 0 {
 		t.Fatal("job data leaked into the container's config; it belongs in the envelope")
 	}
+	// The sandbox's user: its tables read-only over the image's, and the
+	// user's environment, nothing of a job's.
+	u := &sandboxUser{passwd: "/host/1.passwd", group: "/host/1.group", env: []string{"USER=sandbox"}}
+	if o := e.containerSpec("img", "job-1", l, 123456, nil, u); len(o.HostConfig.Mounts) != 2 ||
+		!o.HostConfig.Mounts[0].ReadOnly || o.HostConfig.Mounts[0].Target != "/etc/passwd" || o.HostConfig.Mounts[0].Source != u.passwd ||
+		!o.HostConfig.Mounts[1].ReadOnly || o.HostConfig.Mounts[1].Target != "/etc/group" || !slices.Equal(o.Config.Env, u.env) {
+		t.Fatalf("the user's mounts %+v, env %q", o.HostConfig.Mounts, o.Config.Env)
+	}
 	l.Network = &limits.Network{Open: true}
 	e, _ = newWithAPI(Config{WorkerID: "w", Runtime: "runsc", NetworkRuntime: "runsc-net", Egress: fakeEgress{}}, &fakeDocker{})
 	att, _ := e.cfg.Egress.Prepare(context.Background(), l.Network)
-	if o := e.containerSpec("img", "job-1", l, 123456, &att); o.HostConfig.NetworkMode != "sandbox-net-1" || o.Config.NetworkDisabled ||
+	if o := e.containerSpec("img", "job-1", l, 123456, &att, nil); o.HostConfig.NetworkMode != "sandbox-net-1" || o.Config.NetworkDisabled ||
 		o.HostConfig.Runtime != "runsc-net" || len(o.Config.Env) != 0 {
 		t.Fatalf("a job with a network: network %q, runtime %q, env %v; want its own network, the network runtime, no env in the config",
 			o.HostConfig.NetworkMode, o.HostConfig.Runtime, o.Config.Env)
 	}
-	if o := e.containerSpec("img", "job-1", limits.Default(), 123456, nil); o.HostConfig.NetworkMode != "none" || o.HostConfig.Runtime != "runsc" {
+	if o := e.containerSpec("img", "job-1", limits.Default(), 123456, nil, nil); o.HostConfig.NetworkMode != "none" || o.HostConfig.Runtime != "runsc" {
 		t.Fatalf("a job without a network: network %q, runtime %q", o.HostConfig.NetworkMode, o.HostConfig.Runtime)
 	}
 }

@@ -194,6 +194,10 @@ func (f *faultyEngine) ContainerList(ctx context.Context, o client.ContainerList
 	return client.ContainerListResult{Items: items}, nil
 }
 
+func (f *faultyEngine) CopyFromContainer(ctx context.Context, id string, o client.CopyFromContainerOptions) (client.CopyFromContainerResult, error) {
+	return client.CopyFromContainerResult{}, f.enter("copy", nil)
+}
+
 func (f *faultyEngine) ImageInspect(ctx context.Context, image string, o ...client.ImageInspectOption) (client.ImageInspectResult, error) {
 	return client.ImageInspectResult{}, f.enter("image", nil)
 }
@@ -212,7 +216,7 @@ func (f *faultyEngine) Info(ctx context.Context, o client.InfoOptions) (client.S
 var fastTuning = tuning{
 	calls: callDeadlines{ping: 2 * time.Second, info: 2 * time.Second, list: 2 * time.Second, image: 2 * time.Second,
 		create: 2 * time.Second, attach: 2 * time.Second, wait: 2 * time.Second, start: 2 * time.Second,
-		inspect: 2 * time.Second, kill: 2 * time.Second, remove: 2 * time.Second},
+		inspect: 2 * time.Second, kill: 2 * time.Second, remove: 2 * time.Second, copy: 2 * time.Second},
 	starts: startTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond, cap: 100, window: time.Minute},
 	stuck:  stuckTuning{first: 40 * time.Millisecond, max: 160 * time.Millisecond},
 }

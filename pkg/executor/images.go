@@ -27,6 +27,7 @@ type imageEntry struct {
 	missing bool
 	// sandbox: the image carries SandboxLabel.
 	sandbox bool
+	env     []string // the image's environment
 	at      time.Time
 }
 
@@ -49,7 +50,11 @@ func (e *Executor) resolveImage(ctx context.Context, ref string, fresh bool) (st
 		case err != nil:
 			return "", infraErr("inspect image "+ref, err)
 		default:
-			ent = imageEntry{id: info.ID, at: time.Now(), sandbox: info.Config != nil && info.Config.Labels[SandboxLabel] != ""}
+			ent = imageEntry{id: info.ID, at: time.Now()}
+			if info.Config != nil {
+				ent.sandbox = info.Config.Labels[SandboxLabel] != ""
+				ent.env = info.Config.Env
+			}
 		}
 		e.imgs.mu.Lock()
 		if e.imgs.m == nil {
@@ -70,6 +75,13 @@ func (e *Executor) sandboxImage(ref string) bool {
 	e.imgs.mu.Lock()
 	defer e.imgs.mu.Unlock()
 	return e.imgs.m[ref].sandbox
+}
+
+// imageEnv is ref's environment, as last resolved.
+func (e *Executor) imageEnv(ref string) []string {
+	e.imgs.mu.Lock()
+	defer e.imgs.mu.Unlock()
+	return e.imgs.m[ref].env
 }
 
 // known reports whether ref was last seen present: the pool fills only

@@ -211,8 +211,9 @@ type launcherProc struct {
 // and auxv and list fd, and it ignores the runtime spec's masked paths;
 // a mount over /proc/1's files would still leave each thread's
 // /proc/TID. So under runsc the test proves instead that what shows is
-// not secret: the environment is the image's (fixed when the container
-// was created, before any job was known, and the envelope's key and the
+// not secret: the environment is the image's and the sandbox user's
+// (fixed when the container was created, before any job was known, the
+// same in every sandbox of the image; the envelope's key and the
 // job's environment never enter it), the descriptors are the container's
 // streams, pipes and the poller's, never a file to reopen, and nothing
 // read holds the job's secret or a key-shaped value. The memory stays
@@ -231,6 +232,9 @@ func TestIntegrationRedTeamLauncherProcFiles(t *testing.T) {
 		}
 		imageEnv := map[string]bool{}
 		for _, kv := range img.Config.Env {
+			imageEnv[kv] = true
+		}
+		for _, kv := range userEnv(img.Config.Env) { // the sandbox user's, the same in every sandbox
 			imageEnv[kv] = true
 		}
 		res := run(t, e, job(launcherProcCode, func(j *jobs.Job) { j.Env = map[string]string{"JOB_SECRET": secret} }))

@@ -314,9 +314,10 @@ func TestIntegrationTimeout(t *testing.T) {
 	}
 }
 
-// A create the engine answers after its deadline: the executor gives up on
-// it, the engine makes the container anyway, and the executor looks for it
-// by name and removes it. Before, it looked once, at once, found nothing,
+// A create the engine answers after its deadline (a sandbox's, or that of
+// the container an image's user tables are read from): the executor gives
+// up on it, the engine makes the container anyway, and the executor looks
+// for it by name and removes it. Before, it looked once, at once, found nothing,
 // and the container stayed until the worker restarted (its own Reap spares
 // its own instance).
 func TestIntegrationLateCreateRemoved(t *testing.T) {
@@ -336,7 +337,22 @@ func TestIntegrationLateCreateRemoved(t *testing.T) {
 		}
 	})
 	since := time.Now()
-	for i := range 5 {
+	for i := range 10 {
+		if i == 5 {
+			// The first five were abandoned at the create of the container
+			// the image's user tables are read from; the next five at the
+			// sandbox's own, the tables read (as the first launch of an
+			// image would have).
+			id, err := e.resolveImage(context.Background(), DefaultImage, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := &imageTables{done: make(chan struct{})}
+			close(read.done)
+			e.users.mu.Lock()
+			e.users.images[id] = read
+			e.users.mu.Unlock()
+		}
 		_, err := e.Run(context.Background(), &jobs.Job{ID: "late-" + strconv.Itoa(i), Image: "python", Code: "print(1)"}, worker.RunOptions{})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Run %d = %v, want the create's deadline", i, err)
@@ -356,7 +372,7 @@ func TestIntegrationLateCreateRemoved(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for made() == 0 {
 		if time.Now().After(deadline) {
-			t.Skip("the engine made none of the 5 containers whose creates were abandoned: nothing to remove this time")
+			t.Skip("the engine made none of the 10 containers whose creates were abandoned: nothing to remove this time")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -28,7 +28,7 @@ func claimedSpec(t testing.TB, e *Executor, jobID string) client.ContainerCreate
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.containerSpec(DefaultImage, jobID, limits.Default(), uid, nil)
+	return e.containerSpec(DefaultImage, jobID, limits.Default(), uid, nil, nil)
 }
 
 // hogAllowances spends, as far as the kernel lets it, what the kernel

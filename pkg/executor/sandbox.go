@@ -116,6 +116,10 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	if err != nil {
 		return nil, err
 	}
+	users, err := e.imageUsers(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	var sn *egress.Attachment
 	if lim.Network != nil {
 		a, err := e.cfg.Egress.Prepare(ctx, lim.Network)
@@ -124,7 +128,7 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 		}
 		sn = &a
 	}
-	created, uid, err := e.create(ctx, image, id, jobID, lim, sn)
+	created, uid, err := e.create(ctx, image, id, jobID, lim, sn, users)
 	if err != nil {
 		e.dropNet(ctx, sn)
 		return nil, err
@@ -136,7 +140,7 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 				e.stick(s.id, uid, true, sn, derr)
 				return
 			}
-			e.uids.free(uid)
+			e.freeUID(uid)
 			e.dropNet(ctx, sn)
 		}
 	}()
@@ -183,15 +187,21 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 // named one), under a uid of its own: it claims one no sandbox of this
 // executor holds, and when the engine refuses the name (another worker's
 // sandbox or a leftover holds the uid) it frees the claim and tries
-// another, up to uidTries.
-func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits, att *egress.Attachment) (client.ContainerCreateResult, uint32, error) {
+// another, up to uidTries. Each uid's user tables are written, from the
+// image's (users), before its create.
+func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits, att *egress.Attachment, users userTables) (client.ContainerCreateResult, uint32, error) {
 	tried := map[uint32]bool{}
 	for range uidTries {
 		uid, err := e.uids.claim(tried)
 		if err != nil {
 			return client.ContainerCreateResult{}, 0, err
 		}
-		spec := e.containerSpec(image, jobID, lim, uid, att)
+		user, err := e.users.write(uid, users, e.imageEnv(image))
+		if err != nil {
+			e.uids.free(uid)
+			return client.ContainerCreateResult{}, 0, err
+		}
+		spec := e.containerSpec(image, jobID, lim, uid, att, user)
 		if imageID != "" {
 			spec.Config.Image = imageID // exactly what the result will name
 		}
@@ -200,11 +210,11 @@ func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim
 		case err == nil:
 			return created, uid, nil
 		case cerrdefs.IsConflict(err):
-			e.uids.free(uid)
+			e.freeUID(uid)
 			tried[uid] = true
 			continue
 		case cerrdefs.IsNotFound(err):
-			e.uids.free(uid)
+			e.freeUID(uid)
 			return created, 0, fmt.Errorf("%w: %s (build it with sandbox-image/build.sh): %w", ErrImageMissing, image, err)
 		case errors.Is(err, context.DeadlineExceeded):
 			// The engine may make it after all, after we gave up on it:
@@ -213,10 +223,10 @@ func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim
 			_ = e.discard(ctx, spec.Name) // sweepLate looks again
 			e.removing.Go(func() {
 				e.sweepLate(spec.Name)
-				e.uids.free(uid)
+				e.freeUID(uid)
 			})
 		default:
-			e.uids.free(uid)
+			e.freeUID(uid)
 		}
 		return created, 0, fmt.Errorf("create container: %w", err)
 	}
@@ -320,8 +330,16 @@ func (e *Executor) remove(ctx context.Context, s *sandbox) error {
 		e.stick(s.id, s.uid, true, s.net, err)
 		return err
 	}
-	e.uids.free(s.uid)
+	e.freeUID(s.uid)
 	return nil
+}
+
+// freeUID gives back a uid once its sandbox's container is gone, or was
+// never made, and removes its user tables first: a launch that claims it
+// next writes its own.
+func (e *Executor) freeUID(uid uint32) {
+	e.users.remove(uid)
+	e.uids.free(uid)
 }
 
 // dropNet removes a sandbox's network, if it has one, once its container

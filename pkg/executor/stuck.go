@@ -149,7 +149,7 @@ func (e *Executor) retryOne(b *stuckBox) {
 		left := len(s.boxes)
 		s.mu.Unlock()
 		if b.claimed {
-			e.uids.free(b.uid)
+			e.freeUID(b.uid)
 		}
 		e.dropNet(ctx, b.net)
 		e.cfg.Logger.Info("removed a sandbox whose removal had failed", "container", shortID(b.id),
