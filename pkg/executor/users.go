@@ -186,8 +186,7 @@ func (e *Executor) readImageUsers(ctx context.Context, imageID string) (userTabl
 	defer func() {
 		// RemoveVolumes: the image's VOLUMEs made anonymous volumes.
 		if _, err := e.api.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			e.cfg.Logger.Error("removing the container an image's users were read from failed; Reap removes it at the next start",
-				"container", shortID(created.ID), "worker", e.cfg.WorkerID, "error", err)
+			e.stick(created.ID, 0, false, nil, err) // retried in the background, as a sandbox's
 		}
 	}()
 	var t userTables
