@@ -245,30 +245,29 @@ func (g *Gateway) portCaller(r *http.Request, id string, port int) (*sessions.Cl
 		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
 	}
 	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no session %q, or no port %d of it for this token", id, port)
+	if g.cfg.Tokens.Len() == 0 {
+		return g.cfg.Sessions.For("", ""), nil // an open gateway's
+	}
+	if secret := webauth.Bearer(r.Header.Get("Authorization")); secret != "" {
+		tok := g.cfg.Tokens.Lookup(secret)
+		if tok == nil {
+			return nil, notFound
+		}
+		return g.sessionsOf(tok)
+	}
 	preview := r.Header.Get(previewHeader)
 	if preview == "" {
 		preview = r.URL.Query().Get(previewQuery)
 	}
-	if preview != "" {
-		pc, ok := g.openPreview(preview, time.Now())
-		if !ok || pc.Session != id || pc.Port != port {
-			return nil, notFound
-		}
-		return g.cfg.Sessions.For(pc.Tenant, pc.Owner), nil
-	}
-	if g.cfg.Tokens.Len() == 0 {
-		return g.cfg.Sessions.For("", ""), nil // an open gateway's
-	}
-	secret := webauth.Bearer(r.Header.Get("Authorization"))
-	if secret == "" {
+	if preview == "" {
 		return nil, apiErr(http.StatusUnauthorized, CodeUnauthorized,
 			"a bearer token (Authorization: Bearer <token>) or a preview token (%s) is required", previewHeader)
 	}
-	tok := g.cfg.Tokens.Lookup(secret)
-	if tok == nil {
+	pc, ok := g.openPreview(preview, time.Now())
+	if !ok || pc.Session != id || pc.Port != port {
 		return nil, notFound
 	}
-	return g.sessionsOf(tok)
+	return g.cfg.Sessions.For(pc.Tenant, pc.Owner), nil
 }
 
 // newPortProxy is the reverse proxy of every session's ports: its
