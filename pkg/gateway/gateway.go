@@ -255,7 +255,6 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	}
 	// A session's port takes any method: the server in the session says
 	// which it answers.
-	const portPath = "/v1/sessions/{id}/ports/{port}/{rest...}"
 	g.mux.Handle(portPath, g.wrap(route{pattern: portPath, h: g.proxyPort, open: true, stream: true, body: 1 << 30}))
 	if !cfg.NoConsole {
 		if err := g.mountConsole(); err != nil {

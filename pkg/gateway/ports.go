@@ -43,6 +43,9 @@ import (
 // Authorization header, the cookies, the preview token) are not passed
 // on to the session's server.
 
+// portPath is the route of a session's port, any method.
+const portPath = "/v1/sessions/{id}/ports/{port}/{rest...}"
+
 // previewHeader and previewQuery carry a preview token.
 const (
 	previewHeader = "X-Sandfleet-Preview-Token"
