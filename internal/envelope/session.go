@@ -151,6 +151,11 @@ type Request struct {
 	Cols  int   `json:"cols,omitempty"`
 	Rows  int   `json:"rows,omitempty"`
 	Acked int64 `json:"acked,omitempty"`
+
+	// Connections (see OpConnOpen): Port to open one, Conn to name it;
+	// Data, Acked and EOF as a terminal's.
+	Port int `json:"port,omitempty"`
+	Conn int `json:"conn,omitempty"`
 }
 
 // Reply answers one Request. Error is set when the call failed; the rest
@@ -209,6 +214,8 @@ type Reply struct {
 
 	// pty_open: the terminal's number, and its shell's process.
 	PTY int `json:"pty,omitempty"`
+	// conn_open: the connection's number.
+	Conn int `json:"conn,omitempty"`
 }
 
 // ArchiveReport is what an OpArchive framed: its size and SHA-256 (which
@@ -280,6 +287,8 @@ type Event struct {
 	PTY    int  `json:"pty,omitempty"`
 	Exit   *int `json:"exit_code,omitempty"`
 	Signal int  `json:"signal,omitempty"`
+	// A connection's bytes (Stream StreamConn) and end (StreamConnEnd).
+	Conn int `json:"conn,omitempty"`
 }
 
 // Terminals. pty_open starts Argv (default the image's shell) on a new

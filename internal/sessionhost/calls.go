@@ -199,6 +199,10 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 		return h.file(l, op, body)
 	case sessions.OpPTY:
 		return h.openPTY(l, body)
+	case sessions.OpConn:
+		return h.openConn(l, body)
+	case sessions.OpExpose, sessions.OpUnexpose, sessions.OpPorts:
+		return h.ports(l, op, body)
 	}
 	return nil, sessions.Errorf(sessions.ErrInvalid, "unknown operation %q", op)
 }

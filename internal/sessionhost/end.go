@@ -45,6 +45,7 @@ func (h *Host) finish(l *live, mark func(*sessions.Info, time.Time)) {
 		_ = l.sub.Unsubscribe()
 	}
 	l.ptys.closeAll(why)
+	l.conns.closeAll(why)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l.sb.Close(ctx)

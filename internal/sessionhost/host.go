@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
@@ -60,6 +61,7 @@ type live struct {
 	lim   limits.Limits
 	calls chan struct{}
 	ptys  *relays // its terminals (pty.go)
+	conns *relays // its connections (conn.go)
 
 	mu       sync.Mutex
 	active   time.Time // the last call
@@ -364,9 +366,13 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	id := o.info.ID
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ptys := newRelays(h.nc)
+	ptys, conns := newRelays(h.nc, ptyKind), newRelays(h.nc, connKind)
+	onEvent := func(ev *envelope.Event) {
+		ptys.event(ev)
+		conns.event(ev)
+	}
 	st := StartSpec{ID: id, Image: o.info.Image, Limits: o.info.Limits, Env: o.env, Files: o.files,
-		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput), OnEvent: ptys.event}
+		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput), OnEvent: onEvent}
 	var rev int64
 	if o.from != nil {
 		snap, r, err := h.fetch(ctx, o.from)
@@ -396,7 +402,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	if info.Persist {
 		info.Env = o.env
 	}
-	l := &live{sb: sb, lim: info.Limits, ptys: ptys, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64), cells: &cellLog{},
+	l := &live{sb: sb, lim: info.Limits, ptys: ptys, conns: conns, calls: make(chan struct{}, h.cfg.MaxCalls), active: now, answers: newAnswerCache(64), cells: &cellLog{},
 		key: o.key, info: info, kvRev: o.kvRev}
 	l.ck.dirty, l.ck.forked = o.dirty, o.forked
 	// Its calls are answered before the record says it runs: a caller

@@ -50,6 +50,7 @@ const (
 	CodeInternal       Code = "internal"        // 500: never with details
 	CodeNotImplemented Code = "not_implemented" // 501
 	CodeUnavailable    Code = "unavailable"     // 503: NATS or JetStream unreachable; Retry-After
+	CodeBadGateway     Code = "bad_gateway"     // 502: nothing answers on a session's exposed port
 )
 
 // Error is an error with its HTTP answer. Handlers return one, or an error

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"strings"
 	"time"
@@ -103,6 +104,10 @@ type Config struct {
 	// memory: a restart ends them all); past it, a login ends the one
 	// nearest its end. Default 10,000.
 	MaxConsoleSessions int
+	// PreviewKey signs the preview tokens of sessions' ports; gateways
+	// behind one load balancer share it. Default: a random key, so that
+	// this gateway's tokens end with it.
+	PreviewKey []byte
 	// Sessions serves /v1/sessions; nil answers them 501.
 	Sessions *sessions.Client
 	// MCP bounds the tools of /mcp and GET /v1/tools (mcp.Options: the
@@ -192,6 +197,10 @@ type Gateway struct {
 	// mcpServer runs POST /v1/tools/{name}'s calls.
 	mcpServer *mcp.Server
 	tools     []mcp.Def
+	// The proxy of sessions' ports (ports.go), and the key that signs
+	// their preview tokens.
+	portProxy  *httputil.ReverseProxy
+	previewKey []byte
 }
 
 // New returns a gateway over client, the operator's, which serves the
@@ -220,6 +229,11 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 		ptys:       newSlots("terminals", "session terminals open", cfg.MaxTerminals, cfg.MaxTerminalsPerToken, cfg.MaxTerminalsPerTenant),
 		uploads:    newSlots("upload", "batch bodies arriving", 4*cfg.MaxBatches, 4*cfg.MaxBatchesPerToken, 4*cfg.MaxBatchesPerTenant),
 	}
+	g.previewKey = cfg.PreviewKey
+	if len(g.previewKey) == 0 {
+		g.previewKey = newPreviewKey()
+	}
+	g.portProxy = g.newPortProxy()
 	if err := g.newMCP(); err != nil {
 		vs.close()
 		return nil, err
@@ -239,6 +253,9 @@ func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 			return apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "use %s", allow)
 		}}))
 	}
+	// A session's port takes any method: the server in the session says
+	// which it answers.
+	g.mux.Handle(portPath, g.wrap(route{pattern: portPath, h: g.proxyPort, open: true, stream: true, body: 1 << 30}))
 	if !cfg.NoConsole {
 		if err := g.mountConsole(); err != nil {
 			vs.close()
@@ -309,6 +326,9 @@ func (g *Gateway) routes() []route {
 		{pattern: "PUT /v1/sessions/{id}/files/{path...}", h: g.writeFile, write: true, body: 1 << 30, stream: true},
 		{pattern: "DELETE /v1/sessions/{id}/files/{path...}", h: g.removeFile, write: true},
 		{pattern: "GET /v1/sessions/{id}/pty", h: g.ptySession, write: true, stream: true},
+		{pattern: "POST /v1/sessions/{id}/ports", h: g.exposePort, write: true, body: 1 << 10},
+		{pattern: "GET /v1/sessions/{id}/ports", h: g.listPorts},
+		{pattern: "DELETE /v1/sessions/{id}/ports/{port}", h: g.unexposePort, write: true},
 		{pattern: "GET /v1/status", h: g.status},
 		{pattern: "GET /v1/templates", h: g.listTemplates},
 		{pattern: "GET /v1/templates/{name}", h: g.getTemplate},

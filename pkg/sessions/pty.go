@@ -105,9 +105,17 @@ type PTYSize struct {
 // goroutines at once; Close from any.
 type PTY struct {
 	Info PTYInfo
+	p    *pipe
+}
 
+// pipe is the client's end of a relayed stream, a terminal's or a
+// connection's (conn.go): what comes on its "out" subject, acknowledged
+// a quarter window at a time, and the keepalive that tells the session
+// it is still read.
+type pipe struct {
 	nc  *nats.Conn
 	sub *nats.Subscription
+	in  string
 
 	mu     sync.Mutex
 	taken  int64 // output bytes read
@@ -117,39 +125,56 @@ type PTY struct {
 	closed bool
 }
 
-// OpenPTY opens a terminal in session id; req.Stream is picked when empty.
-func (c *Client) OpenPTY(ctx context.Context, id string, req PTYRequest) (*PTY, error) {
-	if !ValidID(id) {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
-	}
-	if req.Stream == "" {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		req.Stream = hex.EncodeToString(b[:])
-	}
-	sub, err := c.nc.SubscribeSync(PTYSubject(id, req.Stream, "out"))
+// openPipe listens on stream's "out" subject (subject names them) and
+// makes the call that opens it, whose answer out says its subjects.
+func (c *Client) openPipe(ctx context.Context, id, op string, subject func(id, stream, dir string) string,
+	stream string, req, out any, in func() string) (*pipe, error) {
+	sub, err := c.nc.SubscribeSync(subject(id, stream, "out"))
 	if err != nil {
-		return nil, fmt.Errorf("sessions: listen to a terminal: %w", err)
+		return nil, fmt.Errorf("sessions: listen to a %s: %w", op, err)
 	}
 	// The window bounds what is in flight; the limits only keep a client
 	// that never reads from holding more.
 	_ = sub.SetPendingLimits(-1, 4*PTYWindow)
 	if err := c.nc.FlushTimeout(c.CallTimeout); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("sessions: listen to a terminal: %w", err)
+		return nil, fmt.Errorf("sessions: listen to a %s: %w", op, err)
 	}
-	p := &PTY{nc: c.nc, sub: sub, stop: make(chan struct{})}
-	if err := c.Do(ctx, id, OpPTY, "", req, &p.Info, 0); err != nil {
+	if err := c.Do(ctx, id, op, "", req, out, 0); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, err
 	}
+	p := &pipe{nc: c.nc, sub: sub, in: in(), stop: make(chan struct{})}
 	go p.keepalive()
 	return p, nil
 }
 
-// keepalive tells the session the terminal is still read, and ends it as
+func randomStream() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// OpenPTY opens a terminal in session id; req.Stream is picked when empty.
+func (c *Client) OpenPTY(ctx context.Context, id string, req PTYRequest) (*PTY, error) {
+	if !ValidID(id) {
+		return nil, Errorf(ErrNotFound, "no session %q", id)
+	}
+	if req.Stream == "" {
+		req.Stream = randomStream()
+	}
+	t := &PTY{}
+	p, err := c.openPipe(ctx, id, OpPTY, PTYSubject, req.Stream, req, &t.Info, func() string { return t.Info.In })
+	if err != nil {
+		return nil, err
+	}
+	t.p = p
+	return t, nil
+}
+
+// keepalive tells the session the stream is still read, and ends it as
 // lost when nobody answers for the session any more.
-func (p *PTY) keepalive() {
+func (p *pipe) keepalive() {
 	t := time.NewTicker(PTYKeepalive)
 	defer t.Stop()
 	for {
@@ -161,7 +186,7 @@ func (p *PTY) keepalive() {
 		p.mu.Lock()
 		n := p.taken
 		p.mu.Unlock()
-		_, err := p.nc.Request(p.Info.In, append([]byte{PTYAck}, strconv.FormatInt(n, 10)...), PTYKeepalive)
+		_, err := p.nc.Request(p.in, append([]byte{PTYAck}, strconv.FormatInt(n, 10)...), PTYKeepalive)
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
 			p.end(&PTYExit{Reason: "lost: the session's worker does not answer"})
 			return
@@ -169,7 +194,7 @@ func (p *PTY) keepalive() {
 	}
 }
 
-func (p *PTY) end(e *PTYExit) {
+func (p *pipe) end(e *PTYExit) {
 	p.mu.Lock()
 	if p.exit == nil {
 		p.exit = e
@@ -178,9 +203,8 @@ func (p *PTY) end(e *PTYExit) {
 	_ = p.sub.Unsubscribe() // a Read waiting ends
 }
 
-// Read returns the terminal's next output; io.EOF once it has ended (Exit
-// says how).
-func (p *PTY) Read(ctx context.Context) ([]byte, error) {
+// read returns the stream's next bytes; io.EOF once it has ended.
+func (p *pipe) read(ctx context.Context) ([]byte, error) {
 	for {
 		msg, err := p.sub.NextMsgWithContext(ctx)
 		if err != nil {
@@ -208,7 +232,7 @@ func (p *PTY) Read(ctx context.Context) ([]byte, error) {
 			n := p.taken
 			p.mu.Unlock()
 			if ack >= PTYWindow/4 {
-				_ = p.nc.Publish(p.Info.In, append([]byte{PTYAck}, strconv.FormatInt(n, 10)...))
+				_ = p.nc.Publish(p.in, append([]byte{PTYAck}, strconv.FormatInt(n, 10)...))
 			}
 			return data, nil
 		case PTYExited:
@@ -222,19 +246,39 @@ func (p *PTY) Read(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// Exit is how the terminal ended, nil while it runs.
-func (p *PTY) Exit() *PTYExit {
+func (p *pipe) exited() *PTYExit {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exit
 }
 
+// close hangs the stream up.
+func (p *pipe) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.stop)
+	p.mu.Unlock()
+	_ = p.nc.Publish(p.in, []byte{PTYClose})
+	p.end(&PTYExit{Reason: "closed"})
+}
+
+// Read returns the terminal's next output; io.EOF once it has ended (Exit
+// says how).
+func (t *PTY) Read(ctx context.Context) ([]byte, error) { return t.p.read(ctx) }
+
+// Exit is how the terminal ended, nil while it runs.
+func (t *PTY) Exit() *PTYExit { return t.p.exited() }
+
 // Write sends what is typed.
-func (p *PTY) Write(b []byte) (int, error) {
+func (t *PTY) Write(b []byte) (int, error) {
 	n := 0
 	for len(b) > 0 {
 		chunk := b[:min(len(b), MaxPTYInput)]
-		if err := p.nc.Publish(p.Info.In, append([]byte{PTYData}, chunk...)); err != nil {
+		if err := t.p.nc.Publish(t.Info.In, append([]byte{PTYData}, chunk...)); err != nil {
 			return n, err
 		}
 		n += len(chunk)
@@ -244,22 +288,13 @@ func (p *PTY) Write(b []byte) (int, error) {
 }
 
 // Resize sets the terminal's size.
-func (p *PTY) Resize(cols, rows int) error {
+func (t *PTY) Resize(cols, rows int) error {
 	b, _ := json.Marshal(PTYSize{Cols: cols, Rows: rows})
-	return p.nc.Publish(p.Info.In, append([]byte{PTYResize}, b...))
+	return t.p.nc.Publish(t.Info.In, append([]byte{PTYResize}, b...))
 }
 
 // Close hangs the terminal up.
-func (p *PTY) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	close(p.stop)
-	p.mu.Unlock()
-	_ = p.nc.Publish(p.Info.In, []byte{PTYClose})
-	p.end(&PTYExit{Reason: "closed"})
+func (t *PTY) Close() error {
+	t.p.close()
 	return nil
 }

@@ -190,6 +190,8 @@ type Info struct {
 	EndedAt     *time.Time        `json:"ended_at,omitempty"`
 	EndReason   string            `json:"end_reason,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// Ports are the ports of its sandbox's loopback it exposes (Expose).
+	Ports []int `json:"ports,omitempty"`
 
 	// A persistent session's (Spec.Persist): its workspace, its last
 	// checkpoint, and, when its sandbox was started again, from what.

@@ -225,6 +225,8 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 		return a.checkpoint(req)
 	case envelope.OpPTYOpen, envelope.OpPTYInput, envelope.OpPTYResize, envelope.OpPTYClose:
 		return a.pty(req)
+	case envelope.OpConnOpen, envelope.OpConnInput, envelope.OpConnClose:
+		return a.conn(req)
 	}
 	return fail(req.ID, envelope.ErrCodeInvalid, "unknown op %q", req.Op)
 }

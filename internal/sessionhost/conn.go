@@ -1,0 +1,79 @@
+package sessionhost
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// A session's exposed ports and the connections to them (pkg/sessions
+// conn.go). A port is exposed by its owner and recorded in the
+// session's record; a connection is opened only to a port exposed, and
+// relayed as a terminal is (pty.go), by the agent, which dials the
+// sandbox's loopback: the sandbox's network stays as it was.
+
+var connKind = &relayKind{what: "connection", open: envelope.OpConnOpen, input: envelope.OpConnInput, close: envelope.OpConnClose,
+	data: envelope.StreamConn, end: envelope.StreamConnEnd, max: envelope.MaxConns,
+	number:   func(ev *envelope.Event) int { return ev.Conn },
+	request:  func(n int) *envelope.Request { return &envelope.Request{Conn: n} },
+	maxInput: sessions.MaxConnInput}
+
+func (h *Host) openConn(l *live, body json.RawMessage) (any, error) {
+	var req sessions.ConnRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	exposed := slices.Contains(l.info.Ports, req.Port)
+	l.mu.Unlock()
+	if !exposed {
+		return nil, sessions.Errorf(sessions.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
+	}
+	r, _, err := h.openRelay(l, l.conns, req.Stream, sessions.ConnSubject, &envelope.Request{Op: envelope.OpConnOpen, Port: req.Port})
+	if err != nil {
+		return nil, err
+	}
+	return &sessions.ConnInfo{Conn: r.n, In: r.sub.Subject, Out: r.out}, nil
+}
+
+// ports serves expose, unexpose and ports: each answers the ports
+// exposed after it.
+func (h *Host) ports(l *live, op string, body json.RawMessage) (any, error) {
+	if op != sessions.OpPorts {
+		var req sessions.PortRequest
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		if err := sessions.ValidPort(req.Port); err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		has := slices.Contains(l.info.Ports, req.Port)
+		switch {
+		case op == sessions.OpExpose && !has && len(l.info.Ports) >= sessions.MaxPorts:
+			l.mu.Unlock()
+			return nil, sessions.Errorf(sessions.ErrLimit, "a session exposes at most %d ports", sessions.MaxPorts)
+		case op == sessions.OpExpose && !has:
+			l.info.Ports = append(slices.Clone(l.info.Ports), req.Port)
+			slices.Sort(l.info.Ports)
+		case op == sessions.OpUnexpose && !has:
+			l.mu.Unlock()
+			return nil, sessions.Errorf(sessions.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
+		case op == sessions.OpUnexpose:
+			l.info.Ports = slices.DeleteFunc(slices.Clone(l.info.Ports), func(p int) bool { return p == req.Port })
+		}
+		l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := h.record(ctx, l); err != nil {
+			h.log.Warn("recording the session's ports failed", "session_id", l.info.ID, "error", err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.info.Ports), nil
+}

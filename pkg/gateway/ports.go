@@ -1,0 +1,354 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/webauth"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
+)
+
+// A session's ports: a server the session runs on its sandbox's loopback,
+// exposed by its owner (POST /v1/sessions/{id}/ports) and reached at
+//
+//	/v1/sessions/{id}/ports/{port}/...
+//
+// by a reverse proxy whose connections are the session's own
+// (sessions.Conn: through the session's worker to the agent in the
+// sandbox, which dials 127.0.0.1:port). Nothing is opened on the
+// sandbox's network, and nothing is published on any host.
+//
+// Who may: the owner's token (Authorization), or a preview token the
+// expose call gave (X-Sandfleet-Preview-Token, or ?sandfleet_preview=),
+// signed by the gateway and good for one session, one port, until it
+// expires. Anything else, another tenant's token or a token of another
+// session's or port's, is 404 as for a session that does not exist.
+//
+// The pages a session serves come from the gateway's own origin, so
+// they are kept from acting on it: every response is a sandboxed
+// document (Content-Security-Policy: sandbox, an origin of its own), its
+// Set-Cookie headers are dropped, and the request's credentials (the
+// Authorization header, the cookies, the preview token) are not passed
+// on to the session's server.
+
+// portPath is the route of a session's port, any method.
+const portPath = "/v1/sessions/{id}/ports/{port}/{rest...}"
+
+// previewHeader and previewQuery carry a preview token.
+const (
+	previewHeader = "X-Sandfleet-Preview-Token"
+	previewQuery  = "sandfleet_preview"
+)
+
+// Preview tokens last DefaultPreviewTTL unless the expose asks for
+// another ttl, at most MaxPreviewTTL.
+const (
+	DefaultPreviewTTL = time.Hour
+	MaxPreviewTTL     = 7 * 24 * time.Hour
+)
+
+// portCSP makes every page of a session's server a sandboxed document.
+const portCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+// ExposeRequest is POST /v1/sessions/{id}/ports's body.
+type ExposeRequest struct {
+	Port int `json:"port"`
+	// TTL is how long the preview token lasts ("30m"); default 1h.
+	TTL string `json:"ttl,omitempty"`
+}
+
+// PortInfo is an exposed port: where it is reached, and, from an
+// expose, a preview token for it and when that expires.
+type PortInfo struct {
+	Port      int        `json:"port"`
+	URL       string     `json:"url"`
+	Token     string     `json:"token,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// previewClaims is what a preview token says, signed.
+type previewClaims struct {
+	Session string `json:"s"`
+	Port    int    `json:"p"`
+	Tenant  string `json:"t,omitempty"`
+	Owner   string `json:"o"`
+	Expires int64  `json:"e"` // Unix seconds
+}
+
+func newPreviewKey() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	return k
+}
+
+func (g *Gateway) signPreview(c previewClaims) string {
+	body, _ := json.Marshal(c)
+	m := hmac.New(sha256.New, g.previewKey)
+	m.Write([]byte("sandfleet preview\n"))
+	m.Write(body)
+	return base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// openPreview returns the claims of a token the gateway signed that has
+// not expired, or false.
+func (g *Gateway) openPreview(tok string, now time.Time) (previewClaims, bool) {
+	var c previewClaims
+	b64, sum64, ok := strings.Cut(tok, ".")
+	if !ok {
+		return c, false
+	}
+	body, err1 := base64.RawURLEncoding.DecodeString(b64)
+	sum, err2 := base64.RawURLEncoding.DecodeString(sum64)
+	if err1 != nil || err2 != nil {
+		return c, false
+	}
+	m := hmac.New(sha256.New, g.previewKey)
+	m.Write([]byte("sandfleet preview\n"))
+	m.Write(body)
+	if !hmac.Equal(sum, m.Sum(nil)) || json.Unmarshal(body, &c) != nil || now.Unix() >= c.Expires {
+		return c, false
+	}
+	return c, true
+}
+
+// portURL is where port of session id is reached, on the host r came to.
+func portURL(r *http.Request, id string, port int) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
+}
+
+func (g *Gateway) exposePort(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	c, err := g.sessionsOf(tok)
+	if err != nil {
+		return err
+	}
+	var req ExposeRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	ttl := DefaultPreviewTTL
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil || d <= 0 || d > MaxPreviewTTL {
+			return apiErr(http.StatusBadRequest, CodeInvalidRequest, "ttl %q: a duration up to %s", req.TTL, MaxPreviewTTL)
+		}
+		ttl = d
+	}
+	if err := sessions.ValidPort(req.Port); err != nil {
+		return g.sessionErr(err)
+	}
+	id := r.PathValue("id")
+	if _, err := c.Expose(r.Context(), id, req.Port); err != nil {
+		return g.sessionErr(err)
+	}
+	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	t := g.signPreview(previewClaims{Session: id, Port: req.Port, Tenant: tokenTenant(tok), Owner: tokenName(tok), Expires: exp.Unix()})
+	writeJSON(w, http.StatusCreated, PortInfo{Port: req.Port, URL: portURL(r, id, req.Port), Token: t, ExpiresAt: &exp})
+	return nil
+}
+
+func (g *Gateway) listPorts(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	c, err := g.sessionsOf(tok)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	ports, err := c.Ports(r.Context(), id)
+	if err != nil {
+		return g.sessionErr(err)
+	}
+	out := make([]PortInfo, 0, len(ports))
+	for _, p := range ports {
+		out = append(out, PortInfo{Port: p, URL: portURL(r, id, p)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ports": out})
+	return nil
+}
+
+func (g *Gateway) unexposePort(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	c, err := g.sessionsOf(tok)
+	if err != nil {
+		return err
+	}
+	port, err := pathPort(r)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Unexpose(r.Context(), r.PathValue("id"), port); err != nil {
+		return g.sessionErr(err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func pathPort(r *http.Request) (int, error) {
+	v := r.PathValue("port")
+	port, err := strconv.Atoi(v)
+	if err != nil || sessions.ValidPort(port) != nil || strconv.Itoa(port) != v {
+		return 0, apiErr(http.StatusNotFound, CodeNotFound, "no port %q: %d to 65535", v, sessions.MinPort)
+	}
+	return port, nil
+}
+
+// portTarget is the session's port a proxied request goes to, and the
+// client that may open connections to it.
+type portTarget struct {
+	c    *sessions.Client
+	id   string
+	port int
+}
+
+type portTargetKey struct{}
+
+// proxyPort serves /v1/sessions/{id}/ports/{port}/...: any method. It is
+// an open route: it authenticates by itself, since a preview token is no
+// API token.
+func (g *Gateway) proxyPort(w http.ResponseWriter, r *http.Request, _ *Token) error {
+	id := r.PathValue("id")
+	if !sessions.ValidID(id) {
+		return apiErr(http.StatusNotFound, CodeNotFound, "no session %q", id)
+	}
+	port, err := pathPort(r)
+	if err != nil {
+		return err
+	}
+	c, err := g.portCaller(r, id, port)
+	if err != nil {
+		return err
+	}
+	// The connection may be long (a download, an event stream, a
+	// WebSocket): the request's deadlines are lifted; the session's
+	// connections have bounds of their own.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	ctx := context.WithValue(r.Context(), portTargetKey{}, &portTarget{c: c, id: id, port: port})
+	g.portProxy.ServeHTTP(w, r.WithContext(ctx))
+	return nil
+}
+
+// portCaller is the sessions client r acts as on port of session id: the
+// owner's token's, or the owner's a preview token names.
+func (g *Gateway) portCaller(r *http.Request, id string, port int) (*sessions.Client, error) {
+	if g.cfg.Sessions == nil {
+		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
+	}
+	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no session %q, or no port %d of it for this token", id, port)
+	if g.cfg.Tokens.Len() == 0 {
+		return g.cfg.Sessions.For("", ""), nil // an open gateway's
+	}
+	if secret := webauth.Bearer(r.Header.Get("Authorization")); secret != "" {
+		tok := g.cfg.Tokens.Lookup(secret)
+		if tok == nil {
+			return nil, notFound
+		}
+		return g.sessionsOf(tok)
+	}
+	preview := r.Header.Get(previewHeader)
+	if preview == "" {
+		preview = r.URL.Query().Get(previewQuery)
+	}
+	if preview == "" {
+		return nil, apiErr(http.StatusUnauthorized, CodeUnauthorized,
+			"a bearer token (Authorization: Bearer <token>) or a preview token (%s) is required", previewHeader)
+	}
+	pc, ok := g.openPreview(preview, time.Now())
+	if !ok || pc.Session != id || pc.Port != port {
+		return nil, notFound
+	}
+	return g.cfg.Sessions.For(pc.Tenant, pc.Owner), nil
+}
+
+// newPortProxy is the reverse proxy of every session's ports: its
+// transport dials the session's port of the request's portTarget, and
+// keeps connections alive per session and port.
+func (g *Gateway) newPortProxy() *httputil.ReverseProxy {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			t, _ := ctx.Value(portTargetKey{}).(*portTarget)
+			if t == nil {
+				return nil, errors.New("no session's port to dial")
+			}
+			return t.c.OpenConn(ctx, t.id, t.port)
+		},
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        30 * time.Second,
+		ResponseHeaderTimeout:  0, // a server may think as long as it likes; the client's leaving ends it
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(portTargetKey{}).(*portTarget)
+			prefix := "/v1/sessions/" + t.id + "/ports/" + strconv.Itoa(t.port)
+			hostport := "localhost:" + strconv.Itoa(t.port)
+			// The pool's key: one per session and port.
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "p"+strconv.Itoa(t.port)+"."+t.id+".session.invalid"
+			pr.Out.URL.Path = "/" + pr.In.PathValue("rest")
+			pr.Out.URL.RawPath = ""
+			if esc := pr.In.URL.EscapedPath(); strings.HasPrefix(esc, prefix+"/") {
+				pr.Out.URL.RawPath = strings.TrimPrefix(esc, prefix)
+			}
+			q := pr.Out.URL.Query()
+			if q.Has(previewQuery) {
+				q.Del(previewQuery)
+				pr.Out.URL.RawQuery = q.Encode()
+			}
+			pr.Out.Host = hostport
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("Cookie")
+			pr.Out.Header.Del(previewHeader)
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // chunks and events go out as they are written
+		ModifyResponse: func(res *http.Response) error {
+			res.Header.Del("Set-Cookie")
+			res.Header.Set("Content-Security-Policy", portCSP)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.writeError(w, r, g.portErr(r, err))
+		},
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// portErr is the answer to a proxied request whose connection failed.
+func (g *Gateway) portErr(r *http.Request, err error) error {
+	t, _ := r.Context().Value(portTargetKey{}).(*portTarget)
+	e := sessions.AsError(err)
+	if e == nil || errors.Is(e, sessions.ErrFailed) {
+		msg := "the session's server did not answer"
+		if e != nil {
+			msg = e.Message
+		}
+		if t != nil {
+			msg = "port " + strconv.Itoa(t.port) + " of session " + t.id + ": " + msg
+		}
+		return apiErr(http.StatusBadGateway, CodeBadGateway, "%s", msg)
+	}
+	if errors.Is(e, sessions.ErrGone) {
+		// An ended session's ports are no more than a missing one's.
+		return apiErr(http.StatusNotFound, CodeNotFound, "%s", e.Message)
+	}
+	if errors.Is(e, sessions.ErrLimit) {
+		return apiErr(http.StatusServiceUnavailable, CodeUnavailable, "%s", e.Message)
+	}
+	return g.sessionErr(err)
+}
