@@ -249,7 +249,6 @@ func infraErr(op string, err error) error {
 // one without.
 func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment) client.ContainerCreateOptions {
 	no := false
-	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
 	// /tmp holds what a compile step builds, which must run: exec there
 	// (Docker mounts a tmpfs noexec unless told). The working directory
@@ -267,6 +266,9 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	// The job's files live on the working directory's tmpfs; a file may
 	// not outgrow it either (a pipe is not a file, so output is unaffected).
 	fsize := int64(l.Tmpfs)
+	// The job's processes and threads: RLIMIT_NPROC inside, the pids
+	// cgroup outside, which under gVisor also holds gVisor's own (pids.go).
+	pids := hostPids(runtime, l.Pids)
 	cfg := &container.Config{
 		Image:           image,
 		User:            fmt.Sprintf("%d:%d", uid, uid), // numeric: the image's /etc/passwd knows none of them
@@ -333,6 +335,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 				{Name: "nofile", Soft: 1024, Hard: 1024},
 				{Name: "fsize", Soft: fsize, Hard: fsize},
 				{Name: "core", Soft: 0, Hard: 0},
+				{Name: "nproc", Soft: l.Pids, Hard: l.Pids},
 				// No POSIX message queues: /dev/mqueue is the private IPC
 				// namespace's, but a queue's messages are kernel memory
 				// beside the tmpfs mounts, and no workload needs one.
