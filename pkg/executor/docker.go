@@ -297,7 +297,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		NetworkMode:    network,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(SeccompProfile())},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(seccompProfile(runtime))},
 		Tmpfs: map[string]string{
 			"/tmp":  tmpExec,
 			workDir: tmpfs,
@@ -413,7 +413,7 @@ func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	for _, o := range h.SecurityOpt {
 		if strings.HasPrefix(o, "seccomp=") {
 			// docker run takes the profile from a file.
-			path, err := seccompFile()
+			path, err := seccompFile([]byte(strings.TrimPrefix(o, "seccomp=")))
 			if err != nil {
 				return nil, fmt.Errorf("executor: seccomp profile: %w", err)
 			}
