@@ -25,8 +25,12 @@ import "strings"
 // 20221219, two cores, both busy): about 40 threads of its kernel and
 // file proxy at rest, up to about 100 under load; a fork bomb held at N
 // processes takes 5 to 7 host tasks per process (its stub and the stub's
-// threads), a pool of 16 processes each making system calls in a loop
-// about 12.
+// threads); 16 processes of 3 threads, all making system calls in a loop,
+// 790 at a limit of 64. What no bound linear in N covers: many processes
+// entering and leaving the kernel at once make a stub thread per pair of
+// process and gVisor thread (60 of them at a limit of 64: 4,700 tasks).
+// Such a job ends its own sandbox at the cgroup, no other, and the host
+// keeps the rest of its pids.
 const (
 	gVisorBaseTasks   = 256
 	gVisorTasksPerPid = 16
