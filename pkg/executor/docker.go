@@ -274,7 +274,6 @@ func infraErr(op string, err error) error {
 // (users.go), nil for a container without them (a benchmark's baseline).
 func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment, user *sandboxUser) client.ContainerCreateOptions {
 	no := false
-	pids := l.Pids
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
 	// /tmp holds what a compile step builds, which must run: exec there
 	// (Docker mounts a tmpfs noexec unless told). The working directory
@@ -292,6 +291,9 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 	// The job's files live on the working directory's tmpfs; a file may
 	// not outgrow it either (a pipe is not a file, so output is unaffected).
 	fsize := int64(l.Tmpfs)
+	// The job's processes and threads: RLIMIT_NPROC inside, the pids
+	// cgroup outside, which under gVisor also holds gVisor's own (pids.go).
+	pids := hostPids(runtime, l.Pids)
 	cfg := &container.Config{
 		Image:           image,
 		User:            fmt.Sprintf("%d:%d", uid, uid), // numeric: the engine looks names up in the image's /etc/passwd, not the sandbox's
@@ -320,7 +322,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		NetworkMode:    network,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(SeccompProfile())},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(seccompProfile(runtime))},
 		Tmpfs: map[string]string{
 			"/tmp":  tmpExec,
 			workDir: tmpfs,
@@ -358,6 +360,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 				{Name: "nofile", Soft: 1024, Hard: 1024},
 				{Name: "fsize", Soft: fsize, Hard: fsize},
 				{Name: "core", Soft: 0, Hard: 0},
+				{Name: "nproc", Soft: l.Pids, Hard: l.Pids},
 				// No POSIX message queues: /dev/mqueue is the private IPC
 				// namespace's, but a queue's messages are kernel memory
 				// beside the tmpfs mounts, and no workload needs one.
@@ -441,7 +444,7 @@ func (e *Executor) DockerRunArgs(preset string) ([]string, error) {
 	for _, o := range h.SecurityOpt {
 		if strings.HasPrefix(o, "seccomp=") {
 			// docker run takes the profile from a file.
-			path, err := seccompFile()
+			path, err := seccompFile([]byte(strings.TrimPrefix(o, "seccomp=")))
 			if err != nil {
 				return nil, fmt.Errorf("executor: seccomp profile: %w", err)
 			}

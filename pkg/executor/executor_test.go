@@ -425,7 +425,7 @@ func TestContainerSpecHardening(t *testing.T) {
 	h := o.HostConfig
 	if !h.ReadonlyRootfs || h.NetworkMode != "none" || !o.Config.NetworkDisabled || h.CapDrop[0] != "ALL" ||
 		h.SecurityOpt[0] != "no-new-privileges" || h.Memory != h.MemorySwap || h.Memory != int64(l.Memory) ||
-		*h.PidsLimit != 64 || h.NanoCPUs != 1e9 || h.Init != nil || h.LogConfig.Type != "none" || h.Runtime != "runsc" ||
+		*h.PidsLimit != gVisorPids(64) || h.NanoCPUs != 1e9 || h.Init != nil || h.LogConfig.Type != "none" || h.Runtime != "runsc" ||
 		len(h.Binds) != 0 || len(h.Mounts) != 0 || len(h.Devices) != 0 || h.Privileged {
 		t.Fatalf("spec not hardened: %+v", h)
 	}

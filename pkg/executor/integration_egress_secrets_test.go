@@ -158,11 +158,7 @@ func TestIntegrationEgressSecret(t *testing.T) {
 					t.Errorf("policy %s: %s %q, want rejected naming network.secrets", n, res.Status, res.Error)
 				}
 			}
-			// Pids well above the default: under runsc the sandbox's pids
-			// cgroup also counts gVisor's own threads, which the search's
-			// reads of every file multiply, and the sandbox ends at the
-			// limit (exit 2) before the proof is in.
-			j := job(secretProbes, withLimits(limits.Limits{Timeout: limits.Duration(2 * time.Minute), Memory: 1 * limits.GiB, Pids: 512,
+			j := job(secretProbes, withLimits(limits.Limits{Timeout: limits.Duration(2 * time.Minute), Memory: 1 * limits.GiB,
 				Network: &limits.Network{Allow: mustRules(t, "*.example.test"), Secrets: []string{"api"}}}))
 			j.Files = map[string]string{"ca.pem": string(inet.ca.PEM), "canary.txt": canary}
 			j.Env = map[string]string{

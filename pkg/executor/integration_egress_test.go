@@ -270,10 +270,7 @@ func TestIntegrationEgressAttacks(t *testing.T) {
 					c.NetworkRuntime = "runsc-net"
 				}
 			})
-			// Pids above the default, as for the secret test: under runsc
-			// the pids cgroup also counts gVisor's own threads, which the
-			// probes' downloads and connections multiply.
-			j := job(egressProbes, withLimits(limits.Limits{Timeout: limits.Duration(2 * time.Minute), Pids: 512,
+			j := job(egressProbes, withLimits(limits.Limits{Timeout: limits.Duration(2 * time.Minute),
 				Network: &limits.Network{Allow: mustRules(t, "*.example.test")}}))
 			j.Files = map[string]string{"ca.pem": string(inet.ca.PEM)}
 			j.Env = map[string]string{"SERVER": inet.serverIP.String()}

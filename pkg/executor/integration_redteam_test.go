@@ -26,6 +26,18 @@ import (
 // forEachRuntime runs f once per runtime the attack suite covers.
 func forEachRuntime(t *testing.T, f func(t *testing.T, e *Executor)) {
 	t.Helper()
+	for _, rt := range attackRuntimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t, func(c *Config) { c.Runtime = rt }))
+		})
+	}
+}
+
+// attackRuntimes are the runtimes the attack suite covers: runc, and
+// runsc where the engine has it (or must, with SANDFLEET_REQUIRE_RUNSC=1).
+func attackRuntimes(t *testing.T) []string {
+	t.Helper()
 	cli := requireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -39,12 +51,7 @@ func forEachRuntime(t *testing.T, f func(t *testing.T, e *Executor)) {
 	} else if os.Getenv("SANDFLEET_REQUIRE_RUNSC") == "1" {
 		t.Fatal("SANDFLEET_REQUIRE_RUNSC=1 but the engine has no runsc runtime (make runsc registers it)")
 	}
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			t.Parallel()
-			f(t, setup(t, func(c *Config) { c.Runtime = rt }))
-		})
-	}
+	return runtimes
 }
 
 // wantFailed asserts the job failed with exactly its own exit status.
@@ -399,13 +406,6 @@ func TestIntegrationRedTeamBasics(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		for _, tc := range cases {
 			res := run(t, e, job(tc.code, withLimits(tc.lim)))
-			if tc.name == "fork bomb" && e.cfg.Runtime == "runsc" && res.Status == jobs.StatusFailed && res.Exit == nil {
-				// gVisor's kernel runs in the sandbox's pids cgroup: a job
-				// that exhausts it takes the sandbox down with it (no
-				// verdict, failed). Held all the same.
-				t.Logf("%s under runsc: %s", tc.name, res.Error)
-				continue
-			}
 			if tc.name == "memory bomb" && e.cfg.Runtime == "runsc" && res.Status == jobs.StatusFailed && res.Exit == nil &&
 				strings.Contains(res.Error, "exited with status 137") && !strings.Contains(res.Stdout, "survived") {
 				// Likewise for memory: gVisor's memory is the sandbox's
@@ -421,6 +421,9 @@ func TestIntegrationRedTeamBasics(t *testing.T) {
 			}
 			if strings.Contains(res.Stdout, "survived") {
 				t.Errorf("%s: the memory bomb survived", tc.name)
+			}
+			if tc.name == "fork bomb" && !strings.HasPrefix(res.Stdout, "held ") {
+				t.Errorf("%s: stdout %q, want held at the limit", tc.name, res.Stdout)
 			}
 			if tc.status == jobs.StatusOutputLimit && (len(res.Stdout) != int(tc.lim.Output) || !res.StdoutTruncated) {
 				t.Errorf("%s: stdout %d bytes truncated=%v, want the %d-byte cap", tc.name, len(res.Stdout), res.StdoutTruncated, tc.lim.Output)

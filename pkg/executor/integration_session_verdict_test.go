@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
 // forger watches /proc for a process whose command line holds the
@@ -83,9 +82,7 @@ const (
 func TestIntegrationSessionRedTeamVerdict(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
-		// Room for the forgers: under gVisor the sandbox's pids limit on
-		// the host also counts the runtime's own threads.
-		s := startSession(t, e, SessionSpec{Limits: limits.Limits{Pids: 512}})
+		s := startSession(t, e, SessionSpec{})
 		for round := range 3 {
 			plantForgers(t, s, round)
 			forged := false
@@ -173,7 +170,7 @@ func pyQuote(s string) string {
 func TestIntegrationSessionExclusiveAlone(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
-		s := startSession(t, e, SessionSpec{Limits: limits.Limits{Pids: 512}}) // as above
+		s := startSession(t, e, SessionSpec{})
 		r := do(t, s, envelope.Request{Op: envelope.OpExec, Shell: "true", Exclusive: true, Background: true})
 		if r.Error == nil || r.Error.Code != envelope.ErrCodeInvalid {
 			t.Fatalf("exclusive and background: %+v, want invalid", r.Error)

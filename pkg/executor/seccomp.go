@@ -54,7 +54,25 @@ var AllowedPersonalities = []uint64{0, 0xffffffff}
 // without DeniedSyscalls, which a last rule refuses explicitly, and with
 // personality narrowed to AllowedPersonalities (the profile's default
 // action, EPERM, refuses the rest).
-var SeccompProfile = sync.OnceValue(func() []byte {
+var SeccompProfile = sync.OnceValue(func() []byte { return buildProfile(false) })
+
+// gVisorSeccompProfile is SeccompProfile for gVisor's runtimes. Docker's
+// profile answers clone3 with ENOSYS (errnoRet), so that glibc falls back
+// to clone, whose flags the profile can check; gVisor before 2023 ignores
+// errnoRet and answers EPERM, and glibc then starts no thread at all. So
+// there clone3 is SCMP_ACT_TRACE, which with no tracer is ENOSYS in gVisor
+// and Linux alike: no tracer can exist in a sandbox, which may not ptrace.
+var gVisorSeccompProfile = sync.OnceValue(func() []byte { return buildProfile(true) })
+
+// seccompProfile is the profile of a sandbox of runtime.
+func seccompProfile(runtime string) []byte {
+	if isGVisor(runtime) {
+		return gVisorSeccompProfile()
+	}
+	return SeccompProfile()
+}
+
+func buildProfile(gVisor bool) []byte {
 	p := seccomp.DefaultProfile()
 	kept := p.Syscalls[:0]
 	for _, rule := range p.Syscalls {
@@ -62,6 +80,9 @@ var SeccompProfile = sync.OnceValue(func() []byte {
 		if slices.Equal(rule.Names, []string{"personality"}) && len(rule.Args) == 1 &&
 			!slices.Contains(AllowedPersonalities, rule.Args[0].Value) {
 			continue
+		}
+		if gVisor && slices.Equal(rule.Names, []string{"clone3"}) && rule.Action == specs.ActErrno {
+			rule.Action = specs.ActTrace
 		}
 		if len(rule.Names) > 0 {
 			kept = append(kept, rule)
@@ -75,14 +96,13 @@ var SeccompProfile = sync.OnceValue(func() []byte {
 	}})
 	b, _ := json.Marshal(p) // plain data: cannot fail
 	return b
-})
+}
 
-// seccompFile writes SeccompProfile to a file named by its hash in the
+// seccompFile writes the profile b to a file named by its hash in the
 // temporary directory and returns the path, for `docker run
 // --security-opt seccomp=PATH`, which takes a file where the API takes the
 // JSON itself.
-func seccompFile() (string, error) {
-	b := SeccompProfile()
+func seccompFile(b []byte) (string, error) {
 	sum := sha256.Sum256(b)
 	path := filepath.Join(os.TempDir(), "sandfleet-seccomp-"+hex.EncodeToString(sum[:8])+".json")
 	if _, err := os.Stat(path); err == nil {
