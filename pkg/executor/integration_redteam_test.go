@@ -26,6 +26,18 @@ import (
 // forEachRuntime runs f once per runtime the attack suite covers.
 func forEachRuntime(t *testing.T, f func(t *testing.T, e *Executor)) {
 	t.Helper()
+	for _, rt := range attackRuntimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t, func(c *Config) { c.Runtime = rt }))
+		})
+	}
+}
+
+// attackRuntimes are the runtimes the attack suite covers: runc, and
+// runsc when the engine has it.
+func attackRuntimes(t *testing.T) []string {
+	t.Helper()
 	cli := requireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -39,12 +51,7 @@ func forEachRuntime(t *testing.T, f func(t *testing.T, e *Executor)) {
 	} else if os.Getenv("SANDFLEET_REQUIRE_RUNSC") == "1" {
 		t.Fatal("SANDFLEET_REQUIRE_RUNSC=1 but the engine has no runsc runtime (make runsc registers it)")
 	}
-	for _, rt := range runtimes {
-		t.Run(rt, func(t *testing.T) {
-			t.Parallel()
-			f(t, setup(t, func(c *Config) { c.Runtime = rt }))
-		})
-	}
+	return runtimes
 }
 
 // wantFailed asserts the job failed with exactly its own exit status.
