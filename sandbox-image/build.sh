@@ -4,10 +4,12 @@
 #   build.sh        sandfleet/sandbox:latest, the "python" and "shell" presets
 #   build.sh langs  sandfleet/sandbox-langs:latest, the "node", "c", "cpp",
 #                   "java", "go" and "rust" presets: always offline, from a
-#                   Debian bookworm base with nodejs (+ node-typescript, which
-#                   the launcher's TypeScript context transpiles with), gcc/g++, openjdk-17,
-#                   golang-go (+ testify) and rustc (+ the rand, regex and md5
-#                   crates, prebuilt), cached as sandfleet/debian-langs-base:bookworm
+#                   Debian bookworm base with python3, nodejs (+ node-typescript,
+#                   which a session's TypeScript context transpiles with),
+#                   gcc/g++, openjdk-17, golang-go (+ testify) and rustc (+ the
+#                   rand, regex and md5 crates, prebuilt), cached as
+#                   sandfleet/debian-langs-base:bookworm (rebuilt when it lacks
+#                   a package of the list)
 #   build.sh data   sandfleet/sandbox-data:latest, the "python-data" preset:
 #                   always offline, Debian bookworm's python3 with numpy,
 #                   pandas, matplotlib, scipy, scikit-learn, sympy and pillow,
