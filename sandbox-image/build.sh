@@ -4,9 +4,12 @@
 #   build.sh        sandfleet/sandbox:latest, the "python" and "shell" presets
 #   build.sh langs  sandfleet/sandbox-langs:latest, the "node", "c", "cpp",
 #                   "java", "go" and "rust" presets: always offline, from a
-#                   Debian bookworm base with nodejs, gcc/g++, openjdk-17,
-#                   golang-go (+ testify) and rustc (+ the rand, regex and md5
-#                   crates, prebuilt), cached as sandfleet/debian-langs-base:bookworm
+#                   Debian bookworm base with python3, nodejs (+ node-typescript,
+#                   which a session's TypeScript context transpiles with),
+#                   gcc/g++, openjdk-17, golang-go (+ testify) and rustc (+ the
+#                   rand, regex and md5 crates, prebuilt), cached as
+#                   sandfleet/debian-langs-base:bookworm (rebuilt when it lacks
+#                   a package of the list)
 #   build.sh data   sandfleet/sandbox-data:latest, the "python-data" preset:
 #                   always offline, Debian bookworm's python3 with numpy,
 #                   pandas, matplotlib, scipy, scikit-learn, sympy and pillow,
@@ -58,7 +61,7 @@ langs)
 	# update-alternatives (openjdk's) wants the man directories that the
 	# path-exclude below leaves out.
 	hook=--setup-hook='mkdir -p "$1/usr/share/man/man1"'
-	packages=passwd,bash,nodejs,gcc,g++,libc6-dev,openjdk-17-jdk-headless,golang-go,golang-github-stretchr-testify-dev,rustc,cargo,librust-rand-dev,librust-regex-dev,librust-md5-dev
+	packages=passwd,bash,python3,nodejs,node-typescript,gcc,g++,libc6-dev,openjdk-17-jdk-headless,golang-go,golang-github-stretchr-testify-dev,rustc,cargo,librust-rand-dev,librust-regex-dev,librust-md5-dev
 	dockerfile=$here/langs/Dockerfile
 	mode=offline
 	;;
@@ -99,8 +102,15 @@ fi
 
 build_offline_base() {
 	if [ "${SANDBOX_REBUILD_BASE:-0}" != 1 ] && have_image "$offline_base"; then
-		log "offline base $offline_base is cached"
-		return
+		# A base cached before a package joined the list is rebuilt, so
+		# that adding a package needs no SANDBOX_REBUILD_BASE by hand.
+		pkgs=$(echo "$packages" | tr , ' ')
+		# shellcheck disable=SC2086
+		if docker run --rm --network none --entrypoint dpkg-query "$offline_base" -W $pkgs >/dev/null 2>&1; then
+			log "offline base $offline_base is cached"
+			return
+		fi
+		log "offline base $offline_base lacks a package of the list: rebuilding it"
 	fi
 	if ! command -v mmdebstrap >/dev/null 2>&1; then
 		if [ "$(id -u)" = 0 ]; then

@@ -36,6 +36,7 @@ type sessionCommand struct {
 	exclusive     bool
 	code          string
 	context       string
+	language      string
 	persist       bool
 	workspace     string
 	egress        []string
@@ -62,9 +63,11 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
                      --exclusive kills the session's other processes first,
                      so that none can touch its output: for a verifier)
   run ID [-c CODE | FILE | -]
-                     run Python in its stateful context (--context NAME):
-                     globals stay for the next run; prints the output, then
-                     the value of a trailing expression; an exception exits 1
+                     run a cell in its stateful context (--language python,
+                     javascript, typescript or bash; --context NAME): globals
+                     (a shell's cwd and variables) stay for the next run;
+                     prints the output, then the value of a trailing
+                     expression; an exception exits 1, a bash cell as it did
   cp SRC DST         copy a file in or out: one side is ID:PATH
   network ID POLICY  replace its egress policy while it runs, within the
                      worker's caps: none (lock it after the installs), a
@@ -102,7 +105,8 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.background, "background", false, "exec: start it in the background and print its pid")
 	fs.BoolVar(&c.exclusive, "exclusive", false, "exec: kill every other process of the session first and start none until it ends, so that no other process can write into its output (for a verifier)")
 	fs.StringVarP(&c.code, "code", "c", "", "run: the `CODE` to run")
-	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\")")
+	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\" for python, the language's name for the others)")
+	fs.StringVar(&c.language, "language", "", "run: the context's `LANGUAGE`: python (default), javascript, typescript or bash")
 	fs.BoolVar(&c.persist, "persist", false, "create: checkpoint /workspace, so that the session survives its sandbox")
 	fs.StringVar(&c.workspace, "workspace", "", "create: persist in the workspace `NAME` (default one named as the session)")
 	fs.StringArrayVar(&c.egress, "egress", nil, "create: allow egress to `RULE`: a host (*.example.org), an IP or CIDR, with an optional :PORT (repeatable; within the worker's --egress-allow); session network changes it later")
@@ -416,7 +420,7 @@ func (c *sessionCommand) runCode(ctx context.Context, client *sessions.Client, i
 	case code == "":
 		return usageError("session", "session run needs -c CODE, FILE or -")
 	}
-	res, err := client.RunCode(ctx, id, uuid.NewString(), sessions.CodeRequest{Code: code, Context: c.context, Timeout: limits.Duration(c.timeout)})
+	res, err := client.RunCode(ctx, id, uuid.NewString(), sessions.CodeRequest{Code: code, Context: c.context, Language: c.language, Timeout: limits.Duration(c.timeout)})
 	if err != nil {
 		return sessionFailed(err)
 	}
@@ -431,6 +435,9 @@ func (c *sessionCommand) runCode(ctx context.Context, client *sessions.Client, i
 	}
 	if res.Error != nil {
 		c.out.text(c.m.Stderr, res.Error.Traceback)
+		if e := res.ExitCode; e != nil && *e > 0 && *e < 256 { // a bash cell's own status
+			return exitWith(*e)
+		}
 		return exitWith(1)
 	}
 	return nil

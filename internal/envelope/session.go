@@ -125,8 +125,9 @@ type Request struct {
 	Since  int64 `json:"since,omitempty"`
 	EOF    bool  `json:"eof,omitempty"`
 
-	// code, reset: the context's name (default "default") and language
-	// (default "python").
+	// code, reset: the context's name and language: python (the
+	// default), javascript, typescript or bash. The name defaults to
+	// "default" for python and the language's name for the others.
 	Context  string `json:"context,omitempty"`
 	Language string `json:"language,omitempty"`
 	Code     string `json:"code,omitempty"`
@@ -195,9 +196,12 @@ type Reply struct {
 	// code: the value of a trailing expression as text, what the cell
 	// printed, and the error it raised. Reset is true when the context
 	// was started afresh for this call (first use, or it had died).
+	// Language is the context's (an agent before the field: python); a
+	// bash cell's status is Exit, and an error when it is not 0.
 	Text      string     `json:"text,omitempty"`
 	CodeError *CodeError `json:"code_error,omitempty"`
 	Reset     bool       `json:"reset,omitempty"`
+	Language  string     `json:"language,omitempty"`
 	// The cell's display outputs (see DisplayDir) and how many were
 	// dropped at the bounds.
 	Display        []DisplayItem `json:"display,omitempty"`

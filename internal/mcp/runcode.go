@@ -28,6 +28,9 @@ func (s *Server) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 	if in.Language == "" {
 		return s.notRun("language is required: it names how the code runs (a session's run_code may leave it out)"), nil
 	}
+	if in.Language == "typescript" {
+		return s.notRun("typescript runs as a session's cell only (give session); a fresh sandbox runs JavaScript as node"), nil
+	}
 	job := &jobs.Job{Image: in.Language, Code: in.Code, Files: in.Files, Stdin: in.Stdin, Outputs: in.Outputs}
 	if in.Timeout > 0 {
 		job.Limits.Timeout = limits.Duration(time.Duration(in.Timeout * float64(time.Second)))

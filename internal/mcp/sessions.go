@@ -198,18 +198,24 @@ func (s *Server) execResult(r *sessions.ExecResult) *sdk.CallToolResult {
 	return withOutput(s.textResult(failed, out), o)
 }
 
-// runCell runs run_code's code as a cell of the session's Python context.
+// cellLanguages are the context languages of run_code's languages: a
+// preset's name says which interpreter runs the cell.
+var cellLanguages = map[string]string{"": "python", "python": "python", "python-data": "python",
+	"node": "javascript", "typescript": "typescript", "shell": "bash"}
+
+// runCell runs run_code's code as a cell of the session's context of
+// its language (python when none is named).
 func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCodeArgs) (*sdk.CallToolResult, error) {
-	// The session decides the language; one named must be its.
-	if in.Language != "" && in.Language != "python" {
-		return s.notRun("a session's run_code runs Python cells (language python, or none); use exec for a command"), nil
+	lang, ok := cellLanguages[in.Language]
+	if !ok {
+		return s.notRun("a session's run_code runs cells of python, node (JavaScript), typescript or shell (bash); use exec for a command"), nil
 	}
 	c, fail, err := s.sessionsOf(req)
 	if c == nil {
 		return fail, err
 	}
 	stop := s.progress(ctx, req, s.callTimeout(in.Timeout))
-	r, err := c.RunCode(ctx, in.Session, "", sessions.CodeRequest{Code: in.Code, Timeout: seconds(in.Timeout)})
+	r, err := c.RunCode(ctx, in.Session, "", sessions.CodeRequest{Code: in.Code, Language: lang, Timeout: seconds(in.Timeout)})
 	stop()
 	if err != nil {
 		return s.sessionNotRun(err), nil

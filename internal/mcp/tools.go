@@ -190,7 +190,12 @@ func (o *Options) runCodeDef() Def {
 	}
 	if o.Sessions {
 		d.InputSchema.Properties["session"] = &jsonschema.Schema{Type: "string",
-			Description: "A session's id (create_session): the code runs as a cell of the session's Python context instead of a fresh sandbox; its globals stay for the next cell and the value of a trailing expression is returned. The session decides the language: language may be left out."}
+			Description: "A session's id (create_session): the code runs as a cell of the session's context of its language instead of a fresh sandbox (python, the default; node for JavaScript, typescript, shell for bash, in an image that has them); its globals (a shell's cwd and variables) stay for the next cell and the value of a trailing expression is returned. language may be left out: python."}
+		if !slices.Contains(langs, any("typescript")) {
+			lang := d.InputSchema.Properties["language"]
+			lang.Enum = append(lang.Enum, "typescript")
+			lang.Description += " typescript: a session's cells only."
+		}
 		// A session decides the language; without one the call says it
 		// lacks it (a schema's "one of the two" is refused by the
 		// function-calling APIs at the top level).

@@ -251,6 +251,9 @@ func (h *Host) code(l *live, body json.RawMessage) (any, error) {
 		return nil, err
 	}
 	res := codeResult(r)
+	if res.Language == "" { // an agent that serves python alone
+		res.Language = "python"
+	}
 	l.cells.add(newCell(req, res, at))
 	return res, nil
 }
@@ -258,7 +261,7 @@ func (h *Host) code(l *live, body json.RawMessage) (any, error) {
 // codeResult is a cell's answer as the caller sees it: the display
 // outputs only when they are what their type says (envelope.CheckDisplay).
 func codeResult(r *envelope.Reply) *sessions.CodeResult {
-	res := &sessions.CodeResult{Text: r.Text, Reset: r.Reset, TimedOut: r.TimedOut, DurationMS: r.DurationMS}
+	res := &sessions.CodeResult{Language: r.Language, ExitCode: r.Exit, Text: r.Text, Reset: r.Reset, TimedOut: r.TimedOut, DurationMS: r.DurationMS}
 	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
 	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
 	if e := r.CodeError; e != nil {

@@ -149,7 +149,7 @@ func (h *Host) serveCells(msg *nats.Msg, log *cellLog, body json.RawMessage) {
 // newCell is what the history keeps of a cell that ran req and answered
 // res.
 func newCell(req sessions.CodeRequest, res *sessions.CodeResult, at time.Time) sessions.Cell {
-	cell := sessions.Cell{At: at, DurationMS: res.DurationMS, Context: req.Context, Reset: res.Reset, TimedOut: res.TimedOut,
+	cell := sessions.Cell{At: at, DurationMS: res.DurationMS, Context: req.Context, Language: res.Language, ExitCode: res.ExitCode, Reset: res.Reset, TimedOut: res.TimedOut,
 		Display: res.Display, DisplayDropped: res.DisplayDropped}
 	cut := func(s string, max int) string {
 		if len(s) <= max {

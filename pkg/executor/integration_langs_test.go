@@ -82,6 +82,14 @@ var langPrograms = []langProgram{
 // langsSetup is judgeSetup once the langs image is known to be there.
 func langsSetup(t *testing.T) *Executor {
 	t.Helper()
+	needLangsImage(t)
+	return judgeSetup(t)
+}
+
+// needLangsImage skips the test, or fails it with SANDFLEET_REQUIRE_LANGS=1,
+// when the languages' image is not there.
+func needLangsImage(t *testing.T) {
+	t.Helper()
 	img := os.Getenv("SANDFLEET_TEST_LANGS_IMAGE")
 	if img == "" {
 		img = LangsImage
@@ -96,7 +104,6 @@ func langsSetup(t *testing.T) *Executor {
 		}
 		t.Skip(msg)
 	}
-	return judgeSetup(t)
 }
 
 func TestIntegrationLanguages(t *testing.T) {

@@ -41,7 +41,9 @@ type Cell struct {
 	At         time.Time `json:"at"` // when it started
 	DurationMS int64     `json:"duration_ms"`
 	Context    string    `json:"context,omitempty"`
+	Language   string    `json:"language,omitempty"`
 	Code       string    `json:"code"`
+	ExitCode   *int      `json:"exit_code,omitempty"` // a bash cell's
 	// Text is the value of its trailing expression (text/plain).
 	Text     string     `json:"text,omitempty"`
 	Stdout   string     `json:"stdout,omitempty"`

@@ -250,17 +250,24 @@ type ExecResult struct {
 	Ended     int  `json:"ended,omitempty"`
 }
 
-// CodeRequest runs a cell in a stateful context.
+// CodeRequest runs a cell in a stateful context. Language is python
+// (the default), javascript, typescript or bash; a context keeps the
+// language it started with. Context defaults to "default" for python and
+// to the language's name for the others.
 type CodeRequest struct {
 	Code     string          `json:"code"`
-	Context  string          `json:"context,omitempty"`  // default "default"
-	Language string          `json:"language,omitempty"` // default "python"
-	Timeout  limits.Duration `json:"timeout,omitempty"`  // default the session's limits.timeout
+	Context  string          `json:"context,omitempty"`
+	Language string          `json:"language,omitempty"`
+	Timeout  limits.Duration `json:"timeout,omitempty"` // default the session's limits.timeout
 }
 
 // CodeResult is a cell's end: the value of its trailing expression as
 // text, what it printed, and what it raised.
 type CodeResult struct {
+	// Language is the context's; ExitCode a bash cell's status (its last
+	// command's), an error too when not 0.
+	Language       string     `json:"language,omitempty"`
+	ExitCode       *int       `json:"exit_code,omitempty"`
 	Text           string     `json:"text,omitempty"`
 	Stdout         string     `json:"stdout"`
 	Stderr         string     `json:"stderr"`

@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -89,6 +89,7 @@ const interruptGrace = 2 * time.Second
 
 type codeContext struct {
 	mu      sync.Mutex // one cell at a time
+	lang    *language
 	p       *proc
 	req     *os.File
 	answers *bufio.Reader
@@ -110,10 +111,7 @@ func (c *cellSink) set(id uint64, stdout, stderr *capped) {
 	c.mu.Unlock()
 }
 
-func (a *agent) startContext(lang string) (*codeContext, error) {
-	if lang != "" && lang != "python" {
-		return nil, errors.New("language " + lang + ": only python contexts are served")
-	}
+func (a *agent) startContext(lang *language) (*codeContext, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -124,7 +122,7 @@ func (a *agent) startContext(lang string) (*codeContext, error) {
 		reqW.Close()
 		return nil, err
 	}
-	p, _, outR, errR, err := a.spawn([]string{"python3", "-u", "-c", pyDriver}, a.dir, a.env, false, reqR, repW)
+	p, _, outR, errR, err := a.spawn(lang.argv, a.dir, a.env, false, reqR, repW)
 	reqR.Close()
 	repW.Close()
 	if err != nil {
@@ -132,7 +130,7 @@ func (a *agent) startContext(lang string) (*codeContext, error) {
 		repR.Close()
 		return nil, err
 	}
-	c := &codeContext{p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}}
+	c := &codeContext{lang: lang, p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}}
 	limit := a.spec.OutputLimit
 	pump := func(stream string, r *os.File) {
 		pumpEach(r, func(b []byte) {
@@ -161,6 +159,15 @@ func (c *codeContext) kill() {
 	c.rep.Close()
 }
 
+// interrupt is a cell's timeout: SIGINT, as a terminal's ^C.
+func (c *codeContext) interrupt() {
+	pid := c.p.pid
+	if c.lang.group {
+		pid = -pid
+	}
+	_ = syscall.Kill(pid, syscall.SIGINT)
+}
+
 func (c *codeContext) dead() bool {
 	select {
 	case <-c.p.exited:
@@ -170,11 +177,17 @@ func (c *codeContext) dead() bool {
 	}
 }
 
+// contextName is the context a request names: by default python's is
+// "default" (as before there were others) and another language's its
+// language's name, so that a cell of each needs no name.
 func contextName(req *envelope.Request) string {
-	if req.Context == "" {
+	switch {
+	case req.Context != "":
+		return req.Context
+	case req.Language == "" || req.Language == "python":
 		return "default"
 	}
-	return req.Context
+	return req.Language
 }
 
 // maxContexts bounds the contexts of a session.
@@ -184,17 +197,24 @@ const maxContexts = 16
 // its process died; reset says it was started for this call.
 func (a *agent) context(req *envelope.Request) (c *codeContext, reset bool, bad *envelope.Reply) {
 	name := contextName(req)
+	lang, known := languageOf(req.Language)
+	if !known {
+		return nil, false, fail(req.ID, envelope.ErrCodeInvalid, "language %q: a context runs one of %s", req.Language, languageNames())
+	}
 	a.mu.Lock()
 	c, ok := a.ctxs[name]
 	n := len(a.ctxs)
 	a.mu.Unlock()
+	if ok && c.lang != lang {
+		return nil, false, fail(req.ID, envelope.ErrCodeInvalid, "context %q runs %s, not %s (reset it, or name another)", name, c.lang.name, lang.name)
+	}
 	if ok && !c.dead() {
 		return c, false, nil
 	}
 	if !ok && n >= maxContexts {
 		return nil, false, fail(req.ID, envelope.ErrCodeLimit, "the session keeps at most %d contexts", maxContexts)
 	}
-	c, err := a.startContext(req.Language)
+	c, err := a.startContext(lang)
 	if err != nil {
 		return nil, false, fail(req.ID, envelope.ErrCodeFailed, "start context %q: %v", name, err)
 	}
@@ -218,9 +238,8 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	nonce := make([]byte, 12)
 	_, _ = rand.Read(nonce)
 	n := hex.EncodeToString(nonce)
-	line, _ := json.Marshal(map[string]string{"nonce": n, "code": req.Code})
-	r := &envelope.Reply{ID: req.ID, Reset: reset}
-	if _, err := c.req.Write(append(line, '\n')); err != nil {
+	r := &envelope.Reply{ID: req.ID, Reset: reset, Language: c.lang.name}
+	if _, err := c.req.Write(c.lang.request(n, req.Code)); err != nil {
 		c.kill()
 		return fail(req.ID, envelope.ErrCodeFailed, "the context died: %v", err)
 	}
@@ -228,6 +247,7 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 		Nonce string              `json:"nonce"`
 		Text  *string             `json:"text"`
 		Error *envelope.CodeError `json:"error"`
+		Exit  *int                `json:"exit"` // a shell's
 	}
 	got := make(chan *answer, 1)
 	go func() {
@@ -257,7 +277,7 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 		// Interrupted: the cell raises KeyboardInterrupt and the context
 		// lives on, unless it does not stop within the grace.
 		r.TimedOut = true
-		_ = syscall.Kill(c.p.pid, syscall.SIGINT)
+		c.interrupt()
 		select {
 		case ans = <-got:
 		case <-time.After(interruptGrace):
@@ -281,6 +301,13 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	limit := a.spec.OutputLimit
 	if ans.Text != nil {
 		r.Text = clipText(*ans.Text, limit)
+	}
+	if ans.Exit != nil {
+		// A shell's cell fails as its last command did.
+		r.Exit = ans.Exit
+		if *ans.Exit != 0 {
+			r.CodeError = &envelope.CodeError{Name: "ExitStatus", Value: strconv.Itoa(*ans.Exit)}
+		}
 	}
 	if e := ans.Error; e != nil {
 		r.CodeError = &envelope.CodeError{Name: clipText(e.Name, 256), Value: clipText(e.Value, limit), Traceback: clipText(e.Traceback, limit)}

@@ -634,6 +634,9 @@ class CodeResult:
         self.error: Optional[CodeError] = CodeError(d["error"]) if d.get("error") else None
         self.reset: bool = d.get("reset", False)
         self.timed_out: bool = d.get("timed_out", False)
+        self.language: str = d.get("language", "python")
+        # A bash cell's status (its last command's); None for the others.
+        self.exit_code: Optional[int] = d.get("exit_code")
 
     def __repr__(self) -> str:
         return f"CodeResult(text={self.text!r}, error={self.error!r})"
@@ -686,9 +689,14 @@ class Session:
                 body[key] = value
         return ExecResult(self._call("POST", "/exec", body, wait=timeout or 600.0))
 
-    def run_code(self, code: str, *, context: Optional[str] = None, timeout: Optional[float] = None) -> CodeResult:
-        """Run a cell in a stateful Python context (default "default")."""
+    def run_code(self, code: str, *, language: Optional[str] = None, context: Optional[str] = None,
+                 timeout: Optional[float] = None) -> CodeResult:
+        """Run a cell in a stateful context of language: "python" (the
+        default), "javascript", "typescript" or "bash". The context defaults
+        to "default" for python and to the language's name for the others."""
         body: Dict[str, Any] = {"code": code}
+        if language:
+            body["language"] = language
         if context:
             body["context"] = context
         if timeout:

@@ -282,6 +282,8 @@ export interface CodeError {
     traceback: string;
 }
 /** A cell's end: the trailing expression's value as text, its output, and what it raised. */
+/** The languages of a session's code contexts. */
+export declare type CodeLanguage = "python" | "javascript" | "typescript" | "bash";
 export interface CodeResult {
     text?: string;
     stdout: string;
@@ -289,6 +291,10 @@ export interface CodeResult {
     error?: CodeError;
     reset: boolean;
     timedOut: boolean;
+    /** The context's language. */
+    language: string;
+    /** A bash cell's status (its last command's). */
+    exitCode?: number;
     raw: Record<string, unknown>;
 }
 /** A figure or other display output of a cell: its bytes in base64. */
@@ -304,6 +310,8 @@ export interface Cell {
     at: string;
     duration_ms: number;
     context?: string;
+    language?: string;
+    exit_code?: number;
     code: string;
     text?: string;
     stdout?: string;
@@ -381,8 +389,13 @@ export declare class Session {
     }): Promise<Json>;
     /** Run a command: a string goes to /bin/sh -c, an array is an argv. */
     exec(cmd: string | string[], opts?: ExecOptions): Promise<ExecResult>;
-    /** Run a cell in a stateful Python context (default "default"). */
+    /**
+     * Run a cell in a stateful context of `language`: "python" (the default),
+     * "javascript", "typescript" or "bash". The context defaults to "default"
+     * for python and to the language's name for the others.
+     */
     runCode(code: string, opts?: {
+        language?: CodeLanguage;
         context?: string;
         timeoutMs?: number;
     }): Promise<CodeResult>;

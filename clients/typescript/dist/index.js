@@ -504,9 +504,15 @@ export class Session {
             raw: d,
         };
     }
-    /** Run a cell in a stateful Python context (default "default"). */
+    /**
+     * Run a cell in a stateful context of `language`: "python" (the default),
+     * "javascript", "typescript" or "bash". The context defaults to "default"
+     * for python and to the language's name for the others.
+     */
     async runCode(code, opts = {}) {
         const body = { code };
+        if (opts.language)
+            body.language = opts.language;
         if (opts.context)
             body.context = opts.context;
         if (opts.timeoutMs !== undefined)
@@ -519,6 +525,8 @@ export class Session {
             error: d.error,
             reset: Boolean(d.reset),
             timedOut: Boolean(d.timed_out),
+            language: d.language ?? "python",
+            exitCode: d.exit_code,
             raw: d,
         };
     }

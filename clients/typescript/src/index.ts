@@ -619,6 +619,9 @@ export interface CodeError {
 }
 
 /** A cell's end: the trailing expression's value as text, its output, and what it raised. */
+/** The languages of a session's code contexts. */
+export type CodeLanguage = "python" | "javascript" | "typescript" | "bash";
+
 export interface CodeResult {
   text?: string;
   stdout: string;
@@ -626,6 +629,10 @@ export interface CodeResult {
   error?: CodeError;
   reset: boolean;
   timedOut: boolean;
+  /** The context's language. */
+  language: string;
+  /** A bash cell's status (its last command's). */
+  exitCode?: number;
   raw: Record<string, unknown>;
 }
 
@@ -643,6 +650,8 @@ export interface Cell {
   at: string;
   duration_ms: number;
   context?: string;
+  language?: string;
+  exit_code?: number;
   code: string;
   text?: string;
   stdout?: string;
@@ -765,9 +774,14 @@ export class Session {
     };
   }
 
-  /** Run a cell in a stateful Python context (default "default"). */
-  async runCode(code: string, opts: { context?: string; timeoutMs?: number } = {}): Promise<CodeResult> {
+  /**
+   * Run a cell in a stateful context of `language`: "python" (the default),
+   * "javascript", "typescript" or "bash". The context defaults to "default"
+   * for python and to the language's name for the others.
+   */
+  async runCode(code: string, opts: { language?: CodeLanguage; context?: string; timeoutMs?: number } = {}): Promise<CodeResult> {
     const body: Json = { code };
+    if (opts.language) body.language = opts.language;
     if (opts.context) body.context = opts.context;
     if (opts.timeoutMs !== undefined) body.timeout = secs(opts.timeoutMs) + "s";
     const d = await this.call("POST", "/code", body, { waitMs: opts.timeoutMs ?? CALL_WAIT_MS });
@@ -778,6 +792,8 @@ export class Session {
       error: d.error as CodeError | undefined,
       reset: Boolean(d.reset),
       timedOut: Boolean(d.timed_out),
+      language: (d.language as string | undefined) ?? "python",
+      exitCode: d.exit_code as number | undefined,
       raw: d,
     };
   }
