@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,7 +53,9 @@ type pod struct {
 // settings, read from the rendered overlay), against a NATS container:
 // a job runs in a sandbox of the pod's engine, not the host's, and a
 // worker sent SIGTERM mid-job (the kubelet's stop) finishes the job before
-// it exits, after which the engine's preStop returns.
+// it exits, after which the engine's preStop returns. Then the node-engine
+// overlay's worker runs the same jobs on the host's engine, and the test
+// logs both latencies: what the nested engine costs.
 func TestEngineSidecarPod(t *testing.T) {
 	ds := load(t, "engine-sidecar").daemons["worker"]
 	if ds == nil {
@@ -86,7 +89,9 @@ func TestEngineSidecarPod(t *testing.T) {
 	natsName := p.name + "-nats"
 	p.run(ctx, natsName, "--network", net, "-p", "127.0.0.1::4222", "sandfleet/nats:latest", "-js", "-sd", "/tmp/js")
 	p.startEngine(ctx, engineC, net)
-	p.startWorker(ctx, workerC, "nats://"+natsName+":4222")
+	natsURL := "nats://" + natsName + ":4222"
+	p.worker = p.name + "-worker"
+	p.startWorker(ctx, spec, p.worker, p.workerID, "container:"+p.engine, "127.0.0.1", natsURL)
 
 	addr, err := docker(ctx, "port", natsName, "4222/tcp")
 	if err != nil {
@@ -114,6 +119,8 @@ func TestEngineSidecarPod(t *testing.T) {
 	if inner, _ := docker(ctx, "exec", p.engine, "docker", "ps", "-aq", "--filter", label); inner == "" {
 		t.Error("the pod's engine holds none of the worker's sandboxes (its warm pool should be there)")
 	}
+	const timed = 8
+	sidecar := jobTimes(ctx, t, client, lane, timed)
 
 	// The kubelet's stop: SIGTERM to the worker mid-job.
 	id, err := client.Submit(ctx, &jobs.Job{Queue: lane, Image: "python", Code: "import time\ntime.sleep(3)\nprint('finished')"})
@@ -143,6 +150,21 @@ func TestEngineSidecarPod(t *testing.T) {
 	if left, _ := docker(ctx, "exec", p.engine, "docker", "ps", "-aq"); left != "" {
 		t.Errorf("containers left in the pod's engine after the drain: %s", left)
 	}
+
+	// The same worker as the node-engine overlay runs it, on this host's
+	// engine, for the same jobs: what the nested engine costs.
+	node := load(t, "node-engine").daemons["worker"]
+	nodeID, nodeName := p.workerID+"-node", p.name+"-node-worker"
+	t.Cleanup(func() {
+		if ids, _ := docker(context.Background(), "ps", "-aq", "--filter", "label=sandfleet.worker="+nodeID); ids != "" {
+			_, _ = docker(context.Background(), append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
+		}
+	})
+	p.startWorker(ctx, node.Spec.Template.Spec, nodeName, nodeID, net, nodeName, natsURL)
+	host := jobTimes(ctx, t, client, lane, timed)
+	t.Logf("%d sequential print() jobs, submit to result: p50 %s (min %s, max %s) in the pod's engine, p50 %s (min %s, max %s) on the host's",
+		timed, sidecar[timed/2].Round(time.Millisecond), sidecar[0].Round(time.Millisecond), sidecar[timed-1].Round(time.Millisecond),
+		host[timed/2].Round(time.Millisecond), host[0].Round(time.Millisecond), host[timed-1].Round(time.Millisecond))
 }
 
 // run starts a container named name, removed when the test ends.
@@ -164,11 +186,15 @@ func (p *pod) must(ctx context.Context, args ...string) string {
 // mounts returns c's volume mounts as docker flags: each pod volume (an
 // emptyDir) becomes one docker volume, shared by the containers that
 // mount it, as the pod's emptyDir is.
-func (p *pod) mounts(ctx context.Context, c corev1.Container) []string {
+func (p *pod) mounts(ctx context.Context, spec corev1.PodSpec, c corev1.Container) []string {
 	p.t.Helper()
 	var args []string
 	for _, m := range c.VolumeMounts {
-		v, ok := volume(p.spec, m.Name)
+		v, ok := volume(spec, m.Name)
+		if ok && v.HostPath != nil && v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathSocket {
+			args = append(args, "-v", v.HostPath.Path+":"+m.MountPath) // node-engine: this host's engine
+			continue
+		}
 		if !ok || v.EmptyDir == nil {
 			p.t.Fatalf("%s: volume %s is not an emptyDir: the pod would need the node", c.Name, m.Name)
 		}
@@ -217,7 +243,7 @@ func (p *pod) startEngine(ctx context.Context, c corev1.Container, net string) {
 	p.t.Helper()
 	p.engine = p.name + "-engine"
 	args := append([]string{"--network", net}, p.privileged(ctx, c.Image)...)
-	args = append(args, p.mounts(ctx, c)...)
+	args = append(args, p.mounts(ctx, p.spec, c)...)
 	args = append(args, envArgs(c, nil)...)
 	args = append(append(args, c.Image), c.Args...)
 	p.run(ctx, p.engine, args...)
@@ -255,13 +281,14 @@ func (p *pod) privileged(ctx context.Context, image string) []string {
 		"-e", "ENGINE_CGROUP_PARENT=/" + p.name}
 }
 
-// startWorker runs the worker in the engine's network namespace with the
-// manifest's args (but one NATS node's replicas), env, mounts and
-// security context, and waits for its readinessProbe.
-func (p *pod) startWorker(ctx context.Context, c corev1.Container, natsURL string) {
+// startWorker runs the worker named name (and --id id) with the
+// manifest's args (but one NATS node's replicas), env, mounts and security
+// context, in network namespace netns, and waits for its readinessProbe,
+// which the engine container (the only one with curl) asks at readyHost.
+func (p *pod) startWorker(ctx context.Context, spec corev1.PodSpec, name, id, netns, readyHost, natsURL string) {
 	p.t.Helper()
-	p.worker = p.name + "-worker"
-	args := []string{"--network", "container:" + p.engine}
+	c := container(p.t, spec, "worker")
+	args := []string{"--network", netns}
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil {
 			args = append(args, "--user", strconv.FormatInt(*sc.RunAsUser, 10))
@@ -276,25 +303,42 @@ func (p *pod) startWorker(ctx context.Context, c corev1.Container, natsURL strin
 			args = append(args, "--cap-drop", "ALL")
 		}
 	}
-	args = append(args, p.mounts(ctx, c)...)
-	env := envArgs(c, map[string]string{"NODE_NAME": p.workerID, "SANDFLEET_WORKER_PASSWORD": "unused", "NATS_URL": natsURL})
+	args = append(args, p.mounts(ctx, spec, c)...)
+	env := envArgs(c, map[string]string{"NODE_NAME": id, "SANDFLEET_WORKER_PASSWORD": "unused", "NATS_URL": natsURL})
 	args = append(append(args, env...), c.Image)
-	vals := map[string]string{"NODE_NAME": p.workerID}
+	vals := map[string]string{"NODE_NAME": id}
 	for _, a := range c.Args {
 		if strings.HasPrefix(a, "--replicas=") {
 			a = "--replicas=1" // one NATS node here
 		}
 		args = append(args, expand(a, vals))
 	}
-	p.run(ctx, p.worker, args...)
-	ready := "http://127.0.0.1:" + strconv.Itoa(9090) + c.ReadinessProbe.HTTPGet.Path
+	p.run(ctx, name, args...)
+	ready := "http://" + readyHost + ":9090" + c.ReadinessProbe.HTTPGet.Path
 	if err := testutil.Poll(ctx, 3*time.Minute, time.Second, func(ctx context.Context) error {
 		_, err := docker(ctx, "exec", p.engine, "curl", "-fsS", ready)
 		return err
 	}); err != nil {
-		p.dump()
-		p.t.Fatalf("the worker never became ready: %v", err)
+		p.dump(name)
+		p.t.Fatalf("worker %s never became ready: %v", name, err)
 	}
+}
+
+// jobTimes runs n jobs one after another on lane and returns their
+// durations, submit to result, sorted.
+func jobTimes(ctx context.Context, t *testing.T, client *jobs.Client, lane string, n int) []time.Duration {
+	t.Helper()
+	var ds []time.Duration
+	for i := range n {
+		start := time.Now()
+		res, err := client.SubmitAndWait(ctx, &jobs.Job{Queue: lane, Image: "python", Code: "print(" + strconv.Itoa(i) + ")"})
+		if err != nil || res.Status != jobs.StatusSucceeded {
+			t.Fatalf("job %d: %+v, %v", i, res, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	slices.Sort(ds)
+	return ds
 }
 
 func (p *pod) client(ctx context.Context, url string) *jobs.Client {
@@ -315,9 +359,9 @@ func (p *pod) client(ctx context.Context, url string) *jobs.Client {
 	return c
 }
 
-// dump logs the pod's containers' logs.
-func (p *pod) dump() {
-	for _, c := range []string{p.engine, p.worker} {
+// dump logs the pod's containers' logs, and those of more.
+func (p *pod) dump(more ...string) {
+	for _, c := range append([]string{p.engine, p.worker}, more...) {
 		if c == "" {
 			continue
 		}
