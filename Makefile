@@ -18,7 +18,7 @@ LANGS_TESTS := TestIntegrationLanguages|TestHumanEvalX
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
+.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all engine-image test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
 
 all: build
 
@@ -73,6 +73,10 @@ run: build sandbox-image
 ## images: the fleet's images, built locally: sandfleet/nats:<go.mod version>, sandfleet/worker:latest, sandfleet/egress:latest
 images: sandbox-image
 	./deploy/compose/images.sh
+
+## engine-image: sandfleet/engine:latest, the Docker engine of a Kubernetes worker pod (deploy/kubernetes/engine-sidecar), with the sandbox and egress images inside; a first build takes minutes
+engine-image: images
+	./deploy/compose/images.sh engine
 
 ## up: the fleet on this host: a 3-node NATS JetStream cluster and 2 workers (deploy/compose)
 up: images

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -110,11 +111,43 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 	if err != nil {
 		return nil, fmt.Errorf("egress: docker client: %w", err)
 	}
+	if err := waitForEngine(ctx, cli, o.engineWait, log); err != nil {
+		cli.Close()
+		return nil, err
+	}
 	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
 	return egress.StartGateway(ctx, egress.GatewayConfig{
 		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: o.subnets, Logger: log,
 		Secrets: o.secrets, UpstreamCA: upstream,
 	})
+}
+
+// waitForEngine pings the Docker engine with back-off until it answers,
+// for at most wait (--engine-wait): the egress proxy is a container of
+// that engine, and an engine started beside the worker (a pod's sidecar,
+// a host's dockerd restarting) may answer a little after the worker
+// starts. The executor needs no such wait: it starts without the engine
+// and the worker stays not ready until it answers.
+func waitForEngine(ctx context.Context, cli *client.Client, wait time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	delay := 100 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cli.Ping(pctx, client.PingOptions{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("egress: the Docker engine did not answer within --engine-wait %s: %w", wait, err)
+		}
+		log.Warn("waiting for the Docker engine before starting the egress proxy", "err", err, "retry_in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // newExecutor is the one place that wires pkg/executor in.

@@ -85,6 +85,7 @@ type options struct {
 	allowNetwork        bool
 	egressAllow         string // --egress-allow as given
 	egressImage         string
+	engineWait          time.Duration
 	egressNetwork       string
 	egressHosts         string          // --egress-hosts as given
 	egressSubnets       string          // --egress-subnets as given
@@ -142,6 +143,7 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for open egress (limits.network: true): the internet through the egress proxy, never private, loopback, link-local or the host's addresses")
 	fs.StringVar(&o.egressAllow, "egress-allow", "", "the egress rules any job may name in limits.network.allow: `LIST` of hosts (*.example.org), IPs and CIDRs with optional :PORT, comma-separated (default empty: no job may have a network); private, loopback and link-local addresses only where named here; none within --egress-subnets (the worker refuses to start)")
 	fs.StringVar(&o.egressImage, "egress-image", egress.DefaultImage, "`IMAGE` of the egress proxy, started when jobs may have a network (make images builds it)")
+	fs.DurationVar(&o.engineWait, "engine-wait", 5*time.Minute, "when jobs may have a network, wait up to `D` at start for the Docker engine to answer before starting the egress proxy (an engine starting beside the worker); 0 fails at once")
 	fs.StringVar(&o.egressNetwork, "egress-network", "bridge", "Docker `NETWORK` the egress proxy reaches the world by; the worker reaches the proxy's control API on it")
 	fs.StringVar(&o.egressHosts, "egress-hosts", "", "`LIST` of NAME=IP the egress proxy uses instead of DNS (air-gapped fleets, mirrors); a pinned name may be a private address")
 	fs.StringVar(&o.egressSubnets, "egress-subnets", egress.DefaultSubnets.String(), "IPv4 `CIDR` each sandbox with a network takes a /28 network of its own from (one per sandbox at once); none the host routes to")
@@ -239,6 +241,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.poolMax < o.pool {
 		return nil, cmdline.Usagef("--pool-max %d: want at least --pool (%d)", o.poolMax, o.pool)
+	}
+	if o.engineWait < 0 {
+		return nil, cmdline.Usagef("--engine-wait %s is negative", o.engineWait)
 	}
 	if o.grace < 0 {
 		return nil, cmdline.Usagef("--grace %s is negative", o.grace)

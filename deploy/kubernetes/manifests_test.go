@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// manifests are the objects of every *.yaml here, decoded strictly.
+// manifests are the objects an overlay renders to, decoded strictly.
 type manifests struct {
 	namespaces []*corev1.Namespace
 	configMaps map[string]*corev1.ConfigMap
@@ -28,67 +28,59 @@ type manifests struct {
 	budgets    []*policyv1.PodDisruptionBudget
 }
 
-// load decodes every document of every *.yaml file into its Kubernetes
-// API type with sigs.k8s.io/yaml's strict mode: an unknown field, a
-// misspelt one or a duplicate key is an error, as it would be for kubectl
-// apply --validate=strict. A kind the test does not know fails it too.
-func load(t *testing.T) *manifests {
+// overlays are the two ways to deploy the fleet: with the node's engine or
+// with an engine in each worker pod.
+var overlays = []string{"node-engine", "engine-sidecar"}
+
+// load renders the overlay (see render) and decodes every object into its
+// Kubernetes API type with sigs.k8s.io/yaml's strict mode: an unknown
+// field, a misspelt one or a duplicate key is an error, as it would be for
+// kubectl apply --validate=strict. A kind the test does not know fails it
+// too.
+func load(t *testing.T, overlay string) *manifests {
 	t.Helper()
 	m := &manifests{configMaps: map[string]*corev1.ConfigMap{}, services: map[string]*corev1.Service{},
 		sets: map[string]*appsv1.StatefulSet{}, daemons: map[string]*appsv1.DaemonSet{}}
-	files, err := filepath.Glob("*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
+	objs, err := render(overlay)
+	if err != nil {
+		t.Fatalf("render %s: %v", overlay, err)
 	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	for _, o := range objs {
+		strict := func(into any) {
+			t.Helper()
+			if err := o.decode(into); err != nil {
+				t.Fatal(err)
+			}
 		}
-		for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
-			if strings.TrimSpace(stripComments(doc)) == "" {
-				continue
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
-				t.Fatalf("%s #%d: %v", f, i, err)
-			}
-			strict := func(into any) {
-				t.Helper()
-				if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
-					t.Fatalf("%s #%d (%s): %v", f, i, tm.Kind, err)
-				}
-			}
-			switch tm.APIVersion + " " + tm.Kind {
-			case "v1 Namespace":
-				var o corev1.Namespace
-				strict(&o)
-				m.namespaces = append(m.namespaces, &o)
-			case "v1 ConfigMap":
-				var o corev1.ConfigMap
-				strict(&o)
-				m.configMaps[o.Name] = &o
-			case "v1 Service":
-				var o corev1.Service
-				strict(&o)
-				m.services[o.Name] = &o
-			case "apps/v1 StatefulSet":
-				var o appsv1.StatefulSet
-				strict(&o)
-				m.sets[o.Name] = &o
-			case "apps/v1 DaemonSet":
-				var o appsv1.DaemonSet
-				strict(&o)
-				m.daemons[o.Name] = &o
-			case "policy/v1 PodDisruptionBudget":
-				var o policyv1.PodDisruptionBudget
-				strict(&o)
-				m.budgets = append(m.budgets, &o)
-			case "v1 Secret":
-				t.Fatalf("%s #%d: a Secret is committed; passwords are made at deploy time (docs/operations.md)", f, i)
-			default:
-				t.Fatalf("%s #%d: kind %s %s is not one this test checks", f, i, tm.APIVersion, tm.Kind)
-			}
+		switch o.meta.APIVersion + " " + o.meta.Kind {
+		case "v1 Namespace":
+			var v corev1.Namespace
+			strict(&v)
+			m.namespaces = append(m.namespaces, &v)
+		case "v1 ConfigMap":
+			var v corev1.ConfigMap
+			strict(&v)
+			m.configMaps[v.Name] = &v
+		case "v1 Service":
+			var v corev1.Service
+			strict(&v)
+			m.services[v.Name] = &v
+		case "apps/v1 StatefulSet":
+			var v appsv1.StatefulSet
+			strict(&v)
+			m.sets[v.Name] = &v
+		case "apps/v1 DaemonSet":
+			var v appsv1.DaemonSet
+			strict(&v)
+			m.daemons[v.Name] = &v
+		case "policy/v1 PodDisruptionBudget":
+			var v policyv1.PodDisruptionBudget
+			strict(&v)
+			m.budgets = append(m.budgets, &v)
+		case "v1 Secret":
+			t.Fatalf("%s: a Secret is committed; passwords are made at deploy time (docs/operations.md)", o.source)
+		default:
+			t.Fatalf("%s: kind %s %s is not one this test checks", o.source, o.meta.APIVersion, o.meta.Kind)
 		}
 	}
 	return m
@@ -179,33 +171,62 @@ func noLiteralPasswords(t *testing.T, c corev1.Container) {
 	}
 }
 
-// The worker is a DaemonSet that drives the node's dockerd, drains on
-// SIGTERM within a grace period longer than the longest job, is ready
-// only on /readyz, exports /metrics and reads its NATS password from the
-// Secret.
+// The worker is a DaemonSet that drives a Docker engine (the node's or
+// its own, by overlay), drains on SIGTERM within a grace period longer
+// than the longest job, is ready only on /readyz, exports /metrics and
+// reads its NATS password from the Secret.
 func TestWorkerDaemonSet(t *testing.T) {
 	t.Parallel()
-	m := load(t)
-	ds := m.daemons["worker"]
-	if ds == nil {
-		t.Fatal("no DaemonSet worker")
+	for _, overlay := range overlays {
+		t.Run(overlay, func(t *testing.T) {
+			t.Parallel()
+			m := load(t, overlay)
+			ds := m.daemons["worker"]
+			if ds == nil {
+				t.Fatal("no DaemonSet worker")
+			}
+			selects(t, "DaemonSet worker", ds.Spec.Selector, ds.Spec.Template.Labels)
+			checkWorker(t, ds.Spec.Template.Spec)
+			switch overlay {
+			case "node-engine":
+				checkNodeEngine(t, ds.Spec.Template.Spec)
+			case "engine-sidecar":
+				checkEngineSidecar(t, ds.Spec.Template.Spec)
+			}
+		})
 	}
-	spec := ds.Spec.Template.Spec
-	selects(t, "DaemonSet worker", ds.Spec.Selector, ds.Spec.Template.Labels)
-	c := container(t, spec, "worker")
+}
 
+// checkNodeEngine: the worker drives the node's dockerd through its socket.
+func checkNodeEngine(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	c := container(t, spec, "worker")
 	sock, ok := mountOf(c, "/var/run/docker.sock")
 	v, vok := volume(spec, sock.Name)
 	if !ok || !vok || v.HostPath == nil || v.HostPath.Path != "/var/run/docker.sock" ||
 		v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathSocket {
 		t.Errorf("the host's Docker socket is not mounted at /var/run/docker.sock: %+v %+v", sock, v)
 	}
+	if len(spec.InitContainers) != 0 || len(spec.Containers) != 1 {
+		t.Errorf("node-engine: want the worker alone in its pod, have %d init containers and %d containers", len(spec.InitContainers), len(spec.Containers))
+	}
+}
+
+// checkWorker checks what both overlays share: the worker container.
+func checkWorker(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	c := container(t, spec, "worker")
+	if _, ok := mountOf(c, "/var/run/docker.sock"); ok && len(spec.InitContainers) > 0 {
+		t.Error("the worker mounts a node's socket beside its own engine")
+	}
 	tmp, ok := mountOf(c, "/tmp")
 	if v, vok := volume(spec, tmp.Name); !ok || !vok || v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
 		t.Errorf("/tmp is not an in-memory emptyDir: %+v", v)
 	}
 	// What the sandboxes mount (their user tables, the CA bundle) is
-	// written under TMPDIR, and the node's dockerd reads it at that path.
+	// written under TMPDIR, and the engine reads it at that path: the
+	// node's directory for the node's dockerd, the same volume at the
+	// same path for the pod's own engine.
 	tmpdir := ""
 	for _, e := range c.Env {
 		if e.Name == "TMPDIR" {
@@ -213,8 +234,27 @@ func TestWorkerDaemonSet(t *testing.T) {
 		}
 	}
 	shared, ok := mountOf(c, tmpdir)
-	if v, vok := volume(spec, shared.Name); tmpdir == "" || !ok || !vok || v.HostPath == nil || v.HostPath.Path != tmpdir {
-		t.Errorf("TMPDIR %q is not the node's directory of the same path: %+v", tmpdir, v)
+	v, vok := volume(spec, shared.Name)
+	switch {
+	case tmpdir == "" || !ok || !vok:
+		t.Errorf("TMPDIR %q is not a volume of the pod", tmpdir)
+	case len(spec.InitContainers) == 0:
+		if v.HostPath == nil || v.HostPath.Path != tmpdir {
+			t.Errorf("TMPDIR %q is not the node's directory of the same path: %+v", tmpdir, v)
+		}
+	default:
+		e := initContainer(t, spec, "engine")
+		if m, ok := mountOf(e, tmpdir); !ok || m.Name != shared.Name || v.HostPath != nil {
+			t.Errorf("TMPDIR %q is not the engine's at the same path, on a volume of the pod alone: %+v %+v", tmpdir, m, v)
+		}
+	}
+	for _, f := range []string{"slots", "sessions"} {
+		if v, ok := flag(c.Args, f); !ok || v == "" {
+			t.Errorf("--%s is not written in: a pod's capacity is --slots jobs and --sessions sessions", f)
+		}
+	}
+	if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("worker resources %+v: want a memory request and limit", c.Resources)
 	}
 
 	grace, ok := flag(c.Args, "grace")
@@ -280,7 +320,12 @@ func TestWorkerDaemonSet(t *testing.T) {
 // ConfigMap (the same file as deploy/compose's), passwords from the
 // Secret, routes to all three nodes, and a Service for submitters.
 func TestNATSStatefulSet(t *testing.T) { // not parallel: t.Setenv
-	m := load(t)
+	for _, overlay := range overlays {
+		checkNATS(t, load(t, overlay))
+	}
+}
+
+func checkNATS(t *testing.T, m *manifests) {
 	ss := m.sets["nats"]
 	if ss == nil {
 		t.Fatal("no StatefulSet nats")
@@ -381,7 +426,12 @@ func TestNATSStatefulSet(t *testing.T) { // not parallel: t.Setenv
 // Everything lives in the namespace the manifests create.
 func TestNamespace(t *testing.T) {
 	t.Parallel()
-	m := load(t)
+	for _, overlay := range overlays {
+		checkNamespace(t, load(t, overlay))
+	}
+}
+
+func checkNamespace(t *testing.T, m *manifests) {
 	if len(m.namespaces) != 1 {
 		t.Fatalf("%d namespaces, want 1", len(m.namespaces))
 	}

@@ -18,5 +18,5 @@ data:
   nats.conf: |
 EOT
 	sed 's/^/    /; s/^    $//' "$here/../compose/nats.conf"
-} >"$here/nats-config.yaml"
-echo "nats-config: wrote $here/nats-config.yaml"
+} >"$here/base/nats-config.yaml"
+echo "nats-config: wrote $here/base/nats-config.yaml"
