@@ -24,6 +24,20 @@ import (
 const keepAliveServer = `import http.server as h
 h.test(HandlerClass=h.SimpleHTTPRequestHandler, protocol="HTTP/1.1", port=8000, bind="127.0.0.1")`
 
+// originServer answers every request with headers that act on the whole
+// origin (or site) of the page's URL rather than on the page: the
+// gateway's, for a page it proxies.
+const originServer = `import http.server as h
+class H(h.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        for k, v in [("Clear-Site-Data", '"cookies", "storage", "cache"'), ("Strict-Transport-Security", "max-age=31536000; includeSubDomains"),
+                     ("Alt-Svc", 'h2="elsewhere.example:443"'), ("Service-Worker-Allowed", "/"), ("Content-Length", "2")]:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(b"ok")
+h.HTTPServer(("127.0.0.1", 8002), H).serve_forever()`
+
 // Attacks on a session's ports by someone who holds a preview token (or
 // the owner's token) and keeps using it after the owner stopped exposing
 // the port: neither a connection the gateway keeps alive between
@@ -49,13 +63,13 @@ func TestSessionPortsUnexposeDocker(t *testing.T) {
 	}
 	defer api.do(api.owner, "DELETE", "/v1/sessions/"+s.ID, nil)
 	api.sh(api.owner, s.ID, "mkdir -p www && echo kept-alive > www/hello.txt")
-	for name, src := range map[string]string{"keepalive.py": keepAliveServer, "portserver.py": string(script)} {
+	for name, src := range map[string]string{"keepalive.py": keepAliveServer, "portserver.py": string(script), "origin.py": originServer} {
 		if status, body := api.do(api.owner, "POST", "/v1/sessions/"+s.ID+"/exec", map[string]any{"shell": "cat > " + name, "stdin": src}); status != 200 {
 			t.Fatalf("write %s: %d %s", name, status, body)
 		}
 	}
 	for _, cmd := range []string{"cd www && exec python3 ../keepalive.py", "exec python3 portserver.py 8001",
-		"cd www && exec python3 -m http.server 8003 --bind 127.0.0.1"} {
+		"cd www && exec python3 -m http.server 8003 --bind 127.0.0.1", "exec python3 origin.py"} {
 		if status, body := api.do(api.owner, "POST", "/v1/sessions/"+s.ID+"/exec", map[string]any{"shell": cmd, "background": true}); status != 200 {
 			t.Fatalf("start %q: %d %s", cmd, status, body)
 		}
@@ -90,6 +104,29 @@ func TestSessionPortsUnexposeDocker(t *testing.T) {
 		status, _ := get(base+"8001/x", p8001.Token)
 		return status == 200
 	})
+
+	// A page's server sets nothing on the gateway's origin: no cookie
+	// (dropped before), and none of the headers that clear its site's
+	// data, pin it to HTTPS, send it elsewhere or widen a service
+	// worker's scope.
+	p8002 := expose(8002)
+	var hdr http.Header
+	testutil.Eventually(t, 60*time.Second, "the origin server up", func() bool {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"8002/", nil)
+		req.Header.Set("X-Sandfleet-Preview-Token", p8002.Token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		hdr = res.Header
+		return res.StatusCode == 200
+	})
+	for _, h := range []string{"Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc", "Service-Worker-Allowed"} {
+		if v := hdr.Get(h); v != "" {
+			t.Errorf("a session's server set %s on the gateway's origin: %q", h, v)
+		}
+	}
 
 	// The spellings of a port number: none names 8003 (listening, never
 	// exposed) or any port at all.
