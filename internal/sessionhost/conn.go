@@ -37,6 +37,13 @@ func (h *Host) openConn(l *live, body json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	exposed = slices.Contains(l.info.Ports, req.Port)
+	l.mu.Unlock()
+	if !exposed { // unexposed while it opened: closePort may have missed it
+		h.closePort(l, req.Port)
+		return nil, sessions.Errorf(sessions.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
+	}
 	return &sessions.ConnInfo{Conn: r.n, In: r.sub.Subject, Out: r.out}, nil
 }
 
@@ -67,6 +74,9 @@ func (h *Host) ports(l *live, op string, body json.RawMessage) (any, error) {
 			l.info.Ports = slices.DeleteFunc(slices.Clone(l.info.Ports), func(p int) bool { return p == req.Port })
 		}
 		l.mu.Unlock()
+		if op == sessions.OpUnexpose {
+			h.closePort(l, req.Port)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := h.record(ctx, l); err != nil {
@@ -76,4 +86,28 @@ func (h *Host) ports(l *live, op string, body json.RawMessage) (any, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.info.Ports), nil
+}
+
+// closePort ends the session's connections to port, which is no longer
+// exposed: a connection a gateway keeps alive between requests, or a
+// WebSocket, opened while it was, reaches its server no more.
+func (h *Host) closePort(l *live, port int) {
+	rs := l.conns
+	var open []*relay
+	rs.mu.Lock()
+	for n, r := range rs.byN {
+		if r.port == port {
+			open = append(open, r)
+			delete(rs.byN, n)
+		}
+	}
+	rs.mu.Unlock()
+	for _, r := range open {
+		req := rs.kind.request(r.n)
+		req.Op = rs.kind.close
+		if _, err := h.do(l, req, 0); err != nil {
+			h.log.Warn("closing a connection to an unexposed port failed", "session_id", l.info.ID, "connection", r.n, "error", err)
+		}
+		r.finish(&sessions.PTYExit{Reason: "the port is no longer exposed"})
+	}
 }

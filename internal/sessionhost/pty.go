@@ -63,6 +63,7 @@ type relay struct {
 	stream string
 	out    string
 	sub    *nats.Subscription
+	port   int       // a connection's: the port it goes to
 	heard  time.Time // the last message from the client, under relays.mu
 	done   chan struct{}
 	once   sync.Once
@@ -159,7 +160,7 @@ func (h *Host) openRelay(l *live, rs *relays, stream string, subject func(id, st
 	}()
 
 	id := l.info.ID
-	r := &relay{stream: stream, out: subject(id, stream, "out"), done: make(chan struct{}), nc: h.nc}
+	r := &relay{stream: stream, port: open.Port, out: subject(id, stream, "out"), done: make(chan struct{}), nc: h.nc}
 	sub, err := h.nc.Subscribe(subject(id, stream, "in"), func(msg *nats.Msg) { h.relayInput(l, rs, r, msg) })
 	if err != nil {
 		return nil, nil, sessions.Errorf(sessions.ErrFailed, "listen to the %s: %v", k.what, err)

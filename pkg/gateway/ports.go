@@ -39,7 +39,8 @@ import (
 // The pages a session serves come from the gateway's own origin, so
 // they are kept from acting on it: every response is a sandboxed
 // document (Content-Security-Policy: sandbox, an origin of its own), its
-// Set-Cookie headers are dropped, and the request's credentials (the
+// headers that act on the whole origin (Set-Cookie, Clear-Site-Data,
+// Strict-Transport-Security, ...) are dropped, and the request's credentials (the
 // Authorization header, the cookies, the preview token) are not passed
 // on to the session's server.
 
@@ -61,6 +62,17 @@ const (
 
 // portCSP makes every page of a session's server a sandboxed document.
 const portCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+// originHeaders act on the whole origin (or site) of the URL they come
+// from, beyond the sandboxed page: the gateway's, for a session's server.
+// They are dropped from its responses.
+var originHeaders = []string{
+	"Set-Cookie",                // a cookie of the gateway's origin
+	"Clear-Site-Data",           // logs the viewer out of the console, clears its storage
+	"Strict-Transport-Security", // pins the gateway's host (and its subdomains) to HTTPS
+	"Alt-Svc",                   // sends the origin's next requests to another endpoint
+	"Service-Worker-Allowed",    // widens a service worker's scope
+}
 
 // ExposeRequest is POST /v1/sessions/{id}/ports's body.
 type ExposeRequest struct {
@@ -318,7 +330,9 @@ func (g *Gateway) newPortProxy() *httputil.ReverseProxy {
 		Transport:     tr,
 		FlushInterval: -1, // chunks and events go out as they are written
 		ModifyResponse: func(res *http.Response) error {
-			res.Header.Del("Set-Cookie")
+			for _, h := range originHeaders {
+				res.Header.Del(h)
+			}
 			res.Header.Set("Content-Security-Policy", portCSP)
 			return nil
 		},
