@@ -15,7 +15,8 @@ import (
 // runtime; a worker takes no job before it passed, and reports why until
 // then. Start-up does not wait on the engine: the reaper of what a crashed
 // predecessor with the same worker ID left behind runs in the background
-// (StartService), retrying until the engine lists its containers. Reaping
+// (StartService), retrying until the engine lists its containers, then
+// looking again every reapEvery and once more at Close. Reaping
 // concurrently with jobs is safe: Reap spares this Executor's containers.
 //
 // A Service made without StartService (&Service{Executor: e}) pings and
@@ -37,27 +38,52 @@ func StartService(e *Executor) *Service {
 // Ping is Check.
 func (r *Service) Ping(ctx context.Context) error { return r.Check(ctx) }
 
-// reap calls Reap until it could list the leftovers. A leftover it cannot
-// remove is logged once by Reap and skipped: it is not retried in a loop.
+// reapEvery is how often the reaper looks again once it has reaped: a
+// container a killed predecessor asked for may be made by the engine after
+// the first look (its create was still on its way), and nothing else
+// would remove it, since it never starts.
+const reapEvery = 30 * time.Second
+
+// reap calls Reap until it could list the leftovers, then again every
+// reapEvery. A leftover it cannot remove is handed by Reap to the
+// background retries (stuck.go).
 func (r *Service) reap(ctx context.Context) {
 	log := r.cfg.Logger
 	b := retry.Policy{Initial: time.Second, Max: 30 * time.Second}.New()
 	_ = backoff.RetryNotify(func() error {
-		n, err := r.Reap(ctx)
-		if n > 0 {
-			log.Info("reaped leftover sandboxes", "count", n)
-		}
-		return err
+		return r.reapOnce(ctx)
 	}, backoff.WithContext(b, ctx), func(err error, retry time.Duration) {
 		log.Warn("reap leftover sandboxes; retrying", "err", err, "retry_in", retry.Round(time.Millisecond))
 	})
+	tick := time.NewTicker(reapEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = r.reapOnce(ctx) // a failed look is tried at the next tick
+		}
+	}
 }
 
-// Close stops the reaper, then closes the executor.
+func (r *Service) reapOnce(ctx context.Context) error {
+	n, err := r.Reap(ctx)
+	if n > 0 {
+		r.cfg.Logger.Info("reaped leftover sandboxes", "count", n)
+	}
+	return err
+}
+
+// Close stops the reaper, reaps once more (what a predecessor's late
+// creates made since the last look), then closes the executor.
 func (r *Service) Close() error {
 	if r.stop != nil {
 		r.stop()
 		r.reaping.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = r.reapOnce(ctx)
+		cancel()
 	}
 	return r.Executor.Close()
 }
