@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/testutil"
@@ -278,7 +279,7 @@ func TestIntegrationInspectAndCancel(t *testing.T) {
 		{"seccomp profile of our own", slices.ContainsFunc(h.SecurityOpt, func(o string) bool { return strings.HasPrefix(o, "seccomp=") })},
 		{"log driver none", h.LogConfig.Type == "none"},
 		{"no log file", info.Container.LogPath == ""},
-		{"no binds or mounts", len(h.Binds) == 0 && len(h.Mounts) == 0},
+		{"no binds or mounts but the user tables, read-only", len(h.Binds) == 0 && userTablesOnly(h.Mounts)},
 		{"no devices", len(h.Devices) == 0},
 		{"tmpfs /tmp and /workspace", strings.Contains(h.Tmpfs["/tmp"], "nosuid") && strings.Contains(h.Tmpfs["/workspace"], "nodev")},
 		{"labels", c.Labels[LabelManaged] == "true" && c.Labels[LabelWorker] == e.cfg.WorkerID && c.Labels[LabelJob] != ""},
@@ -388,4 +389,20 @@ func TestIntegrationCheck(t *testing.T) {
 	if !errors.Is(err, ErrImageMissing) {
 		t.Fatalf("Run with a missing image = %v, want ErrImageMissing", err)
 	}
+}
+
+// userTablesOnly reports whether mounts are the sandbox's /etc/passwd and
+// /etc/group (users.go), read-only binds, and nothing else.
+func userTablesOnly(mounts []mount.Mount) bool {
+	if len(mounts) != 2 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if m.Type != mount.TypeBind || !m.ReadOnly {
+			return false
+		}
+		seen[m.Target] = true
+	}
+	return seen["/etc/passwd"] && seen["/etc/group"]
 }
