@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -25,6 +26,7 @@ type Service struct {
 	*Executor
 	stop    context.CancelFunc // nil when not reaping
 	reaping sync.WaitGroup
+	reaped  atomic.Bool // a Reap has listed the leftovers: the engine answers
 }
 
 // StartService starts e's reaper; Close stops and waits for it.
@@ -43,6 +45,9 @@ func (r *Service) Ping(ctx context.Context) error { return r.Check(ctx) }
 // the first look (its create was still on its way), and nothing else
 // would remove it, since it never starts.
 const reapEvery = 30 * time.Second
+
+// closeReapWait bounds the last reap at Close.
+const closeReapWait = 3 * time.Second
 
 // reap calls Reap until it could list the leftovers, then again every
 // reapEvery. A leftover it cannot remove is handed by Reap to the
@@ -69,6 +74,9 @@ func (r *Service) reap(ctx context.Context) {
 
 func (r *Service) reapOnce(ctx context.Context) error {
 	n, err := r.Reap(ctx)
+	if err == nil {
+		r.reaped.Store(true)
+	}
 	if n > 0 {
 		r.cfg.Logger.Info("reaped leftover sandboxes", "count", n)
 	}
@@ -76,14 +84,18 @@ func (r *Service) reapOnce(ctx context.Context) error {
 }
 
 // Close stops the reaper, reaps once more (what a predecessor's late
-// creates made since the last look), then closes the executor.
+// creates made since the last look) if the engine has answered a reap
+// before, for at most closeReapWait, then closes the executor. A stop
+// does not wait on an engine that never answered.
 func (r *Service) Close() error {
 	if r.stop != nil {
 		r.stop()
 		r.reaping.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = r.reapOnce(ctx)
-		cancel()
+		if r.reaped.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), closeReapWait)
+			_ = r.reapOnce(ctx)
+			cancel()
+		}
 	}
 	return r.Executor.Close()
 }
