@@ -123,12 +123,13 @@
 //
 // A container whose removal fails (the engine answers an error, or not in
 // time: "Could not kill running container ..., cannot remove") is retried
-// in the background while the executor runs, 5 s after the failure and
+// in the background while the executor runs, 1 s after the failure and
 // then doubling up to every 5 minutes, until it is gone: a sandbox of its
 // own, a launch's that failed, and a leftover Reap could not remove alike.
 // Until then its uid stays claimed (the container keeps its name, which is
 // the claim on the engine) and its egress network stays. Unremovable says
 // how many there are; the worker exports it and fails /readyz past a
-// threshold. Close stops the retries; what is left, the next start's Reap
+// threshold. Close stops the retries and tries each once more (5 s in
+// all); what is left, the next start's Reap
 // removes.
 package executor

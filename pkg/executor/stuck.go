@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,7 +30,13 @@ type stuckTuning struct {
 	first, max time.Duration
 }
 
-var defaultStuckTuning = stuckTuning{first: 5 * time.Second, max: 5 * time.Minute}
+// The first retry is soon: the failure seen most ("Could not kill running
+// container ..., cannot remove - Container ... is not running") is the
+// engine's race with a container that is exiting, over within a second.
+var defaultStuckTuning = stuckTuning{first: time.Second, max: 5 * time.Minute}
+
+// closeStuckWait bounds the last tries at Close.
+const closeStuckWait = 5 * time.Second
 
 // stuckBox is one container to retry. uid is its claim when claimed (a
 // leftover Reap found is no claim of this executor's).
@@ -123,7 +131,7 @@ func (e *Executor) retryStuck() {
 		}
 		s.mu.Unlock()
 		for _, b := range due {
-			e.retryOne(b)
+			e.retryOne(context.Background(), b)
 		}
 		if len(due) > 0 {
 			continue
@@ -139,8 +147,7 @@ func (e *Executor) retryStuck() {
 
 // retryOne tries to remove b once more: gone, it leaves the set and its
 // claims are released; still there, its next try is put off.
-func (e *Executor) retryOne(b *stuckBox) {
-	ctx := context.Background()
+func (e *Executor) retryOne(ctx context.Context, b *stuckBox) {
 	_, err := e.api.ContainerRemove(ctx, b.id, client.ContainerRemoveOptions{Force: true})
 	if err == nil || cerrdefs.IsNotFound(err) {
 		s := e.stuck
@@ -185,9 +192,23 @@ func (e *Executor) closeStuck() {
 	s := e.stuck
 	s.mu.Lock()
 	s.closed = true
-	left := len(s.boxes)
 	s.mu.Unlock()
 	s.wg.Wait()
+	// One last try each, bounded: a worker that stops leaves nothing the
+	// engine would remove now.
+	s.mu.Lock()
+	boxes := slices.Collect(maps.Values(s.boxes))
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeStuckWait)
+	defer cancel()
+	for _, b := range boxes {
+		if ctx.Err() == nil {
+			e.retryOne(ctx, b)
+		}
+	}
+	s.mu.Lock()
+	left := len(s.boxes)
+	s.mu.Unlock()
 	if left > 0 {
 		e.cfg.Logger.Error("sandboxes that could not be removed are left to the next start's Reap", "count", left, "worker", e.cfg.WorkerID)
 	}
