@@ -55,7 +55,7 @@ images-all: sandbox-image langs-image data-image
 ## test-langs: the languages' tests on real Docker (builds the langs image when missing)
 test-langs: build
 	@docker image inspect sandfleet/sandbox-langs:latest >/dev/null 2>&1 || ./sandbox-image/build.sh langs
-	SANDFLEET_REQUIRE_LANGS=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run '$(LANGS_TESTS)' ./pkg/executor ./examples/humanevalx
+	SANDFLEET_REQUIRE_LANGS=1 CGO_ENABLED=1 $(GO) test -race -count=1 -run '$(LANGS_TESTS)' ./internal/executor ./examples/humanevalx
 
 ## runsc: install gVisor (Debian's runsc) and register it with the running Docker daemon (no restart)
 runsc:
@@ -94,7 +94,7 @@ test: lint test-suite
 # rest, not beside the fault tests, whose engine deadlines they would eat.
 test-suite: build images langs-image data-image-refresh
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LANGS_TESTS)' ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(LANGS_TESTS)' ./pkg/executor ./examples/humanevalx
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(LANGS_TESTS)' ./internal/executor ./examples/humanevalx
 
 ## test-short: unit tests only, no Docker
 test-short:

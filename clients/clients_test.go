@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/executor"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
 // need skips t when a tool is missing (python3, node, tsc), or fails it

@@ -1,4 +1,4 @@
-// Command gateway serves sandfleet's HTTP API (pkg/gateway) over a fleet's
+// Command gateway serves sandfleet's HTTP API (internal/gateway) over a fleet's
 // NATS JetStream. It holds no job state: run as many as you like behind a
 // load balancer. See Run for the flags.
 package main

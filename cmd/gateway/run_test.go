@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
 func TestToken(t *testing.T) {

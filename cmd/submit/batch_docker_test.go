@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/examples/problems"
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/batch"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // TestBatchExamplesDocker runs the project's own problems

@@ -20,9 +20,9 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/batch"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // setupFleet is setup with the fake executor returned, to count runs.

@@ -19,8 +19,8 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // liveBuffer is a writer a test reads while submit writes to it.

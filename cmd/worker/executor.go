@@ -14,9 +14,9 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/egress"
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/executor"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // executorConfig builds the executor's configuration from --config and the
@@ -150,7 +150,7 @@ func waitForEngine(ctx context.Context, cli *client.Client, wait time.Duration, 
 	}
 }
 
-// newExecutor is the one place that wires pkg/executor in.
+// newExecutor is the one place that wires internal/executor in.
 func newExecutor(cfg executor.Config) (interface {
 	worker.Executor
 	Close() error

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
-	"github.com/sandfleet/sandfleet/pkg/worker"
+	"github.com/sandfleet/sandfleet/internal/worker"
 )
 
 // pythonSandbox is the sandbox executor of real Docker that the tests of

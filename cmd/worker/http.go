@@ -14,12 +14,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/mcp"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
-// The worker can serve the HTTP API (pkg/gateway) itself, so that
+// The worker can serve the HTTP API (internal/gateway) itself, so that
 // `worker --embedded` (make run) is a whole one-machine fleet with an
 // HTTP endpoint. Everything of it lives in this file.
 

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 )
 
 // The interop tests: MCP clients nobody here wrote, on their defaults,

@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // otherPreset labels the jobs whose image is not one of the worker's
@@ -19,14 +19,14 @@ import (
 const otherPreset = "other"
 
 // presetLister is implemented by executors that know their presets
-// (pkg/executor); without it every job is labeled otherPreset.
+// (internal/executor); without it every job is labeled otherPreset.
 type presetLister interface{ Presets() []string }
 
-// poolStatser is implemented by executors with a warm pool (pkg/executor).
+// poolStatser is implemented by executors with a warm pool (internal/executor).
 type poolStatser interface{ PoolStats() executor.PoolStats }
 
 // unremovabler is implemented by executors that retry the removals that
-// failed (pkg/executor).
+// failed (internal/executor).
 type unremovabler interface{ Unremovable() int }
 
 // unremovableMax is how many containers the executor may fail to remove

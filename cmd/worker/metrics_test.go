@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/metrics"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
 // pooledFake is the fake executor with the warm pool's accessor of
-// pkg/executor, so that the pool gauges are wired as with Docker.
+// internal/executor, so that the pool gauges are wired as with Docker.
 type pooledFake struct{ *fakeexec.Executor }
 
 func (pooledFake) PoolStats() executor.PoolStats {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 

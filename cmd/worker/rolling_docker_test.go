@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // The rolling restart of TestBinaryRollingRestart, smaller and on real

@@ -23,7 +23,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
-	"github.com/sandfleet/sandfleet/pkg/worker"
+	"github.com/sandfleet/sandfleet/internal/worker"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; when

@@ -11,9 +11,9 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/executor"
 )
 
 type fakeDriver struct {

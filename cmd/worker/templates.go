@@ -12,7 +12,7 @@ import (
 )
 
 // templateSetter is an executor that serves the fleet's templates
-// (pkg/executor).
+// (internal/executor).
 type templateSetter interface {
 	SetTemplates(map[string]*templates.Template)
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
-	"github.com/sandfleet/sandfleet/pkg/worker"
+	"github.com/sandfleet/sandfleet/internal/worker"
 )
 
 // A test hook, compiled in only with the build tag sandfleet_testhooks:
@@ -17,7 +17,7 @@ import (
 // fleet images do not, and there testhook_off.go stands in. With
 // SANDFLEET_FAKE_EXECUTOR=1 a binary built with the tag runs jobs on
 // internal/testutil/fakeexec (a tiny script language, no Docker) instead of
-// pkg/executor. The fault tests and the soak test use it to run the real
+// internal/executor. The fault tests and the soak test use it to run the real
 // binary, signals, reconnects and crashes included, at a speed that real
 // containers do not allow. With SANDFLEET_FAKE_EXECUTOR_LOG=FILE it appends
 // the ID of every job it starts to FILE, one per line, so that a test can

@@ -5,7 +5,7 @@ package main
 import (
 	"log/slog"
 
-	"github.com/sandfleet/sandfleet/pkg/worker"
+	"github.com/sandfleet/sandfleet/internal/worker"
 )
 
 // fakeExecutorFromEnv is the released build's stand-in for the test hook of

@@ -10,7 +10,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 )
 
-// stuckFake is the fake executor with pkg/executor's count of containers it
+// stuckFake is the fake executor with internal/executor's count of containers it
 // fails to remove, set by the test.
 type stuckFake struct {
 	*fakeexec.Executor

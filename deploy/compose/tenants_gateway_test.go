@@ -17,13 +17,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // tenantGateway is a gateway holding no operator connection: it serves a

@@ -13,11 +13,11 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/examples/humanevalx"
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // dataDir is $HUMANEVALX, else ../shared/data/humaneval-x beside the

@@ -23,15 +23,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // cellBox is a session's sandbox whose cells answer their code as their
 // value, and "png W H" with a W×H PNG figure; it stands in for
-// pkg/executor's Session at the session host's boundary.
+// internal/executor's Session at the session host's boundary.
 type cellBox struct {
 	done chan struct{}
 	once sync.Once

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/console"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 

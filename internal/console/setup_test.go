@@ -14,13 +14,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	topology "github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // fleet is one test's fleet: an in-process JetStream, a worker on the

@@ -16,6 +16,6 @@
 // object stores SNAPSHOTS and ARTIFACTS, which clients open on first use.
 //
 // The public client, pkg/jobs, opens what it needs through this package;
-// nothing outside the fleet's own code (pkg/worker, cmd/worker, the
+// nothing outside the fleet's own code (internal/worker, cmd/worker, the
 // gateway's and the CLI's set-up, tests) needs it.
 package fleet

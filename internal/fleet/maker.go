@@ -42,7 +42,7 @@ const (
 	MaxCancelBytes = 1 << 10
 	// MaxHeadBytes is the most a value of WORKSPACES may take: a head
 	// naming the snapshots of the most revisions a worker keeps
-	// (pkg/worker's MaxKeepRevisions) takes under a third of it.
+	// (internal/worker's MaxKeepRevisions) takes under a third of it.
 	MaxHeadBytes = 64 << 10
 	// A worker's heartbeat (WORKERS) takes a few hundred bytes.
 	maxHeartbeatBytes = 64 << 10

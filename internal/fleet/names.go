@@ -71,7 +71,7 @@ func EventsStreamOf(t string) string { return tenantBucket(EventsStreamName, t) 
 //
 //	index.job.<queue>.<batch>.<id>  a JobSummary: written once a worker has
 //	                                run the job for a moment (running: 250 ms,
-//	                                pkg/worker), and when its result is
+//	                                internal/worker), and when its result is
 //	                                stored (finished)
 //	index.spec.<id>                 a JobSpec: the job's code and files, capped,
 //	                                so that its page can show them once the

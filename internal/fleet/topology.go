@@ -79,7 +79,7 @@ type Topology struct {
 	EventsMaxAge time.Duration
 	// EventsMaxBytes bounds the stream EVENTS as a whole; past it the
 	// oldest events go first. Default 1 GiB. What one job may put there is
-	// bounded by its worker, after the job's output cap (see pkg/worker).
+	// bounded by its worker, after the job's output cap (see internal/worker).
 	EventsMaxBytes int64
 	// WorkspaceTTL is how long a workspace is kept after its last step
 	// (WORKSPACES and SNAPSHOTS). Default 24h.

@@ -417,7 +417,7 @@ func (c *answerCache) evictLocked() {
 }
 
 // Networked is a session's sandbox whose egress policy can change while
-// it runs (pkg/executor's Session).
+// it runs (internal/executor's Session).
 type Networked interface {
 	SetNetwork(ctx context.Context, n *limits.Network) (limits.Limits, error)
 	Egress(ctx context.Context) ([]limits.NetworkUse, error)

@@ -9,11 +9,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
-// Sandbox is a session's sandbox, as pkg/executor's Session is one.
+// Sandbox is a session's sandbox, as internal/executor's Session is one.
 type Sandbox interface {
 	Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error)
 	Close(ctx context.Context)

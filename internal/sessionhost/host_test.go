@@ -21,7 +21,7 @@ import (
 )
 
 // fakeSandbox answers exec with the number of runs so far; it stands in
-// for pkg/executor's Session at the host's one boundary.
+// for internal/executor's Session at the host's one boundary.
 type fakeSandbox struct {
 	runs   *atomic.Int64
 	done   chan struct{}

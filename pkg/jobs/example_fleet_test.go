@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
-	"github.com/sandfleet/sandfleet/pkg/worker"
+	"github.com/sandfleet/sandfleet/internal/worker"
 )
 
 // startFleet starts what the examples run against, in-process: a NATS

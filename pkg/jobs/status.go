@@ -154,7 +154,7 @@ type WorkerStatus struct {
 }
 
 // PoolStatus is a worker's warm pool: sandboxes started ahead of their
-// jobs (pkg/executor).
+// jobs (internal/executor).
 type PoolStatus struct {
 	Size int `json:"size"` // the target per preset image
 	Idle int `json:"idle"` // warm sandboxes ready now, all images

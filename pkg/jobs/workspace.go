@@ -21,7 +21,7 @@ import (
 // object store, named "<workspace>/<revision>.<take>" (internal/fleet's SaveName; the head
 // names them); the head of each workspace
 // is a key of the WORKSPACES bucket, updated only by compare-and-swap (see
-// WorkspaceHead and pkg/worker's workspace.go for the rules). Artifacts,
+// WorkspaceHead and internal/worker's workspace.go for the rules). Artifacts,
 // the files a job's outputs name, are objects of ARTIFACTS named
 // "<job id>/<run>/<path>". A tenant's workspaces are named <tenant>.<name> and
 // its snapshots and artifacts live in object stores of its own,

@@ -17,7 +17,7 @@
 // A session ends when it is deleted, idle for its idle timeout, at its
 // maximum lifetime, or when its worker is lost: the sandbox's agent ends
 // it by itself when the worker stops renewing it, so that no sandbox
-// outlives its worker by more than a few seconds (see pkg/executor
+// outlives its worker by more than a few seconds (see internal/executor
 // SessionSpec.Deadman). Its record then says why (Info.EndReason).
 package sessions
 

@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
-	"github.com/sandfleet/sandfleet/pkg/gateway"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // (g) ------------------------------------------------------------------------

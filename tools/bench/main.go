@@ -8,7 +8,7 @@
 //	     submit→result p50/p95, and throughput with every job in flight;
 //	(b') the same with --pool 0, to show what the pool buys;
 //	(c)  queue overhead alone: jobs/s through an in-process JetStream and
-//	     the real pkg/worker on a no-op executor;
+//	     the real internal/worker on a no-op executor;
 //	(d)  the worker subprocess's RSS idle and under load;
 //	(e)  (b) and (b') again with --runtime runsc, when the engine has
 //	     gVisor registered (make runsc): what the second kernel costs;
@@ -44,7 +44,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/egress"
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/executor"
 )
 
 type options struct {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandfleet/sandfleet/pkg/executor"
+	"github.com/sandfleet/sandfleet/internal/executor"
 )
 
 // (s) sessions: time to interactive (create → the first command's

@@ -1,5 +1,5 @@
 // Package fakeexec is an in-memory executor for tests of the worker and the
-// CLI: it stands in for pkg/executor at the executor boundary only.
+// CLI: it stands in for internal/executor at the executor boundary only.
 //
 // A job's code is a tiny script, one command per line:
 //
@@ -44,9 +44,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // ErrDown is returned by Run and Ping while the fake is Down.
@@ -59,7 +59,7 @@ var ErrInfra = errors.New("fake infrastructure failure")
 type Executor struct {
 	Caps *limits.Caps // default limits.DefaultCaps()
 	// Pool, if set, is what WarmPool reports: the fake's warm pool, for
-	// heartbeats (pkg/worker's PoolReporter).
+	// heartbeats (internal/worker's PoolReporter).
 	Pool *jobs.PoolStatus
 	// OnRun, if set, is called with the job's ID each time a run starts
 	// (what Runs counts), from the goroutine calling Run.
@@ -112,7 +112,7 @@ func (e *Executor) SetDown(down bool) {
 	e.down = down
 }
 
-// Presets returns the images the fake accepts, as pkg/executor's Presets.
+// Presets returns the images the fake accepts, as internal/executor's Presets.
 func (e *Executor) Presets() []string { return []string{"python", "shell"} }
 
 // WarmPool returns Pool.

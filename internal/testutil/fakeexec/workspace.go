@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
+	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	"github.com/sandfleet/sandfleet/pkg/worker"
 )
 
 // files is the fake's working directory: regular files by name, restored

@@ -1,5 +1,5 @@
-// Package workertest runs a pkg/worker Worker for the length of a test, and
-// gives tests that need real sandboxes a pkg/executor Executor.
+// Package workertest runs a internal/worker Worker for the length of a test, and
+// gives tests that need real sandboxes a internal/executor Executor.
 package workertest
 
 import (
@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/pkg/executor"
-	"github.com/sandfleet/sandfleet/pkg/worker"
+	"github.com/sandfleet/sandfleet/internal/worker"
 )
 
 // Start creates a worker on js and exec and runs it until the test ends,

@@ -1,0 +1,557 @@
+package executor
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandfleet/sandfleet/internal/archive"
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/pkg/limits"
+)
+
+// SessionSpec is what a session's sandbox is made of: the same preset,
+// limits and hardening as a job's, but an agent in it instead of one
+// command (envelope/session.go).
+type SessionSpec struct {
+	ID     string // the session's, for logs and the container's label
+	Image  string // a preset, or a template
+	Limits limits.Limits
+	Env    map[string]string
+	Files  map[string]string // written into the working directory first
+	// Restore, if set, is a workspace's snapshot unpacked into the working
+	// directory before Files, by the sandbox's agent with a job's rules.
+	Restore *worker.Snapshot
+
+	// Deadman is how long the sandbox's agent goes on without hearing
+	// from the executor, which pings it every third of it: past it the
+	// sandbox ends itself, so that one whose worker died does not
+	// outlive it by more. Default 30 s.
+	Deadman time.Duration
+	// Lifetime ends the session that long after it started, inside the
+	// sandbox too. Default 1 h.
+	Lifetime time.Duration
+	// MaxProcesses bounds its background processes. Default 32.
+	MaxProcesses int
+	// OutputLimit bounds what a command's reply carries of each stream.
+	// Default (and at most) the limits' output.
+	OutputLimit int64
+	// OnEvent, if set, is told each piece of live output, from the
+	// stream's goroutine: it must not block.
+	OnEvent func(*envelope.Event)
+}
+
+// Session is a live session's sandbox: requests go to its agent, and
+// replies come back signed. Its methods are safe for concurrent use.
+type Session struct {
+	e    *Executor
+	s    *sandbox
+	seal envelope.Seal
+	log  *slog.Logger
+	spec SessionSpec
+	lim  limits.Limits
+
+	writeMu sync.Mutex
+	archMu  sync.Mutex // one Archive at a time
+
+	netMu  sync.Mutex
+	egress []limits.NetworkUse // once closed: what its sandbox carried
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan *envelope.Reply
+	asm     *envelope.Assembler
+	sink    *archiveSink // where the agent's FrameArchive frames go during an Archive
+
+	ended     chan struct{} // the agent's trailer came, or the stream ended
+	endedOnce sync.Once
+	why       string // the trailer's reason, once ended
+	stopPing  context.CancelFunc
+	closeOnce sync.Once
+	brokeOnce sync.Once
+	lie       bool // a frame failed its check; the session ends as "broken"
+}
+
+// ErrSessionEnded is returned by Do once the session's sandbox is gone.
+var ErrSessionEnded = errors.New("session ended")
+
+// StartSession starts a session's sandbox (a warm one when the pool has
+// one that fits) and hands it its envelope.
+func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
+	// A session names a preset or an operator's template (a tenant's own
+	// templates are its jobs').
+	preset, tmpl, ok := e.lookup("", spec.Image)
+	if !ok {
+		return nil, fmt.Errorf("%w: image: unknown preset or template %q (this worker allows %s)", ErrRejected, spec.Image,
+			strings.Join(append(e.Presets(), e.Templates()...), ", "))
+	}
+	def, caps := e.cfg.Defaults, e.cfg.Caps
+	if tmpl != nil {
+		// A session of a template: its image, limits and env, and a
+		// sandbox its start and ready ran in before the agent's envelope.
+		if _, err := e.templateRef(ctx, tmpl); errors.Is(err, ErrImageMissing) {
+			return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+		}
+		def, caps = e.templateLimits(tmpl)
+		if len(tmpl.Env) > 0 {
+			env := maps.Clone(tmpl.Env)
+			maps.Copy(env, spec.Env)
+			spec.Env = env
+		}
+	}
+	lim, err := limits.Resolve(spec.Limits, def, caps)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	spec.setDefaults()
+	seal := envelope.NewSeal()
+	header, err := e.sessionHeader(spec, lim, seal, nil)
+	if err != nil {
+		return nil, err
+	}
+	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
+	var s *sandbox
+	switch {
+	case tmpl != nil:
+		s = e.templateSandbox(tmpl, lim)
+	case e.pool != nil && e.pool.fits(lim):
+		s = e.pool.take(preset.Image)
+	}
+	if s == nil {
+		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
+			return nil, err
+		}
+	}
+	if tmpl != nil {
+		if err := e.prepare(ctx, s, tmpl, lim); err != nil {
+			e.release(ctx, log, s)
+			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, tmpl.Name, err)
+		}
+	}
+	if s.net != nil {
+		// As a job's: the proxy's environment in the envelope (checked
+		// above without it), and the sandbox registered before its agent
+		// runs anything.
+		if header, err = e.sessionHeader(spec, lim, seal, s.net.Env); err != nil {
+			e.release(ctx, log, s)
+			return nil, err
+		}
+		if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
+			e.release(ctx, log, s)
+			return nil, infraErr("egress", err)
+		}
+	}
+	// One reply in progress at a time: the agent writes each reply's
+	// parts at once, under its lock, so a part of a second before the
+	// first's last is not its agent's, and what is not yet checked is
+	// bounded by one message.
+	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
+		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1), ended: make(chan struct{})}
+	s.out.serveSession(ss.frame)
+	if err := handOff(s, header, spec.Restore); err != nil {
+		e.release(ctx, log, s)
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-s.out.ended:
+		case <-s.copyDone:
+		}
+		ss.end()
+	}()
+	var pctx context.Context
+	pctx, ss.stopPing = context.WithCancel(context.Background())
+	go ss.ping(pctx)
+	if spec.Restore != nil {
+		// The agent answers once the snapshot is in place; one it refused
+		// ends the sandbox, its trailer saying why.
+		if _, err := ss.Do(ctx, &envelope.Request{Op: envelope.OpPing}); err != nil {
+			ss.Close(ctx)
+			return nil, fmt.Errorf("%w: %s", ErrRestore, cmp.Or(ss.Why(), err.Error()))
+		}
+	}
+	log.Info("session started", "container", s.short, "image", spec.Image)
+	return ss, nil
+}
+
+// setDefaults fills in the deadman, the lifetime and the processes a
+// session's spec leaves out.
+func (spec *SessionSpec) setDefaults() {
+	if spec.Deadman <= 0 {
+		spec.Deadman = 30 * time.Second
+	}
+	if spec.Lifetime <= 0 {
+		spec.Lifetime = time.Hour
+	}
+	if spec.MaxProcesses <= 0 {
+		spec.MaxProcesses = 32
+	}
+}
+
+// sessionHeader is the envelope that makes a sandbox a session's: its
+// limits, its files and the snapshot it restores, sealed with seal. A
+// snapshot over the tmpfs, or a header that cannot be built, is
+// ErrRejected.
+//
+// base is the environment under the session's own (the egress proxy's,
+// for a sandbox with a network).
+func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envelope.Seal, base map[string]string) ([]byte, error) {
+	out := int64(lim.Output)
+	if spec.OutputLimit > 0 && spec.OutputLimit < out {
+		out = spec.OutputLimit
+	}
+	h := &envelope.Header{Env: jobEnv(base, spec.Env), Dir: workDir, Key: seal.Key, Session: &envelope.Session{
+		DeadmanMS: spec.Deadman.Milliseconds(), LifetimeMS: spec.Lifetime.Milliseconds(),
+		OutputLimit: out, MaxProcesses: spec.MaxProcesses, Runtime: e.cfg.Runtime,
+	}}
+	if r := spec.Restore; r != nil {
+		if r.Size > int64(lim.Tmpfs) {
+			return nil, fmt.Errorf("%w: limits.tmpfs: the workspace's snapshot is %s, over the working directory's tmpfs of %s",
+				ErrRejected, limits.Size(r.Size), lim.Tmpfs)
+		}
+		h.Restore = &envelope.Restore{Bytes: r.Size, SHA256: r.SHA256, MaxBytes: int64(lim.Tmpfs), MaxFiles: archive.DefaultMaxFiles}
+	}
+	names := make([]string, 0, len(spec.Files))
+	for n := range spec.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		h.Files = append(h.Files, envelope.File{Name: n, Data: []byte(spec.Files[n])})
+	}
+	header, err := envelope.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	return header, nil
+}
+
+// handOff writes a session's envelope to its sandbox, then the snapshot
+// it restores.
+func handOff(s *sandbox, header []byte, restore *worker.Snapshot) error {
+	if _, err := s.att.Conn.Write(header); err != nil {
+		return infraErr("hand the session its envelope", err)
+	}
+	if r := restore; r != nil {
+		if _, err := io.Copy(s.att.Conn, io.LimitReader(r.R, r.Size)); err != nil {
+			return infraErr("hand the session its snapshot", err)
+		}
+	}
+	return nil
+}
+
+// ResolveLimits is what limits a job or session asking for l gets: the
+// worker's defaults filled in, checked against its caps.
+func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
+	return limits.Resolve(l, e.cfg.Defaults, e.cfg.Caps)
+}
+
+// HasPreset reports whether the executor serves the preset, or a
+// template of the name.
+func (e *Executor) HasPreset(name string) bool {
+	_, _, ok := e.lookup("", name)
+	return ok
+}
+
+// ErrRestore: the session's agent refused or could not unpack the snapshot
+// it was given (the message says why).
+var ErrRestore = errors.New("restore the session's workspace")
+
+// ErrRejected wraps what is wrong with a session's spec.
+var ErrRejected = errors.New("rejected")
+
+// Container is the short ID of the session's container.
+func (ss *Session) Container() string { return ss.s.short }
+
+// ImageID is the image the session's sandbox was created from.
+func (ss *Session) ImageID() string { return ss.s.imageID }
+
+// Done is closed once the session's sandbox has ended.
+func (ss *Session) Done() <-chan struct{} { return ss.ended }
+
+// Why says why the session ended ("closed", "idle", "lifetime",
+// "stopped", "broken": a frame on its stream was not its agent's), once
+// Done is closed; "" when its agent said nothing.
+func (ss *Session) Why() string {
+	<-ss.ended
+	return ss.why
+}
+
+func (ss *Session) end() {
+	ss.endedOnce.Do(func() {
+		trailer := ss.s.out.trailerBytes() // before ss.mu: frame holds the capture's lock, then takes ss.mu
+		ss.mu.Lock()
+		if t, ok := ss.seal.Open(trailer); ok {
+			ss.why = t.Error
+		}
+		if ss.lie {
+			ss.why = "broken"
+		}
+		for id, ch := range ss.waiting {
+			close(ch)
+			delete(ss.waiting, id)
+		}
+		ss.mu.Unlock()
+		close(ss.ended)
+	})
+}
+
+// frame takes the agent's session frames, from the stream's goroutine.
+func (ss *Session) frame(kind byte, p []byte) {
+	switch kind {
+	case envelope.FrameEvent:
+		ev, err := ss.seal.OpenEvent(p)
+		if err != nil {
+			ss.broken(err)
+			return
+		}
+		if ss.spec.OnEvent != nil {
+			ss.spec.OnEvent(ev)
+		}
+	case envelope.FrameArchive:
+		ss.mu.Lock()
+		if ss.sink != nil {
+			ss.sink.add(p)
+		}
+		ss.mu.Unlock()
+	case envelope.FrameReplyPart, envelope.FrameReply:
+		ss.mu.Lock()
+		if len(p) >= 8 {
+			if _, ok := ss.waiting[binary.BigEndian.Uint64(p)]; !ok {
+				// Nobody waits for it (a call given up on): not kept, so
+				// that parts no reply will finish cannot pile up.
+				ss.asm.Drop(binary.BigEndian.Uint64(p))
+				ss.mu.Unlock()
+				return
+			}
+		}
+		id, msg, done, err := ss.asm.Add(p, kind == envelope.FrameReply)
+		if err != nil {
+			ss.mu.Unlock()
+			ss.broken(err)
+			return
+		}
+		if !done {
+			ss.mu.Unlock()
+			return
+		}
+		r, err := ss.seal.OpenReply(msg)
+		if err == nil && r.ID != id {
+			err = fmt.Errorf("reply %d framed as %d", r.ID, id)
+		}
+		if err != nil {
+			ss.mu.Unlock()
+			ss.broken(err)
+			return
+		}
+		defer ss.mu.Unlock()
+		if ch, ok := ss.waiting[id]; ok {
+			delete(ss.waiting, id)
+			ch <- r
+		}
+	}
+}
+
+// broken ends the session on the first frame its agent did not sign:
+// something else in the sandbox writes to the container's stdout (gVisor
+// lets a process of the agent's uid open it through /proc/1/fd), so the
+// stream is no longer the agent's alone. Nothing unsigned passes, but
+// its replies may be cut by what is written between them, and a
+// sandbox must not fill its worker's log with a warning a frame.
+func (ss *Session) broken(err error) {
+	ss.brokeOnce.Do(func() {
+		ss.log.Warn("a session frame failed its check: ending the session", "error", err)
+		ss.mu.Lock()
+		ss.lie = true
+		ss.mu.Unlock()
+		go ss.end()
+	})
+}
+
+// Do sends req to the session's agent and waits for its reply. req.ID is
+// set by Do.
+func (ss *Session) Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error) {
+	ch := make(chan *envelope.Reply, 1)
+	ss.mu.Lock()
+	select {
+	case <-ss.ended:
+		ss.mu.Unlock()
+		return nil, ErrSessionEnded
+	default:
+	}
+	ss.next++
+	id := ss.next
+	ss.waiting[id] = ch
+	ss.mu.Unlock()
+	r := *req
+	r.ID = id
+	if err := ss.send(&r); err != nil {
+		ss.forget(id)
+		return nil, err
+	}
+	select {
+	case rep, ok := <-ch:
+		if !ok {
+			return nil, ErrSessionEnded
+		}
+		return unprotected(&r, rep), nil
+	case <-ctx.Done():
+		ss.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+func (ss *Session) forget(id uint64) {
+	ss.mu.Lock()
+	delete(ss.waiting, id)
+	ss.mu.Unlock()
+}
+
+func (ss *Session) send(req *envelope.Request) error {
+	msg, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(msg) > envelope.MaxMessageBytes {
+		return fmt.Errorf("%w: a request of %d bytes, over %d", ErrRejected, len(msg), envelope.MaxMessageBytes)
+	}
+	b := envelope.AppendMessage(nil, envelope.FrameRequestPart, envelope.FrameRequest, req.ID, msg)
+	ss.writeMu.Lock()
+	defer ss.writeMu.Unlock()
+	if _, err := ss.s.att.Conn.Write(b); err != nil {
+		return fmt.Errorf("%w: %w", ErrSessionEnded, err)
+	}
+	return nil
+}
+
+// Archive archives the session's working directory into w while the
+// session goes on (a checkpoint): its agent stops the session's processes
+// while it reads the tree, and continues them after. What came is checked
+// against the agent's signed report.
+func (ss *Session) Archive(ctx context.Context, w io.Writer) (*envelope.ArchiveReport, error) {
+	ss.archMu.Lock()
+	defer ss.archMu.Unlock()
+	sink := newArchiveSink(w, int64(ss.lim.Tmpfs))
+	ss.mu.Lock()
+	ss.sink = sink
+	ss.mu.Unlock()
+	r, err := ss.Do(ctx, &envelope.Request{Op: envelope.OpArchive, MaxBytes: int64(ss.lim.Tmpfs), MaxFiles: archive.DefaultMaxFiles})
+	ss.mu.Lock()
+	ss.sink = nil
+	ss.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case r.Error != nil:
+		return nil, r.Error
+	case r.Archive == nil:
+		return nil, errors.New("archive: the agent's reply reports no archive")
+	case sink.err != nil:
+		return nil, fmt.Errorf("archive: %w", sink.err)
+	case sink.n != r.Archive.Bytes || sink.digest() != r.Archive.SHA256:
+		return nil, fmt.Errorf("archive: %d bytes came, of sha256 %s; the agent reports %d, %s", sink.n, sink.digest(), r.Archive.Bytes, r.Archive.SHA256)
+	}
+	return r.Archive, nil
+}
+
+// ping renews the agent's deadman while the session is held.
+func (ss *Session) ping(ctx context.Context) {
+	t := time.NewTicker(ss.spec.Deadman / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ss.ended:
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, ss.spec.Deadman/3)
+			_, _ = ss.Do(pctx, &envelope.Request{Op: envelope.OpPing})
+			cancel()
+		}
+	}
+}
+
+// Close ends the session: its agent ends every process, and the sandbox
+// is removed.
+func (ss *Session) Close(ctx context.Context) {
+	ss.closeOnce.Do(func() {
+		ss.stopPing()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = ss.Do(cctx, &envelope.Request{Op: envelope.OpClose})
+		select {
+		case <-ss.ended:
+		case <-cctx.Done():
+		}
+		cancel()
+		ss.end()
+		if ss.s.net != nil {
+			use, err := ss.e.cfg.Egress.Release(context.WithoutCancel(ctx), ss.s.id)
+			if err != nil {
+				ss.log.Error("releasing the sandbox from the egress proxy failed", "container", ss.s.short, "error", err)
+			}
+			ss.netMu.Lock()
+			ss.egress = use
+			ss.netMu.Unlock()
+		}
+		ss.e.release(ctx, ss.log, ss.s)
+		ss.log.Info("session ended", "container", ss.s.short, "why", ss.why)
+	})
+}
+
+// Abandon stops renewing the session without closing it, as a worker that
+// died would: its agent ends it when the deadman runs out. For tests of
+// that path.
+func (ss *Session) Abandon() { ss.stopPing() }
+
+// SetNetwork changes the session's egress policy while it runs: n (nil
+// or one that grants nothing: "none", the lock after the installs) is
+// checked against the worker's caps as at the start, and the proxy
+// applies it at once, closing the connections opened under the old one.
+// A session started without a network has no route to open later.
+// It returns the session's limits with the new policy.
+func (ss *Session) SetNetwork(ctx context.Context, n *limits.Network) (limits.Limits, error) {
+	ss.netMu.Lock()
+	defer ss.netMu.Unlock()
+	if ss.s.net == nil {
+		return limits.Limits{}, fmt.Errorf("%w: limits.network: the session was started without a network; start it with one to change it later", ErrRejected)
+	}
+	lim := ss.lim
+	lim.Network = n
+	lim, err := limits.Resolve(lim, ss.e.cfg.Defaults, ss.e.cfg.Caps)
+	if err != nil {
+		return limits.Limits{}, fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	if err := ss.e.cfg.Egress.Update(ctx, ss.s.id, *ss.s.net, lim.Network); err != nil {
+		return limits.Limits{}, infraErr("egress", err)
+	}
+	ss.lim = lim
+	ss.log.Info("session network changed", "container", ss.s.short, "network", lim.Network.String())
+	return lim, nil
+}
+
+// Egress is what the session's sandbox carried through the egress proxy
+// so far, per destination and verdict; nil without a network.
+func (ss *Session) Egress(ctx context.Context) ([]limits.NetworkUse, error) {
+	if ss.s.net == nil {
+		return nil, nil
+	}
+	ss.netMu.Lock()
+	done := ss.egress
+	ss.netMu.Unlock()
+	if done != nil {
+		return done, nil
+	}
+	return ss.e.cfg.Egress.Usage(ctx, ss.s.id)
+}
