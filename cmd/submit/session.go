@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -209,14 +210,14 @@ func (m *Main) connectSessions(ctx context.Context) (*sessions.Client, func(), e
 
 func sessionFailed(err error) error {
 	switch {
-	case errors.Is(err, sessions.ErrNotFound), errors.Is(err, sessions.ErrGone):
-		return fail(exitNotFound, "%s", sessions.AsError(err).Message)
-	case errors.Is(err, sessions.ErrInvalid), errors.Is(err, sessions.ErrPaused):
-		return fail(exitUsage, "%s", sessions.AsError(err).Message)
-	case errors.Is(err, sessions.ErrFull):
-		return fail(exitUnavailable, "%s; try again later", sessions.AsError(err).Message)
+	case errors.Is(err, sessionapi.ErrNotFound), errors.Is(err, sessionapi.ErrGone):
+		return fail(exitNotFound, "%s", sessionapi.AsError(err).Message)
+	case errors.Is(err, sessionapi.ErrInvalid), errors.Is(err, sessionapi.ErrPaused):
+		return fail(exitUsage, "%s", sessionapi.AsError(err).Message)
+	case errors.Is(err, sessionapi.ErrFull):
+		return fail(exitUnavailable, "%s; try again later", sessionapi.AsError(err).Message)
 	}
-	if e := sessions.AsError(err); e != nil {
+	if e := sessionapi.AsError(err); e != nil {
 		return fail(exitUnavailable, "%s", e.Message)
 	}
 	return fail(exitUnavailable, "%w", err)
@@ -375,7 +376,7 @@ func decoded(text, encoding string) string {
 }
 
 func (c *sessionCommand) exec(ctx context.Context, client *sessions.Client, id string, argv []string) error {
-	req := sessions.ExecRequest{Cmd: argv, Cwd: c.cwd, Env: c.env.m, Timeout: limits.Duration(c.timeout), Background: c.background,
+	req := sessionapi.ExecRequest{Cmd: argv, Cwd: c.cwd, Env: c.env.m, Timeout: limits.Duration(c.timeout), Background: c.background,
 		Exclusive: c.exclusive}
 	res, err := client.Exec(ctx, id, uuid.NewString(), req)
 	if err != nil {
@@ -420,7 +421,7 @@ func (c *sessionCommand) runCode(ctx context.Context, client *sessions.Client, i
 	case code == "":
 		return usageError("session", "session run needs -c CODE, FILE or -")
 	}
-	res, err := client.RunCode(ctx, id, uuid.NewString(), sessions.CodeRequest{Code: code, Context: c.context, Language: c.language, Timeout: limits.Duration(c.timeout)})
+	res, err := client.RunCode(ctx, id, uuid.NewString(), sessionapi.CodeRequest{Code: code, Context: c.context, Language: c.language, Timeout: limits.Duration(c.timeout)})
 	if err != nil {
 		return sessionFailed(err)
 	}

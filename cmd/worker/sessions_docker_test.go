@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -73,9 +74,9 @@ func TestSessionsOverHTTPDocker(t *testing.T) {
 		calls++
 		return r
 	}
-	exec1 := func(req map[string]any) sessions.ExecResult {
+	exec1 := func(req map[string]any) sessionapi.ExecResult {
 		t.Helper()
-		var r sessions.ExecResult
+		var r sessionapi.ExecResult
 		api.do("POST", p+"/exec", req, 200, &r)
 		calls++
 		return r
@@ -99,7 +100,7 @@ func TestSessionsOverHTTPDocker(t *testing.T) {
 	}
 	api.do("PUT", p+"/files/site/index.html", []byte("<h1>sandfleet</h1>"), 200, nil)
 	calls++
-	var bg sessions.ExecResult
+	var bg sessionapi.ExecResult
 	api.do("POST", p+"/exec", map[string]any{"cmd": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "site"}, "background": true}, 200, &bg)
 	calls++
 	if bg.PID == 0 {
@@ -114,13 +115,13 @@ for _ in range(200):
 	if r := exec1(map[string]any{"cmd": []string{"python3", "-c", fetch}}); r.Stdout != "<h1>sandfleet</h1>\n" {
 		t.Fatalf("the server's page: %+v", r)
 	}
-	var ps struct{ Processes []sessions.Process }
+	var ps struct{ Processes []sessionapi.Process }
 	api.do("GET", p+"/processes", nil, 200, &ps)
 	calls++
 	if len(ps.Processes) != 1 || !ps.Processes[0].Running {
 		t.Fatalf("processes: %+v", ps)
 	}
-	var files struct{ Entries []sessions.Entry }
+	var files struct{ Entries []sessionapi.Entry }
 	api.do("GET", p+"/files?dir=.", nil, 200, &files)
 	calls++
 	var names []string
@@ -136,7 +137,7 @@ for _ in range(200):
 	calls++
 	api.do("GET", p+"/files/nope.txt", nil, 404, nil)
 	api.do("POST", p+"/processes/"+fmt.Sprint(bg.PID)+"/signal", nil, 200, nil)
-	var out sessions.ProcessOutput
+	var out sessionapi.ProcessOutput
 	api.do("GET", p+"/processes/"+fmt.Sprint(bg.PID)+"?wait=10s", nil, 200, &out)
 	calls += 3
 	if out.Running || !strings.Contains(out.Output, "GET /index.html") {

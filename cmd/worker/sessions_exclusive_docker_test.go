@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -19,20 +20,20 @@ func TestSessionExclusiveExecOverHTTPDocker(t *testing.T) {
 	api.do("POST", "/v1/sessions", map[string]any{"image": "python", "idle_timeout": "2m"}, 201, &info)
 	p := "/v1/sessions/" + info.ID
 
-	var bg sessions.ExecResult
+	var bg sessionapi.ExecResult
 	api.do("POST", p+"/exec", map[string]any{"shell": "sleep 300", "background": true}, 200, &bg)
-	var r sessions.ExecResult
+	var r sessionapi.ExecResult
 	api.do("POST", p+"/exec", map[string]any{"shell": "echo verdict; exit 3", "exclusive": true}, 200, &r)
 	if !r.Exclusive || r.Ended < 1 || r.Stdout != "verdict\n" || r.ExitCode == nil || *r.ExitCode != 3 {
 		t.Fatalf("exclusive exec: %+v, want it alone with its own output and exit 3, the sleep ended", r)
 	}
-	var ps struct{ Processes []sessions.Process }
+	var ps struct{ Processes []sessionapi.Process }
 	api.do("GET", p+"/processes", nil, 200, &ps)
 	if len(ps.Processes) != 1 || ps.Processes[0].PID != bg.PID || ps.Processes[0].Running || ps.Processes[0].Signal != 9 {
 		t.Errorf("processes after an exclusive exec: %+v, want %d killed by 9", ps.Processes, bg.PID)
 	}
 	api.do("POST", p+"/exec", map[string]any{"shell": "true", "exclusive": true, "background": true}, 400, nil)
-	var plain sessions.ExecResult
+	var plain sessionapi.ExecResult
 	api.do("POST", p+"/exec", map[string]any{"shell": "true"}, 200, &plain)
 	if plain.Exclusive || plain.Ended != 0 {
 		t.Errorf("a plain exec says %+v", plain)

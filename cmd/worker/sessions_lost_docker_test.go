@@ -12,6 +12,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -35,7 +36,7 @@ func TestSessionWorkerKilledDocker(t *testing.T) {
 		s, err = client.Create(t.Context(), sessions.Spec{IdleTimeout: 600_000_000_000})
 		return err == nil
 	})
-	if _, err := client.Exec(t.Context(), s.ID, "", sessions.ExecRequest{Cmd: []string{"sleep", "1000"}, Background: true}); err != nil {
+	if _, err := client.Exec(t.Context(), s.ID, "", sessionapi.ExecRequest{Cmd: []string{"sleep", "1000"}, Background: true}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(containers(t, executor.LabelWorker+"="+id)); n != 1 {
@@ -43,8 +44,8 @@ func TestSessionWorkerKilledDocker(t *testing.T) {
 	}
 	w.kill()
 	start := time.Now()
-	_, err = client.Exec(t.Context(), s.ID, "", sessions.ExecRequest{Cmd: []string{"true"}})
-	if !errors.Is(err, sessions.ErrGone) {
+	_, err = client.Exec(t.Context(), s.ID, "", sessionapi.ExecRequest{Cmd: []string{"true"}})
+	if !errors.Is(err, sessionapi.ErrGone) {
 		t.Fatalf("a call after the worker's death: %v, want ErrGone", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {

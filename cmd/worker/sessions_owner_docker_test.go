@@ -20,6 +20,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -95,7 +96,7 @@ func (a *tenantAPI) do(token, method, path string, body any) (int, []byte) {
 func (a *tenantAPI) sh(token, id, cmd string) string {
 	a.t.Helper()
 	status, body := a.do(token, "POST", "/v1/sessions/"+id+"/exec", map[string]any{"shell": cmd})
-	var r sessions.ExecResult
+	var r sessionapi.ExecResult
 	if status != 200 || json.Unmarshal(body, &r) != nil {
 		a.t.Fatalf("exec %q: %d %s", cmd, status, body)
 	}

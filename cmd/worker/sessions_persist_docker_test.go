@@ -15,6 +15,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -71,7 +72,7 @@ func TestSessionPersistDocker(t *testing.T) {
 	}
 	code := func(id, src string) *sessions.CodeResult {
 		t.Helper()
-		r, err := c.RunCode(ctx, id, "", sessions.CodeRequest{Code: src})
+		r, err := c.RunCode(ctx, id, "", sessionapi.CodeRequest{Code: src})
 		if err != nil {
 			t.Fatalf("%q: %v", src, err)
 		}
@@ -79,7 +80,7 @@ func TestSessionPersistDocker(t *testing.T) {
 	}
 	sh := func(id, cmd string) string {
 		t.Helper()
-		r, err := c.Exec(ctx, id, "", sessions.ExecRequest{Shell: cmd})
+		r, err := c.Exec(ctx, id, "", sessionapi.ExecRequest{Shell: cmd})
 		if err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
 			t.Fatalf("%q: %+v, %v", cmd, r, err)
 		}
@@ -116,7 +117,7 @@ print(json.dumps({"reset": r.reset, "text": r.text, "restored": s.restored}))`, 
 	errs := make([]error, 2)
 	for i := range 2 {
 		wg.Go(func() {
-			r, err := c.Exec(ctx, s.ID, "", sessions.ExecRequest{Shell: "cat seed.txt notes.txt data/a.csv"})
+			r, err := c.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Shell: "cat seed.txt notes.txt data/a.csv"})
 			if err == nil {
 				outs[i] = r.Stdout
 			}
@@ -151,10 +152,10 @@ print(json.dumps({"reset": r.reset, "text": r.text, "restored": s.restored}))`, 
 		info.Restored.Revision != cp.Checkpoint.Revision || info.Restored.Why != "lost" {
 		t.Fatalf("the record after the resume: %+v (checkpoint %+v)", info, cp.Checkpoint)
 	}
-	if r, err := c.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "'x' in globals()", Context: "other"}); err != nil || r.Text != "False" || !r.Reset {
+	if r, err := c.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: "'x' in globals()", Context: "other"}); err != nil || r.Text != "False" || !r.Reset {
 		t.Errorf("another context after the resume: %+v, %v", r, err)
 	}
-	if _, err := c.Exec(ctx, plain.ID, "", sessions.ExecRequest{Shell: "true"}); !errors.Is(err, sessions.ErrGone) {
+	if _, err := c.Exec(ctx, plain.ID, "", sessionapi.ExecRequest{Shell: "true"}); !errors.Is(err, sessionapi.ErrGone) {
 		t.Errorf("a session without persist after its worker's loss: %v, want gone", err)
 	} else if p, _ := c.Get(ctx, plain.ID); p == nil || p.EndReason != sessions.EndLost {
 		t.Errorf("its record: %+v", p)
@@ -166,7 +167,7 @@ print(json.dumps({"reset": r.reset, "text": r.text, "restored": s.restored}))`, 
 	if err != nil || paused.Status != sessions.StatusPaused {
 		t.Fatalf("pause: %+v, %v", paused, err)
 	}
-	if _, err := c.Exec(ctx, s.ID, "", sessions.ExecRequest{Shell: "true"}); !errors.Is(err, sessions.ErrPaused) {
+	if _, err := c.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Shell: "true"}); !errors.Is(err, sessionapi.ErrPaused) {
 		t.Errorf("a call to a paused session: %v, want paused", err)
 	}
 	resumed, err := c.Resume(ctx, s.ID)

@@ -18,6 +18,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/natscreds"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -67,7 +68,7 @@ func restartScenario(t *testing.T, start func() *proc, connect func() jetstream.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := c.Exec(ctx, s.ID, "", sessions.ExecRequest{Shell: "echo one > notes.txt"}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
+	if r, err := c.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Shell: "echo one > notes.txt"}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
 		t.Fatalf("write: %+v, %v", r, err)
 	}
 	last := time.Now()
@@ -93,7 +94,7 @@ func restartScenario(t *testing.T, start func() *proc, connect func() jetstream.
 		t.Fatal(err)
 	}
 
-	r, err := c.Exec(ctx, s.ID, "", sessions.ExecRequest{Shell: "cat seed.txt notes.txt"})
+	r, err := c.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Shell: "cat seed.txt notes.txt"})
 	if err != nil || r.Stdout != "seed\none\n" {
 		t.Fatalf("a call after the restart: %+v, %v, want the checkpoint's files", r, err)
 	}
@@ -104,7 +105,7 @@ func restartScenario(t *testing.T, start func() *proc, connect func() jetstream.
 	if info.Status != sessions.StatusRunning || info.Restored == nil || info.Restored.Why != "lost" || info.Restored.Revision != cp.Checkpoint.Revision {
 		t.Fatalf("the record after the resume: %+v (checkpoint %+v)", info, cp.Checkpoint)
 	}
-	if _, err := c.Exec(ctx, plain.ID, "", sessions.ExecRequest{Shell: "true"}); !errors.Is(err, sessions.ErrGone) {
+	if _, err := c.Exec(ctx, plain.ID, "", sessionapi.ExecRequest{Shell: "true"}); !errors.Is(err, sessionapi.ErrGone) {
 		t.Errorf("a session without persist after its worker's restart: %v, want gone", err)
 	} else if p, _ := c.Get(ctx, plain.ID); p == nil || p.EndReason != sessions.EndLost {
 		t.Errorf("its record: %+v", p)

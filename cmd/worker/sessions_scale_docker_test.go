@@ -15,6 +15,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -75,7 +76,7 @@ func TestFiftyIdleSessionsDocker(t *testing.T) {
 	// Each session answers, and its container's memory is read.
 	var mem int64
 	for _, id := range ids {
-		r, err := client.Exec(ctx, id, "", sessions.ExecRequest{Cmd: []string{"true"}})
+		r, err := client.Exec(ctx, id, "", sessionapi.ExecRequest{Cmd: []string{"true"}})
 		if err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
 			t.Fatalf("session %s after the jobs: %+v %v", id, r, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -60,7 +61,7 @@ func TestSessionsUnderRoles(t *testing.T) {
 		s, err = c.Create(ctx, sessions.Spec{})
 		return err == nil
 	})
-	r, err := c.Exec(ctx, s.ID, "k", sessions.ExecRequest{Shell: "echo roles"})
+	r, err := c.Exec(ctx, s.ID, "k", sessionapi.ExecRequest{Shell: "echo roles"})
 	if err != nil || r.Stdout != "echo roles" {
 		t.Fatalf("exec: %+v %v", r, err)
 	}
@@ -70,7 +71,7 @@ func TestSessionsUnderRoles(t *testing.T) {
 	if _, err := c.Delete(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Exec(ctx, s.ID, "", sessions.ExecRequest{Shell: "x"}); !errors.Is(err, sessions.ErrGone) {
+	if _, err := c.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Shell: "x"}); !errors.Is(err, sessionapi.ErrGone) {
 		t.Errorf("exec after delete: %v, want ErrGone", err)
 	}
 	for _, c := range []*conn{wrk, sub} {

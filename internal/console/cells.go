@@ -5,7 +5,8 @@ import (
 	"errors"
 	"time"
 
-	sessionapi "github.com/sandfleet/sandfleet/pkg/sessions"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
+	fleetsessions "github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // A session's page shows its recent cells (pkg/sessions Client.Cells):
@@ -15,7 +16,7 @@ import (
 
 // cellView is a cell as the page shows it.
 type cellView struct {
-	sessionapi.Cell
+	fleetsessions.Cell
 	Figures []figure
 	// Hidden counts its display outputs not shown: dropped by the worker,
 	// or not an image shown here.
@@ -32,7 +33,7 @@ type cellsView struct {
 
 // cellsOf reads session id's history for its page, under a short
 // deadline: a slow worker leaves a note, not a held page.
-func cellsOf(ctx context.Context, client *sessionapi.Client, id string) cellsView {
+func cellsOf(ctx context.Context, client *fleetsessions.Client, id string) cellsView {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	h, err := client.Cells(ctx, id)

@@ -26,6 +26,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -41,7 +42,7 @@ var _ sessionhost.Sandbox = (*cellBox)(nil)
 
 func (b *cellBox) Do(_ context.Context, req *envelope.Request) (*envelope.Reply, error) {
 	r := &envelope.Reply{ID: req.ID}
-	if req.Op != envelope.OpCode {
+	if req.Op != sessionapi.OpCode {
 		return r, nil
 	}
 	r.Text, r.DurationMS = req.Code, 4

@@ -23,7 +23,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/internal/webauth"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
-	sessionapi "github.com/sandfleet/sandfleet/pkg/sessions"
+	fleetsessions "github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 //go:embed templates/*.html
@@ -73,7 +73,7 @@ type Config struct {
 	Index jetstream.JetStream
 	// Sessions returns the sessions client of a viewer (as its token's
 	// owner); nil serves no sessions pages.
-	Sessions func(*Viewer) *sessionapi.Client
+	Sessions func(*Viewer) *fleetsessions.Client
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }

@@ -7,7 +7,8 @@ import (
 	"sync"
 	"time"
 
-	sessionapi "github.com/sandfleet/sandfleet/pkg/sessions"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
+	fleetsessions "github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // The sessions' pages: the viewer's sessions (their owner is the
@@ -19,7 +20,7 @@ import (
 
 // sessionsOf is the viewer's sessions client, or nil where the gateway
 // serves none.
-func (c *Console) sessionsOf(s *session) *sessionapi.Client {
+func (c *Console) sessionsOf(s *session) *fleetsessions.Client {
 	if c.cfg.Sessions == nil {
 		return nil
 	}
@@ -28,7 +29,7 @@ func (c *Console) sessionsOf(s *session) *sessionapi.Client {
 
 // sessionRow is a session and the processes it runs (-1: unknown).
 type sessionRow struct {
-	sessionapi.Info
+	fleetsessions.Info
 	Processes int
 }
 
@@ -43,12 +44,12 @@ func (sessionListPage) frame() frame { return frame{"Sessions", "sessions", 10} 
 // processes counts each running session's background processes, a few
 // sessions at a time, each under a short deadline: a session whose
 // worker is slow shows "—" rather than holding the page.
-func processes(ctx context.Context, client *sessionapi.Client, rows []sessionRow) {
+func processes(ctx context.Context, client *fleetsessions.Client, rows []sessionRow) {
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for i := range rows {
 		rows[i].Processes = -1
-		if rows[i].Status != sessionapi.StatusRunning {
+		if rows[i].Status != fleetsessions.StatusRunning {
 			continue
 		}
 		sem <- struct{}{}
@@ -87,7 +88,7 @@ func (c *Console) sessionList(w http.ResponseWriter, r *http.Request, s *session
 
 // sessionPage: GET /sessions/{id}.
 type sessionPage struct {
-	sessionapi.Info
+	fleetsessions.Info
 	Procs       []sessionapi.Process
 	ProcsErr    string
 	CanTerminal bool // the viewer may write, and the session runs
@@ -110,8 +111,8 @@ func (c *Console) sessionDetail(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		return err
 	}
-	p := sessionPage{Info: *info, CanTerminal: s.viewer.CanCancel && info.Status == sessionapi.StatusRunning}
-	if info.Status == sessionapi.StatusRunning {
+	p := sessionPage{Info: *info, CanTerminal: s.viewer.CanCancel && info.Status == fleetsessions.StatusRunning}
+	if info.Status == fleetsessions.StatusRunning {
 		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
 		p.Procs, err = client.Processes(pctx, info.ID)
 		pcancel()

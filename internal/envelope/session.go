@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's launcher is an agent: after the envelope (and a workspace's
@@ -69,25 +71,15 @@ func (s *Session) validate() error {
 	return nil
 }
 
-// The operations of a session.
+// The operations of a session's agent: those of the session it serves
+// (sessionapi.OpExec, OpCode, OpReset, OpProcesses, OpSignal, OpStdin and
+// the files', IsFileOp), asked by the same names, and these, which only
+// the executor asks.
 const (
-	OpPing      = "ping"      // renew the deadman; nothing else
-	OpExec      = "exec"      // run a command; with Background, start it and return its pid
-	OpProcesses = "processes" // list the background processes
-	OpWait      = "wait"      // wait up to TimeoutMS for a background process to end
-	OpOutput    = "output"    // a background process's output since Since
-	OpSignal    = "signal"    // signal a background process (its process group)
-	OpStdin     = "stdin"     // write to a background process's stdin; EOF closes it
-	OpCode      = "code"      // run code in a stateful context
-	OpReset     = "reset"     // restart a context
-	OpRead      = "read"      // read a file: Length bytes from Offset
-	OpWrite     = "write"     // write a file (Append: at its end)
-	OpList      = "list"      // list a directory
-	OpStat      = "stat"      // a path's entry
-	OpRemove    = "remove"    // remove a path (Recursive: a tree)
-	OpMkdir     = "mkdir"     // make a directory and its parents
-	OpRename    = "rename"    // rename Path to To
-	OpClose     = "close"     // end every process, send the trailer and exit
+	OpPing   = "ping"   // renew the deadman; nothing else
+	OpWait   = "wait"   // wait up to TimeoutMS for a background process to end
+	OpOutput = "output" // a background process's output since Since
+	OpClose  = "close"  // end every process, send the trailer and exit
 	// OpArchive archives the working directory while the session lives
 	// (a checkpoint): every other process is stopped (SIGSTOP) while it is
 	// read, and continued after. The tar goes out as FrameArchive frames
@@ -159,11 +151,12 @@ type Request struct {
 	Conn int `json:"conn,omitempty"`
 }
 
-// Reply answers one Request. Error is set when the call failed; the rest
-// is the operation's.
+// Reply answers one Request. Error is set when the call failed (with one
+// of the codes the agent answers, sessionapi.Errorf); the rest is the
+// operation's.
 type Reply struct {
-	ID    uint64      `json:"id"`
-	Error *ReplyError `json:"error,omitempty"`
+	ID    uint64            `json:"id"`
+	Error *sessionapi.Error `json:"error,omitempty"`
 
 	// exec (foreground), wait.
 	Exit       *int   `json:"exit_code,omitempty"`
@@ -184,7 +177,7 @@ type Reply struct {
 	// exec (background).
 	PID int `json:"pid,omitempty"`
 	// processes.
-	Processes []Process `json:"processes,omitempty"`
+	Processes []sessionapi.Process `json:"processes,omitempty"`
 	// output: the bytes since the request's Since (Stdout and Stderr as
 	// one stream, in order), and Next, the offset to ask from next;
 	// Dropped is how many bytes before Since... were no longer kept.
@@ -198,20 +191,20 @@ type Reply struct {
 	// was started afresh for this call (first use, or it had died).
 	// Language is the context's (an agent before the field: python); a
 	// bash cell's status is Exit, and an error when it is not 0.
-	Text      string     `json:"text,omitempty"`
-	CodeError *CodeError `json:"code_error,omitempty"`
-	Reset     bool       `json:"reset,omitempty"`
-	Language  string     `json:"language,omitempty"`
+	Text      string                `json:"text,omitempty"`
+	CodeError *sessionapi.CodeError `json:"code_error,omitempty"`
+	Reset     bool                  `json:"reset,omitempty"`
+	Language  string                `json:"language,omitempty"`
 	// The cell's display outputs (see DisplayDir) and how many were
 	// dropped at the bounds.
 	Display        []DisplayItem `json:"display,omitempty"`
 	DisplayDropped int           `json:"display_dropped,omitempty"`
 
 	// Files.
-	Data    []byte  `json:"data,omitempty"`
-	EOF     bool    `json:"eof,omitempty"`
-	Entries []Entry `json:"entries,omitempty"`
-	Entry   *Entry  `json:"entry,omitempty"`
+	Data    []byte             `json:"data,omitempty"`
+	EOF     bool               `json:"eof,omitempty"`
+	Entries []sessionapi.Entry `json:"entries,omitempty"`
+	Entry   *sessionapi.Entry  `json:"entry,omitempty"`
 
 	// archive: what the FrameArchive frames before this reply held.
 	Archive *ArchiveReport `json:"archive,omitempty"`
@@ -230,54 +223,6 @@ type ArchiveReport struct {
 	SHA256  string `json:"sha256"`
 	Files   int    `json:"files"`
 	Skipped int    `json:"skipped,omitempty"`
-}
-
-// ReplyError is a failed call: a stable code and a message.
-type ReplyError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *ReplyError) Error() string { return e.Code + ": " + e.Message }
-
-// The codes of ReplyError.
-const (
-	ErrCodeInvalid  = "invalid"   // a bad request: a path outside the tree, a missing field
-	ErrCodeNotFound = "not_found" // no such file, process or context
-	ErrCodeExists   = "exists"    // the path exists already
-	ErrCodeLimit    = "limit"     // over a bound of the session (processes, message size)
-	ErrCodeFailed   = "failed"    // the operation failed (its message says how)
-)
-
-// CodeError is what a cell raised: the exception's name, its value as
-// text, and the traceback.
-type CodeError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
-
-// Process is a background process of the session.
-type Process struct {
-	PID       int      `json:"pid"`
-	Argv      []string `json:"argv"`
-	Running   bool     `json:"running"`
-	Exit      *int     `json:"exit_code,omitempty"`
-	Signal    int      `json:"signal,omitempty"`
-	StartedMS int64    `json:"started_ms"` // Unix milliseconds
-	// OutputBytes is the offset the process's output has reached.
-	OutputBytes int64 `json:"output_bytes"`
-}
-
-// Entry is a file of the session.
-type Entry struct {
-	Name    string `json:"name"`
-	Path    string `json:"path"`
-	Type    string `json:"type"` // "file", "dir", "symlink" or "other"
-	Size    int64  `json:"size"`
-	Mode    uint32 `json:"mode"`     // permission bits
-	MTimeMS int64  `json:"mtime_ms"` // Unix milliseconds
-	Target  string `json:"target,omitempty"`
 }
 
 // Event is live output of a command: Stream is "stdout" or "stderr".

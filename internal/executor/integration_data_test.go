@@ -21,6 +21,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // dataSetup returns an executor whose "python-data" preset runs on the data
@@ -219,7 +220,7 @@ func TestIntegrationDataSessionCell(t *testing.T) {
 	s := startSession(t, e, SessionSpec{Image: "python-data"})
 	cell := func(code string) *envelope.Reply {
 		t.Helper()
-		r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Code: code, TimeoutMS: 120_000}))
+		r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: code, TimeoutMS: 120_000}))
 		if r.CodeError != nil {
 			t.Fatalf("cell %q raised %s: %s", code, r.CodeError.Name, r.CodeError.Traceback)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // secretProbes is the job of TestIntegrationEgressSecret: it fetches the
@@ -231,7 +232,7 @@ func TestIntegrationEgressSessionLocks(t *testing.T) {
 	caps.Network = &limits.Network{Allow: mustRules(t, "a.example.test")}
 	e := setup(t, func(c *Config) { c.Caps, c.Egress = caps, gw })
 	s := startSession(t, e, SessionSpec{Limits: limits.Limits{Network: &limits.Network{Allow: mustRules(t, "a.example.test")}}})
-	fetch := envelope.Request{Op: envelope.OpExec, Argv: []string{"python3", "-c", `
+	fetch := envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", `
 import urllib.request, urllib.error
 try:
     print(urllib.request.urlopen("http://a.example.test:8080/install", timeout=20).read().decode())

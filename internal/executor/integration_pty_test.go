@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/testutil"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A terminal in a session: a shell on a real pty, its output as events,
@@ -62,10 +63,10 @@ func testSessionPTY(t *testing.T, e *Executor) {
 	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("stty size\n")}))
 	testutil.Eventually(t, 20*time.Second, "the new size", seen("33 101"))
 
-	if r := do(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 0, Rows: 5}); r.Error == nil || r.Error.Code != envelope.ErrCodeInvalid {
+	if r := do(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 0, Rows: 5}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 		t.Fatalf("a 0-column resize: %+v", r.Error)
 	}
-	if r := do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n + 7}); r.Error == nil || r.Error.Code != envelope.ErrCodeNotFound {
+	if r := do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n + 7}); r.Error == nil || r.Error.Code != sessionapi.ErrNotFound.Code {
 		t.Fatalf("input to no terminal: %+v", r.Error)
 	}
 
@@ -114,7 +115,7 @@ func TestSessionPTYWindow(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, "the whole burst once acknowledged", func() bool {
 		r := do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Acked: taken()})
 		if r.Error != nil {
-			return r.Error.Code == envelope.ErrCodeNotFound // ended: all sent
+			return r.Error.Code == sessionapi.ErrNotFound.Code // ended: all sent
 		}
 		return false
 	})

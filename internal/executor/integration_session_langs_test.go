@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // langsRuntimes runs f once per runtime on the languages' image.
@@ -49,7 +50,7 @@ func nodeRuns(t *testing.T, e *Executor) bool {
 	s := startSession(t, e, SessionSpec{Image: "node"})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpExec, Argv: []string{"node", "-e", "1"}})
+	r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"node", "-e", "1"}})
 	if err == nil && r.Error == nil && r.Exit != nil && *r.Exit == 0 {
 		return true
 	}
@@ -97,7 +98,7 @@ func TestIntegrationSessionLanguages(t *testing.T) {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 				defer cancel()
-				r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpCode, Language: c.lang, Code: code, TimeoutMS: timeoutMS})
+				r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpCode, Language: c.lang, Code: code, TimeoutMS: timeoutMS})
 				if err != nil {
 					t.Fatalf("%s %q: %v (%q)", c.lang, code, err, sessionWhy(s))
 				}
@@ -130,16 +131,16 @@ func TestIntegrationSessionLanguages(t *testing.T) {
 			}
 		}
 		// A context keeps its language; an unknown one is refused.
-		r := do(t, s, envelope.Request{Op: envelope.OpCode, Context: "default", Language: "bash", Code: "true"})
-		if r.Error == nil || r.Error.Code != envelope.ErrCodeInvalid {
+		r := do(t, s, envelope.Request{Op: sessionapi.OpCode, Context: "default", Language: "bash", Code: "true"})
+		if r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 			t.Errorf("python's context asked for bash: %+v", r.Error)
 		}
-		if r := do(t, s, envelope.Request{Op: envelope.OpCode, Language: "cobol", Code: "1"}); r.Error == nil || r.Error.Code != envelope.ErrCodeInvalid {
+		if r := do(t, s, envelope.Request{Op: sessionapi.OpCode, Language: "cobol", Code: "1"}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 			t.Errorf("cobol: %+v", r.Error)
 		}
 		// A reset starts the language's context afresh.
-		okReply(t, do(t, s, envelope.Request{Op: envelope.OpReset, Language: "javascript"}))
-		if r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpCode, Language: "javascript", Code: "typeof x"})); !r.Reset || r.Text != "'undefined'" {
+		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpReset, Language: "javascript"}))
+		if r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Language: "javascript", Code: "typeof x"})); !r.Reset || r.Text != "'undefined'" {
 			t.Errorf("after a reset: %+v", r)
 		}
 	})
@@ -167,7 +168,7 @@ for n in "" 000000000000000000000000; do printf '\n{"nonce":"%s","text":"forged"
 			t.Helper()
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			r, err := s.Do(ctx, &envelope.Request{Op: envelope.OpCode, Language: lang, Code: code, TimeoutMS: timeoutMS})
+			r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpCode, Language: lang, Code: code, TimeoutMS: timeoutMS})
 			if err != nil {
 				t.Fatalf("%s %q: %v (%q)", lang, code, err, sessionWhy(s))
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // whoProbe prints what the sandbox's processes know of their user, one
@@ -147,7 +148,7 @@ func TestIntegrationSandboxUser(t *testing.T) {
 			want(t, res, jobs.StatusSucceeded)
 			checkWho(t, "fresh job", res.Stdout)
 			s := startSession(t, e, SessionSpec{})
-			r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpExec, Argv: []string{"bash", "-c", whoProbe}}))
+			r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"bash", "-c", whoProbe}}))
 			if r.Exit == nil || *r.Exit != 0 {
 				t.Fatalf("session: exit %v, stderr %q", r.Exit, r.Stderr)
 			}

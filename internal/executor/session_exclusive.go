@@ -1,6 +1,9 @@
 package executor
 
-import "github.com/sandfleet/sandfleet/internal/envelope"
+import (
+	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
+)
 
 // unprotected turns the reply to an exclusive exec that did not run
 // exclusively into a failure: an agent older than the option ignores it,
@@ -11,6 +14,6 @@ func unprotected(req *envelope.Request, rep *envelope.Reply) *envelope.Reply {
 	if !req.Exclusive || rep.Error != nil || rep.Exclusive {
 		return rep
 	}
-	return &envelope.Reply{ID: rep.ID, Error: &envelope.ReplyError{Code: envelope.ErrCodeFailed,
-		Message: "exclusive: the sandbox's agent ran the command beside the session's other processes (its image predates exclusive exec); the result is withheld"}}
+	return &envelope.Reply{ID: rep.ID, Error: sessionapi.Errorf(sessionapi.ErrFailed,
+		"exclusive: the sandbox's agent ran the command beside the session's other processes (its image predates exclusive exec); the result is withheld")}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A reply to an exclusive exec that does not say it ran exclusively (an
@@ -18,10 +19,10 @@ func TestUnprotectedReplyWithheld(t *testing.T) {
 		rep      envelope.Reply
 		withheld bool
 	}{
-		{"exclusive, ran alone", envelope.Request{Op: envelope.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Exit: &zero, Exclusive: true}, false},
-		{"exclusive, an old agent", envelope.Request{Op: envelope.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Exit: &zero, Stdout: []byte("FORGED")}, true},
-		{"exclusive, refused", envelope.Request{Op: envelope.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Error: &envelope.ReplyError{Code: envelope.ErrCodeFailed}}, false},
-		{"a plain exec", envelope.Request{Op: envelope.OpExec}, envelope.Reply{ID: 3, Exit: &zero}, false},
+		{"exclusive, ran alone", envelope.Request{Op: sessionapi.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Exit: &zero, Exclusive: true}, false},
+		{"exclusive, an old agent", envelope.Request{Op: sessionapi.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Exit: &zero, Stdout: []byte("FORGED")}, true},
+		{"exclusive, refused", envelope.Request{Op: sessionapi.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Error: sessionapi.Errorf(sessionapi.ErrFailed, "refused")}, false},
+		{"a plain exec", envelope.Request{Op: sessionapi.OpExec}, envelope.Reply{ID: 3, Exit: &zero}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := unprotected(&tc.req, &tc.rep)
@@ -31,7 +32,7 @@ func TestUnprotectedReplyWithheld(t *testing.T) {
 				}
 				return
 			}
-			if got.ID != 3 || got.Error == nil || got.Error.Code != envelope.ErrCodeFailed || got.Exit != nil || got.Stdout != nil {
+			if got.ID != 3 || got.Error == nil || got.Error.Code != sessionapi.ErrFailed.Code || got.Exit != nil || got.Stdout != nil {
 				t.Fatalf("got %+v, want a failure with no result", got)
 			}
 		})

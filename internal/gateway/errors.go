@@ -62,7 +62,7 @@ type Error struct {
 	RetryAfter time.Duration // sets Retry-After when > 0
 	// BadLines lists the bad lines of a strict batch.
 	BadLines []BadLine
-	// Cap names the cap of a session_cap (sessions.CapPerToken, ...).
+	// Cap names the cap of a session_cap (sessionapi.CapPerToken, ...).
 	Cap string
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/internal/mcp"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 	"github.com/sandfleet/sandfleet/pkg/templates"
 )
@@ -320,7 +321,7 @@ func (g *Gateway) routes() []route {
 		{pattern: "GET /v1/sessions/{id}/cells", h: g.listCells},
 		{pattern: "GET /v1/sessions/{id}/processes/{pid}", h: g.readProcess, stream: true},
 		{pattern: "POST /v1/sessions/{id}/processes/{pid}/signal", h: g.signalProcess, write: true, body: 1 << 10},
-		{pattern: "POST /v1/sessions/{id}/processes/{pid}/stdin", h: g.stdinProcess, write: true, body: sessions.MaxFileChunk},
+		{pattern: "POST /v1/sessions/{id}/processes/{pid}/stdin", h: g.stdinProcess, write: true, body: sessionapi.MaxFileChunk},
 		{pattern: "GET /v1/sessions/{id}/files", h: g.listFiles},
 		{pattern: "GET /v1/sessions/{id}/files/{path...}", h: g.readFile, stream: true},
 		{pattern: "PUT /v1/sessions/{id}/files/{path...}", h: g.writeFile, write: true, body: 1 << 30, stream: true},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/webauth"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -346,8 +347,8 @@ func (g *Gateway) newPortProxy() *httputil.ReverseProxy {
 // portErr is the answer to a proxied request whose connection failed.
 func (g *Gateway) portErr(r *http.Request, err error) error {
 	t, _ := r.Context().Value(portTargetKey{}).(*portTarget)
-	e := sessions.AsError(err)
-	if e == nil || errors.Is(e, sessions.ErrFailed) {
+	e := sessionapi.AsError(err)
+	if e == nil || errors.Is(e, sessionapi.ErrFailed) {
 		msg := "the session's server did not answer"
 		if e != nil {
 			msg = e.Message
@@ -357,11 +358,11 @@ func (g *Gateway) portErr(r *http.Request, err error) error {
 		}
 		return apiErr(http.StatusBadGateway, CodeBadGateway, "%s", msg)
 	}
-	if errors.Is(e, sessions.ErrGone) {
+	if errors.Is(e, sessionapi.ErrGone) {
 		// An ended session's ports are no more than a missing one's.
 		return apiErr(http.StatusNotFound, CodeNotFound, "%s", e.Message)
 	}
-	if errors.Is(e, sessions.ErrLimit) {
+	if errors.Is(e, sessionapi.ErrLimit) {
 		return apiErr(http.StatusServiceUnavailable, CodeUnavailable, "%s", e.Message)
 	}
 	return g.sessionErr(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -95,15 +96,15 @@ func TestSessionCapsPerTokenAndTenant(t *testing.T) {
 		Error gateway.ErrorBody `json:"error"`
 	}
 	rep.decode(t, &body)
-	if rep.status != http.StatusTooManyRequests || body.Error.Code != gateway.CodeSessionCap || body.Error.Cap != sessions.CapPerToken {
+	if rep.status != http.StatusTooManyRequests || body.Error.Code != gateway.CodeSessionCap || body.Error.Cap != sessionapi.CapPerToken {
 		t.Fatalf("a token past its cap: %d %s, want 429 session_cap sessions_per_token", rep.status, rep.body)
 	}
 	if rep := createSession(t, b, b.tenant["globex"], `{}`); rep.status != http.StatusCreated {
 		t.Fatalf("another tenant's create: %d %s", rep.status, rep.body)
 	}
 	for _, tc := range []struct{ body, cap string }{
-		{`{"max_lifetime": "48h"}`, sessions.CapMaxLifetime},
-		{`{"idle_timeout": "3h"}`, sessions.CapIdleTimeout},
+		{`{"max_lifetime": "48h"}`, sessionapi.CapMaxLifetime},
+		{`{"idle_timeout": "3h"}`, sessionapi.CapIdleTimeout},
 	} {
 		rep := createSession(t, b, b.tenant["globex"], tc.body)
 		rep.decode(t, &body)

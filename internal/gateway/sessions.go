@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -27,34 +28,34 @@ func (g *Gateway) sessionsOf(tok *Token) (*sessions.Client, error) {
 
 // sessionErr maps a session's error to its answer.
 func (g *Gateway) sessionErr(err error) error {
-	e := sessions.AsError(err)
+	e := sessionapi.AsError(err)
 	if e == nil {
 		return err
 	}
 	switch {
-	case errors.Is(e, sessions.ErrNotFound):
+	case errors.Is(e, sessionapi.ErrNotFound):
 		return apiErr(http.StatusNotFound, CodeNotFound, "%s", e.Message)
-	case errors.Is(e, sessions.ErrGone):
+	case errors.Is(e, sessionapi.ErrGone):
 		return apiErr(http.StatusGone, CodeGone, "%s", e.Message)
-	case errors.Is(e, sessions.ErrCap):
+	case errors.Is(e, sessionapi.ErrCap):
 		// A count's cap holds until one of the caller's sessions ends; an
 		// ask over a lifetime's cap is wrong whenever it is sent.
 		status := http.StatusTooManyRequests
-		if e.Cap == sessions.CapMaxLifetime || e.Cap == sessions.CapIdleTimeout {
+		if e.Cap == sessionapi.CapMaxLifetime || e.Cap == sessionapi.CapIdleTimeout {
 			status = http.StatusBadRequest
 		}
 		ae := apiErr(status, CodeSessionCap, "%s", e.Message)
 		ae.Cap = e.Cap
 		return ae
-	case errors.Is(e, sessions.ErrFull), errors.Is(e, sessions.ErrLimit):
+	case errors.Is(e, sessionapi.ErrFull), errors.Is(e, sessionapi.ErrLimit):
 		ae := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "%s", e.Message)
 		ae.RetryAfter = g.cfg.RetryAfter
 		return ae
-	case errors.Is(e, sessions.ErrInvalid):
+	case errors.Is(e, sessionapi.ErrInvalid):
 		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "%s", e.Message)
-	case errors.Is(e, sessions.ErrExists):
+	case errors.Is(e, sessionapi.ErrExists):
 		return apiErr(http.StatusConflict, CodeExists, "%s", e.Message)
-	case errors.Is(e, sessions.ErrPaused):
+	case errors.Is(e, sessionapi.ErrPaused):
 		return apiErr(http.StatusConflict, CodePaused, "%s", e.Message)
 	}
 	return apiErr(http.StatusUnprocessableEntity, CodeFailed, "%s", e.Message)
@@ -167,7 +168,7 @@ func (g *Gateway) sessionCall(w http.ResponseWriter, r *http.Request, tok *Token
 
 func (g *Gateway) deleteSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	var info sessions.Info
-	if err := g.sessionCall(w, r, tok, sessions.OpDelete, nil, &info, 0); err != nil {
+	if err := g.sessionCall(w, r, tok, sessionapi.OpDelete, nil, &info, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &info)
@@ -176,7 +177,7 @@ func (g *Gateway) deleteSession(w http.ResponseWriter, r *http.Request, tok *Tok
 
 func (g *Gateway) keepaliveSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	var info sessions.Info
-	if err := g.sessionCall(w, r, tok, sessions.OpKeepalive, nil, &info, 0); err != nil {
+	if err := g.sessionCall(w, r, tok, sessionapi.OpKeepalive, nil, &info, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &info)
@@ -191,7 +192,7 @@ func (g *Gateway) setSessionNetwork(w http.ResponseWriter, r *http.Request, tok 
 		return err
 	}
 	var info sessions.Info
-	if err := g.sessionCall(w, r, tok, sessions.OpNetwork, &n, &info, 0); err != nil {
+	if err := g.sessionCall(w, r, tok, sessionapi.OpNetwork, &n, &info, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &info)
@@ -200,7 +201,7 @@ func (g *Gateway) setSessionNetwork(w http.ResponseWriter, r *http.Request, tok 
 
 func (g *Gateway) pauseSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
 	var info sessions.Info
-	if err := g.sessionCall(w, r, tok, sessions.OpPause, nil, &info, 0); err != nil {
+	if err := g.sessionCall(w, r, tok, sessionapi.OpPause, nil, &info, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &info)
@@ -252,12 +253,12 @@ func callWait(asked limits.Duration) time.Duration {
 }
 
 func (g *Gateway) execSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	var req sessions.ExecRequest
+	var req sessionapi.ExecRequest
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	var res sessions.ExecResult
-	if err := g.sessionCall(w, r, tok, sessions.OpExec, req, &res, callWait(req.Timeout)); err != nil {
+	var res sessionapi.ExecResult
+	if err := g.sessionCall(w, r, tok, sessionapi.OpExec, req, &res, callWait(req.Timeout)); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &res)
@@ -265,12 +266,12 @@ func (g *Gateway) execSession(w http.ResponseWriter, r *http.Request, tok *Token
 }
 
 func (g *Gateway) codeSession(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	var req sessions.CodeRequest
+	var req sessionapi.CodeRequest
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
 	var res sessions.CodeResult
-	if err := g.sessionCall(w, r, tok, sessions.OpCode, req, &res, callWait(req.Timeout)); err != nil {
+	if err := g.sessionCall(w, r, tok, sessionapi.OpCode, req, &res, callWait(req.Timeout)); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &res)
@@ -279,16 +280,16 @@ func (g *Gateway) codeSession(w http.ResponseWriter, r *http.Request, tok *Token
 
 // ProcessList is the answer of GET /v1/sessions/{id}/processes.
 type ProcessList struct {
-	Processes []sessions.Process `json:"processes"`
+	Processes []sessionapi.Process `json:"processes"`
 }
 
 func (g *Gateway) listProcesses(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	var ps []sessions.Process
-	if err := g.sessionCall(w, r, tok, sessions.OpProcesses, nil, &ps, 0); err != nil {
+	var ps []sessionapi.Process
+	if err := g.sessionCall(w, r, tok, sessionapi.OpProcesses, nil, &ps, 0); err != nil {
 		return err
 	}
 	if ps == nil {
-		ps = []sessions.Process{}
+		ps = []sessionapi.Process{}
 	}
 	writeJSON(w, http.StatusOK, ProcessList{Processes: ps})
 	return nil
@@ -323,7 +324,7 @@ func (g *Gateway) readProcess(w http.ResponseWriter, r *http.Request, tok *Token
 	if err != nil {
 		return err
 	}
-	req := sessions.ProcessRequest{PID: pid}
+	req := sessionapi.ProcessRequest{PID: pid}
 	q := r.URL.Query()
 	if v := q.Get("since"); v != "" {
 		if req.Since, err = strconv.ParseInt(v, 10, 64); err != nil || req.Since < 0 {
@@ -333,8 +334,8 @@ func (g *Gateway) readProcess(w http.ResponseWriter, r *http.Request, tok *Token
 	if req.Wait, err = g.waitDuration(r); err != nil {
 		return err
 	}
-	var out sessions.ProcessOutput
-	if err := g.sessionCall(w, r, tok, sessions.OpProcess, req, &out, req.Wait.D()); err != nil {
+	var out sessionapi.ProcessOutput
+	if err := g.sessionCall(w, r, tok, sessionapi.OpProcess, req, &out, req.Wait.D()); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, &out)
@@ -352,7 +353,7 @@ func (g *Gateway) signalProcess(w http.ResponseWriter, r *http.Request, tok *Tok
 	if err != nil {
 		return err
 	}
-	req := sessions.SignalRequest{PID: pid}
+	req := sessionapi.SignalRequest{PID: pid}
 	if r.ContentLength != 0 {
 		var body struct {
 			Signal int `json:"signal"`
@@ -362,7 +363,7 @@ func (g *Gateway) signalProcess(w http.ResponseWriter, r *http.Request, tok *Tok
 		}
 		req.Signal = body.Signal
 	}
-	if err := g.sessionCall(w, r, tok, sessions.OpSignal, req, nil, 0); err != nil {
+	if err := g.sessionCall(w, r, tok, sessionapi.OpSignal, req, nil, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, struct{}{})
@@ -378,8 +379,8 @@ func (g *Gateway) stdinProcess(w http.ResponseWriter, r *http.Request, tok *Toke
 	if err != nil {
 		return err
 	}
-	req := sessions.StdinRequest{PID: pid, Data: data, EOF: r.URL.Query().Get("eof") == "true"}
-	if err := g.sessionCall(w, r, tok, sessions.OpStdin, req, nil, 0); err != nil {
+	req := sessionapi.StdinRequest{PID: pid, Data: data, EOF: r.URL.Query().Get("eof") == "true"}
+	if err := g.sessionCall(w, r, tok, sessionapi.OpStdin, req, nil, 0); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, struct{}{})
@@ -388,7 +389,7 @@ func (g *Gateway) stdinProcess(w http.ResponseWriter, r *http.Request, tok *Toke
 
 // EntryList is the answer of GET /v1/sessions/{id}/files.
 type EntryList struct {
-	Entries []sessions.Entry `json:"entries"`
+	Entries []sessionapi.Entry `json:"entries"`
 }
 
 func (g *Gateway) listFiles(w http.ResponseWriter, r *http.Request, tok *Token) error {
@@ -396,12 +397,12 @@ func (g *Gateway) listFiles(w http.ResponseWriter, r *http.Request, tok *Token) 
 	if dir == "" {
 		dir = "."
 	}
-	var res sessions.FileResult
-	if err := g.sessionCall(w, r, tok, sessions.OpList, sessions.FileRequest{Path: dir}, &res, 0); err != nil {
+	var res sessionapi.FileResult
+	if err := g.sessionCall(w, r, tok, sessionapi.OpList, sessionapi.FileRequest{Path: dir}, &res, 0); err != nil {
 		return err
 	}
 	if res.Entries == nil {
-		res.Entries = []sessions.Entry{}
+		res.Entries = []sessionapi.Entry{}
 	}
 	writeJSON(w, http.StatusOK, EntryList{Entries: res.Entries})
 	return nil
@@ -414,8 +415,8 @@ func (g *Gateway) readFile(w http.ResponseWriter, r *http.Request, tok *Token) e
 	}
 	id, path := r.PathValue("id"), r.PathValue("path")
 	// The first chunk decides the answer: an error is still a JSON one.
-	var first sessions.FileResult
-	if err := c.Do(r.Context(), id, sessions.OpRead, "", sessions.FileRequest{Path: path, Length: sessions.MaxFileChunk}, &first, 0); err != nil {
+	var first sessionapi.FileResult
+	if err := c.Do(r.Context(), id, sessionapi.OpRead, "", sessionapi.FileRequest{Path: path, Length: sessionapi.MaxFileChunk}, &first, 0); err != nil {
 		return g.sessionErr(err)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -427,8 +428,8 @@ func (g *Gateway) readFile(w http.ResponseWriter, r *http.Request, tok *Token) e
 	}
 	off := int64(len(first.Data))
 	for {
-		var res sessions.FileResult
-		if err := c.Do(r.Context(), id, sessions.OpRead, "", sessions.FileRequest{Path: path, Offset: off, Length: sessions.MaxFileChunk}, &res, 0); err != nil {
+		var res sessionapi.FileResult
+		if err := c.Do(r.Context(), id, sessionapi.OpRead, "", sessionapi.FileRequest{Path: path, Offset: off, Length: sessionapi.MaxFileChunk}, &res, 0); err != nil {
 			// Mid-stream: the status is sent; cut the body so the client
 			// sees a short read, not a whole file.
 			panic(http.ErrAbortHandler)
@@ -470,8 +471,8 @@ func (g *Gateway) writeFile(w http.ResponseWriter, r *http.Request, tok *Token) 
 }
 
 func (g *Gateway) removeFile(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	req := sessions.FileRequest{Path: r.PathValue("path"), Recursive: r.URL.Query().Get("recursive") == "true"}
-	if err := g.sessionCall(w, r, tok, sessions.OpRemove, req, nil, 0); err != nil {
+	req := sessionapi.FileRequest{Path: r.PathValue("path"), Recursive: r.URL.Query().Get("recursive") == "true"}
+	if err := g.sessionCall(w, r, tok, sessionapi.OpRemove, req, nil, 0); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -77,7 +78,7 @@ func TestCellResultBound(t *testing.T) {
 		Text:    "VALUE" + strings.Repeat("v", 100000) + "END",
 		Stdout:  strings.Repeat("o", 50000),
 		Stderr:  strings.Repeat("é", 30000),
-		Error:   &sessions.CodeError{Name: "ValueError", Value: strings.Repeat("w", 100000), Traceback: "Traceback\n" + strings.Repeat("t", 10000)},
+		Error:   &sessionapi.CodeError{Name: "ValueError", Value: strings.Repeat("w", 100000), Traceback: "Traceback\n" + strings.Repeat("t", 10000)},
 		Display: []jobs.Display{display("image/gif", gif)},
 	}
 	out := s.cellResult(r)
@@ -96,7 +97,7 @@ func TestCellResultBound(t *testing.T) {
 
 	// A command's streams, as large, too.
 	exit := 0
-	ex := s.execResult(&sessions.ExecResult{ExitCode: &exit, Stdout: strings.Repeat("o", 90000), Stderr: strings.Repeat("e", 90000), StdoutTruncated: true})
+	ex := s.execResult(&sessionapi.ExecResult{ExitCode: &exit, Stdout: strings.Repeat("o", 90000), Stderr: strings.Repeat("e", 90000), StdoutTruncated: true})
 	if txt := resultText(ex); len(txt) > bound || !strings.Contains(txt, "bytes left out") || !strings.Contains(txt, "the sandbox kept only the start") {
 		t.Errorf("exec: %d bytes (bound %d): %.300q", len(txt), bound, txt)
 	}

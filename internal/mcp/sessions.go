@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -123,7 +124,7 @@ func (s *Server) sessionNotRun(err error) *sdk.CallToolResult {
 
 // sessionFailure is a session call's error as a model reads it.
 func (s *Server) sessionFailure(err error) *sdk.CallToolResult {
-	if e := sessions.AsError(err); e != nil {
+	if e := sessionapi.AsError(err); e != nil {
 		return s.failure(e.Code + ": " + e.Message)
 	}
 	return s.failure("the session call failed: " + err.Error())
@@ -158,7 +159,7 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in ExecArgs
 		return fail, err
 	}
 	stop := s.progress(ctx, req, s.callTimeout(in.Timeout))
-	r, err := c.Exec(ctx, in.Session, "", sessions.ExecRequest{Shell: in.Command, Timeout: seconds(in.Timeout)})
+	r, err := c.Exec(ctx, in.Session, "", sessionapi.ExecRequest{Shell: in.Command, Timeout: seconds(in.Timeout)})
 	stop()
 	if err != nil {
 		return s.sessionNotRun(err), nil
@@ -179,7 +180,7 @@ func (s *Server) callTimeout(timeout float64) time.Duration {
 
 // execResult is exec's result: the exit, then both streams within
 // MaxOutput.
-func (s *Server) execResult(r *sessions.ExecResult) *sdk.CallToolResult {
+func (s *Server) execResult(r *sessionapi.ExecResult) *sdk.CallToolResult {
 	var head strings.Builder
 	o := &Output{Status: "ok", ExitCode: r.ExitCode, DurationMS: &r.DurationMS}
 	switch {
@@ -215,7 +216,7 @@ func (s *Server) runCell(ctx context.Context, req *sdk.CallToolRequest, in RunCo
 		return fail, err
 	}
 	stop := s.progress(ctx, req, s.callTimeout(in.Timeout))
-	r, err := c.RunCode(ctx, in.Session, "", sessions.CodeRequest{Code: in.Code, Language: lang, Timeout: seconds(in.Timeout)})
+	r, err := c.RunCode(ctx, in.Session, "", sessionapi.CodeRequest{Code: in.Code, Language: lang, Timeout: seconds(in.Timeout)})
 	stop()
 	if err != nil {
 		return s.sessionNotRun(err), nil
@@ -349,7 +350,7 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in Fil
 	if dir == "" {
 		dir = "."
 	}
-	r, err := c.File(ctx, in.Session, sessions.OpList, sessions.FileRequest{Path: dir})
+	r, err := c.File(ctx, in.Session, sessionapi.OpList, sessionapi.FileRequest{Path: dir})
 	if err != nil {
 		return s.sessionFailure(err), nil
 	}
@@ -368,7 +369,7 @@ func (s *Server) closeSession(ctx context.Context, req *sdk.CallToolRequest, in 
 	if c == nil {
 		return fail, err
 	}
-	if _, err := c.Delete(ctx, in.Session); err != nil && !errors.Is(err, sessions.ErrGone) {
+	if _, err := c.Delete(ctx, in.Session); err != nil && !errors.Is(err, sessionapi.ErrGone) {
 		return s.sessionFailure(err), nil
 	}
 	return s.textResult(false, "closed"), nil

@@ -16,6 +16,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -26,22 +27,22 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 	op := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
 	var call sessions.Call
 	if err := json.Unmarshal(msg.Data, &call); err != nil {
-		answer(msg, nil, sessions.Errorf(sessions.ErrInvalid, "not a call: %v", err))
+		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrInvalid, "not a call: %v", err))
 		return
 	}
 	if call.Owner != l.info.Owner {
 		// Another owner's: as for a session that does not exist.
-		answer(msg, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", l.info.ID))
+		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", l.info.ID))
 		return
 	}
-	if op == sessions.OpCells {
+	if op == sessionapi.OpCells {
 		h.serveCells(msg, l.cells, call.Body)
 		return
 	}
 	select {
 	case l.calls <- struct{}{}:
 	default:
-		answer(msg, nil, sessions.Errorf(sessions.ErrLimit, "session %s serves at most %d calls at once", l.info.ID, h.cfg.MaxCalls))
+		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrLimit, "session %s serves at most %d calls at once", l.info.ID, h.cfg.MaxCalls))
 		return
 	}
 	h.wg.Go(func() {
@@ -70,13 +71,13 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 		result, err := h.serve(l, op, call.Body)
 		l.callEnded()
 		if errors.Is(err, errEnded) || errors.Is(err, context.Canceled) {
-			err = sessions.Errorf(sessions.ErrGone, "session %s has ended", l.info.ID)
+			err = sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended", l.info.ID)
 		}
 		var a sessions.Answer
 		if err != nil {
-			e := sessions.AsError(err)
+			e := sessionapi.AsError(err)
 			if e == nil {
-				e = sessions.Errorf(sessions.ErrFailed, "%v", err)
+				e = sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
 			}
 			a.Error = e
 		} else if result != nil {
@@ -86,7 +87,7 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 		if max := h.nc.MaxPayload(); max > 0 && int64(len(data)) > max-answerRoom {
 			// NATS would refuse it, and the caller wait out its timeout
 			// for nothing (a listing of long names, many processes' argv).
-			data, _ = json.Marshal(sessions.Answer{Error: sessions.Errorf(sessions.ErrLimit,
+			data, _ = json.Marshal(sessions.Answer{Error: sessionapi.Errorf(sessionapi.ErrLimit,
 				"the answer is %d bytes, over the %d a message of this fleet may carry", len(data), max-answerRoom)})
 		}
 		if claim != nil {
@@ -107,39 +108,33 @@ func decode(body json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return sessions.Errorf(sessions.ErrInvalid, "%v", err)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
 	}
 	return nil
 }
 
-// do sends one request to the session's agent, and turns an error of its
-// reply into the API's.
+// do sends one request to the session's agent. An error of its reply is
+// the caller's as the agent gave it: the agent answers with the session's
+// own codes (sessionapi).
 func (h *Host) do(l *live, req *envelope.Request, wait time.Duration) (*envelope.Reply, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait+30*time.Second)
 	defer cancel()
 	r, err := l.sb.Do(ctx, req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, sessions.Errorf(sessions.ErrFailed, "the sandbox did not answer within %s", wait+30*time.Second)
+			return nil, sessionapi.Errorf(sessionapi.ErrFailed, "the sandbox did not answer within %s", wait+30*time.Second)
 		}
 		return nil, errEnded
 	}
 	if r.Error != nil {
-		sentinel := map[string]*sessions.Error{
-			envelope.ErrCodeInvalid: sessions.ErrInvalid, envelope.ErrCodeNotFound: sessions.ErrNotFound,
-			envelope.ErrCodeExists: sessions.ErrExists, envelope.ErrCodeLimit: sessions.ErrLimit,
-		}[r.Error.Code]
-		if sentinel == nil {
-			sentinel = sessions.ErrFailed
-		}
-		return nil, sessions.Errorf(sentinel, "%s", r.Error.Message)
+		return nil, r.Error
 	}
 	return r, nil
 }
 
 func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 	switch op {
-	case sessions.OpInfo, sessions.OpKeepalive:
+	case sessionapi.OpInfo, sessionapi.OpKeepalive:
 		info := l.snapshot()
 		if nw, ok := l.sb.(Networked); ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -147,64 +142,62 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 			cancel()
 		}
 		return &info, nil
-	case sessions.OpNetwork:
+	case sessionapi.OpNetwork:
 		return h.setNetwork(l, body)
-	case sessions.OpDelete:
+	case sessionapi.OpDelete:
 		h.end(l, sessions.EndDeleted)
 		info := l.snapshot()
 		return &info, nil
-	case sessions.OpPause:
+	case sessionapi.OpPause:
 		return h.pause(l)
-	case sessions.OpCheckpoint:
+	case sessionapi.OpCheckpoint:
 		return h.checkpointNow(l)
-	case sessions.OpExec:
+	case sessionapi.OpExec:
 		return h.exec(l, body)
-	case sessions.OpCode:
+	case sessionapi.OpCode:
 		return h.code(l, body)
-	case sessions.OpReset:
-		var req sessions.CodeRequest
+	case sessionapi.OpReset:
+		var req sessionapi.CodeRequest
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		_, err := h.do(l, &envelope.Request{Op: envelope.OpReset, Context: req.Context}, 0)
+		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpReset, Context: req.Context}, 0)
 		return struct{}{}, err
-	case sessions.OpProcesses:
-		r, err := h.do(l, &envelope.Request{Op: envelope.OpProcesses}, 0)
+	case sessionapi.OpProcesses:
+		r, err := h.do(l, &envelope.Request{Op: sessionapi.OpProcesses}, 0)
 		if err != nil {
 			return nil, err
 		}
-		ps := make([]sessions.Process, 0, len(r.Processes))
-		for _, p := range r.Processes {
-			ps = append(ps, sessions.Process{PID: p.PID, Cmd: p.Argv, Running: p.Running, ExitCode: p.Exit, Signal: p.Signal,
-				Started: p.StartedMS, OutputBytes: p.OutputBytes})
+		if r.Processes == nil {
+			return []sessionapi.Process{}, nil
 		}
-		return ps, nil
-	case sessions.OpProcess:
+		return r.Processes, nil
+	case sessionapi.OpProcess:
 		return h.process(l, body)
-	case sessions.OpSignal:
-		var req sessions.SignalRequest
+	case sessionapi.OpSignal:
+		var req sessionapi.SignalRequest
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		_, err := h.do(l, &envelope.Request{Op: envelope.OpSignal, PID: req.PID, Signal: req.Signal}, 0)
+		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpSignal, PID: req.PID, Signal: req.Signal}, 0)
 		return struct{}{}, err
-	case sessions.OpStdin:
-		var req sessions.StdinRequest
+	case sessionapi.OpStdin:
+		var req sessionapi.StdinRequest
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		_, err := h.do(l, &envelope.Request{Op: envelope.OpStdin, PID: req.PID, Data: req.Data, EOF: req.EOF}, 0)
+		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpStdin, PID: req.PID, Data: req.Data, EOF: req.EOF}, 0)
 		return struct{}{}, err
-	case sessions.OpRead, sessions.OpWrite, sessions.OpList, sessions.OpStat, sessions.OpRemove, sessions.OpMkdir, sessions.OpRename:
+	case sessionapi.OpRead, sessionapi.OpWrite, sessionapi.OpList, sessionapi.OpStat, sessionapi.OpRemove, sessionapi.OpMkdir, sessionapi.OpRename:
 		return h.file(l, op, body)
-	case sessions.OpPTY:
+	case sessionapi.OpPTY:
 		return h.openPTY(l, body)
-	case sessions.OpConn:
+	case sessionapi.OpConn:
 		return h.openConn(l, body)
-	case sessions.OpExpose, sessions.OpUnexpose, sessions.OpPorts:
+	case sessionapi.OpExpose, sessionapi.OpUnexpose, sessionapi.OpPorts:
 		return h.ports(l, op, body)
 	}
-	return nil, sessions.Errorf(sessions.ErrInvalid, "unknown operation %q", op)
+	return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "unknown operation %q", op)
 }
 
 // timeout is a call's own timeout, the session's limit by default and
@@ -217,7 +210,7 @@ func (l *live) timeout(asked time.Duration) time.Duration {
 }
 
 func (h *Host) exec(l *live, body json.RawMessage) (any, error) {
-	var req sessions.ExecRequest
+	var req sessionapi.ExecRequest
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
@@ -225,27 +218,27 @@ func (h *Host) exec(l *live, body json.RawMessage) (any, error) {
 	if req.Background {
 		t = 0
 	}
-	r, err := h.do(l, &envelope.Request{Op: envelope.OpExec, Argv: req.Cmd, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
+	r, err := h.do(l, &envelope.Request{Op: sessionapi.OpExec, Argv: req.Cmd, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
 		Stdin: []byte(req.Stdin), TimeoutMS: t.Milliseconds(), Background: req.Background, Exclusive: req.Exclusive}, t)
 	if err != nil {
 		return nil, err
 	}
-	res := &sessions.ExecResult{PID: r.PID, ExitCode: r.Exit, Signal: r.Signal, TimedOut: r.TimedOut, DurationMS: r.DurationMS,
+	res := &sessionapi.ExecResult{PID: r.PID, ExitCode: r.Exit, Signal: r.Signal, TimedOut: r.TimedOut, DurationMS: r.DurationMS,
 		StdoutTruncated: r.StdoutBytes > int64(len(r.Stdout)), StderrTruncated: r.StderrBytes > int64(len(r.Stderr)),
 		Exclusive: r.Exclusive, Ended: r.Ended}
-	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
-	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
+	res.Stdout, res.StdoutEncoding = sessionapi.Text(r.Stdout)
+	res.Stderr, res.StderrEncoding = sessionapi.Text(r.Stderr)
 	return res, nil
 }
 
 func (h *Host) code(l *live, body json.RawMessage) (any, error) {
-	var req sessions.CodeRequest
+	var req sessionapi.CodeRequest
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
 	t := l.timeout(req.Timeout.D())
 	at := time.Now().UTC()
-	r, err := h.do(l, &envelope.Request{Op: envelope.OpCode, Code: req.Code, Context: req.Context, Language: req.Language,
+	r, err := h.do(l, &envelope.Request{Op: sessionapi.OpCode, Code: req.Code, Context: req.Context, Language: req.Language,
 		TimeoutMS: t.Milliseconds()}, t)
 	if err != nil {
 		return nil, err
@@ -262,11 +255,9 @@ func (h *Host) code(l *live, body json.RawMessage) (any, error) {
 // outputs only when they are what their type says (envelope.CheckDisplay).
 func codeResult(r *envelope.Reply) *sessions.CodeResult {
 	res := &sessions.CodeResult{Language: r.Language, ExitCode: r.Exit, Text: r.Text, Reset: r.Reset, TimedOut: r.TimedOut, DurationMS: r.DurationMS}
-	res.Stdout, res.StdoutEncoding = sessions.Text(r.Stdout)
-	res.Stderr, res.StderrEncoding = sessions.Text(r.Stderr)
-	if e := r.CodeError; e != nil {
-		res.Error = &sessions.CodeError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
-	}
+	res.Stdout, res.StdoutEncoding = sessionapi.Text(r.Stdout)
+	res.Stderr, res.StderrEncoding = sessionapi.Text(r.Stderr)
+	res.Error = r.CodeError
 	res.DisplayDropped = r.DisplayDropped
 	for _, d := range r.Display {
 		w, h, ok := envelope.CheckDisplay(d.MIME, d.Data)
@@ -280,7 +271,7 @@ func codeResult(r *envelope.Reply) *sessions.CodeResult {
 }
 
 func (h *Host) process(l *live, body json.RawMessage) (any, error) {
-	var req sessions.ProcessRequest
+	var req sessionapi.ProcessRequest
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
@@ -293,41 +284,41 @@ func (h *Host) process(l *live, body json.RawMessage) (any, error) {
 		return nil, err
 	}
 	out := r.Output
-	if len(out) > sessions.MaxReplyOutput { // the rest is read from Next
-		out = out[:sessions.MaxReplyOutput]
+	if len(out) > sessionapi.MaxReplyOutput { // the rest is read from Next
+		out = out[:sessionapi.MaxReplyOutput]
 		r.Next = req.Since + r.Dropped + int64(len(out))
 	}
-	res := &sessions.ProcessOutput{PID: r.PID, Running: r.Running, ExitCode: r.Exit, Signal: r.Signal, Next: r.Next, Dropped: r.Dropped}
-	res.Output, res.Encoding = sessions.Text(out)
+	res := &sessionapi.ProcessOutput{PID: r.PID, Running: r.Running, ExitCode: r.Exit, Signal: r.Signal, Next: r.Next, Dropped: r.Dropped}
+	res.Output, res.Encoding = sessionapi.Text(out)
 	return res, nil
 }
 
 func (h *Host) file(l *live, op string, body json.RawMessage) (any, error) {
-	var req sessions.FileRequest
+	var req sessionapi.FileRequest
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	if len(req.Data) > sessions.MaxFileChunk {
-		return nil, sessions.Errorf(sessions.ErrLimit, "data: %d bytes, over %d a call", len(req.Data), sessions.MaxFileChunk)
+	if len(req.Data) > sessionapi.MaxFileChunk {
+		return nil, sessionapi.Errorf(sessionapi.ErrLimit, "data: %d bytes, over %d a call", len(req.Data), sessionapi.MaxFileChunk)
 	}
-	if req.Length <= 0 || req.Length > sessions.MaxFileChunk {
-		req.Length = sessions.MaxFileChunk
+	if req.Length <= 0 || req.Length > sessionapi.MaxFileChunk {
+		req.Length = sessionapi.MaxFileChunk
 	}
 	r, err := h.do(l, &envelope.Request{Op: op, Path: req.Path, To: req.To, Data: req.Data, Offset: req.Offset, Length: req.Length,
 		Append: req.Append, Mode: req.Mode, Recursive: req.Recursive}, 0)
 	if err != nil {
 		return nil, err
 	}
-	res := &sessions.FileResult{Data: r.Data, EOF: r.EOF}
-	conv := func(e envelope.Entry) sessions.Entry {
-		return sessions.Entry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, MTimeMS: e.MTimeMS, Target: e.Target}
+	res := &sessionapi.FileResult{Data: r.Data, EOF: r.EOF}
+	conv := func(e sessionapi.Entry) sessionapi.Entry {
+		return sessionapi.Entry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, MTimeMS: e.MTimeMS, Target: e.Target}
 	}
 	if r.Entry != nil {
 		e := conv(*r.Entry)
 		res.Entry = &e
 	}
 	if r.Entries != nil {
-		res.Entries = make([]sessions.Entry, 0, len(r.Entries))
+		res.Entries = make([]sessionapi.Entry, 0, len(r.Entries))
 		for _, e := range r.Entries {
 			res.Entries = append(res.Entries, conv(e))
 		}
@@ -428,14 +419,14 @@ type Networked interface {
 func (h *Host) setNetwork(l *live, body json.RawMessage) (*sessions.Info, error) {
 	nw, ok := l.sb.(Networked)
 	if !ok {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "this worker's sessions cannot change their network")
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "this worker's sessions cannot change their network")
 	}
 	var n limits.Network
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "the body is the new limits.network: a policy object, \"none\" or false")
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "the body is the new limits.network: a policy object, \"none\" or false")
 	}
 	if err := json.Unmarshal(body, &n); err != nil {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "limits.network: %v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "limits.network: %v", err)
 	}
 	// Checked as a create's limits are: beyond the worker's caps is
 	// invalid, named.
@@ -444,13 +435,13 @@ func (h *Host) setNetwork(l *live, body json.RawMessage) (*sessions.Info, error)
 	l.mu.Unlock()
 	want.Network = &n
 	if _, err := h.cfg.Limits(want); err != nil {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "%v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lim, err := nw.SetNetwork(ctx, &n)
 	if err != nil {
-		return nil, sessions.Errorf(sessions.ErrFailed, "%v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
 	}
 	l.mu.Lock()
 	l.lim, l.info.Limits = lim, lim

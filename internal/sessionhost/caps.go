@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -26,10 +27,10 @@ func (h *Host) admit(call sessions.Call, resuming string) (release func(), _ err
 	}
 	var caps []capped
 	if owner := sessions.OwnerKeys(call.Tenant, call.Owner); h.cfg.MaxPerToken > 0 && (call.Owner != "" || call.Tenant != "") {
-		caps = append(caps, capped{sessions.CapPerToken, owner, owner + ".*", h.cfg.MaxPerToken, "token " + call.Owner})
+		caps = append(caps, capped{sessionapi.CapPerToken, owner, owner + ".*", h.cfg.MaxPerToken, "token " + call.Owner})
 	}
 	if tenant := sessions.TenantKeys(call.Tenant); h.cfg.MaxPerTenant > 0 && call.Tenant != "" {
-		caps = append(caps, capped{sessions.CapPerTenant, tenant, tenant + ".>", h.cfg.MaxPerTenant, "tenant " + call.Tenant})
+		caps = append(caps, capped{sessionapi.CapPerTenant, tenant, tenant + ".>", h.cfg.MaxPerTenant, "tenant " + call.Tenant})
 	}
 	if len(caps) == 0 {
 		return func() {}, nil
@@ -41,7 +42,7 @@ func (h *Host) admit(call sessions.Call, resuming string) (release func(), _ err
 	for _, c := range caps {
 		entries, err := sessions.Records(ctx, h.kv, c.filter, 0)
 		if err != nil {
-			return nil, sessions.Errorf(sessions.ErrFailed, "count the sessions of %s: %v", c.who, err)
+			return nil, sessionapi.Errorf(sessionapi.ErrFailed, "count the sessions of %s: %v", c.who, err)
 		}
 		h.mu.Lock()
 		n := h.pending[c.prefix]
@@ -51,12 +52,12 @@ func (h *Host) admit(call sessions.Call, resuming string) (release func(), _ err
 				n++
 			}
 		}
-		if c.name == sessions.CapPerToken {
+		if c.name == sessionapi.CapPerToken {
 			h.trimEnded(ctx, entries)
 		}
 		if n >= c.max {
-			return nil, sessions.CapErrorf(c.name, "%s holds %d live sessions, its cap (the workers' --session-max-per-%s %d): delete or pause one first",
-				c.who, n, map[string]string{sessions.CapPerToken: "token", sessions.CapPerTenant: "tenant"}[c.name], c.max)
+			return nil, sessionapi.CapErrorf(c.name, "%s holds %d live sessions, its cap (the workers' --session-max-per-%s %d): delete or pause one first",
+				c.who, n, map[string]string{sessionapi.CapPerToken: "token", sessionapi.CapPerTenant: "tenant"}[c.name], c.max)
 		}
 	}
 	h.mu.Lock()

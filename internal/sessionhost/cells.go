@@ -9,10 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
-// A session's history of cells (sessions.OpCells): kept in the worker's
+// A session's history of cells (sessionapi.OpCells): kept in the worker's
 // memory, bounded per session by sessions.MaxCells and MaxCellsBytes,
 // which an owner's cells fill however it likes. An ended session's is
 // kept keepEndedFor after its end, at most keepEnded of them and
@@ -148,7 +149,7 @@ func (h *Host) serveCells(msg *nats.Msg, log *cellLog, body json.RawMessage) {
 
 // newCell is what the history keeps of a cell that ran req and answered
 // res.
-func newCell(req sessions.CodeRequest, res *sessions.CodeResult, at time.Time) sessions.Cell {
+func newCell(req sessionapi.CodeRequest, res *sessions.CodeResult, at time.Time) sessions.Cell {
 	cell := sessions.Cell{At: at, DurationMS: res.DurationMS, Context: req.Context, Language: res.Language, ExitCode: res.ExitCode, Reset: res.Reset, TimedOut: res.TimedOut,
 		Display: res.Display, DisplayDropped: res.DisplayDropped}
 	cut := func(s string, max int) string {
@@ -173,7 +174,7 @@ func newCell(req sessions.CodeRequest, res *sessions.CodeResult, at time.Time) s
 	cell.Stdout = text(res.Stdout, res.StdoutEncoding)
 	cell.Stderr = text(res.Stderr, res.StderrEncoding)
 	if e := res.Error; e != nil {
-		cell.Error = &sessions.CodeError{Name: cut(e.Name, 256), Value: cut(e.Value, sessions.MaxCellText),
+		cell.Error = &sessionapi.CodeError{Name: cut(e.Name, 256), Value: cut(e.Value, sessions.MaxCellText),
 			Traceback: cut(e.Traceback, sessions.MaxCellText)}
 	}
 	return cell
@@ -197,10 +198,10 @@ func (h *Host) keepCells(l *live) {
 		return
 	}
 	owner, id, log := l.info.Owner, l.info.ID, l.cells
-	sub, err := h.nc.Subscribe(sessions.Subject(id, sessions.OpCells), func(msg *nats.Msg) {
+	sub, err := h.nc.Subscribe(sessions.Subject(id, sessionapi.OpCells), func(msg *nats.Msg) {
 		var call sessions.Call
 		if json.Unmarshal(msg.Data, &call) != nil || call.Owner != owner {
-			answer(msg, nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", id))
+			answer(msg, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id))
 			return
 		}
 		h.serveCells(msg, log, call.Body)

@@ -12,6 +12,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -29,7 +30,7 @@ func codeReply(req *envelope.Request) *envelope.Reply {
 		r.Display = []envelope.DisplayItem{{MIME: "image/png", Data: b}}
 	}
 	if req.Code == "raise" {
-		r.Text, r.CodeError = "", &envelope.CodeError{Name: "ValueError", Value: "no", Traceback: "Traceback..."}
+		r.Text, r.CodeError = "", &sessionapi.CodeError{Name: "ValueError", Value: "no", Traceback: "Traceback..."}
 	}
 	return r
 }
@@ -50,7 +51,7 @@ func TestCells(t *testing.T) {
 		t.Fatalf("a new session's cells: %+v, %v: want none, as []", got, err)
 	}
 	for _, code := range []string{"x = 1", "png 30 20", "raise", "<script>alert(1)</script>"} {
-		if _, err := b.client.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: code}); err != nil {
+		if _, err := b.client.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: code}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,24 +76,24 @@ func TestCells(t *testing.T) {
 	if c := got.Cells[3]; c.Text != "<script>alert(1)</script>" {
 		t.Errorf("the last cell's value %q", c.Text)
 	}
-	if _, err := b.client.As("mallory").Cells(ctx, s.ID); !errors.Is(err, sessions.ErrNotFound) {
+	if _, err := b.client.As("mallory").Cells(ctx, s.ID); !errors.Is(err, sessionapi.ErrNotFound) {
 		t.Errorf("another owner's read: %v, want not found", err)
 	}
-	if _, err := b.client.Cells(ctx, "s-none"); !errors.Is(err, sessions.ErrNotFound) {
+	if _, err := b.client.Cells(ctx, "s-none"); !errors.Is(err, sessionapi.ErrNotFound) {
 		t.Errorf("an unknown session's: %v, want not found", err)
 	}
 
 	if _, err := b.client.Delete(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "1"}); !errors.Is(err, sessions.ErrGone) {
+	if _, err := b.client.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: "1"}); !errors.Is(err, sessionapi.ErrGone) {
 		t.Fatalf("a cell after the end: %v, want gone", err)
 	}
 	ended, err := b.client.Cells(ctx, s.ID)
 	if err != nil || len(ended.Cells) != 4 || !strings.HasPrefix(ended.Cells[1].Display[0].Data, "iVBORw0KGgo") {
 		t.Fatalf("after the end: %v, %v: want the 4 cells kept", ended, err)
 	}
-	if _, err := b.client.As("mallory").Cells(ctx, s.ID); !errors.Is(err, sessions.ErrNotFound) {
+	if _, err := b.client.As("mallory").Cells(ctx, s.ID); !errors.Is(err, sessionapi.ErrNotFound) {
 		t.Errorf("another owner's read after the end: %v, want not found", err)
 	}
 
@@ -104,7 +105,7 @@ func TestCells(t *testing.T) {
 	if _, err := b.client.Delete(ctx, e.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.Cells(ctx, e.ID); !errors.Is(err, sessions.ErrGone) {
+	if _, err := b.client.Cells(ctx, e.ID); !errors.Is(err, sessionapi.ErrGone) {
 		t.Errorf("an ended session without cells: %v, want gone", err)
 	}
 }
@@ -119,7 +120,7 @@ func TestCellsAreNoCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "1"}); err != nil {
+	if _, err := b.client.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: "1"}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 15*time.Second, "the session idle while its cells are read", func() bool {
@@ -143,7 +144,7 @@ func TestEndedCellsKeptPerOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "alice's"}); err != nil {
+	if _, err := b.client.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: "alice's"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.client.Delete(ctx, s.ID); err != nil {
@@ -157,7 +158,7 @@ func TestEndedCellsKeptPerOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-b.boxes // the fake's sandboxes, held by the harness
-		if _, err := mallory.RunCode(ctx, m.ID, "", sessions.CodeRequest{Code: "evict"}); err != nil {
+		if _, err := mallory.RunCode(ctx, m.ID, "", sessionapi.CodeRequest{Code: "evict"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := mallory.Delete(ctx, m.ID); err != nil {

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -120,8 +121,8 @@ func TestCellLogBounds(t *testing.T) {
 func TestNewCellCuts(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("é", sessions.MaxCellCode) // 2 bytes a rune
-	c := newCell(sessions.CodeRequest{Code: long, Context: "c1"}, &sessions.CodeResult{Text: long, Stdout: "AAEC", StdoutEncoding: "base64",
-		Stderr: "warn", Error: &sessions.CodeError{Name: "ValueError", Value: long, Traceback: "tb"}, DurationMS: 7}, testNow)
+	c := newCell(sessionapi.CodeRequest{Code: long, Context: "c1"}, &sessions.CodeResult{Text: long, Stdout: "AAEC", StdoutEncoding: "base64",
+		Stderr: "warn", Error: &sessionapi.CodeError{Name: "ValueError", Value: long, Traceback: "tb"}, DurationMS: 7}, testNow)
 	if !c.Cut || len(c.Code) > sessions.MaxCellCode || len(c.Text) > sessions.MaxCellText || len(c.Error.Value) > sessions.MaxCellText {
 		t.Fatalf("cut %v, code %d, text %d, error %d bytes", c.Cut, len(c.Code), len(c.Text), len(c.Error.Value))
 	}
@@ -133,7 +134,7 @@ func TestNewCellCuts(t *testing.T) {
 	if c.Stdout != "" || c.Stderr != "warn" || c.Error.Name != "ValueError" || c.Context != "c1" || c.DurationMS != 7 || !c.At.Equal(testNow) {
 		t.Fatalf("%+v", c)
 	}
-	if c := newCell(sessions.CodeRequest{Code: "1"}, &sessions.CodeResult{Text: "1"}, testNow); c.Cut {
+	if c := newCell(sessionapi.CodeRequest{Code: "1"}, &sessions.CodeResult{Text: "1"}, testNow); c.Cut {
 		t.Fatal("a short cell says cut")
 	}
 }

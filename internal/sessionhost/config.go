@@ -61,7 +61,7 @@ type Config struct {
 	MaxIdleTimeout time.Duration
 	// MaxPerToken and MaxPerTenant cap the live sessions (running or
 	// resuming, on any worker) one owner, and all the owners of one
-	// tenant, hold: a create past them is refused (sessions.ErrCap), so
+	// tenant, hold: a create past them is refused (sessionapi.ErrCap), so
 	// that one caller cannot take every worker's room. The operator's
 	// own (owner and tenant "") are not counted. Defaults 4 and 8;
 	// negative: no cap. Workers count the fleet's records, so give every

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -31,7 +32,7 @@ func (h *Host) openConn(l *live, body json.RawMessage) (any, error) {
 	exposed := slices.Contains(l.info.Ports, req.Port)
 	l.mu.Unlock()
 	if !exposed {
-		return nil, sessions.Errorf(sessions.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
 	}
 	r, _, err := h.openRelay(l, l.conns, req.Stream, sessions.ConnSubject, &envelope.Request{Op: envelope.OpConnOpen, Port: req.Port})
 	if err != nil {
@@ -42,7 +43,7 @@ func (h *Host) openConn(l *live, body json.RawMessage) (any, error) {
 	l.mu.Unlock()
 	if !exposed { // unexposed while it opened: closePort may have missed it
 		h.closePort(l, req.Port)
-		return nil, sessions.Errorf(sessions.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
 	}
 	return &sessions.ConnInfo{Conn: r.n, In: r.sub.Subject, Out: r.out}, nil
 }
@@ -50,7 +51,7 @@ func (h *Host) openConn(l *live, body json.RawMessage) (any, error) {
 // ports serves expose, unexpose and ports: each answers the ports
 // exposed after it.
 func (h *Host) ports(l *live, op string, body json.RawMessage) (any, error) {
-	if op != sessions.OpPorts {
+	if op != sessionapi.OpPorts {
 		var req sessions.PortRequest
 		if err := decode(body, &req); err != nil {
 			return nil, err
@@ -61,20 +62,20 @@ func (h *Host) ports(l *live, op string, body json.RawMessage) (any, error) {
 		l.mu.Lock()
 		has := slices.Contains(l.info.Ports, req.Port)
 		switch {
-		case op == sessions.OpExpose && !has && len(l.info.Ports) >= sessions.MaxPorts:
+		case op == sessionapi.OpExpose && !has && len(l.info.Ports) >= sessions.MaxPorts:
 			l.mu.Unlock()
-			return nil, sessions.Errorf(sessions.ErrLimit, "a session exposes at most %d ports", sessions.MaxPorts)
-		case op == sessions.OpExpose && !has:
+			return nil, sessionapi.Errorf(sessionapi.ErrLimit, "a session exposes at most %d ports", sessions.MaxPorts)
+		case op == sessionapi.OpExpose && !has:
 			l.info.Ports = append(slices.Clone(l.info.Ports), req.Port)
 			slices.Sort(l.info.Ports)
-		case op == sessions.OpUnexpose && !has:
+		case op == sessionapi.OpUnexpose && !has:
 			l.mu.Unlock()
-			return nil, sessions.Errorf(sessions.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
-		case op == sessions.OpUnexpose:
+			return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
+		case op == sessionapi.OpUnexpose:
 			l.info.Ports = slices.DeleteFunc(slices.Clone(l.info.Ports), func(p int) bool { return p == req.Port })
 		}
 		l.mu.Unlock()
-		if op == sessions.OpUnexpose {
+		if op == sessionapi.OpUnexpose {
 			h.closePort(l, req.Port)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

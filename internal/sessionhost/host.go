@@ -26,6 +26,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -223,15 +224,15 @@ func (h *Host) listenLocked() error {
 func answer(msg *nats.Msg, result any, err error) {
 	var a sessions.Answer
 	if err != nil {
-		e := sessions.AsError(err)
+		e := sessionapi.AsError(err)
 		if e == nil {
-			e = sessions.Errorf(sessions.ErrFailed, "%v", err)
+			e = sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
 		}
 		a.Error = e
 	} else if result != nil {
 		b, merr := json.Marshal(result)
 		if merr != nil {
-			a.Error = sessions.Errorf(sessions.ErrFailed, "encode the answer: %v", merr)
+			a.Error = sessionapi.Errorf(sessionapi.ErrFailed, "encode the answer: %v", merr)
 		} else {
 			a.Result = b
 		}
@@ -243,13 +244,13 @@ func answer(msg *nats.Msg, result any, err error) {
 func (h *Host) onCreate(msg *nats.Msg) {
 	var call sessions.Call
 	if err := json.Unmarshal(msg.Data, &call); err != nil {
-		answer(msg, nil, sessions.Errorf(sessions.ErrInvalid, "not a call: %v", err))
+		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrInvalid, "not a call: %v", err))
 		return
 	}
 	h.mu.Lock()
 	if h.closed || len(h.live)+h.starting >= h.cfg.Max {
 		h.mu.Unlock()
-		answer(msg, nil, sessions.Errorf(sessions.ErrFull, "worker %s holds its %d sessions", h.cfg.Worker, h.cfg.Max))
+		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrFull, "worker %s holds its %d sessions", h.cfg.Worker, h.cfg.Max))
 		return
 	}
 	h.starting++
@@ -269,7 +270,7 @@ func (h *Host) onCreate(msg *nats.Msg) {
 func (h *Host) spec(call sessions.Call) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
 	var spec sessions.Spec
 	fail := func(format string, args ...any) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
-		return spec, limits.Limits{}, 0, 0, sessions.Errorf(sessions.ErrInvalid, format, args...)
+		return spec, limits.Limits{}, 0, 0, sessionapi.Errorf(sessionapi.ErrInvalid, format, args...)
 	}
 	if len(call.Body) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(call.Body)))
@@ -296,13 +297,13 @@ func (h *Host) spec(call sessions.Call) (sessions.Spec, limits.Limits, time.Dura
 		life = min(sessions.DefaultMaxLifetime, h.cfg.MaxLifetime)
 	}
 	capped := func(cap, format string, args ...any) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
-		return spec, limits.Limits{}, 0, 0, sessions.CapErrorf(cap, format, args...)
+		return spec, limits.Limits{}, 0, 0, sessionapi.CapErrorf(cap, format, args...)
 	}
 	if life > h.cfg.MaxLifetime {
-		return capped(sessions.CapMaxLifetime, "max_lifetime: %s is over the cap of %s (the worker's --session-max-lifetime)", life, h.cfg.MaxLifetime)
+		return capped(sessionapi.CapMaxLifetime, "max_lifetime: %s is over the cap of %s (the worker's --session-max-lifetime)", life, h.cfg.MaxLifetime)
 	}
 	if idle > h.cfg.MaxIdleTimeout {
-		return capped(sessions.CapIdleTimeout, "idle_timeout: %s is over the cap of %s (the worker's --session-max-idle)", idle, h.cfg.MaxIdleTimeout)
+		return capped(sessionapi.CapIdleTimeout, "idle_timeout: %s is over the cap of %s (the worker's --session-max-idle)", idle, h.cfg.MaxIdleTimeout)
 	}
 	if idle > life {
 		idle = life
@@ -372,7 +373,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 		conns.event(ev)
 	}
 	st := StartSpec{ID: id, Image: o.info.Image, Limits: o.info.Limits, Env: o.env, Files: o.files,
-		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessions.MaxReplyOutput), OnEvent: onEvent}
+		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessionapi.MaxReplyOutput), OnEvent: onEvent}
 	var rev int64
 	if o.from != nil {
 		snap, r, err := h.fetch(ctx, o.from)
@@ -387,7 +388,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	if err != nil {
 		h.log.Warn("a session failed to start", "session_id", id, "error", err)
 		h.giveBack(ctx, o)
-		return nil, sessions.Errorf(sessions.ErrFailed, "start the session's sandbox: %v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "start the session's sandbox: %v", err)
 	}
 	now := time.Now().UTC()
 	info := o.info
@@ -411,13 +412,13 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 	if err != nil {
 		sb.Close(ctx)
 		h.giveBack(ctx, o)
-		return nil, sessions.Errorf(sessions.ErrFailed, "listen for the session's calls: %v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "listen for the session's calls: %v", err)
 	}
 	l.sub = sub
 	if err := h.record(ctx, l); err != nil {
 		_ = sub.Unsubscribe()
 		sb.Close(ctx)
-		return nil, sessions.Errorf(sessions.ErrFailed, "record the session: %v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "record the session: %v", err)
 	}
 	h.mu.Lock()
 	h.live[id] = l

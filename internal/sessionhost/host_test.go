@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -37,10 +38,10 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 		return nil, errors.New("ended")
 	default:
 	}
-	if req.Op == envelope.OpCode {
+	if req.Op == sessionapi.OpCode {
 		return codeReply(req), nil
 	}
-	if req.Op != envelope.OpExec {
+	if req.Op != sessionapi.OpExec {
 		return &envelope.Reply{ID: req.ID}, nil
 	}
 	if len(req.Argv) == 2 && req.Argv[0] == "sleep" {
@@ -138,16 +139,16 @@ func TestOwnerOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	mallory := b.client.As("mallory")
-	if _, err := mallory.Get(ctx, s.ID); !errors.Is(err, sessions.ErrNotFound) {
+	if _, err := mallory.Get(ctx, s.ID); !errors.Is(err, sessionapi.ErrNotFound) {
 		t.Errorf("another owner's Get: %v", err)
 	}
-	if _, err := mallory.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"id"}}); !errors.Is(err, sessions.ErrNotFound) {
+	if _, err := mallory.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Cmd: []string{"id"}}); !errors.Is(err, sessionapi.ErrNotFound) {
 		t.Errorf("another owner's Exec: %v", err)
 	}
 	if list, err := mallory.List(ctx); err != nil || len(list) != 0 {
 		t.Errorf("another owner's List: %v %v", list, err)
 	}
-	if _, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"id"}}); err != nil {
+	if _, err := b.client.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Cmd: []string{"id"}}); err != nil {
 		t.Errorf("the owner's Exec: %v", err)
 	}
 }
@@ -160,9 +161,9 @@ func TestIdempotencyKey(t *testing.T) {
 	ctx := t.Context()
 	s, _ := b.client.Create(ctx, sessions.Spec{})
 	before := b.runs.Load()
-	r1, _ := b.client.Exec(ctx, s.ID, "k1", sessions.ExecRequest{Cmd: []string{"append"}})
-	r2, _ := b.client.Exec(ctx, s.ID, "k1", sessions.ExecRequest{Cmd: []string{"append"}})
-	r3, _ := b.client.Exec(ctx, s.ID, "k2", sessions.ExecRequest{Cmd: []string{"append"}})
+	r1, _ := b.client.Exec(ctx, s.ID, "k1", sessionapi.ExecRequest{Cmd: []string{"append"}})
+	r2, _ := b.client.Exec(ctx, s.ID, "k1", sessionapi.ExecRequest{Cmd: []string{"append"}})
+	r3, _ := b.client.Exec(ctx, s.ID, "k2", sessionapi.ExecRequest{Cmd: []string{"append"}})
 	if got := b.runs.Load() - before; got != 2 || *r1.ExitCode != *r2.ExitCode || *r3.ExitCode == *r1.ExitCode {
 		t.Errorf("%d runs, answers %d %d %d: want 2 runs, the retry answered as the first", got, *r1.ExitCode, *r2.ExitCode, *r3.ExitCode)
 	}
@@ -179,7 +180,7 @@ func TestCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := b.client.Create(ctx, sessions.Spec{}); !errors.Is(err, sessions.ErrFull) {
+	if _, err := b.client.Create(ctx, sessions.Spec{}); !errors.Is(err, sessionapi.ErrFull) {
 		t.Fatalf("a create past Max: %v, want ErrFull", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -205,7 +206,7 @@ func TestIdleAndLost(t *testing.T) {
 		info, err := b.client.Get(ctx, idle.ID)
 		return err == nil && info.Status == sessions.StatusEnded && info.EndReason == sessions.EndIdle
 	})
-	if _, err := b.client.Exec(ctx, idle.ID, "", sessions.ExecRequest{Cmd: []string{"x"}}); !errors.Is(err, sessions.ErrGone) {
+	if _, err := b.client.Exec(ctx, idle.ID, "", sessionapi.ExecRequest{Cmd: []string{"x"}}); !errors.Is(err, sessionapi.ErrGone) {
 		t.Errorf("a call to the idle-ended session: %v, want ErrGone", err)
 	}
 	for len(b.boxes) > 0 {
@@ -217,15 +218,15 @@ func TestIdleAndLost(t *testing.T) {
 		info, err := b.client.Get(ctx, lost.ID)
 		return err == nil && info.EndReason == sessions.EndLost
 	})
-	if _, err := b.client.Create(ctx, sessions.Spec{MaxLifetime: limits.Duration(48 * time.Hour)}); !errors.Is(err, sessions.ErrCap) ||
-		sessions.AsError(err).Cap != sessions.CapMaxLifetime {
+	if _, err := b.client.Create(ctx, sessions.Spec{MaxLifetime: limits.Duration(48 * time.Hour)}); !errors.Is(err, sessionapi.ErrCap) ||
+		sessionapi.AsError(err).Cap != sessionapi.CapMaxLifetime {
 		t.Errorf("max_lifetime over the cap: %v, want ErrCap naming max_lifetime", err)
 	}
-	if _, err := b.client.Create(ctx, sessions.Spec{IdleTimeout: limits.Duration(2 * time.Hour)}); !errors.Is(err, sessions.ErrCap) ||
-		sessions.AsError(err).Cap != sessions.CapIdleTimeout {
+	if _, err := b.client.Create(ctx, sessions.Spec{IdleTimeout: limits.Duration(2 * time.Hour)}); !errors.Is(err, sessionapi.ErrCap) ||
+		sessionapi.AsError(err).Cap != sessionapi.CapIdleTimeout {
 		t.Errorf("idle_timeout over the cap: %v, want ErrCap naming idle_timeout", err)
 	}
-	if _, err := b.client.Create(ctx, sessions.Spec{Limits: limits.Limits{Memory: 64 * limits.GiB}}); !errors.Is(err, sessions.ErrInvalid) ||
+	if _, err := b.client.Create(ctx, sessions.Spec{Limits: limits.Limits{Memory: 64 * limits.GiB}}); !errors.Is(err, sessionapi.ErrInvalid) ||
 		!strings.Contains(err.Error(), "memory") {
 		t.Errorf("limits over the caps: %v, want ErrInvalid naming memory", err)
 	}
@@ -278,7 +279,7 @@ func TestIdleNotDuringACall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"sleep", "4s"}})
+	r, err := b.client.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Cmd: []string{"sleep", "4s"}})
 	if err != nil || r.ExitCode == nil {
 		t.Fatalf("a call of 4 s in a session idle after 1 s: %+v %v, want its answer", r, err)
 	}
@@ -300,10 +301,10 @@ func TestAnswerOverThePayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "9000000"}}); !errors.Is(err, sessions.ErrLimit) {
+	if _, err := b.client.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Cmd: []string{"yes", "9000000"}}); !errors.Is(err, sessionapi.ErrLimit) {
 		t.Fatalf("an answer of 9 MB: %v, want ErrLimit", err)
 	}
-	if r, err := b.client.Exec(ctx, s.ID, "", sessions.ExecRequest{Cmd: []string{"yes", "1000"}}); err != nil || len(r.Stdout) != 1000 {
+	if r, err := b.client.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Cmd: []string{"yes", "1000"}}); err != nil || len(r.Stdout) != 1000 {
 		t.Fatalf("the next call: %v", err)
 	}
 }
@@ -323,7 +324,7 @@ func TestSetNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.SetNetwork(ctx, s.ID, &limits.Network{Allow: []limits.Rule{{Host: "b.test"}}}); !errors.Is(err, sessions.ErrInvalid) ||
+	if _, err := b.client.SetNetwork(ctx, s.ID, &limits.Network{Allow: []limits.Rule{{Host: "b.test"}}}); !errors.Is(err, sessionapi.ErrInvalid) ||
 		!strings.Contains(err.Error(), "network.allow[0]") {
 		t.Errorf("beyond the caps: %v, want invalid naming the rule", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/sessionhost"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -63,7 +64,7 @@ func TestLegacyRecordsStayReadable(t *testing.T) {
 		if info, err := alice.Get(t.Context(), id); err != nil || info.ID != id {
 			t.Errorf("get %s: %v", id, err)
 		}
-		if _, err := c.For("acme", "mallory").Get(t.Context(), id); !errors.Is(err, sessions.ErrNotFound) {
+		if _, err := c.For("acme", "mallory").Get(t.Context(), id); !errors.Is(err, sessionapi.ErrNotFound) {
 			t.Errorf("another owner's get of %s: %v, want ErrNotFound", id, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -72,8 +73,8 @@ func raced(err error) bool {
 // mutates reports whether a call of op may change the session's files.
 func mutates(op string) bool {
 	switch op {
-	case sessions.OpInfo, sessions.OpKeepalive, sessions.OpProcesses, sessions.OpRead, sessions.OpList, sessions.OpStat,
-		sessions.OpCheckpoint, sessions.OpPause, sessions.OpDelete:
+	case sessionapi.OpInfo, sessionapi.OpKeepalive, sessionapi.OpProcesses, sessionapi.OpRead, sessionapi.OpList, sessionapi.OpStat,
+		sessionapi.OpCheckpoint, sessionapi.OpPause, sessionapi.OpDelete:
 		return false
 	}
 	return true
@@ -289,10 +290,10 @@ func (h *Host) unchanged(ctx context.Context, l *live, head *jobs.WorkspaceHead)
 // record saying paused.
 func (h *Host) pause(l *live) (*sessions.Info, error) {
 	if !l.info.Persist {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: create it with persist to pause it", l.info.ID)
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "session %s does not persist: create it with persist to pause it", l.info.ID)
 	}
 	if err := h.checkpoint(l); err != nil {
-		return nil, sessions.Errorf(sessions.ErrFailed, "pause: the checkpoint failed, the session runs on: %v", err)
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "pause: the checkpoint failed, the session runs on: %v", err)
 	}
 	h.finish(l, func(i *sessions.Info, now time.Time) {
 		i.Status, i.PausedAt = sessions.StatusPaused, &now
@@ -305,18 +306,18 @@ func (h *Host) pause(l *live) (*sessions.Info, error) {
 // changed since its last, and its record.
 func (h *Host) checkpointNow(l *live) (*sessions.Info, error) {
 	if !l.info.Persist {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: it has no checkpoints", l.info.ID)
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "session %s does not persist: it has no checkpoints", l.info.ID)
 	}
 	l.mu.Lock()
 	due := l.ck.dirty || l.info.Checkpoint == nil
 	l.mu.Unlock()
 	if due {
 		if d := h.checkpointWait(l, time.Now()); d > 0 {
-			return nil, sessions.Errorf(sessions.ErrLimit, "checkpoint: session %s is over its checkpoints' bound (%s); the next may run in %s",
+			return nil, sessionapi.Errorf(sessionapi.ErrLimit, "checkpoint: session %s is over its checkpoints' bound (%s); the next may run in %s",
 				l.info.ID, h.cfg.checkpointRule(), d.Round(time.Second))
 		}
 		if err := h.checkpoint(l); err != nil {
-			return nil, sessions.Errorf(sessions.ErrFailed, "checkpoint: %v", err)
+			return nil, sessionapi.Errorf(sessionapi.ErrFailed, "checkpoint: %v", err)
 		}
 	}
 	info := l.snapshot()

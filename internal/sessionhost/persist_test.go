@@ -23,6 +23,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/testutil/natstest"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -35,7 +36,7 @@ type filesBox struct {
 }
 
 func (f *filesBox) Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error) {
-	if req.Op == envelope.OpExec && len(req.Argv) == 2 && req.Argv[0] == "write" {
+	if req.Op == sessionapi.OpExec && len(req.Argv) == 2 && req.Argv[0] == "write" {
 		f.mu.Lock()
 		f.files = []byte(req.Argv[1])
 		f.mu.Unlock()
@@ -128,7 +129,7 @@ func (b *persistBundle) logged(msg, id string) int {
 
 func (b *persistBundle) exec(t *testing.T, id string, argv ...string) {
 	t.Helper()
-	if _, err := b.client.Exec(t.Context(), id, "", sessions.ExecRequest{Cmd: argv}); err != nil {
+	if _, err := b.client.Exec(t.Context(), id, "", sessionapi.ExecRequest{Cmd: argv}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -206,7 +207,7 @@ func TestCheckpointBytesBounded(t *testing.T) {
 	if rev := b.revision(t, a); rev != 3 {
 		t.Fatalf("past its burst the session's head is at revision %d, want 3", rev)
 	}
-	if _, err := b.client.Fork(ctx, a.ID, sessions.ForkRequest{}); !errors.Is(err, sessions.ErrLimit) || !strings.Contains(err.Error(), "bound") {
+	if _, err := b.client.Fork(ctx, a.ID, sessions.ForkRequest{}); !errors.Is(err, sessionapi.ErrLimit) || !strings.Contains(err.Error(), "bound") {
 		t.Errorf("a fork past the bound: %v, want ErrLimit naming the bound", err)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -122,7 +123,7 @@ func (h *Host) openPTY(l *live, body json.RawMessage) (any, error) {
 		return nil, err
 	}
 	if req.Cols < 0 || req.Rows < 0 || req.Cols > 10000 || req.Rows > 10000 {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "cols, rows: 1 to 10000")
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "cols, rows: 1 to 10000")
 	}
 	open := &envelope.Request{Op: envelope.OpPTYOpen, Argv: req.Cmd, Cwd: req.Cwd, Env: req.Env, Cols: req.Cols, Rows: req.Rows}
 	r, rep, err := h.openRelay(l, l.ptys, req.Stream, sessions.PTYSubject, open)
@@ -138,18 +139,18 @@ func (h *Host) openRelay(l *live, rs *relays, stream string, subject func(id, st
 	open *envelope.Request) (*relay, *envelope.Reply, error) {
 	k := rs.kind
 	if !sessions.ValidStream(stream) {
-		return nil, nil, sessions.Errorf(sessions.ErrInvalid, "stream: 16 to 64 letters and digits, picked at random")
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrInvalid, "stream: 16 to 64 letters and digits, picked at random")
 	}
 	rs.mu.Lock()
 	for _, r := range rs.byN {
 		if r.stream == stream {
 			rs.mu.Unlock()
-			return nil, nil, sessions.Errorf(sessions.ErrExists, "stream %q is open already", stream)
+			return nil, nil, sessionapi.Errorf(sessionapi.ErrExists, "stream %q is open already", stream)
 		}
 	}
 	if len(rs.byN)+rs.nstart >= k.max {
 		rs.mu.Unlock()
-		return nil, nil, sessions.Errorf(sessions.ErrLimit, "a session has at most %d %ss at once", k.max, k.what)
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrLimit, "a session has at most %d %ss at once", k.max, k.what)
 	}
 	rs.nstart++
 	rs.mu.Unlock()
@@ -163,7 +164,7 @@ func (h *Host) openRelay(l *live, rs *relays, stream string, subject func(id, st
 	r := &relay{stream: stream, port: open.Port, out: subject(id, stream, "out"), done: make(chan struct{}), nc: h.nc}
 	sub, err := h.nc.Subscribe(subject(id, stream, "in"), func(msg *nats.Msg) { h.relayInput(l, rs, r, msg) })
 	if err != nil {
-		return nil, nil, sessions.Errorf(sessions.ErrFailed, "listen to the %s: %v", k.what, err)
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrFailed, "listen to the %s: %v", k.what, err)
 	}
 	// Input waits here while the agent takes the message before it: a
 	// client typing faster than a sandbox reads has what is over dropped
@@ -185,7 +186,7 @@ func (h *Host) openRelay(l *live, rs *relays, stream string, subject func(id, st
 	rs.mu.Unlock()
 	if why != "" {
 		_ = sub.Unsubscribe()
-		return nil, nil, sessions.Errorf(sessions.ErrGone, "session %s has ended", id)
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended", id)
 	}
 	// The agent sends no output before its first input: the relay is
 	// ready for it now.
@@ -283,7 +284,7 @@ func (h *Host) relayInput(l *live, rs *relays, r *relay, msg *nats.Msg) {
 		}
 		_ = msg.Respond(answer)
 	}
-	if errors.Is(err, sessions.ErrNotFound) {
+	if errors.Is(err, sessionapi.ErrNotFound) {
 		// The agent has no such terminal any more: its end was missed.
 		rs.mu.Lock()
 		delete(rs.byN, r.n)

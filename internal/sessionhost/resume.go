@@ -18,6 +18,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -56,17 +57,17 @@ func workspaceName(tenant, name string) string {
 // its head or from WorkspaceFrom.
 func (h *Host) persistOpening(o *opening, spec sessions.Spec) error {
 	if h.cfg.Workspaces == nil {
-		return sessions.Errorf(sessions.ErrInvalid, "persist: this worker keeps no workspaces")
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "persist: this worker keeps no workspaces")
 	}
 	for at, name := range map[string]string{"workspace": spec.Workspace, "workspace_from.name": fromName(spec.WorkspaceFrom)} {
 		if name == "" {
 			continue
 		}
 		if strings.Contains(name, ".") {
-			return sessions.Errorf(sessions.ErrInvalid, "%s: %q: a session names its tenant's workspaces without the tenant", at, name)
+			return sessionapi.Errorf(sessionapi.ErrInvalid, "%s: %q: a session names its tenant's workspaces without the tenant", at, name)
 		}
 		if _, err := jobs.ParseWorkspaceRef(name); err != nil {
-			return sessions.Errorf(sessions.ErrInvalid, "%s: %v", at, err)
+			return sessionapi.Errorf(sessionapi.ErrInvalid, "%s: %v", at, err)
 		}
 	}
 	t := spec.Tenant
@@ -97,10 +98,10 @@ func fromName(r *jobs.WorkspaceRef) string {
 // again (a resume), or a fork.
 func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Info, error) {
 	if !sessions.ValidID(spec.From.Session) {
-		return nil, sessions.Errorf(sessions.ErrNotFound, "no session %q", spec.From.Session)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", spec.From.Session)
 	}
 	if h.cfg.Workspaces == nil {
-		return nil, sessions.Errorf(sessions.ErrFailed, "this worker keeps no workspaces: it cannot resume or fork a session")
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "this worker keeps no workspaces: it cannot resume or fork a session")
 	}
 	if spec.From.Resume {
 		return h.resume(call, spec.From.Session)
@@ -112,7 +113,7 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 		return nil, err
 	}
 	if !src.Persist {
-		return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: it has no checkpoint to fork", src.ID)
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "session %s does not persist: it has no checkpoint to fork", src.ID)
 	}
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
 	o := opening{key: sessions.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
@@ -132,8 +133,8 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 // caller (its owner, of its tenant) may see it.
 func (h *Host) readRecord(ctx context.Context, id string, call sessions.Call) (*sessions.Info, jetstream.KeyValueEntry, error) {
 	info, e, err := sessions.ReadRecord(ctx, h.kv, call.Tenant, call.Owner, id)
-	if err != nil && sessions.AsError(err) == nil {
-		return nil, nil, sessions.Errorf(sessions.ErrFailed, "read the session's record: %v", err)
+	if err != nil && sessionapi.AsError(err) == nil {
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrFailed, "read the session's record: %v", err)
 	}
 	return info, e, err
 }
@@ -156,9 +157,9 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 		}
 		switch {
 		case info.Status == sessions.StatusEnded:
-			return nil, sessions.Errorf(sessions.ErrGone, "session %s has ended: %s", id, info.EndReason)
+			return nil, sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended: %s", id, info.EndReason)
 		case !info.Persist:
-			return nil, sessions.Errorf(sessions.ErrInvalid, "session %s does not persist: it cannot be resumed", id)
+			return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "session %s does not persist: it cannot be resumed", id)
 		case info.Status == sessions.StatusRunning:
 			if live, ok := h.ask(id, call.Owner); ok {
 				return live, nil
@@ -188,13 +189,13 @@ func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
 			continue // another resumer, or a call, wrote first: look again
 		}
 		if err != nil {
-			return nil, sessions.Errorf(sessions.ErrFailed, "take the session's record: %v", err)
+			return nil, sessionapi.Errorf(sessionapi.ErrFailed, "take the session's record: %v", err)
 		}
 		h.log.Info("resuming a session", "session_id", id, "why", why)
 		return h.open(opening{key: e.Key(), info: *info, env: info.Env, kvRev: rev, prev: e.Value(), restore: why,
 			from: &source{tenant: info.Tenant, workspace: info.Workspace, owner: info.Owner, must: info.Checkpoint != nil}})
 	}
-	return nil, sessions.Errorf(sessions.ErrFailed, "session %s: another worker's resume did not finish within %s", id, resumeStale)
+	return nil, sessionapi.Errorf(sessionapi.ErrFailed, "session %s: another worker's resume did not finish within %s", id, resumeStale)
 }
 
 // endUnresumable records a lost session that has nothing to start from
@@ -209,13 +210,13 @@ func (h *Host) endUnresumable(key string, info *sessions.Info, rev uint64) error
 	if err := h.endLost(ctx, key, info, rev); err != nil {
 		return err
 	}
-	return sessions.Errorf(sessions.ErrGone, "session %s has ended: %s (its worker was lost before its first checkpoint)", info.ID, sessions.EndLost)
+	return sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended: %s (its worker was lost before its first checkpoint)", info.ID, sessions.EndLost)
 }
 
 // ask returns the record of session id from its owner, if one answers.
 func (h *Host) ask(id, owner string) (*sessions.Info, bool) {
 	data, _ := json.Marshal(sessions.Call{Owner: owner})
-	msg, err := h.nc.Request(sessions.Subject(id, sessions.OpInfo), data, 5*time.Second)
+	msg, err := h.nc.Request(sessions.Subject(id, sessionapi.OpInfo), data, 5*time.Second)
 	if err != nil {
 		return nil, false
 	}
@@ -272,21 +273,21 @@ func (h *Host) tempFile() (*os.File, error) {
 func (h *Host) fetch(ctx context.Context, src *source) (*spooled, int64, error) {
 	heads, snaps, err := h.cfg.Workspaces(ctx, src.tenant)
 	if err != nil {
-		return nil, 0, sessions.Errorf(sessions.ErrFailed, "open the workspaces: %v", err)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "open the workspaces: %v", err)
 	}
 	e, err := heads.Get(ctx, src.workspace)
 	var head *jobs.WorkspaceHead
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 	case err != nil:
-		return nil, 0, sessions.Errorf(sessions.ErrFailed, "read workspace %s: %v", src.workspace, err)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "read workspace %s: %v", src.workspace, err)
 	default:
 		if head, err = jobs.DecodeWorkspaceHead(src.workspace, e.Value()); err != nil {
-			return nil, 0, sessions.Errorf(sessions.ErrFailed, "%v", err)
+			return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
 		}
 	}
 	if head != nil && fleet.IsSessionWorkspace(src.workspace) && head.Owner != src.owner {
-		return nil, 0, sessions.Errorf(sessions.ErrNotFound, "workspace %s is another owner's", src.workspace)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrNotFound, "workspace %s is another owner's", src.workspace)
 	}
 	rev := src.rev
 	if head != nil && rev == 0 {
@@ -295,29 +296,29 @@ func (h *Host) fetch(ctx context.Context, src *source) (*spooled, int64, error) 
 	switch {
 	case head == nil || head.Revision == 0:
 		if src.must {
-			return nil, 0, sessions.Errorf(sessions.ErrGone, "workspace %s has no revision to start from (expired or removed)", src.workspace)
+			return nil, 0, sessionapi.Errorf(sessionapi.ErrGone, "workspace %s has no revision to start from (expired or removed)", src.workspace)
 		}
 		return nil, 0, nil
 	case rev != head.Revision && !slices.Contains(head.Kept, rev):
-		return nil, 0, sessions.Errorf(sessions.ErrInvalid, "workspace_from: %s does not keep revision %d (it keeps %v)", src.workspace, rev, head.Kept)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrInvalid, "workspace_from: %s does not keep revision %d (it keeps %v)", src.workspace, rev, head.Kept)
 	}
 	obj, err := snaps.Get(ctx, head.Snapshot(rev))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, 0, sessions.Errorf(sessions.ErrGone, "the snapshot of %s@%d is gone (expired or removed)", src.workspace, rev)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrGone, "the snapshot of %s@%d is gone (expired or removed)", src.workspace, rev)
 	}
 	if err != nil {
-		return nil, 0, sessions.Errorf(sessions.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
 	}
 	defer obj.Close()
 	f, err := h.tempFile()
 	if err != nil {
-		return nil, 0, sessions.Errorf(sessions.ErrFailed, "spool the snapshot: %v", err)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "spool the snapshot: %v", err)
 	}
 	sum := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, sum), obj)
 	if err != nil {
 		f.Close()
-		return nil, 0, sessions.Errorf(sessions.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
 	}
 	return &spooled{f: f, size: n, sha: hex.EncodeToString(sum.Sum(nil))}, rev, nil
 }

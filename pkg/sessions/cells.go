@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's worker keeps the session's recent code cells, so that a
@@ -18,9 +19,6 @@ import (
 // goes on), and it is read from the worker's memory only. An ended
 // session's is kept a while after its end by the worker that held it; a
 // session resumed on a worker starts a history of its own.
-
-// OpCells reads the session's recent cells (CellsRequest → Cells).
-const OpCells = "cells"
 
 // The bounds of a session's history: the last MaxCells cells, at most
 // MaxCellsBytes in all (their JSON, figures included); past them the
@@ -45,12 +43,12 @@ type Cell struct {
 	Code       string    `json:"code"`
 	ExitCode   *int      `json:"exit_code,omitempty"` // a bash cell's
 	// Text is the value of its trailing expression (text/plain).
-	Text     string     `json:"text,omitempty"`
-	Stdout   string     `json:"stdout,omitempty"`
-	Stderr   string     `json:"stderr,omitempty"`
-	Error    *CodeError `json:"error,omitempty"`
-	Reset    bool       `json:"reset,omitempty"`
-	TimedOut bool       `json:"timed_out,omitempty"`
+	Text     string                `json:"text,omitempty"`
+	Stdout   string                `json:"stdout,omitempty"`
+	Stderr   string                `json:"stderr,omitempty"`
+	Error    *sessionapi.CodeError `json:"error,omitempty"`
+	Reset    bool                  `json:"reset,omitempty"`
+	TimedOut bool                  `json:"timed_out,omitempty"`
 	// Cut is true when some of its text was cut at the bounds (output
 	// that is not UTF-8 is left out, and cut too).
 	Cut bool `json:"cut,omitempty"`
@@ -83,7 +81,7 @@ type Cells struct {
 // is another owner's) ErrNotFound.
 func (c *Client) Cells(ctx context.Context, id string) (*Cells, error) {
 	if !ValidID(id) {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	var all Cells
 	for after := int64(0); ; {
@@ -97,7 +95,7 @@ func (c *Client) Cells(ctx context.Context, id string) (*Cells, error) {
 			if _, err := c.Get(ctx, id); err != nil {
 				return nil, err
 			}
-			return nil, Errorf(ErrGone, "session %s: no worker keeps its cells", id)
+			return nil, sessionapi.Errorf(sessionapi.ErrGone, "session %s: no worker keeps its cells", id)
 		}
 		if err != nil {
 			return nil, err
@@ -136,7 +134,7 @@ func (c *Client) readCells(ctx context.Context, id string, data []byte, page *Ce
 	defer cancel()
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, cellsTry)
-		err := c.request(tctx, Subject(id, OpCells), data, 0, page)
+		err := c.request(tctx, Subject(id, sessionapi.OpCells), data, 0, page)
 		tcancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return err

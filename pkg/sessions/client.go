@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // Call is what a request to a session (or a create) carries: who asks,
@@ -32,8 +33,8 @@ type Call struct {
 
 // Answer is a session's reply: a result or an error.
 type Answer struct {
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *Error          `json:"error,omitempty"`
+	Result json.RawMessage   `json:"result,omitempty"`
+	Error  *sessionapi.Error `json:"error,omitempty"`
 }
 
 // BucketConfig is the SESSIONS bucket's: a record is kept two days after
@@ -122,7 +123,7 @@ const maxCreateTries = 3
 // Create starts a session on a worker with room.
 func (c *Client) Create(ctx context.Context, spec Spec) (*Info, error) {
 	if spec.From != nil {
-		return nil, Errorf(ErrInvalid, "from: use Resume or Fork")
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "from: use Resume or Fork")
 	}
 	return c.create(ctx, spec)
 }
@@ -143,9 +144,9 @@ func (c *Client) create(ctx context.Context, spec Spec) (*Info, error) {
 	for try := 1; ; try++ {
 		err = c.request(ctx, SubjectCreate, data, 2*time.Minute, &info)
 		if errors.Is(err, nats.ErrNoResponders) {
-			err = Errorf(ErrFull, "no worker has room for another session")
+			err = sessionapi.Errorf(sessionapi.ErrFull, "no worker has room for another session")
 		}
-		if !errors.Is(err, ErrFull) || try == maxCreateTries {
+		if !errors.Is(err, sessionapi.ErrFull) || try == maxCreateTries {
 			break
 		}
 	}
@@ -159,7 +160,7 @@ func (c *Client) create(ctx context.Context, spec Spec) (*Info, error) {
 // exist or is another owner's.
 func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
 	if !ValidID(id) {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	kv, err := c.rec.open(ctx)
 	if err != nil {
@@ -175,14 +176,14 @@ func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
 // read there.
 func ReadRecord(ctx context.Context, kv jetstream.KeyValue, tenant, owner, id string) (*Info, jetstream.KeyValueEntry, error) {
 	if !ValidID(id) {
-		return nil, nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	e, err := kv.Get(ctx, Key(tenant, owner, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		e, err = kv.Get(ctx, id)
 	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("sessions: look up %s: %w", id, err)
@@ -192,7 +193,7 @@ func ReadRecord(ctx context.Context, kv jetstream.KeyValue, tenant, owner, id st
 		return nil, nil, fmt.Errorf("sessions: record of %s: %w", id, err)
 	}
 	if info.Owner != owner {
-		return nil, nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	return &info, e, nil
 }
@@ -268,7 +269,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 // worker when it persists (and is then made), else is ErrGone.
 func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait time.Duration) error {
 	if !ValidID(id) {
-		return Errorf(ErrNotFound, "no session %q", id)
+		return sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	var raw json.RawMessage
 	if body != nil {
@@ -290,7 +291,7 @@ func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait
 			return err
 		}
 		if try == 3 {
-			return Errorf(ErrGone, "session %s: no worker answers for it", id)
+			return sessionapi.Errorf(sessionapi.ErrGone, "session %s: no worker answers for it", id)
 		}
 		again, err := c.notLive(ctx, id, op, out)
 		if !again {
@@ -306,11 +307,11 @@ func (c *Client) Do(ctx context.Context, id, op, key string, body, out any, wait
 func (c *Client) notLive(ctx context.Context, id, op string, out any) (again bool, _ error) {
 	kv, err := c.rec.open(ctx)
 	if err != nil {
-		return false, Errorf(ErrNotFound, "no session %q", id)
+		return false, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	rec, e, err := ReadRecord(ctx, kv, c.tenant, c.owner, id)
 	if err != nil {
-		return false, Errorf(ErrNotFound, "no session %q", id)
+		return false, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	info := *rec
 	now := time.Now().UTC()
@@ -334,24 +335,24 @@ func (c *Client) notLive(ctx context.Context, id, op string, out any) (again boo
 	}
 	switch {
 	case info.Status == StatusEnded:
-		return false, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+		return false, sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended: %s", id, info.EndReason)
 	case info.Status == StatusPaused:
 		switch op {
-		case OpPause, OpInfo, OpCheckpoint, OpKeepalive:
+		case sessionapi.OpPause, sessionapi.OpInfo, sessionapi.OpCheckpoint, sessionapi.OpKeepalive:
 			return false, fill(out, &info)
-		case OpDelete:
+		case sessionapi.OpDelete:
 			return settle(StatusEnded, EndDeleted)
 		}
-		return false, Errorf(ErrPaused, "session %s is paused: resume it first", id)
+		return false, sessionapi.Errorf(sessionapi.ErrPaused, "session %s is paused: resume it first", id)
 	case !info.Persist:
 		info.Status, info.EndReason, info.EndedAt = StatusEnded, EndLost, &now
 		if b, err := json.Marshal(info); err == nil {
 			_, _ = kv.Update(ctx, e.Key(), b, e.Revision()) // another caller may have said so first
 		}
-		return false, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
-	case op == OpPause:
+		return false, sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended: %s", id, info.EndReason)
+	case op == sessionapi.OpPause:
 		return settle(StatusPaused, "") // its last checkpoint is what a resume restores
-	case op == OpDelete:
+	case op == sessionapi.OpDelete:
 		return settle(StatusEnded, EndDeleted)
 	}
 	if _, err := c.resume(ctx, id); err != nil {
@@ -390,19 +391,19 @@ func (c *Client) Resume(ctx context.Context, id string) (*Info, error) {
 	}
 	switch info.Status {
 	case StatusEnded:
-		return nil, Errorf(ErrGone, "session %s has ended: %s", id, info.EndReason)
+		return nil, sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended: %s", id, info.EndReason)
 	case StatusRunning:
 		var live Info
 		data, err := c.call("", nil)
 		if err != nil {
 			return nil, err
 		}
-		err = c.request(ctx, Subject(id, OpInfo), data, 0, &live)
+		err = c.request(ctx, Subject(id, sessionapi.OpInfo), data, 0, &live)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return &live, err
 		}
 		if !info.Persist {
-			_, err := c.notLive(ctx, id, OpInfo, nil)
+			_, err := c.notLive(ctx, id, sessionapi.OpInfo, nil)
 			return nil, err
 		}
 	}
@@ -413,7 +414,7 @@ func (c *Client) Resume(ctx context.Context, id string) (*Info, error) {
 // status is then paused, until Resume.
 func (c *Client) Pause(ctx context.Context, id string) (*Info, error) {
 	var info Info
-	return &info, c.Do(ctx, id, OpPause, "", nil, &info, 0)
+	return &info, c.Do(ctx, id, sessionapi.OpPause, "", nil, &info, 0)
 }
 
 // Fork starts a new session from the latest checkpoint of session id
@@ -421,7 +422,7 @@ func (c *Client) Pause(ctx context.Context, id string) (*Info, error) {
 // on unchanged.
 func (c *Client) Fork(ctx context.Context, id string, req ForkRequest) (*Info, error) {
 	var src Info
-	if err := c.Do(ctx, id, OpCheckpoint, "", nil, &src, 0); err != nil && !errors.Is(err, ErrGone) {
+	if err := c.Do(ctx, id, sessionapi.OpCheckpoint, "", nil, &src, 0); err != nil && !errors.Is(err, sessionapi.ErrGone) {
 		return nil, err
 	}
 	return c.create(ctx, Spec{Labels: req.Labels, From: &From{Session: id, Persist: req.Persist}})
@@ -455,13 +456,13 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, wait 
 // Delete ends a session.
 func (c *Client) Delete(ctx context.Context, id string) (*Info, error) {
 	var info Info
-	return &info, c.Do(ctx, id, OpDelete, "", nil, &info, 0)
+	return &info, c.Do(ctx, id, sessionapi.OpDelete, "", nil, &info, 0)
 }
 
 // Keepalive counts as a call: the idle timeout starts again.
 func (c *Client) Keepalive(ctx context.Context, id string) (*Info, error) {
 	var info Info
-	return &info, c.Do(ctx, id, OpKeepalive, "", nil, &info, 0)
+	return &info, c.Do(ctx, id, sessionapi.OpKeepalive, "", nil, &info, 0)
 }
 
 // SetNetwork replaces the running session's egress policy (nil or a
@@ -472,33 +473,33 @@ func (c *Client) SetNetwork(ctx context.Context, id string, n *limits.Network) (
 		n = &limits.Network{}
 	}
 	var info Info
-	return &info, c.Do(ctx, id, OpNetwork, "", n, &info, 0)
+	return &info, c.Do(ctx, id, sessionapi.OpNetwork, "", n, &info, 0)
 }
 
 // Exec runs a command in the session.
-func (c *Client) Exec(ctx context.Context, id, key string, req ExecRequest) (*ExecResult, error) {
-	var r ExecResult
-	return &r, c.Do(ctx, id, OpExec, key, req, &r, req.Timeout.D())
+func (c *Client) Exec(ctx context.Context, id, key string, req sessionapi.ExecRequest) (*sessionapi.ExecResult, error) {
+	var r sessionapi.ExecResult
+	return &r, c.Do(ctx, id, sessionapi.OpExec, key, req, &r, req.Timeout.D())
 }
 
 // RunCode runs a cell in one of the session's contexts.
-func (c *Client) RunCode(ctx context.Context, id, key string, req CodeRequest) (*CodeResult, error) {
+func (c *Client) RunCode(ctx context.Context, id, key string, req sessionapi.CodeRequest) (*CodeResult, error) {
 	var r CodeResult
-	return &r, c.Do(ctx, id, OpCode, key, req, &r, req.Timeout.D())
+	return &r, c.Do(ctx, id, sessionapi.OpCode, key, req, &r, req.Timeout.D())
 }
 
 // Processes lists the session's background processes.
-func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
-	var ps []Process
-	return ps, c.Do(ctx, id, OpProcesses, "", nil, &ps, 0)
+func (c *Client) Processes(ctx context.Context, id string) ([]sessionapi.Process, error) {
+	var ps []sessionapi.Process
+	return ps, c.Do(ctx, id, sessionapi.OpProcesses, "", nil, &ps, 0)
 }
 
 // ReadFile reads a whole file of the session, chunk by chunk, into w.
 func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (int64, error) {
 	var off int64
 	for {
-		var r FileResult
-		if err := c.Do(ctx, id, OpRead, "", FileRequest{Path: path, Offset: off, Length: MaxFileChunk}, &r, 0); err != nil {
+		var r sessionapi.FileResult
+		if err := c.Do(ctx, id, sessionapi.OpRead, "", sessionapi.FileRequest{Path: path, Offset: off, Length: sessionapi.MaxFileChunk}, &r, 0); err != nil {
 			return off, err
 		}
 		n, err := w.Write(r.Data)
@@ -511,9 +512,9 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) (in
 
 // WriteFile writes r to a file of the session, chunk by chunk: the first
 // replaces what was there, the rest append.
-func (c *Client) WriteFile(ctx context.Context, id, key, path string, mode uint32, r io.Reader) (*Entry, error) {
-	buf := make([]byte, MaxFileChunk)
-	var entry *Entry
+func (c *Client) WriteFile(ctx context.Context, id, key, path string, mode uint32, r io.Reader) (*sessionapi.Entry, error) {
+	buf := make([]byte, sessionapi.MaxFileChunk)
+	var entry *sessionapi.Entry
 	for n := 0; ; n++ {
 		got, err := io.ReadFull(r, buf)
 		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -522,12 +523,12 @@ func (c *Client) WriteFile(ctx context.Context, id, key, path string, mode uint3
 		if got == 0 && n > 0 {
 			return entry, nil
 		}
-		var res FileResult
+		var res sessionapi.FileResult
 		k := ""
 		if key != "" {
 			k = fmt.Sprintf("%s/%d", key, n)
 		}
-		if err := c.Do(ctx, id, OpWrite, k, FileRequest{Path: path, Data: buf[:got], Append: n > 0, Mode: mode}, &res, 0); err != nil {
+		if err := c.Do(ctx, id, sessionapi.OpWrite, k, sessionapi.FileRequest{Path: path, Data: buf[:got], Append: n > 0, Mode: mode}, &res, 0); err != nil {
 			return nil, err
 		}
 		entry = res.Entry
@@ -538,8 +539,8 @@ func (c *Client) WriteFile(ctx context.Context, id, key, path string, mode uint3
 }
 
 // File calls op (OpList, OpStat, OpRemove, OpMkdir, OpRename) with req.
-func (c *Client) File(ctx context.Context, id, op string, req FileRequest) (*FileResult, error) {
-	var r FileResult
+func (c *Client) File(ctx context.Context, id, op string, req sessionapi.FileRequest) (*sessionapi.FileResult, error) {
+	var r sessionapi.FileResult
 	return &r, c.Do(ctx, id, op, "", req, &r, 0)
 }
 

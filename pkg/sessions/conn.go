@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // Ports: a server a session runs on its sandbox's loopback, reached from
@@ -27,12 +29,6 @@ import (
 // (empty, or the error it failed with), so that a writer goes as fast as
 // the server reads and no faster. A Conn is the client's end, a
 // net.Conn.
-const (
-	OpExpose   = "expose"
-	OpUnexpose = "unexpose"
-	OpPorts    = "ports"
-	OpConn     = "conn"
-)
 
 // ConnEOF is the message that closes a connection's writing half.
 const ConnEOF byte = 'e'
@@ -47,7 +43,7 @@ const (
 // ValidPort says why port cannot be exposed, or nil.
 func ValidPort(port int) error {
 	if port < MinPort || port > 65535 {
-		return Errorf(ErrInvalid, "port %d: %d to 65535", port, MinPort)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "port %d: %d to 65535", port, MinPort)
 	}
 	return nil
 }
@@ -81,7 +77,7 @@ type ConnInfo struct {
 // exposed.
 func (c *Client) Expose(ctx context.Context, id string, port int) ([]int, error) {
 	var out []int
-	err := c.Do(ctx, id, OpExpose, "", PortRequest{Port: port}, &out, 0)
+	err := c.Do(ctx, id, sessionapi.OpExpose, "", PortRequest{Port: port}, &out, 0)
 	return out, err
 }
 
@@ -89,14 +85,14 @@ func (c *Client) Expose(ctx context.Context, id string, port int) ([]int, error)
 // until they end); it returns the ports still exposed.
 func (c *Client) Unexpose(ctx context.Context, id string, port int) ([]int, error) {
 	var out []int
-	err := c.Do(ctx, id, OpUnexpose, "", PortRequest{Port: port}, &out, 0)
+	err := c.Do(ctx, id, sessionapi.OpUnexpose, "", PortRequest{Port: port}, &out, 0)
 	return out, err
 }
 
 // Ports returns the ports session id exposes.
 func (c *Client) Ports(ctx context.Context, id string) ([]int, error) {
 	var out []int
-	err := c.Do(ctx, id, OpPorts, "", nil, &out, 0)
+	err := c.Do(ctx, id, sessionapi.OpPorts, "", nil, &out, 0)
 	return out, err
 }
 
@@ -120,11 +116,11 @@ var _ net.Conn = (*Conn)(nil)
 // OpenConn connects to port of session id, which must be exposed.
 func (c *Client) OpenConn(ctx context.Context, id string, port int) (*Conn, error) {
 	if !ValidID(id) {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	req := ConnRequest{Stream: randomStream(), Port: port}
 	cn := &Conn{addr: portAddr{id: id, port: port}}
-	p, err := c.openPipe(ctx, id, OpConn, ConnSubject, req.Stream, req, &cn.Info, func() string { return cn.Info.In })
+	p, err := c.openPipe(ctx, id, sessionapi.OpConn, ConnSubject, req.Stream, req, &cn.Info, func() string { return cn.Info.In })
 	if err != nil {
 		return nil, err
 	}

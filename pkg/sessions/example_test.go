@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -31,15 +32,15 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer c.Delete(ctx, s.ID)
-	if _, err := c.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "rows = [1, 2, 3]\nopen('n.txt', 'w').write(str(len(rows)))"}); err != nil {
+	if _, err := c.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: "rows = [1, 2, 3]\nopen('n.txt', 'w').write(str(len(rows)))"}); err != nil {
 		log.Fatal(err)
 	}
-	r, err := c.RunCode(ctx, s.ID, "", sessions.CodeRequest{Code: "sum(rows)"})
+	r, err := c.RunCode(ctx, s.ID, "", sessionapi.CodeRequest{Code: "sum(rows)"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(r.Text)
-	out, err := c.Exec(ctx, s.ID, "", sessions.ExecRequest{Shell: "cat n.txt"})
+	out, err := c.Exec(ctx, s.ID, "", sessionapi.ExecRequest{Shell: "cat n.txt"})
 	if err != nil {
 		log.Fatal(err)
 	}

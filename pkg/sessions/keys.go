@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sandfleet/sandfleet/internal/field"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's record is kept in the SESSIONS bucket under a key that
@@ -54,10 +55,10 @@ const (
 // control characters) and their size in all.
 func ValidLabels(labels map[string]string) error {
 	if err := field.Labels(labels); err != nil {
-		return Errorf(ErrInvalid, "%v", err)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
 	}
 	if n := mapBytes(labels); n > MaxLabelBytes {
-		return Errorf(ErrInvalid, "labels: %d bytes in all, over the limit of %d", n, MaxLabelBytes)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "labels: %d bytes in all, over the limit of %d", n, MaxLabelBytes)
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func ValidLabels(labels map[string]string) error {
 // ValidRecordEnv checks the env a persistent session's record keeps.
 func ValidRecordEnv(env map[string]string) error {
 	if n := mapBytes(env); n > MaxEnvBytes {
-		return Errorf(ErrInvalid, "env: %d bytes in all, over the limit of %d a persistent session keeps for its resume", n, MaxEnvBytes)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "env: %d bytes in all, over the limit of %d a persistent session keeps for its resume", n, MaxEnvBytes)
 	}
 	return nil
 }

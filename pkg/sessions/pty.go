@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
-// A terminal of a session. OpPTY opens one: a shell on a pseudo-terminal
+// A terminal of a session. sessionapi.OpPTY opens one: a shell on a pseudo-terminal
 // in the sandbox. Its bytes then flow on two core NATS subjects of their
 // own, PTYSubject(id, stream, "in") and (…, "out"), named by a stream
 // the client picks at random: the client listens on "out" before it asks,
@@ -37,7 +39,6 @@ import (
 // the shell (as a terminal does), never a buffer that grows. A terminal
 // nothing is heard from for PTYIdle is hung up; clients send an 'a' every
 // PTYKeepalive.
-const OpPTY = "pty"
 
 // The kinds of a terminal's messages (their first byte).
 const (
@@ -158,13 +159,13 @@ func randomStream() string {
 // OpenPTY opens a terminal in session id; req.Stream is picked when empty.
 func (c *Client) OpenPTY(ctx context.Context, id string, req PTYRequest) (*PTY, error) {
 	if !ValidID(id) {
-		return nil, Errorf(ErrNotFound, "no session %q", id)
+		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
 	if req.Stream == "" {
 		req.Stream = randomStream()
 	}
 	t := &PTY{}
-	p, err := c.openPipe(ctx, id, OpPTY, PTYSubject, req.Stream, req, &t.Info, func() string { return t.Info.In })
+	p, err := c.openPipe(ctx, id, sessionapi.OpPTY, PTYSubject, req.Stream, req, &t.Info, func() string { return t.Info.In })
 	if err != nil {
 		return nil, err
 	}

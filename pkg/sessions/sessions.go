@@ -22,15 +22,12 @@
 package sessions
 
 import (
-	"encoding/base64"
-	"errors"
-	"fmt"
 	"regexp"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // SubjectCreate is where creates go; workers with room listen on it in
@@ -45,35 +42,6 @@ const (
 
 // Subject is the subject of operation op on session id.
 func Subject(id, op string) string { return subjectPrefix + id + "." + op }
-
-// The operations a session's owner answers (the last token of Subject).
-const (
-	OpInfo      = "info"
-	OpDelete    = "delete"
-	OpKeepalive = "keepalive"
-	OpExec      = "exec"
-	OpCode      = "code"
-	OpReset     = "reset"
-	OpProcesses = "processes"
-	OpProcess   = "process" // wait for or read a background process
-	OpSignal    = "signal"
-	OpStdin     = "stdin"
-	OpRead      = "read"
-	OpWrite     = "write"
-	OpList      = "list"
-	OpStat      = "stat"
-	OpRemove    = "remove"
-	OpMkdir     = "mkdir"
-	OpRename    = "rename"
-	// OpPause checkpoints a persistent session and frees its sandbox.
-	OpPause = "pause"
-	// OpCheckpoint checkpoints a persistent session now (what Fork asks
-	// of its source first).
-	OpCheckpoint = "checkpoint"
-	// OpNetwork replaces the session's egress policy (limits.network)
-	// while it runs, within the worker's caps: "none" locks it.
-	OpNetwork = "network"
-)
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -211,69 +179,19 @@ type Info struct {
 	Egress []limits.NetworkUse `json:"egress,omitempty"`
 }
 
-// ExecRequest runs a command: Cmd (an argv) or Shell (run by /bin/sh -c).
-//
-// Exclusive runs it with no other process of the session alive: every
-// one (background processes, terminals' shells, code contexts, whatever
-// they left) is killed first, and none may start until the command ends.
-// Nothing but the command and its own descendants can then write into
-// its output or touch its exit code, which a session's own processes
-// otherwise can (they run as the same user): use it to run a verifier
-// whose verdict grades the session's work. Not with Background.
-type ExecRequest struct {
-	Cmd        []string          `json:"cmd,omitempty"`
-	Shell      string            `json:"shell,omitempty"`
-	Cwd        string            `json:"cwd,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Stdin      string            `json:"stdin,omitempty"`
-	Timeout    limits.Duration   `json:"timeout,omitempty"` // default the session's limits.timeout
-	Background bool              `json:"background,omitempty"`
-	Exclusive  bool              `json:"exclusive,omitempty"`
-}
-
-// ExecResult is a command's end, or a background command's PID.
-type ExecResult struct {
-	PID             int    `json:"pid,omitempty"`
-	ExitCode        *int   `json:"exit_code,omitempty"`
-	Signal          int    `json:"signal,omitempty"`
-	TimedOut        bool   `json:"timed_out,omitempty"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutEncoding  string `json:"stdout_encoding,omitempty"` // "base64" when not UTF-8
-	StderrEncoding  string `json:"stderr_encoding,omitempty"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-	DurationMS      int64  `json:"duration_ms"`
-	// Exclusive says the command ran alone, Ended how many processes of
-	// the session were killed before it started.
-	Exclusive bool `json:"exclusive,omitempty"`
-	Ended     int  `json:"ended,omitempty"`
-}
-
-// CodeRequest runs a cell in a stateful context. Language is python
-// (the default), javascript, typescript or bash; a context keeps the
-// language it started with. Context defaults to "default" for python and
-// to the language's name for the others.
-type CodeRequest struct {
-	Code     string          `json:"code"`
-	Context  string          `json:"context,omitempty"`
-	Language string          `json:"language,omitempty"`
-	Timeout  limits.Duration `json:"timeout,omitempty"` // default the session's limits.timeout
-}
-
 // CodeResult is a cell's end: the value of its trailing expression as
 // text, what it printed, and what it raised.
 type CodeResult struct {
 	// Language is the context's; ExitCode a bash cell's status (its last
 	// command's), an error too when not 0.
-	Language       string     `json:"language,omitempty"`
-	ExitCode       *int       `json:"exit_code,omitempty"`
-	Text           string     `json:"text,omitempty"`
-	Stdout         string     `json:"stdout"`
-	Stderr         string     `json:"stderr"`
-	StdoutEncoding string     `json:"stdout_encoding,omitempty"`
-	StderrEncoding string     `json:"stderr_encoding,omitempty"`
-	Error          *CodeError `json:"error,omitempty"`
+	Language       string                `json:"language,omitempty"`
+	ExitCode       *int                  `json:"exit_code,omitempty"`
+	Text           string                `json:"text,omitempty"`
+	Stdout         string                `json:"stdout"`
+	Stderr         string                `json:"stderr"`
+	StdoutEncoding string                `json:"stdout_encoding,omitempty"`
+	StderrEncoding string                `json:"stderr_encoding,omitempty"`
+	Error          *sessionapi.CodeError `json:"error,omitempty"`
 	// Reset is true when the context was started afresh for this cell:
 	// its first, or after its interpreter died or was reset.
 	Reset      bool  `json:"reset,omitempty"`
@@ -284,165 +202,4 @@ type CodeResult struct {
 	// and DisplayDropped those past the bounds or of a type not shown.
 	Display        []jobs.Display `json:"display,omitempty"`
 	DisplayDropped int            `json:"display_dropped,omitempty"`
-}
-
-// CodeError is what a cell raised.
-type CodeError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
-
-// Process is a background process of a session.
-type Process struct {
-	PID      int      `json:"pid"`
-	Cmd      []string `json:"cmd"`
-	Running  bool     `json:"running"`
-	ExitCode *int     `json:"exit_code,omitempty"`
-	Signal   int      `json:"signal,omitempty"`
-	Started  int64    `json:"started_ms"`
-	// OutputBytes is the offset its output has reached.
-	OutputBytes int64 `json:"output_bytes"`
-}
-
-// ProcessRequest reads a background process: its output since Since,
-// after waiting up to Wait for it to end.
-type ProcessRequest struct {
-	PID   int             `json:"pid"`
-	Since int64           `json:"since,omitempty"`
-	Wait  limits.Duration `json:"wait,omitempty"`
-}
-
-// ProcessOutput is what ProcessRequest returns. An ended process read
-// with a wait is collected: it is no longer listed.
-type ProcessOutput struct {
-	PID      int    `json:"pid"`
-	Running  bool   `json:"running"`
-	ExitCode *int   `json:"exit_code,omitempty"`
-	Signal   int    `json:"signal,omitempty"`
-	Output   string `json:"output"`
-	Encoding string `json:"output_encoding,omitempty"`
-	Next     int64  `json:"next"`
-	Dropped  int64  `json:"dropped,omitempty"` // bytes before Since no longer kept
-}
-
-// SignalRequest signals a background process's group.
-type SignalRequest struct {
-	PID    int `json:"pid"`
-	Signal int `json:"signal,omitempty"` // default SIGTERM
-}
-
-// StdinRequest writes to a background process's stdin.
-type StdinRequest struct {
-	PID  int    `json:"pid"`
-	Data []byte `json:"data,omitempty"`
-	EOF  bool   `json:"eof,omitempty"`
-}
-
-// FileRequest names a file, for read, write, list, stat, remove, mkdir
-// and rename.
-type FileRequest struct {
-	Path      string `json:"path"`
-	To        string `json:"to,omitempty"`
-	Data      []byte `json:"data,omitempty"`
-	Offset    int64  `json:"offset,omitempty"`
-	Length    int64  `json:"length,omitempty"`
-	Append    bool   `json:"append,omitempty"`
-	Mode      uint32 `json:"mode,omitempty"`
-	Recursive bool   `json:"recursive,omitempty"`
-}
-
-// FileResult is a file call's answer.
-type FileResult struct {
-	Data    []byte  `json:"data,omitempty"`
-	EOF     bool    `json:"eof,omitempty"`
-	Entry   *Entry  `json:"entry,omitempty"`
-	Entries []Entry `json:"entries,omitempty"`
-}
-
-// Entry is a file of a session.
-type Entry struct {
-	Name    string `json:"name"`
-	Path    string `json:"path"`
-	Type    string `json:"type"` // file, dir, symlink, other
-	Size    int64  `json:"size"`
-	Mode    uint32 `json:"mode"`
-	MTimeMS int64  `json:"mtime_ms"`
-	Target  string `json:"target,omitempty"`
-}
-
-// MaxFileChunk is the most bytes one read or write call carries: a larger
-// file takes several (the Client's ReadFile and WriteFile do).
-const MaxFileChunk = 512 << 10
-
-// MaxReplyOutput is the most bytes of each stream a call's reply carries.
-const MaxReplyOutput = 256 << 10
-
-// Error is a failed call: a stable code and a message.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// Cap names the cap an ErrCap is over (CapPerToken, ...).
-	Cap string `json:"cap,omitempty"`
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("session: %s: %s", e.Code, e.Message) }
-
-// Is makes errors.Is(err, ErrNotFound) and the like true for an Error of
-// that code.
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Code == e.Code
-}
-
-// The codes of Error, as sentinels for errors.Is.
-var (
-	ErrNotFound = &Error{Code: "not_found"} // no such session (or not the caller's), file or process
-	ErrGone     = &Error{Code: "gone"}      // the session has ended; its Info says why
-	ErrFull     = &Error{Code: "full"}      // no worker has room for another session
-	ErrInvalid  = &Error{Code: "invalid"}   // a bad request
-	ErrLimit    = &Error{Code: "limit"}     // over a bound of the session
-	ErrExists   = &Error{Code: "exists"}    // the path exists already
-	ErrFailed   = &Error{Code: "failed"}    // the call failed in the sandbox
-	ErrPaused   = &Error{Code: "paused"}    // the session is paused: resume it first
-	ErrCap      = &Error{Code: "cap"}       // over a cap of the fleet's on what a caller may hold or ask (Error.Cap names it)
-)
-
-// The caps an ErrCap names (Error.Cap): the live sessions (running or
-// resuming) one token, or all the tokens of one tenant, hold; the most a
-// create may ask for max_lifetime and idle_timeout. The operator sets
-// them on the workers (cmd/worker's --session-max-* flags).
-const (
-	CapPerToken    = "sessions_per_token"
-	CapPerTenant   = "sessions_per_tenant"
-	CapMaxLifetime = "max_lifetime"
-	CapIdleTimeout = "idle_timeout"
-)
-
-// CapErrorf returns an ErrCap naming cap.
-func CapErrorf(cap, format string, args ...any) *Error {
-	return &Error{Code: ErrCap.Code, Cap: cap, Message: fmt.Sprintf(format, args...)}
-}
-
-// Errorf returns an Error of sentinel's code.
-func Errorf(sentinel *Error, format string, args ...any) *Error {
-	return &Error{Code: sentinel.Code, Message: fmt.Sprintf(format, args...)}
-}
-
-// AsError returns err's *Error, or nil.
-func AsError(err error) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return nil
-}
-
-// Text returns b as JSON carries it: itself when UTF-8, else base64 and
-// the encoding's name.
-func Text(b []byte) (text, encoding string) {
-	if utf8.Valid(b) {
-		return string(b), ""
-	}
-	return base64.StdEncoding.EncodeToString(b), "base64"
 }

@@ -18,13 +18,14 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // checkpoint serves OpArchive: the tar goes out as FrameArchive frames,
 // then the reply with its size and digest.
 func (a *agent) checkpoint(req *envelope.Request) *envelope.Reply {
 	if req.MaxBytes <= 0 || req.MaxFiles <= 0 {
-		return fail(req.ID, envelope.ErrCodeInvalid, "archive: max_bytes and max_files must be positive")
+		return fail(req.ID, sessionapi.ErrInvalid, "archive: max_bytes and max_files must be positive")
 	}
 	// One at a time (the frames of two would interleave), and no process
 	// started while the tree is read: spawn takes a.mu to fork.
@@ -37,7 +38,7 @@ func (a *agent) checkpoint(req *envelope.Request) *envelope.Reply {
 	bw := bufio.NewWriterSize(aw, envelope.MaxFramePayload)
 	root, err := os.OpenRoot(a.dir)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "archive: %v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "archive: %v", err)
 	}
 	defer root.Close()
 	st, err := archive.Write(bw, root, nil, archive.Limits{MaxBytes: req.MaxBytes, MaxFiles: req.MaxFiles})
@@ -45,7 +46,7 @@ func (a *agent) checkpoint(req *envelope.Request) *envelope.Reply {
 		err = ferr
 	}
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "archive: %v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "archive: %v", err)
 	}
 	return &envelope.Reply{ID: req.ID, Archive: &envelope.ArchiveReport{
 		Bytes: aw.n, SHA256: hex.EncodeToString(aw.sum.Sum(nil)), Files: st.Files, Skipped: st.Skipped}}

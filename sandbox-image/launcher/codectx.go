@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A code context is a long-lived interpreter of the session: a cell's
@@ -199,24 +200,24 @@ func (a *agent) context(req *envelope.Request) (c *codeContext, reset bool, bad 
 	name := contextName(req)
 	lang, known := languageOf(req.Language)
 	if !known {
-		return nil, false, fail(req.ID, envelope.ErrCodeInvalid, "language %q: a context runs one of %s", req.Language, languageNames())
+		return nil, false, fail(req.ID, sessionapi.ErrInvalid, "language %q: a context runs one of %s", req.Language, languageNames())
 	}
 	a.mu.Lock()
 	c, ok := a.ctxs[name]
 	n := len(a.ctxs)
 	a.mu.Unlock()
 	if ok && c.lang != lang {
-		return nil, false, fail(req.ID, envelope.ErrCodeInvalid, "context %q runs %s, not %s (reset it, or name another)", name, c.lang.name, lang.name)
+		return nil, false, fail(req.ID, sessionapi.ErrInvalid, "context %q runs %s, not %s (reset it, or name another)", name, c.lang.name, lang.name)
 	}
 	if ok && !c.dead() {
 		return c, false, nil
 	}
 	if !ok && n >= maxContexts {
-		return nil, false, fail(req.ID, envelope.ErrCodeLimit, "the session keeps at most %d contexts", maxContexts)
+		return nil, false, fail(req.ID, sessionapi.ErrLimit, "the session keeps at most %d contexts", maxContexts)
 	}
 	c, err := a.startContext(lang)
 	if err != nil {
-		return nil, false, fail(req.ID, envelope.ErrCodeFailed, "start context %q: %v", name, err)
+		return nil, false, fail(req.ID, sessionapi.ErrFailed, "start context %q: %v", name, err)
 	}
 	a.mu.Lock()
 	a.ctxs[name] = c
@@ -241,13 +242,13 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	r := &envelope.Reply{ID: req.ID, Reset: reset, Language: c.lang.name}
 	if _, err := c.req.Write(c.lang.request(n, req.Code)); err != nil {
 		c.kill()
-		return fail(req.ID, envelope.ErrCodeFailed, "the context died: %v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "the context died: %v", err)
 	}
 	type answer struct {
-		Nonce string              `json:"nonce"`
-		Text  *string             `json:"text"`
-		Error *envelope.CodeError `json:"error"`
-		Exit  *int                `json:"exit"` // a shell's
+		Nonce string                `json:"nonce"`
+		Text  *string               `json:"text"`
+		Error *sessionapi.CodeError `json:"error"`
+		Exit  *int                  `json:"exit"` // a shell's
 	}
 	got := make(chan *answer, 1)
 	go func() {
@@ -293,7 +294,7 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	r.Stderr, r.StderrBytes = stderr.snapshot()
 	r.Display, r.DisplayDropped = collectDisplays()
 	if ans == nil {
-		r.CodeError = &envelope.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
+		r.CodeError = &sessionapi.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
 		return r
 	}
 	// The value and the error are the cell's, as long as it likes: each
@@ -306,11 +307,11 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 		// A shell's cell fails as its last command did.
 		r.Exit = ans.Exit
 		if *ans.Exit != 0 {
-			r.CodeError = &envelope.CodeError{Name: "ExitStatus", Value: strconv.Itoa(*ans.Exit)}
+			r.CodeError = &sessionapi.CodeError{Name: "ExitStatus", Value: strconv.Itoa(*ans.Exit)}
 		}
 	}
 	if e := ans.Error; e != nil {
-		r.CodeError = &envelope.CodeError{Name: clipText(e.Name, 256), Value: clipText(e.Value, limit), Traceback: clipText(e.Traceback, limit)}
+		r.CodeError = &sessionapi.CodeError{Name: clipText(e.Name, 256), Value: clipText(e.Value, limit), Traceback: clipText(e.Traceback, limit)}
 	}
 	return r
 }

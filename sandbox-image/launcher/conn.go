@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's connections (envelope.OpConnOpen): a TCP connection to a
@@ -48,7 +49,7 @@ func (a *agent) conn(req *envelope.Request) *envelope.Reply {
 	t := conns.m[req.Conn]
 	conns.Unlock()
 	if t == nil {
-		return fail(req.ID, envelope.ErrCodeNotFound, "no connection %d", req.Conn)
+		return fail(req.ID, sessionapi.ErrNotFound, "no connection %d", req.Conn)
 	}
 	switch req.Op {
 	case envelope.OpConnInput:
@@ -63,7 +64,7 @@ func (a *agent) conn(req *envelope.Request) *envelope.Reply {
 			_ = t.c.SetWriteDeadline(time.Now().Add(connWriteTimeout))
 			if _, err := t.c.Write(req.Data); err != nil {
 				t.close()
-				return fail(req.ID, envelope.ErrCodeFailed, "write to connection %d: %v", t.n, err)
+				return fail(req.ID, sessionapi.ErrFailed, "write to connection %d: %v", t.n, err)
 			}
 		}
 		if req.EOF {
@@ -77,12 +78,12 @@ func (a *agent) conn(req *envelope.Request) *envelope.Reply {
 
 func (a *agent) connOpen(req *envelope.Request) *envelope.Reply {
 	if req.Port < 1 || req.Port > 65535 {
-		return fail(req.ID, envelope.ErrCodeInvalid, "port %d: 1 to 65535", req.Port)
+		return fail(req.ID, sessionapi.ErrInvalid, "port %d: 1 to 65535", req.Port)
 	}
 	conns.Lock()
 	if len(conns.m) >= envelope.MaxConns {
 		conns.Unlock()
-		return fail(req.ID, envelope.ErrCodeLimit, "a session has at most %d connections at once", envelope.MaxConns)
+		return fail(req.ID, sessionapi.ErrLimit, "a session has at most %d connections at once", envelope.MaxConns)
 	}
 	conns.next++
 	n := conns.next
@@ -93,7 +94,7 @@ func (a *agent) connOpen(req *envelope.Request) *envelope.Reply {
 	if err != nil {
 		delete(conns.m, n)
 		conns.Unlock()
-		return fail(req.ID, envelope.ErrCodeFailed, "nothing answers on port %d in the sandbox: %v", req.Port, errors.Unwrap(err))
+		return fail(req.ID, sessionapi.ErrFailed, "nothing answers on port %d in the sandbox: %v", req.Port, errors.Unwrap(err))
 	}
 	t := &tcpConn{n: n, c: c.(*net.TCPConn)}
 	t.cond = sync.NewCond(&t.mu)

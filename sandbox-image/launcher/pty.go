@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's terminals (envelope.OpPTYOpen): a shell on a
@@ -117,7 +118,7 @@ func (a *agent) ptyOpen(req *envelope.Request) *envelope.Reply {
 	if req.Cwd != "" {
 		var err error
 		if cwd, err = a.resolve(req.Cwd); err != nil {
-			return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+			return fail(req.ID, sessionapi.ErrInvalid, "%v", err)
 		}
 	}
 	vars := map[string]string{"TERM": "xterm-256color"}
@@ -127,13 +128,13 @@ func (a *agent) ptyOpen(req *envelope.Request) *envelope.Reply {
 	env = buildEnv(env, vars, a.dir)
 	path, err := lookPath(argv[0], env)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeInvalid, "%s: command not found", argv[0])
+		return fail(req.ID, sessionapi.ErrInvalid, "%s: command not found", argv[0])
 	}
 
 	a.mu.Lock()
 	if len(a.ptys) >= envelope.MaxPTYs {
 		a.mu.Unlock()
-		return fail(req.ID, envelope.ErrCodeLimit, "a session has at most %d terminals at once", envelope.MaxPTYs)
+		return fail(req.ID, sessionapi.ErrLimit, "a session has at most %d terminals at once", envelope.MaxPTYs)
 	}
 	a.nextPTY++
 	n := a.nextPTY
@@ -148,7 +149,7 @@ func (a *agent) ptyOpen(req *envelope.Request) *envelope.Reply {
 	}
 	a.mu.Unlock()
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
 	}
 	go a.pumpTerm(req.ID, t)
 	return &envelope.Reply{ID: req.ID, PTY: n, PID: t.p.pid}
@@ -264,7 +265,7 @@ func (a *agent) term(id uint64, n int) (*term, *envelope.Reply) {
 	defer a.mu.Unlock()
 	t := a.ptys[n]
 	if t == nil {
-		return nil, fail(id, envelope.ErrCodeNotFound, "no terminal %d", n)
+		return nil, fail(id, sessionapi.ErrNotFound, "no terminal %d", n)
 	}
 	return t, nil
 }
@@ -289,12 +290,12 @@ func (a *agent) pty(req *envelope.Request) *envelope.Reply {
 		if len(req.Data) > 0 {
 			_ = t.master.SetWriteDeadline(time.Now().Add(10 * time.Second))
 			if _, err := t.master.Write(req.Data); err != nil && !errors.Is(err, os.ErrClosed) {
-				return fail(req.ID, envelope.ErrCodeFailed, "write to terminal %d: %v", t.n, err)
+				return fail(req.ID, sessionapi.ErrFailed, "write to terminal %d: %v", t.n, err)
 			}
 		}
 	case envelope.OpPTYResize:
 		if err := setSize(t.master, req.Cols, req.Rows); err != nil {
-			return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+			return fail(req.ID, sessionapi.ErrInvalid, "%v", err)
 		}
 	case envelope.OpPTYClose:
 		t.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's agent (envelope/session.go): the launcher, once the
@@ -25,7 +26,7 @@ import (
 // into, unless the command runs exclusive (session_exclusive.go).
 
 // maxInFlight bounds the requests the agent serves at once; one past it
-// is answered with ErrCodeLimit at once.
+// is answered with sessionapi.ErrLimit at once.
 const maxInFlight = 64
 
 // maxReadChunk bounds what one read returns; the executor reads a larger
@@ -133,7 +134,7 @@ func (a *agent) read(in *os.File) {
 		}
 		id, msg, done, err := asm.Add(payload, kind == envelope.FrameRequest)
 		if err != nil {
-			a.reply(&envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: envelope.ErrCodeLimit, Message: err.Error()}})
+			a.reply(&envelope.Reply{ID: id, Error: sessionapi.Errorf(sessionapi.ErrLimit, "%s", err.Error())})
 			return
 		}
 		if !done {
@@ -145,14 +146,14 @@ func (a *agent) read(in *os.File) {
 		}
 		var req envelope.Request
 		if err := json.Unmarshal(msg, &req); err != nil {
-			a.reply(&envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: envelope.ErrCodeInvalid, Message: "not a request: " + err.Error()}})
+			a.reply(&envelope.Reply{ID: id, Error: sessionapi.Errorf(sessionapi.ErrInvalid, "%s", "not a request: "+err.Error())})
 			return
 		}
 		req.ID = id
 		select {
 		case a.inflight <- struct{}{}:
 		default:
-			a.reply(&envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: envelope.ErrCodeLimit, Message: fmt.Sprintf("over %d requests at once", maxInFlight)}})
+			a.reply(&envelope.Reply{ID: id, Error: sessionapi.Errorf(sessionapi.ErrLimit, "%s", fmt.Sprintf("over %d requests at once", maxInFlight))})
 			return
 		}
 		go func() {
@@ -182,7 +183,7 @@ func (a *agent) reply(r *envelope.Reply) {
 	if len(msg) > envelope.MaxMessageBytes {
 		// The executor takes no message over the bound (its check would
 		// end the session): the call fails instead, saying why.
-		msg = a.seal.SignReply(fail(r.ID, envelope.ErrCodeLimit, "the reply is %d bytes, over the %d a message may have", len(msg), envelope.MaxMessageBytes))
+		msg = a.seal.SignReply(fail(r.ID, sessionapi.ErrLimit, "the reply is %d bytes, over the %d a message may have", len(msg), envelope.MaxMessageBytes))
 	}
 	b := envelope.AppendMessage(nil, envelope.FrameReplyPart, envelope.FrameReply, r.ID, msg)
 	a.fr.raw(b)
@@ -192,8 +193,10 @@ func (a *agent) event(id uint64, pid int, stream string, p []byte) {
 	_ = a.fr.frame(envelope.FrameEvent, a.seal.SignEvent(&envelope.Event{ID: id, PID: pid, Stream: stream, Data: p}))
 }
 
-func fail(id uint64, code, format string, args ...any) *envelope.Reply {
-	return &envelope.Reply{ID: id, Error: &envelope.ReplyError{Code: code, Message: fmt.Sprintf(format, args...)}}
+// fail answers request id with an error of sentinel's code, which the
+// session host hands the caller as it is.
+func fail(id uint64, sentinel *sessionapi.Error, format string, args ...any) *envelope.Reply {
+	return &envelope.Reply{ID: id, Error: sessionapi.Errorf(sentinel, format, args...)}
 }
 
 func (a *agent) serve(req *envelope.Request) *envelope.Reply {
@@ -203,23 +206,23 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 	case envelope.OpClose:
 		a.stop("closed")
 		return &envelope.Reply{ID: req.ID}
-	case envelope.OpExec:
+	case sessionapi.OpExec:
 		return a.exec(req)
-	case envelope.OpProcesses:
+	case sessionapi.OpProcesses:
 		return a.processes(req)
 	case envelope.OpWait:
 		return a.wait(req)
 	case envelope.OpOutput:
 		return a.output(req)
-	case envelope.OpSignal:
+	case sessionapi.OpSignal:
 		return a.signal(req)
-	case envelope.OpStdin:
+	case sessionapi.OpStdin:
 		return a.stdin(req)
-	case envelope.OpCode:
+	case sessionapi.OpCode:
 		return a.code(req)
-	case envelope.OpReset:
+	case sessionapi.OpReset:
 		return a.reset(req)
-	case envelope.OpRead, envelope.OpWrite, envelope.OpList, envelope.OpStat, envelope.OpRemove, envelope.OpMkdir, envelope.OpRename:
+	case sessionapi.OpRead, sessionapi.OpWrite, sessionapi.OpList, sessionapi.OpStat, sessionapi.OpRemove, sessionapi.OpMkdir, sessionapi.OpRename:
 		return a.file(req)
 	case envelope.OpArchive:
 		return a.checkpoint(req)
@@ -228,7 +231,7 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 	case envelope.OpConnOpen, envelope.OpConnInput, envelope.OpConnClose:
 		return a.conn(req)
 	}
-	return fail(req.ID, envelope.ErrCodeInvalid, "unknown op %q", req.Op)
+	return fail(req.ID, sessionapi.ErrInvalid, "unknown op %q", req.Op)
 }
 
 // reap collects every child that exits, as PID 1 must, and tells the
@@ -372,7 +375,7 @@ func (a *agent) command(req *envelope.Request) (argv []string, cwd string, env [
 func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	argv, cwd, env, err := a.command(req)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+		return fail(req.ID, sessionapi.ErrInvalid, "%v", err)
 	}
 	if req.Exclusive {
 		return a.execExclusive(req, argv, cwd, env)
@@ -382,7 +385,7 @@ func (a *agent) exec(req *envelope.Request) *envelope.Reply {
 	}
 	p, stdin, outR, errR, err := a.spawn(argv, cwd, env, len(req.Stdin) > 0)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
 	}
 	return a.foreground(req, p, stdin, outR, errR)
 }

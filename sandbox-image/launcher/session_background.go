@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string, env []string) *envelope.Reply {
@@ -14,11 +15,11 @@ func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string
 	n := len(a.bg)
 	a.mu.Unlock()
 	if n >= a.spec.MaxProcesses {
-		return fail(req.ID, envelope.ErrCodeLimit, "the session keeps at most %d background processes: wait for or signal one", a.spec.MaxProcesses)
+		return fail(req.ID, sessionapi.ErrLimit, "the session keeps at most %d background processes: wait for or signal one", a.spec.MaxProcesses)
 	}
 	p, stdin, outR, errR, err := a.spawn(argv, cwd, env, true)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
 	}
 	p.stdin, p.out, p.inTurn = stdin, &ring{max: a.spec.OutputLimit}, make(chan struct{}, 1)
 	if len(req.Stdin) > 0 {
@@ -78,18 +79,18 @@ func (a *agent) background(id uint64, pid int) (*proc, *envelope.Reply) {
 	defer a.mu.Unlock()
 	p, ok := a.bg[pid]
 	if !ok {
-		return nil, fail(id, envelope.ErrCodeNotFound, "no background process %d", pid)
+		return nil, fail(id, sessionapi.ErrNotFound, "no background process %d", pid)
 	}
 	return p, nil
 }
 
-func (p *proc) report() envelope.Process {
-	e := envelope.Process{PID: p.pid, Argv: p.argv, StartedMS: p.started.UnixMilli()}
+func (p *proc) report() sessionapi.Process {
+	e := sessionapi.Process{PID: p.pid, Cmd: p.argv, Started: p.started.UnixMilli()}
 	_, _, e.OutputBytes = p.out.since(1 << 62)
 	select {
 	case <-p.exited:
 		exit, sig := exitOf(p.st.status)
-		e.Exit, e.Signal = &exit, sig
+		e.ExitCode, e.Signal = &exit, sig
 	default:
 		e.Running = true
 	}
@@ -103,7 +104,7 @@ func (a *agent) processes(req *envelope.Request) *envelope.Reply {
 		ps = append(ps, p)
 	}
 	a.mu.Unlock()
-	r := &envelope.Reply{ID: req.ID, Processes: []envelope.Process{}}
+	r := &envelope.Reply{ID: req.ID, Processes: []sessionapi.Process{}}
 	for _, p := range ps {
 		r.Processes = append(r.Processes, p.report())
 	}
@@ -177,11 +178,11 @@ func (a *agent) signal(req *envelope.Request) *envelope.Reply {
 		sig = syscall.SIGTERM
 	}
 	if req.Signal < 0 || req.Signal > 64 {
-		return fail(req.ID, envelope.ErrCodeInvalid, "signal %d: not a signal", req.Signal)
+		return fail(req.ID, sessionapi.ErrInvalid, "signal %d: not a signal", req.Signal)
 	}
 	select {
 	case <-p.exited:
-		return fail(req.ID, envelope.ErrCodeNotFound, "process %d has exited", p.pid)
+		return fail(req.ID, sessionapi.ErrNotFound, "process %d has exited", p.pid)
 	default:
 	}
 	err := syscall.Kill(-p.pid, sig)
@@ -192,7 +193,7 @@ func (a *agent) signal(req *envelope.Request) *envelope.Reply {
 		}
 	}
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "signal %d: %v", p.pid, err)
+		return fail(req.ID, sessionapi.ErrFailed, "signal %d: %v", p.pid, err)
 	}
 	return &envelope.Reply{ID: req.ID, PID: p.pid}
 }
@@ -206,7 +207,7 @@ func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
 	case p.inTurn <- struct{}{}:
 		defer func() { <-p.inTurn }()
 	case <-time.After(10 * time.Second):
-		return fail(req.ID, envelope.ErrCodeFailed, "process %d has not taken the stdin it was given before", p.pid)
+		return fail(req.ID, sessionapi.ErrFailed, "process %d has not taken the stdin it was given before", p.pid)
 	}
 	a.mu.Lock()
 	in := p.stdin
@@ -215,12 +216,12 @@ func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
 	}
 	a.mu.Unlock()
 	if in == nil {
-		return fail(req.ID, envelope.ErrCodeInvalid, "process %d's stdin is closed", p.pid)
+		return fail(req.ID, sessionapi.ErrInvalid, "process %d's stdin is closed", p.pid)
 	}
 	if len(req.Data) > 0 {
 		_ = in.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if _, err := in.Write(req.Data); err != nil {
-			return fail(req.ID, envelope.ErrCodeFailed, "write to %d: %v", p.pid, err)
+			return fail(req.ID, sessionapi.ErrFailed, "write to %d: %v", p.pid, err)
 		}
 	}
 	if req.EOF {

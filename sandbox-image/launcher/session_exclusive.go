@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // soleGrace bounds how long the other processes may take to die. One
@@ -36,16 +37,16 @@ var errSole = errors.New("an exclusive command is running: no other process may 
 
 func (a *agent) execExclusive(req *envelope.Request, argv []string, cwd string, env []string) *envelope.Reply {
 	if req.Background {
-		return fail(req.ID, envelope.ErrCodeInvalid, "exclusive: not with background (it ends every other process)")
+		return fail(req.ID, sessionapi.ErrInvalid, "exclusive: not with background (it ends every other process)")
 	}
 	ended, err := a.takeSole()
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "exclusive: %v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "exclusive: %v", err)
 	}
 	defer a.releaseSole()
 	p, stdin, outR, errR, err := a.start(true, argv, cwd, env, len(req.Stdin) > 0)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeFailed, "%v", err)
+		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
 	}
 	r := a.foreground(req, p, stdin, outR, errR)
 	r.Exclusive, r.Ended = true, ended

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // resolve confines a path to the sandbox's writable tree: the working
@@ -34,8 +35,8 @@ func (a *agent) resolve(p string) (string, error) {
 	return "", fmt.Errorf("path %q: outside the session's files (%s and /tmp)", p, a.dir)
 }
 
-func entryOf(path string, fi fs.FileInfo) envelope.Entry {
-	e := envelope.Entry{Name: fi.Name(), Path: path, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), MTimeMS: fi.ModTime().UnixMilli()}
+func entryOf(path string, fi fs.FileInfo) sessionapi.Entry {
+	e := sessionapi.Entry{Name: fi.Name(), Path: path, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), MTimeMS: fi.ModTime().UnixMilli()}
 	switch {
 	case fi.Mode().IsRegular():
 		e.Type = "file"
@@ -80,13 +81,13 @@ func openRegular(path string, flags int, mode fs.FileMode) (*os.File, error) {
 func fileErr(id uint64, err error) *envelope.Reply {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fail(id, envelope.ErrCodeNotFound, "%v", err)
+		return fail(id, sessionapi.ErrNotFound, "%v", err)
 	case errors.Is(err, fs.ErrExist):
-		return fail(id, envelope.ErrCodeExists, "%v", err)
+		return fail(id, sessionapi.ErrExists, "%v", err)
 	case errors.Is(err, errNotRegular), errors.Is(err, syscall.ENXIO):
-		return fail(id, envelope.ErrCodeInvalid, "%v", err)
+		return fail(id, sessionapi.ErrInvalid, "%v", err)
 	}
-	return fail(id, envelope.ErrCodeFailed, "%v", err)
+	return fail(id, sessionapi.ErrFailed, "%v", err)
 }
 
 // file serves a request on the session's files, each op by a function of
@@ -94,25 +95,25 @@ func fileErr(id uint64, err error) *envelope.Reply {
 func (a *agent) file(req *envelope.Request) *envelope.Reply {
 	path, err := a.resolve(req.Path)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeInvalid, "%v", err)
+		return fail(req.ID, sessionapi.ErrInvalid, "%v", err)
 	}
 	r := &envelope.Reply{ID: req.ID}
 	switch req.Op {
-	case envelope.OpRead:
+	case sessionapi.OpRead:
 		return readFile(req, path, r)
-	case envelope.OpWrite:
+	case sessionapi.OpWrite:
 		return writeFile(req, path, r)
-	case envelope.OpList:
+	case sessionapi.OpList:
 		return listDir(req, path, r)
-	case envelope.OpStat:
+	case sessionapi.OpStat:
 		return statFile(req, path, r)
-	case envelope.OpRemove:
+	case sessionapi.OpRemove:
 		return a.remove(req, path, r)
-	case envelope.OpMkdir:
+	case sessionapi.OpMkdir:
 		if err := os.MkdirAll(path, 0o755); err != nil {
 			return fileErr(req.ID, err)
 		}
-	case envelope.OpRename:
+	case sessionapi.OpRename:
 		return a.rename(req, path, r)
 	}
 	return r
@@ -178,7 +179,7 @@ func listDir(req *envelope.Request, path string, r *envelope.Reply) *envelope.Re
 		return fileErr(req.ID, err)
 	}
 	slices.SortFunc(ents, func(x, y fs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
-	r.Entries = []envelope.Entry{}
+	r.Entries = []sessionapi.Entry{}
 	for _, d := range ents[:min(len(ents), maxEntries)] {
 		if fi, err := d.Info(); err == nil {
 			r.Entries = append(r.Entries, entryOf(filepath.Join(path, d.Name()), fi))
@@ -199,7 +200,7 @@ func statFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.R
 
 func (a *agent) remove(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
 	if path == a.dir || path == "/tmp" {
-		return fail(req.ID, envelope.ErrCodeInvalid, "%s cannot be removed", path)
+		return fail(req.ID, sessionapi.ErrInvalid, "%s cannot be removed", path)
 	}
 	if _, err := os.Lstat(path); err != nil {
 		return fileErr(req.ID, err)
@@ -217,7 +218,7 @@ func (a *agent) remove(req *envelope.Request, path string, r *envelope.Reply) *e
 func (a *agent) rename(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
 	to, err := a.resolve(req.To)
 	if err != nil {
-		return fail(req.ID, envelope.ErrCodeInvalid, "to: %v", err)
+		return fail(req.ID, sessionapi.ErrInvalid, "to: %v", err)
 	}
 	if err := os.Rename(path, to); err != nil {
 		return fileErr(req.ID, err)
