@@ -26,39 +26,46 @@ func (g *Gateway) sessionsOf(tok *Token) (*sessions.Client, error) {
 	return g.cfg.Sessions.For(tokenTenant(tok), tokenName(tok)), nil
 }
 
-// sessionErr maps a session's error to its answer.
+// sessionStatus is the HTTP answer of each of a session's error codes
+// (sessionapi.Codes, every one of which it names); ErrCap's depends on
+// the cap (sessionErr).
+var sessionStatus = map[string]struct {
+	status int
+	code   Code
+}{
+	sessionapi.ErrNotFound.Code: {http.StatusNotFound, CodeNotFound},
+	sessionapi.ErrGone.Code:     {http.StatusGone, CodeGone},
+	sessionapi.ErrCap.Code:      {http.StatusTooManyRequests, CodeSessionCap},
+	sessionapi.ErrFull.Code:     {http.StatusTooManyRequests, CodeTooManyRequests},
+	sessionapi.ErrLimit.Code:    {http.StatusTooManyRequests, CodeTooManyRequests},
+	sessionapi.ErrInvalid.Code:  {http.StatusBadRequest, CodeInvalidRequest},
+	sessionapi.ErrExists.Code:   {http.StatusConflict, CodeExists},
+	sessionapi.ErrPaused.Code:   {http.StatusConflict, CodePaused},
+	sessionapi.ErrFailed.Code:   {http.StatusUnprocessableEntity, CodeFailed},
+}
+
+// sessionErr maps a session's error to its answer; a code this gateway
+// does not know (a newer worker's) is a failed call.
 func (g *Gateway) sessionErr(err error) error {
 	e := sessionapi.AsError(err)
 	if e == nil {
 		return err
 	}
-	switch {
-	case errors.Is(e, sessionapi.ErrNotFound):
-		return apiErr(http.StatusNotFound, CodeNotFound, "%s", e.Message)
-	case errors.Is(e, sessionapi.ErrGone):
-		return apiErr(http.StatusGone, CodeGone, "%s", e.Message)
-	case errors.Is(e, sessionapi.ErrCap):
-		// A count's cap holds until one of the caller's sessions ends; an
-		// ask over a lifetime's cap is wrong whenever it is sent.
-		status := http.StatusTooManyRequests
-		if e.Cap == sessionapi.CapMaxLifetime || e.Cap == sessionapi.CapIdleTimeout {
-			status = http.StatusBadRequest
-		}
-		ae := apiErr(status, CodeSessionCap, "%s", e.Message)
-		ae.Cap = e.Cap
-		return ae
-	case errors.Is(e, sessionapi.ErrFull), errors.Is(e, sessionapi.ErrLimit):
-		ae := apiErr(http.StatusTooManyRequests, CodeTooManyRequests, "%s", e.Message)
-		ae.RetryAfter = g.cfg.RetryAfter
-		return ae
-	case errors.Is(e, sessionapi.ErrInvalid):
-		return apiErr(http.StatusBadRequest, CodeInvalidRequest, "%s", e.Message)
-	case errors.Is(e, sessionapi.ErrExists):
-		return apiErr(http.StatusConflict, CodeExists, "%s", e.Message)
-	case errors.Is(e, sessionapi.ErrPaused):
-		return apiErr(http.StatusConflict, CodePaused, "%s", e.Message)
+	m, ok := sessionStatus[e.Code]
+	if !ok {
+		m = sessionStatus[sessionapi.ErrFailed.Code]
 	}
-	return apiErr(http.StatusUnprocessableEntity, CodeFailed, "%s", e.Message)
+	// A count's cap holds until one of the caller's sessions ends; an
+	// ask over a lifetime's cap is wrong whenever it is sent.
+	if e.Code == sessionapi.ErrCap.Code && (e.Cap == sessionapi.CapMaxLifetime || e.Cap == sessionapi.CapIdleTimeout) {
+		m.status = http.StatusBadRequest
+	}
+	ae := apiErr(m.status, m.code, "%s", e.Message)
+	ae.Cap = e.Cap
+	if m.code == CodeTooManyRequests {
+		ae.RetryAfter = g.cfg.RetryAfter
+	}
+	return ae
 }
 
 // tokenTenant is the tenant of a token, "" for an operator's or none.

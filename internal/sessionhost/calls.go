@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -25,7 +26,7 @@ import (
 // Config.MaxCalls at once.
 func (h *Host) onCall(l *live, msg *nats.Msg) {
 	op := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
-	var call sessions.Call
+	var call sessionwire.Call
 	if err := json.Unmarshal(msg.Data, &call); err != nil {
 		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrInvalid, "not a call: %v", err))
 		return
@@ -73,7 +74,7 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 		if errors.Is(err, errEnded) || errors.Is(err, context.Canceled) {
 			err = sessionapi.Errorf(sessionapi.ErrGone, "session %s has ended", l.info.ID)
 		}
-		var a sessions.Answer
+		var a sessionwire.Answer
 		if err != nil {
 			e := sessionapi.AsError(err)
 			if e == nil {
@@ -87,7 +88,7 @@ func (h *Host) onCall(l *live, msg *nats.Msg) {
 		if max := h.nc.MaxPayload(); max > 0 && int64(len(data)) > max-answerRoom {
 			// NATS would refuse it, and the caller wait out its timeout
 			// for nothing (a listing of long names, many processes' argv).
-			data, _ = json.Marshal(sessions.Answer{Error: sessionapi.Errorf(sessionapi.ErrLimit,
+			data, _ = json.Marshal(sessionwire.Answer{Error: sessionapi.Errorf(sessionapi.ErrLimit,
 				"the answer is %d bytes, over the %d a message of this fleet may carry", len(data), max-answerRoom)})
 		}
 		if claim != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -19,17 +20,17 @@ import (
 // this host admitted whose records are not written yet. It returns the
 // release of the admission, to call once the create's record is written
 // or the create failed.
-func (h *Host) admit(call sessions.Call, resuming string) (release func(), _ error) {
+func (h *Host) admit(call sessionwire.Call, resuming string) (release func(), _ error) {
 	type capped struct {
 		name, prefix, filter string
 		max                  int
 		who                  string
 	}
 	var caps []capped
-	if owner := sessions.OwnerKeys(call.Tenant, call.Owner); h.cfg.MaxPerToken > 0 && (call.Owner != "" || call.Tenant != "") {
+	if owner := sessionwire.OwnerKeys(call.Tenant, call.Owner); h.cfg.MaxPerToken > 0 && (call.Owner != "" || call.Tenant != "") {
 		caps = append(caps, capped{sessionapi.CapPerToken, owner, owner + ".*", h.cfg.MaxPerToken, "token " + call.Owner})
 	}
-	if tenant := sessions.TenantKeys(call.Tenant); h.cfg.MaxPerTenant > 0 && call.Tenant != "" {
+	if tenant := sessionwire.TenantKeys(call.Tenant); h.cfg.MaxPerTenant > 0 && call.Tenant != "" {
 		caps = append(caps, capped{sessionapi.CapPerTenant, tenant, tenant + ".>", h.cfg.MaxPerTenant, "tenant " + call.Tenant})
 	}
 	if len(caps) == 0 {
@@ -40,7 +41,7 @@ func (h *Host) admit(call sessions.Call, resuming string) (release func(), _ err
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range caps {
-		entries, err := sessions.Records(ctx, h.kv, c.filter, 0)
+		entries, err := sessionwire.Records(ctx, h.kv, c.filter, 0)
 		if err != nil {
 			return nil, sessionapi.Errorf(sessionapi.ErrFailed, "count the sessions of %s: %v", c.who, err)
 		}

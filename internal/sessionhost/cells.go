@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
@@ -199,7 +200,7 @@ func (h *Host) keepCells(l *live) {
 	}
 	owner, id, log := l.info.Owner, l.info.ID, l.cells
 	sub, err := h.nc.Subscribe(sessions.Subject(id, sessionapi.OpCells), func(msg *nats.Msg) {
-		var call sessions.Call
+		var call sessionwire.Call
 		if json.Unmarshal(msg.Data, &call) != nil || call.Owner != owner {
 			answer(msg, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id))
 			return

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -55,7 +56,7 @@ type Host struct {
 
 // live is a session the host holds.
 type live struct {
-	key   string // its record's (sessions.Key)
+	key   string // its record's (sessionwire.Key)
 	info  sessions.Info
 	sb    Sandbox
 	sub   *nats.Subscription
@@ -78,7 +79,7 @@ type live struct {
 
 // EnsureBucket creates the SESSIONS bucket, or updates its settings.
 func EnsureBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	return js.CreateOrUpdateKeyValue(ctx, sessions.BucketConfig())
+	return js.CreateOrUpdateKeyValue(ctx, sessionwire.BucketConfig(sessions.Bucket))
 }
 
 // New returns a host; Run serves.
@@ -222,7 +223,7 @@ func (h *Host) listenLocked() error {
 }
 
 func answer(msg *nats.Msg, result any, err error) {
-	var a sessions.Answer
+	var a sessionwire.Answer
 	if err != nil {
 		e := sessionapi.AsError(err)
 		if e == nil {
@@ -242,7 +243,7 @@ func answer(msg *nats.Msg, result any, err error) {
 }
 
 func (h *Host) onCreate(msg *nats.Msg) {
-	var call sessions.Call
+	var call sessionwire.Call
 	if err := json.Unmarshal(msg.Data, &call); err != nil {
 		answer(msg, nil, sessionapi.Errorf(sessionapi.ErrInvalid, "not a call: %v", err))
 		return
@@ -267,7 +268,7 @@ func (h *Host) onCreate(msg *nats.Msg) {
 }
 
 // spec checks a create's spec against the worker's presets and caps.
-func (h *Host) spec(call sessions.Call) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
+func (h *Host) spec(call sessionwire.Call) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
 	var spec sessions.Spec
 	fail := func(format string, args ...any) (sessions.Spec, limits.Limits, time.Duration, time.Duration, error) {
 		return spec, limits.Limits{}, 0, 0, sessionapi.Errorf(sessionapi.ErrInvalid, format, args...)
@@ -319,7 +320,7 @@ func (h *Host) spec(call sessions.Call) (sessions.Spec, limits.Limits, time.Dura
 	return spec, lim, idle, life, nil
 }
 
-func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
+func (h *Host) createSession(call sessionwire.Call) (*sessions.Info, error) {
 	spec, lim, idle, life, err := h.spec(call)
 	if err != nil {
 		return nil, err
@@ -337,7 +338,7 @@ func (h *Host) createSession(call sessions.Call) (*sessions.Info, error) {
 		return h.createFrom(call, spec)
 	}
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
-	o := opening{key: sessions.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: spec.Image, Limits: lim,
+	o := opening{key: sessionwire.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: spec.Image, Limits: lim,
 		IdleTimeout: limits.Duration(idle), MaxLifetime: limits.Duration(life), Labels: spec.Labels, Tenant: spec.Tenant},
 		env: spec.Env, files: spec.Files}
 	if spec.Persist || spec.Workspace != "" || spec.WorkspaceFrom != nil {

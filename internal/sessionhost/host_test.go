@@ -38,8 +38,13 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 		return nil, errors.New("ended")
 	default:
 	}
-	if req.Op == sessionapi.OpCode {
+	switch req.Op {
+	case sessionapi.OpCode:
 		return codeReply(req), nil
+	case sessionapi.OpMkdir:
+		return &envelope.Reply{ID: req.ID, Error: sessionapi.Errorf(sessionapi.ErrExists, "mkdir %s: file exists", req.Path)}, nil
+	case sessionapi.OpProcesses:
+		return &envelope.Reply{ID: req.ID, Processes: []sessionapi.Process{{PID: 7, Cmd: []string{"sleep", "9"}, Running: true, Started: 1}}}, nil
 	}
 	if req.Op != sessionapi.OpExec {
 		return &envelope.Reply{ID: req.ID}, nil
@@ -334,5 +339,25 @@ func TestSetNetwork(t *testing.T) {
 	}
 	if got, err := b.client.Get(ctx, s.ID); err != nil || got.Limits.Network != nil {
 		t.Errorf("after the lock, the session's limits.network is %v (%v)", got.Limits.Network, err)
+	}
+}
+
+// What the sandbox's agent answers reaches the caller as the agent gave
+// it: its error's code and message, its processes.
+func TestAgentAnswersForwarded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sessionhost.Config{Worker: "w"})
+	ctx := t.Context()
+	s, err := b.client.Create(ctx, sessions.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.client.File(ctx, s.ID, sessionapi.OpMkdir, sessionapi.FileRequest{Path: "d"})
+	if e := sessionapi.AsError(err); !errors.Is(err, sessionapi.ErrExists) || e.Message != "mkdir d: file exists" {
+		t.Errorf("mkdir of a path that exists: %v, want the agent's exists", err)
+	}
+	ps, err := b.client.Processes(ctx, s.ID)
+	if err != nil || len(ps) != 1 || ps[0].PID != 7 || strings.Join(ps[0].Cmd, " ") != "sleep 9" || !ps[0].Running {
+		t.Errorf("processes: %+v %v, want the agent's", ps, err)
 	}
 }

@@ -8,11 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // migrate moves the records an earlier version kept by ID alone under
-// their owner's keys (sessions.Key), so that lists, which read an owner's
+// their owner's keys (sessionwire.Key), so that lists, which read an owner's
 // keys alone, find them. A record of a session that runs on another
 // worker stays where it is (that worker writes it there), still read by
 // ID, until it ends and a later start moves it.
@@ -23,7 +24,7 @@ func (h *Host) migrate(ctx context.Context) {
 	}
 	keys := slices.Collect(func(yield func(string) bool) {
 		for k := range lister.Keys() {
-			if sessions.LegacyKey(k) && !yield(k) {
+			if sessionwire.LegacyKey(k) && !yield(k) {
 				return
 			}
 		}
@@ -42,7 +43,7 @@ func (h *Host) migrate(ctx context.Context) {
 		if (info.Status == sessions.StatusRunning || info.Status == sessions.StatusResuming) && info.Worker != h.cfg.Worker {
 			continue
 		}
-		_, err = h.kv.Create(ctx, sessions.Key(info.Tenant, info.Owner, k), e.Value())
+		_, err = h.kv.Create(ctx, sessionwire.Key(info.Tenant, info.Owner, k), e.Value())
 		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -96,7 +97,7 @@ func fromName(r *jobs.WorkspaceRef) string {
 
 // createFrom starts a session from another's checkpoint: the same one
 // again (a resume), or a fork.
-func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Info, error) {
+func (h *Host) createFrom(call sessionwire.Call, spec sessions.Spec) (*sessions.Info, error) {
 	if !sessions.ValidID(spec.From.Session) {
 		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", spec.From.Session)
 	}
@@ -116,7 +117,7 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "session %s does not persist: it has no checkpoint to fork", src.ID)
 	}
 	id := "s-" + strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")
-	o := opening{key: sessions.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
+	o := opening{key: sessionwire.Key(call.Tenant, call.Owner, id), info: sessions.Info{ID: id, Owner: call.Owner, Image: src.Image, Limits: src.Limits, Tenant: src.Tenant,
 		IdleTimeout: src.IdleTimeout, MaxLifetime: src.MaxLifetime, Labels: spec.Labels, ForkedFrom: src.ID},
 		env: src.Env, from: &source{tenant: src.Tenant, workspace: src.Workspace, owner: src.Owner}}
 	o.info.Persist = src.Persist
@@ -131,7 +132,7 @@ func (h *Host) createFrom(call sessions.Call, spec sessions.Spec) (*sessions.Inf
 
 // readRecord returns session id's record and its KV entry, as the
 // caller (its owner, of its tenant) may see it.
-func (h *Host) readRecord(ctx context.Context, id string, call sessions.Call) (*sessions.Info, jetstream.KeyValueEntry, error) {
+func (h *Host) readRecord(ctx context.Context, id string, call sessionwire.Call) (*sessions.Info, jetstream.KeyValueEntry, error) {
 	info, e, err := sessions.ReadRecord(ctx, h.kv, call.Tenant, call.Owner, id)
 	if err != nil && sessionapi.AsError(err) == nil {
 		return nil, nil, sessionapi.Errorf(sessionapi.ErrFailed, "read the session's record: %v", err)
@@ -146,7 +147,7 @@ const resumeStale = 3 * time.Minute
 
 // resume starts session id again from its workspace's head, unless it
 // answers already (another resumer won).
-func (h *Host) resume(call sessions.Call, id string) (*sessions.Info, error) {
+func (h *Host) resume(call sessionwire.Call, id string) (*sessions.Info, error) {
 	deadline := time.Now().Add(resumeStale)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -215,12 +216,12 @@ func (h *Host) endUnresumable(key string, info *sessions.Info, rev uint64) error
 
 // ask returns the record of session id from its owner, if one answers.
 func (h *Host) ask(id, owner string) (*sessions.Info, bool) {
-	data, _ := json.Marshal(sessions.Call{Owner: owner})
+	data, _ := json.Marshal(sessionwire.Call{Owner: owner})
 	msg, err := h.nc.Request(sessions.Subject(id, sessionapi.OpInfo), data, 5*time.Second)
 	if err != nil {
 		return nil, false
 	}
-	var a sessions.Answer
+	var a sessionwire.Answer
 	var info sessions.Info
 	if json.Unmarshal(msg.Data, &a) != nil || a.Error != nil || json.Unmarshal(a.Result, &info) != nil {
 		return nil, false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
@@ -120,7 +121,7 @@ func jsonCall(owner string, body any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(Call{Owner: owner, Body: b})
+	return json.Marshal(sessionwire.Call{Owner: owner, Body: b})
 }
 
 // cellsTry bounds one read of a history. A read sent as its session ends

@@ -6,49 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
-
-// Call is what a request to a session (or a create) carries: who asks,
-// an idempotency key (a retried call with the same key gets the first
-// call's answer and runs nothing again) and the operation's body.
-type Call struct {
-	Owner string `json:"owner,omitempty"`
-	// Tenant is the owner's tenant ("" for none): a record is kept
-	// under its tenant and owner (Key).
-	Tenant string          `json:"tenant,omitempty"`
-	Key    string          `json:"key,omitempty"`
-	Body   json.RawMessage `json:"body,omitempty"`
-}
-
-// Answer is a session's reply: a result or an error.
-type Answer struct {
-	Result json.RawMessage   `json:"result,omitempty"`
-	Error  *sessionapi.Error `json:"error,omitempty"`
-}
-
-// BucketConfig is the SESSIONS bucket's: a record is kept two days after
-// its session's last change (a session lives a day at most).
-func BucketConfig() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:       Bucket,
-		Description:  "sandfleet sessions: their records, by tenant, owner and ID",
-		TTL:          48 * time.Hour,
-		MaxBytes:     256 << 20,
-		MaxValueSize: 64 << 10,
-		History:      1,
-	}
-}
 
 // Client calls sessions for one owner.
 type Client struct {
@@ -59,34 +27,6 @@ type Client struct {
 	// CallTimeout bounds a call's wait beyond the operation's own
 	// timeout. Default 30 s.
 	CallTimeout time.Duration
-}
-
-// records opens the SESSIONS bucket on first use: a client may start
-// before any worker has made it, with credentials that may not make it.
-type records struct {
-	js jetstream.JetStream
-	mu sync.Mutex
-	kv jetstream.KeyValue
-}
-
-func (r *records) open(ctx context.Context) (jetstream.KeyValue, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.kv != nil {
-		return r.kv, nil
-	}
-	kv, err := r.js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = r.js.CreateKeyValue(ctx, BucketConfig())
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = r.js.KeyValue(ctx, Bucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sessions: open %s (no worker serves sessions yet?): %w", Bucket, err)
-	}
-	r.kv = kv
-	return kv, nil
 }
 
 // NewClient returns a client of the fleet's sessions, as owner. It opens
@@ -112,7 +52,7 @@ func (c *Client) For(tenant, owner string) *Client {
 
 // call is what a request of the client carries.
 func (c *Client) call(key string, body json.RawMessage) ([]byte, error) {
-	return json.Marshal(Call{Owner: c.owner, Tenant: c.tenant, Key: key, Body: body})
+	return json.Marshal(sessionwire.Call{Owner: c.owner, Tenant: c.tenant, Key: key, Body: body})
 }
 
 // maxCreateTries is how many workers a create asks before it reports
@@ -154,113 +94,6 @@ func (c *Client) create(ctx context.Context, spec Spec) (*Info, error) {
 		return nil, err
 	}
 	return &info, nil
-}
-
-// Get returns a session's record: ErrNotFound for one that does not
-// exist or is another owner's.
-func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
-	if !ValidID(id) {
-		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
-	}
-	kv, err := c.rec.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	info, _, err := ReadRecord(ctx, kv, c.tenant, c.owner, id)
-	return info, err
-}
-
-// ReadRecord returns session id's record and its entry, as owner of
-// tenant may see it: ErrNotFound for one that does not exist or is
-// another owner's. A record of an earlier version, kept by ID alone, is
-// read there.
-func ReadRecord(ctx context.Context, kv jetstream.KeyValue, tenant, owner, id string) (*Info, jetstream.KeyValueEntry, error) {
-	if !ValidID(id) {
-		return nil, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
-	}
-	e, err := kv.Get(ctx, Key(tenant, owner, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		e, err = kv.Get(ctx, id)
-	}
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("sessions: look up %s: %w", id, err)
-	}
-	var info Info
-	if err := json.Unmarshal(e.Value(), &info); err != nil {
-		return nil, nil, fmt.Errorf("sessions: record of %s: %w", id, err)
-	}
-	if info.Owner != owner {
-		return nil, nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
-	}
-	return &info, e, nil
-}
-
-// Records returns the records under the keys filter matches (OwnerKeys
-// or TenantKeys and a wildcard), up to limit (0: all): one filtered
-// watch, which reads no other key's record.
-func Records(ctx context.Context, kv jetstream.KeyValue, filter string, limit int) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.Stop() }()
-	var out []jetstream.KeyValueEntry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return out, nil
-			}
-			if e == nil { // the current values are all read
-				return out, nil
-			}
-			out = append(out, e)
-			if limit > 0 && len(out) >= limit {
-				return out, nil
-			}
-		}
-	}
-}
-
-// MaxList bounds what List returns.
-const MaxList = 1000
-
-// List returns the owner's sessions, running first, newest first. It
-// reads the owner's records alone (OwnerKeys).
-func (c *Client) List(ctx context.Context) ([]Info, error) {
-	kv, err := c.rec.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	entries, err := Records(ctx, kv, OwnerKeys(c.tenant, c.owner)+".*", 0)
-	if err != nil {
-		return nil, fmt.Errorf("sessions: list: %w", err)
-	}
-	var out []Info
-	for _, e := range entries {
-		var info Info
-		if json.Unmarshal(e.Value(), &info) == nil && info.Owner == c.owner {
-			out = append(out, info)
-		}
-	}
-	slices.SortFunc(out, func(a, b Info) int {
-		if (a.Status == StatusRunning) != (b.Status == StatusRunning) {
-			if a.Status == StatusRunning {
-				return -1
-			}
-			return 1
-		}
-		return b.CreatedAt.Compare(a.CreatedAt)
-	})
-	if len(out) > MaxList {
-		out = out[:MaxList]
-	}
-	return out, nil
 }
 
 // Do calls op on session id with body (marshalled to JSON) and decodes
@@ -438,7 +271,7 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, wait 
 		}
 		return fmt.Errorf("sessions: %s: %w", subject, err)
 	}
-	var a Answer
+	var a sessionwire.Answer
 	if err := json.Unmarshal(msg.Data, &a); err != nil {
 		return fmt.Errorf("sessions: %s: not an answer: %w", subject, err)
 	}
