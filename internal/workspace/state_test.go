@@ -171,3 +171,54 @@ func TestTransitionLeases(t *testing.T) {
 		t.Fatal("a head naming no snapshot: not the old name")
 	}
 }
+
+// A session's checkpoint moves an idle or absent head to its next
+// revision outside any step; never a head a step holds, nor another
+// owner's; an unchanged tree is no revision unless the head is older
+// than Renew.
+func TestTransitionCheckpoint(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	own := fleet.SessionWorkspace("", "s1")
+	fork := &jobs.WorkspaceRef{Name: "base", Revision: 2}
+	saved := func(h *jobs.WorkspaceHead) *jobs.WorkspaceHead {
+		h.Revision, h.SHA256, h.Kept, h.UpdatedAt = 3, "aa", []int64{3}, now.Add(-time.Minute)
+		return h
+	}
+	ck := func(sha string) Checkpoint {
+		return Checkpoint{By: "s1", Owner: "alice", Forked: fork, Snap: Saved{Object: "o", SHA256: sha}, Keep: 5, Renew: time.Hour, Now: now}
+	}
+	cases := []struct {
+		name  string
+		ws    string
+		h     *jobs.WorkspaceHead
+		ev    Checkpoint
+		act   Action
+		err   error
+		rev   int64
+		owner string
+	}{
+		{name: "a session's own, new", ws: own, ev: ck("aa"), act: Write, rev: 1, owner: "alice"},
+		{name: "a named workspace, new", ws: "ws", ev: ck("aa"), act: Write, rev: 1},
+		{name: "changed", ws: own, h: saved(&jobs.WorkspaceHead{Name: own, Owner: "alice"}), ev: ck("bb"), act: Write, rev: 4, owner: "alice"},
+		{name: "unchanged", ws: own, h: saved(&jobs.WorkspaceHead{Name: own, Owner: "alice"}), ev: ck("aa"), act: None, rev: 3, owner: "alice"},
+		{name: "unchanged, older than Renew", ws: own, h: saved(&jobs.WorkspaceHead{Name: own, Owner: "alice", UpdatedAt: now.Add(-2 * time.Hour)}),
+			ev: func() Checkpoint { c := ck("aa"); c.Renew = time.Second; return c }(), act: Write, rev: 4, owner: "alice"},
+		{name: "another owner's", ws: own, h: saved(&jobs.WorkspaceHead{Name: own, Owner: "bob"}), ev: ck("bb"), act: None, err: ErrOwner, rev: 3, owner: "bob"},
+		{name: "a step in flight", ws: "ws", h: &jobs.WorkspaceHead{Name: "ws", Step: &jobs.InFlight{Job: "J", State: jobs.StepRunning}},
+			ev: ck("bb"), act: None, err: ErrBusy},
+	}
+	for _, tc := range cases {
+		next, act, err := Transition(tc.ws, tc.h, tc.ev)
+		if act != tc.act || !errors.Is(err, tc.err) {
+			t.Errorf("%s: %s, %v; want %s, %v", tc.name, act, err, tc.act, tc.err)
+			continue
+		}
+		if next.Revision != tc.rev || next.Owner != tc.owner || next.Step != nil && tc.err == nil {
+			t.Errorf("%s: revision %d owner %q step %+v; want %d %q", tc.name, next.Revision, next.Owner, next.Step, tc.rev, tc.owner)
+		}
+		if tc.h == nil && (next.Forked == nil || *next.Forked != *fork) {
+			t.Errorf("%s: a new head forked from %v, want %v", tc.name, next.Forked, fork)
+		}
+	}
+}
