@@ -29,8 +29,8 @@ import (
 // head's).
 type source struct {
 	tenant, workspace string
-	// owner: whose session restores it; a session's own workspace
-	// (fleet.SessionWorkspace) whose head names another owner is refused.
+	// owner: whose session restores it, for the owner rule
+	// (workspace.Allows): a head that names another owner is refused.
 	owner string
 	rev   int64
 	// must: a missing revision is an error (a resume's checkpoint), not
