@@ -79,3 +79,15 @@ func CreateFirst(ctx context.Context, kv jetstream.KeyValue, key string, data []
 	}
 	return e.Value(), false, nil
 }
+
+// Raced reports whether a KV write failed for the key's revision (a
+// compare-and-swap lost to another writer): the codes differ between a
+// stream of one replica and a replicated one.
+func Raced(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

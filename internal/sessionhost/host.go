@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -382,8 +383,8 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 			h.giveBack(ctx, o)
 			return nil, err
 		}
-		defer snap.close()
-		st.Restore, rev = snap.snapshot(), r
+		defer snap.Close()
+		st.Restore, rev = restoring(snap), r
 	}
 	sb, err := h.start(ctx, st)
 	if err != nil {
@@ -475,7 +476,7 @@ func (h *Host) record(ctx context.Context, l *live) error {
 	} else {
 		rev, err = h.kv.Update(ctx, l.key, b, prev)
 	}
-	if raced(err) {
+	if fleet.Raced(err) {
 		return errTakenOver
 	}
 	if err != nil {

@@ -2,18 +2,12 @@ package sessionhost
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sandfleet/sandfleet/internal/fleet"
-	"github.com/sandfleet/sandfleet/internal/records"
+	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
@@ -22,9 +16,9 @@ import (
 // A persistent session keeps its /workspace in a workspace (pkg/jobs): at
 // each idle point, on pause and on delete, the host asks the sandbox's
 // agent for an archive of it (the session's processes stopped while it
-// is read) and saves it as the workspace's next revision, as a job's step
-// does: the snapshot put under a name of its own, then the head moved by
-// compare-and-swap on its KV revision. The session's record names the
+// is read) and saves it as the workspace's next revision by the commit a
+// job's step makes (package workspace): the snapshot put under a name of
+// its own, then the head moved by compare-and-swap on its KV revision. The session's record names the
 // last one (Info.Checkpoint).
 //
 // An idle point is CheckpointQuiet without a call after a call that may
@@ -58,17 +52,6 @@ type checkpointing struct {
 
 // errTakenOver: the session's record was written by another (a resume).
 var errTakenOver = errors.New("the session was taken over")
-
-// raced reports whether a KV write failed for the key's revision: the
-// codes differ between a stream of one replica and a replicated one.
-func raced(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
 
 // mutates reports whether a call of op may change the session's files.
 func mutates(op string) bool {
@@ -174,8 +157,8 @@ func (h *Host) checkpoint(l *live) error {
 }
 
 // save archives the session's /workspace and saves it as its workspace's
-// next revision, unless the head's revision has its digest: it returns
-// the bytes archived and whether a revision was saved.
+// next revision (workspace.Commit), unless the head's revision has its
+// digest: it returns the bytes archived and whether a revision was saved.
 func (h *Host) save(ctx context.Context, l *live) (archived int64, saved bool, err error) {
 	info := l.snapshot()
 	ws := info.Workspace
@@ -183,91 +166,35 @@ func (h *Host) save(ctx context.Context, l *live) (archived int64, saved bool, e
 	if err != nil {
 		return 0, false, fmt.Errorf("open the workspaces: %w", err)
 	}
-	f, err := h.tempFile()
-	if err != nil {
-		return 0, false, err
-	}
-	defer f.Close()
-	rep, err := l.sb.Archive(ctx, f)
+	sp := &workspace.Spool{Dir: h.cfg.TempDir}
+	defer sp.Close()
+	rep, err := l.sb.Archive(ctx, sp)
 	if err != nil {
 		return 0, false, fmt.Errorf("archive /workspace: %w", err)
 	}
 	l.mu.Lock()
 	l.ck.bytes = rep.Bytes
+	forked := l.ck.forked
 	l.mu.Unlock()
-	take := jobs.NewID()
-	for range 5 {
-		head, krev, err := h.readHead(ctx, heads, l, info)
-		if err != nil {
-			return rep.Bytes, false, err
-		}
-		if head.Revision > 0 && head.SHA256 == rep.SHA256 && time.Since(head.UpdatedAt) < h.cfg.RefreshAge {
-			return rep.Bytes, false, h.unchanged(ctx, l, head)
-		}
-		obj := fleet.SaveName(ws, head.Revision+1, take)
-		if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{fleet.SnapshotJobMeta: info.ID}},
-			io.NewSectionReader(f, 0, rep.Bytes)); err != nil {
-			return rep.Bytes, false, fmt.Errorf("put %s: %w", obj, err)
-		}
-		now := time.Now().UTC()
-		next := records.WithRevision(head, obj, rep.Bytes, rep.Files, rep.SHA256, info.ID, h.cfg.KeepRevisions, now)
-		data, err := json.Marshal(next)
-		if err != nil {
-			return rep.Bytes, false, err
-		}
-		if krev == 0 {
-			_, err = heads.Create(ctx, ws, data)
-		} else {
-			_, err = heads.Update(ctx, ws, data, krev)
-		}
-		if raced(err) {
-			_ = snaps.Delete(ctx, obj) // this take's alone: no head names it
-			continue
-		}
-		if err != nil {
-			_ = snaps.Delete(ctx, obj)
-			return rep.Bytes, false, fmt.Errorf("move the head of %s: %w", ws, err)
-		}
-		for _, r := range head.Kept {
-			if !slices.Contains(next.Kept, r) {
-				_ = snaps.Delete(ctx, head.Snapshot(r)) // else it expires with the TTL
-			}
-		}
-		l.mu.Lock()
-		l.info.Checkpoint = &sessions.Checkpoint{Revision: next.Revision, At: now, SizeBytes: rep.Bytes, Files: rep.Files}
-		l.mu.Unlock()
-		return rep.Bytes, true, h.record(ctx, l)
-	}
-	return rep.Bytes, false, fmt.Errorf("the head of %s kept changing", ws)
-}
-
-// readHead reads the head of the session's workspace and its KV revision
-// (0: none yet, a new head), free for a checkpoint: no step in flight on
-// it, and, a session's own, the session's owner's.
-func (h *Host) readHead(ctx context.Context, heads jetstream.KeyValue, l *live, info sessions.Info) (*jobs.WorkspaceHead, uint64, error) {
-	ws := info.Workspace
-	own := fleet.IsSessionWorkspace(ws)
-	e, err := heads.Get(ctx, ws)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		head := &jobs.WorkspaceHead{Name: ws, Forked: l.ck.forked}
-		if own {
-			head.Owner = info.Owner
-		}
-		return head, 0, nil
-	case err != nil:
-		return nil, 0, fmt.Errorf("read the head of %s: %w", ws, err)
-	}
-	head, err := jobs.DecodeWorkspaceHead(ws, e.Value())
+	now := time.Now().UTC()
+	c := workspace.Commit{Heads: workspace.Heads{KV: heads}, Snaps: snaps, Name: ws, Lease: jobs.NewID(), By: info.ID,
+		Event: func(_ *jobs.WorkspaceHead, s workspace.Saved) any {
+			return workspace.Checkpoint{By: info.ID, Owner: info.Owner, Forked: forked, Snap: s, Keep: h.cfg.KeepRevisions, Renew: h.cfg.RefreshAge, Now: now}
+		}}
+	m, err := c.Run(ctx, sp.Reader(rep.Bytes), workspace.Saved{SizeBytes: rep.Bytes, Files: rep.Files, SHA256: rep.SHA256})
 	switch {
 	case err != nil:
-		return nil, 0, err
-	case own && head.Owner != info.Owner:
-		return nil, 0, fmt.Errorf("workspace %s is another owner's", ws)
-	case head.Step != nil:
-		return nil, 0, fmt.Errorf("workspace %s: job %s's step is in flight", ws, head.Step.Job)
+		return rep.Bytes, false, err
+	case m.Action != workspace.Write:
+		return rep.Bytes, false, h.unchanged(ctx, l, m.Head)
 	}
-	return head, e.Revision(), nil
+	for _, obj := range workspace.Pruned(m.Before, m.Head) {
+		_ = snaps.Delete(ctx, obj) // else it expires with the TTL
+	}
+	l.mu.Lock()
+	l.info.Checkpoint = &sessions.Checkpoint{Revision: m.Head.Revision, At: now, SizeBytes: rep.Bytes, Files: rep.Files}
+	l.mu.Unlock()
+	return rep.Bytes, true, h.record(ctx, l)
 }
 
 // unchanged records the head's revision as the session's checkpoint, when

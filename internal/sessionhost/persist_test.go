@@ -283,3 +283,26 @@ func TestRestartLeavesCheckpointedSessions(t *testing.T) {
 		t.Errorf("a checkpointed persistent session after its worker's restart: %+v, want it left to resume", info)
 	}
 }
+
+// A session's workspace_from names a workspace that must exist, but may
+// have no revision yet: it starts empty, as a job's workspace_from does
+// (a session used to be refused as ErrGone). One that does not exist is
+// still ErrGone.
+func TestWorkspaceFromAnEmptyWorkspace(t *testing.T) {
+	t.Parallel()
+	b := setupPersist(t, sessionhost.Config{})
+	empty, _ := json.Marshal(jobs.WorkspaceHead{Name: "shared"})
+	if _, err := b.heads.Put(t.Context(), "shared", empty); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.client.Create(t.Context(), sessions.Spec{WorkspaceFrom: &jobs.WorkspaceRef{Name: "shared"}})
+	if err != nil {
+		t.Fatalf("a session from an empty workspace: %v, want an empty start", err)
+	}
+	if s.Restored != nil && s.Restored.Revision != 0 {
+		t.Errorf("restored %+v, want nothing", s.Restored)
+	}
+	if _, err := b.client.Create(t.Context(), sessions.Spec{WorkspaceFrom: &jobs.WorkspaceRef{Name: "nowhere"}}); !errors.Is(err, sessionapi.ErrGone) {
+		t.Errorf("a session from no workspace: %v, want ErrGone", err)
+	}
+}

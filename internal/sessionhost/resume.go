@@ -2,13 +2,8 @@ package sessionhost
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +13,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/sessionwire"
 	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
@@ -35,13 +31,17 @@ import (
 // head's).
 type source struct {
 	tenant, workspace string
-	// owner: whose session restores it; a session's own workspace
-	// (fleet.SessionWorkspace) whose head names another owner is refused.
+	// owner: whose session restores it, for the owner rule
+	// (workspace.Allows): a head that names another owner is refused.
 	owner string
 	rev   int64
-	// must: a missing snapshot is an error (a resume's checkpoint), not
+	// must: a missing revision is an error (a resume's checkpoint), not
 	// an empty start.
 	must bool
+	// named: the caller named the workspace to start from
+	// (workspace_from): it must exist, but may have no revision yet (an
+	// empty start, as a job's workspace_from).
+	named bool
 }
 
 // workspaceName qualifies a workspace's name with the session's tenant.
@@ -82,7 +82,7 @@ func (h *Host) persistOpening(o *opening, spec sessions.Spec) error {
 		o.dirty = len(spec.Files) > 0
 	}
 	if f := spec.WorkspaceFrom; f != nil {
-		o.from = &source{tenant: t, workspace: workspaceName(t, f.Name), rev: f.Revision, must: true}
+		o.from = &source{tenant: t, workspace: workspaceName(t, f.Name), owner: o.info.Owner, rev: f.Revision, named: true}
 		o.dirty = o.info.Persist
 	}
 	return nil
@@ -173,7 +173,7 @@ func (h *Host) resume(call sessionwire.Call, id string) (*sessions.Info, error) 
 		why := "lost"
 		if info.Status == sessions.StatusPaused {
 			why = "paused"
-		} else if err := h.endUnresumable(e.Key(), info, e.Revision()); raced(err) {
+		} else if err := h.endUnresumable(e.Key(), info, e.Revision()); fleet.Raced(err) {
 			continue
 		} else if err != nil {
 			return nil, err
@@ -186,7 +186,7 @@ func (h *Host) resume(call sessionwire.Call, id string) (*sessions.Info, error) 
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		rev, err := h.kv.Update(ctx, e.Key(), b, e.Revision())
 		cancel()
-		if raced(err) {
+		if fleet.Raced(err) {
 			continue // another resumer, or a call, wrote first: look again
 		}
 		if err != nil {
@@ -240,86 +240,43 @@ func (h *Host) giveBack(ctx context.Context, o opening) {
 	}
 }
 
-// spooled is a snapshot in an unlinked temporary file.
-type spooled struct {
-	f    *os.File
-	size int64
-	sha  string
-}
-
-func (s *spooled) close() {
-	if s != nil {
-		s.f.Close()
-	}
-}
-
-func (s *spooled) snapshot() *worker.Snapshot {
-	if s == nil {
+// restoring is what a session restores from a fetched snapshot.
+func restoring(f *workspace.Fetched) *worker.Snapshot {
+	if f == nil {
 		return nil
 	}
-	return &worker.Snapshot{R: io.NewSectionReader(s.f, 0, s.size), Size: s.size, SHA256: s.sha}
-}
-
-func (h *Host) tempFile() (*os.File, error) {
-	f, err := os.CreateTemp(h.cfg.TempDir, "sandfleet-session-*")
-	if err != nil {
-		return nil, err
-	}
-	_ = os.Remove(f.Name())
-	return f, nil
+	return &worker.Snapshot{R: f.Reader(), Size: f.Size, SHA256: f.SHA256}
 }
 
 // fetch spools the snapshot src names, and the revision it is; nil and 0
 // for a workspace without one (when src need not have one).
-func (h *Host) fetch(ctx context.Context, src *source) (*spooled, int64, error) {
+func (h *Host) fetch(ctx context.Context, src *source) (*workspace.Fetched, int64, error) {
 	heads, snaps, err := h.cfg.Workspaces(ctx, src.tenant)
 	if err != nil {
 		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "open the workspaces: %v", err)
 	}
-	e, err := heads.Get(ctx, src.workspace)
-	var head *jobs.WorkspaceHead
+	head, _, err := workspace.Heads{KV: heads}.Read(ctx, src.workspace)
+	if err != nil {
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
+	}
+	rev, err := workspace.Resolve(src.workspace, head, src.rev, src.owner)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-	case err != nil:
-		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "read workspace %s: %v", src.workspace, err)
+	case errors.Is(err, workspace.ErrOwner):
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrNotFound, "%v", err)
+	case errors.Is(err, workspace.ErrNotKept):
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrInvalid, "workspace_from: %v", err)
+	case err == nil && rev > 0:
+	case src.must || (src.named && head == nil):
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrGone, "workspace %s has no revision to start from (expired or removed)", src.workspace)
 	default:
-		if head, err = jobs.DecodeWorkspaceHead(src.workspace, e.Value()); err != nil {
-			return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
-		}
+		return nil, 0, nil // nothing saved yet: an empty start
 	}
-	if head != nil && fleet.IsSessionWorkspace(src.workspace) && head.Owner != src.owner {
-		return nil, 0, sessionapi.Errorf(sessionapi.ErrNotFound, "workspace %s is another owner's", src.workspace)
-	}
-	rev := src.rev
-	if head != nil && rev == 0 {
-		rev = head.Revision
-	}
+	f, err := workspace.Fetch(ctx, snaps, head.Snapshot(rev), h.cfg.TempDir)
 	switch {
-	case head == nil || head.Revision == 0:
-		if src.must {
-			return nil, 0, sessionapi.Errorf(sessionapi.ErrGone, "workspace %s has no revision to start from (expired or removed)", src.workspace)
-		}
-		return nil, 0, nil
-	case rev != head.Revision && !slices.Contains(head.Kept, rev):
-		return nil, 0, sessionapi.Errorf(sessionapi.ErrInvalid, "workspace_from: %s does not keep revision %d (it keeps %v)", src.workspace, rev, head.Kept)
-	}
-	obj, err := snaps.Get(ctx, head.Snapshot(rev))
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	case errors.Is(err, workspace.ErrGone):
 		return nil, 0, sessionapi.Errorf(sessionapi.ErrGone, "the snapshot of %s@%d is gone (expired or removed)", src.workspace, rev)
+	case err != nil:
+		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "%s@%d: %v", src.workspace, rev, err)
 	}
-	if err != nil {
-		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
-	}
-	defer obj.Close()
-	f, err := h.tempFile()
-	if err != nil {
-		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "spool the snapshot: %v", err)
-	}
-	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, sum), obj)
-	if err != nil {
-		f.Close()
-		return nil, 0, sessionapi.Errorf(sessionapi.ErrFailed, "get the snapshot of %s@%d: %v", src.workspace, rev, err)
-	}
-	return &spooled{f: f, size: n, sha: hex.EncodeToString(sum.Sum(nil))}, rev, nil
+	return f, rev, nil
 }

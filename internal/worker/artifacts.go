@@ -42,7 +42,7 @@ func (s *wsStep) storeArtifacts(ctx context.Context, res *jobs.Result, ran bool)
 	}
 	store := s.objs.Artifacts
 	run := jobs.NewID() // this delivery's: see ArtifactKey
-	tr := tar.NewReader(s.arch.reader(s.req.Bytes))
+	tr := tar.NewReader(s.arch.Reader(s.req.Bytes))
 	var total int64
 	more := 0
 	full := "" // why the store takes no more: the tenant's quota

@@ -46,28 +46,31 @@
 //
 // # Workspaces
 //
-// A job's workspace and outputs, around its run (see wshead.go for the
-// head's rules). Snapshots pass through the worker as bytes (spool.go:
-// memory, or unlinked temporary files when large), never unpacked: the sandbox's launcher restores and
-// archives them. The order of writes is what makes a step exactly once:
+// A job's workspace and outputs, around its run. The head's states, its
+// commit, the owner rule and the spools are package workspace's, which a
+// session's checkpoints use too. Snapshots pass through the worker as
+// bytes (workspace.Spool: memory, or unlinked temporary files when
+// large), never unpacked: the sandbox's launcher restores and archives
+// them. The order of writes is what makes a step exactly once:
 //
-//  1. take the head: running(J) as take T (a fresh name), by
+//  1. hold the head: running(J) under lease L (a fresh name), by
 //     compare-and-swap;
 //  2. run J against the base snapshot; the launcher archives the result;
-//  3. put the archive as SNAPSHOTS "<ws>/<rev+1>.<T>", then move the head
+//  3. put the archive as SNAPSHOTS "<ws>/<rev+1>.<L>", then move the head
 //     to saved(J) at rev+1, naming that object (compare-and-swap, only
-//     while the head is still running(J) as T): the commit;
+//     while the head is still running(J) under L): the commit;
 //  4. store J's result (first writer wins), then release the head.
 //
-// A death before 3's swap leaves running(J): the redelivery takes it over
-// as a take of its own and starts again from the same base (the dead
-// take's object is never named, and expires). A death between 3 and 4
+// A death before 3's swap leaves running(J): the redelivery holds it anew
+// under a lease of its own and starts again from the same base (the dead
+// lease's object is never named, and expires). A death between 3 and 4
 // leaves saved(J): the redelivery runs J again against the base, saves
 // nothing and reports rev+1. A death after 4 leaves J's result, which ends
 // any later delivery before it runs, and makes J's holding of the head
-// "gone" for the next job. A delivery whose lease ran out while it still
-// ran, taken over meanwhile, finds at 3 that it no longer holds the head:
-// it deletes its own object, and the taker's is untouched.
+// "gone" for the next job. A delivery whose message lease ran out while
+// it still ran, its step held anew meanwhile, finds at 3 that it no longer
+// holds the head: it deletes its own object, and the new holder's is
+// untouched.
 //
 // # Dead letters
 //

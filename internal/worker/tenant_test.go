@@ -175,3 +175,34 @@ func TestAnotherTenantsMsgIDDropsNoJob(t *testing.T) {
 		t.Fatalf("team-b's job after team-a's decoy: %+v, %v", res, err)
 	}
 }
+
+// A head that names an owner is that owner's alone, for jobs as for
+// sessions (package workspace, Allows): a job, acting for its whole
+// tenant, naming it as its workspace or its workspace_from is rejected
+// and the head stays as it was.
+func TestJobOnAnOwnersHead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, worker.Config{ID: "w1"})
+	owned := jobs.WorkspaceHead{Name: "team-a.mine", Revision: 1, Kept: []int64{1}, Owner: "alice"}
+	v, _ := json.Marshal(owned)
+	heads := b.workspaces(t).Heads
+	rev, err := heads.Put(t.Context(), "team-a.mine", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, field := range []string{`"workspace":"team-a.mine"`, `"workspace_from":{"name":"team-a.mine"},"workspace":"team-a.fork"`} {
+		id := "team-a.owned" + string(rune('0'+i))
+		res := b.publishRaw(t, id, `{"image":"python","code":"write f 1",`+field+`}`)
+		if res.Status != jobs.StatusRejected || !strings.Contains(res.Error, "another owner's") {
+			t.Errorf("a job with %s: %s %q, want rejected as another owner's", field, res.Status, res.Error)
+		}
+	}
+	e, err := heads.Get(t.Context(), "team-a.mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Revision() != rev {
+		t.Fatalf("the owner's head after the jobs: %s; want it untouched", e.Value())
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -80,7 +81,7 @@ type Worker struct {
 	objMu   sync.Mutex
 	objects map[string]fleet.ObjectStores // tenants' object stores, made on first use (workspace.go)
 	events  map[string]bool               // tenants whose events stream this worker has ensured (events.go)
-	snaps   *snapCache                    // the snapshots saved last (snapcache.go)
+	snaps   *workspace.Cache              // the snapshots saved last
 }
 
 // run is one job in progress, for cancel requests.
@@ -107,7 +108,7 @@ func New(js jetstream.JetStream, exec Executor, cfg Config) (*Worker, error) {
 		running: map[*run]struct{}{},
 		objects: map[string]fleet.ObjectStores{},
 		events:  map[string]bool{},
-		snaps:   newSnapCache(snapCacheBytes),
+		snaps:   workspace.NewCache(workspace.CacheBytes),
 	}
 	// Nothing is fetched until the executor answered a first ping, which
 	// the prober sends once the topology is set up: until then the

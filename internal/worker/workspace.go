@@ -2,11 +2,8 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"time"
@@ -14,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -24,11 +22,11 @@ type stepMode int
 const (
 	modeOutputs stepMode = iota // no workspace: only the outputs
 	modeCopy                    // workspace_from alone: restore, never save
-	modeFresh                   // holds running(J): restore the base, save
+	modeFresh                   // holds running(J) under a lease: restore the base, save
 	modeReplay                  // found saved(J): restore the base, save nothing
 )
 
-// wsStep is one job's use of a workspace, from taking its head to
+// wsStep is one job's use of a workspace, from holding its head to
 // releasing it. A nil *wsStep is a job without workspace or outputs.
 type wsStep struct {
 	w    *Worker
@@ -36,18 +34,16 @@ type wsStep struct {
 	log  *slog.Logger
 	mode stepMode
 
-	objs     fleet.ObjectStores  // the job's tenant's snapshots and artifacts
-	head     *jobs.WorkspaceHead // as last written or read by this step
-	headRev  uint64              // its KV revision
-	takeName string              // the name of this step's taking of the head
-	from     *jobs.WorkspaceHead // the head of workspace_from, as resolved
-	base     jobs.WorkspaceRef   // the state restored (Revision 0: empty)
-	saved    bool                // the head is saved(J) (this step's save, or a replay's)
+	objs    fleet.ObjectStores  // the job's tenant's snapshots and artifacts
+	head    *jobs.WorkspaceHead // as last written or read by this step
+	headRev uint64              // its KV revision
+	lease   string              // the name of this step's hold of the head
+	from    *jobs.WorkspaceHead // the head of workspace_from, as resolved
+	base    jobs.WorkspaceRef   // the state restored (Revision 0: empty)
+	saved   bool                // the head is saved(J) (this step's save, or a replay's)
 
-	snap            *spool // the base's snapshot; nil when there is none
-	snapSize        int64
-	snapSHA         string
-	arch            *spool // the archive the launcher makes
+	snap            *workspace.Fetched // the base's snapshot; nil when there is none
+	arch            *workspace.Spool   // the archive the launcher makes
 	req             *ArchiveRequest
 	prune           []string // snapshots of the revisions the save let go, deleted once settled
 	quota           string   // why the save was refused by the tenant's quota, if it was
@@ -81,7 +77,7 @@ func (w *Worker) tenantObjects(ctx context.Context, tenant string) (fleet.Object
 	return o, nil
 }
 
-// beginWorkspace readies a job's workspace before it runs: it takes the
+// beginWorkspace readies a job's workspace before it runs: it holds the
 // head (waiting while another job holds it), resolves a fork's source, and
 // fetches the snapshot to restore. It returns a nil step for a job without
 // workspace or outputs, and why the job does not run when it does not.
@@ -116,7 +112,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 		s.mode, s.base, s.from = modeCopy, ref, from
 	}
 	if job.Workspace != "" {
-		if nr := s.take(stop, jobCtx, fork); nr.halts() || jobCtx.Err() != nil {
+		if nr := s.hold(stop, jobCtx, fork); nr.halts() || jobCtx.Err() != nil {
 			return s, nr
 		}
 	}
@@ -127,7 +123,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 	}
 	s.refreshSnapshot(jobCtx)
 	if s.mode == modeFresh || len(job.Outputs) > 0 {
-		s.arch = &spool{dir: w.cfg.TempDir}
+		s.arch = &workspace.Spool{Dir: w.cfg.TempDir}
 	}
 	return s, notRun{}
 }
@@ -135,7 +131,7 @@ func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log
 // refreshSnapshot puts the snapshot of the workspace's latest revision
 // again, from the step's spool, when it is older than
 // Topology.SnapshotRefreshAge: the step has just written the head (its
-// take) or is about to (its release) and may save nothing, and the head
+// hold) or is about to (its release) and may save nothing, and the head
 // must not outlive its snapshot (see Topology.SnapshotTTL). A failure
 // only leaves the snapshot to its age.
 func (s *wsStep) refreshSnapshot(ctx context.Context) {
@@ -161,7 +157,7 @@ func (s *wsStep) refreshSnapshot(ctx context.Context) {
 	if meta[fleet.SnapshotSavedMeta] == "" {
 		meta[fleet.SnapshotSavedMeta] = info.ModTime.UTC().Format(time.RFC3339Nano)
 	}
-	if _, err := s.objs.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: meta}, s.snap.reader(s.snapSize)); err != nil {
+	if _, err := s.objs.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: meta}, s.snap.Reader()); err != nil {
 		s.log.Warn("refresh the snapshot", "snapshot", obj, "err", err)
 		return
 	}
@@ -222,33 +218,22 @@ func tenantName(jobID string) string {
 // resolveFork returns the revision a job starts from and the head it was
 // read from, or why the job is rejected (msg), or an error of NATS.
 func (w *Worker) resolveFork(ctx context.Context, ref jobs.WorkspaceRef) (jobs.WorkspaceRef, *jobs.WorkspaceHead, string, error) {
-	h, _, err := w.readHead(ctx, ref.Name)
+	h, _, err := w.heads().Read(ctx, ref.Name)
 	if err != nil {
 		return ref, nil, "", err
 	}
-	if h == nil {
-		return ref, nil, fmt.Sprintf("workspace_from: no workspace %s", ref.Name), nil
+	// A job acts for its whole tenant: it owns no head of its own.
+	rev, err := workspace.Resolve(ref.Name, h, ref.Revision, "")
+	if err != nil {
+		return ref, nil, "workspace_from: " + err.Error(), nil
 	}
-	if ref.Revision == 0 {
-		ref.Revision = h.Revision
-	} else if ref.Revision != h.Revision && !contains(h.Kept, ref.Revision) {
-		return ref, nil, fmt.Sprintf("workspace_from: %s does not keep revision %d (it keeps %v)", ref.Name, ref.Revision, h.Kept), nil
-	}
+	ref.Revision = rev
 	return ref, h, "", nil
 }
 
-func contains(s []int64, v int64) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// take takes the job's workspace head, waiting while another job holds it,
-// for HoldMax at most.
-func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) notRun {
+// hold holds the job's workspace head under a lease of its own, waiting
+// while another job holds it, for HoldMax at most.
+func (s *wsStep) hold(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) notRun {
 	w, name := s.w, s.job.Workspace
 	hold := time.NewTimer(w.cfg.HoldMax)
 	defer hold.Stop()
@@ -259,7 +244,7 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 		}
 	}()
 	for {
-		h, rev, err := w.readHead(jobCtx, name)
+		h, rev, err := w.heads().Read(jobCtx, name)
 		if err != nil {
 			return s.giveBack(jobCtx, "read the head: "+err.Error())
 		}
@@ -267,37 +252,40 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 		if err != nil {
 			return s.giveBack(jobCtx, "look up the job holding it: "+err.Error())
 		}
-		next, act, err := transition(name, h, ev)
+		if err := workspace.Allows(name, h, ""); err != nil {
+			return notRun{result: rejected(fmt.Sprintf("workspace: %v", err))}
+		}
+		next, act, err := workspace.Transition(name, h, ev)
 		if err != nil {
 			return notRun{result: rejected(fmt.Sprintf("workspace_from: %v", err))}
 		}
 		switch act {
-		case actWrite:
-			newRev, err := w.writeHead(jobCtx, name, h == nil, rev, next)
-			if errors.Is(err, errRaced) {
+		case workspace.Write:
+			newRev, err := w.heads().Write(jobCtx, name, rev, next)
+			if errors.Is(err, workspace.ErrRaced) {
 				continue
 			}
 			if h == nil && fleet.StoreFull(err) {
 				return notRun{result: rejected(workspacesFull(w.cfg.Topology, name))}
 			}
 			if err != nil {
-				return s.giveBack(jobCtx, "take the head: "+err.Error())
+				return s.giveBack(jobCtx, "hold the head: "+err.Error())
 			}
-			s.head, s.headRev, s.mode, s.base, s.takeName = next, newRev, modeFresh, next.Step.Base, ev.Take
-			s.log.Debug("workspace taken", "base", next.Step.Base.String())
+			s.head, s.headRev, s.mode, s.base, s.lease = next, newRev, modeFresh, next.Step.Base, ev.Lease
+			s.log.Debug("workspace held", "base", next.Step.Base.String())
 			return notRun{}
-		case actReplay:
+		case workspace.Replay:
 			s.head, s.headRev, s.mode, s.base, s.saved = h, rev, modeReplay, h.Step.Base, true
 			s.log.Info("replaying a step whose revision is saved", "revision", h.Revision, "base", h.Step.Base.String())
 			return notRun{}
 		}
-		// actWait: another job holds it.
+		// workspace.Wait: another job holds it.
 		if !s.waitingReported {
 			s.waitingReported = true
 			s.log.Info("workspace busy; waiting", "holder", h.Step.Job, "state", string(h.Step.State))
 		}
 		if watch == nil {
-			if watch, err = w.heads().Watch(jobCtx, name, jetstream.UpdatesOnly()); err != nil {
+			if watch, err = w.stores.Workspaces.Heads.Watch(jobCtx, name, jetstream.UpdatesOnly()); err != nil {
 				watch = nil
 			}
 		}
@@ -322,11 +310,11 @@ func (s *wsStep) take(stop, jobCtx context.Context, fork *jobs.WorkspaceRef) not
 	}
 }
 
-// begin is the event of the step's take of head h: whether the job that
+// begin is the event of the step's hold of head h: whether the job that
 // holds it is gone, looked up in RESULTS when it is another job of the
 // workspace's tenant.
-func (s *wsStep) begin(ctx context.Context, h *jobs.WorkspaceHead, fork *jobs.WorkspaceRef) (evBegin, error) {
-	ev := evBegin{Job: s.job.ID, Worker: s.w.cfg.ID, Fork: fork, Take: jobs.NewID(), Now: time.Now().UTC()}
+func (s *wsStep) begin(ctx context.Context, h *jobs.WorkspaceHead, fork *jobs.WorkspaceRef) (workspace.Begin, error) {
+	ev := workspace.Begin{Job: s.job.ID, Worker: s.w.cfg.ID, Fork: fork, Lease: jobs.NewID(), Now: time.Now().UTC()}
 	var err error
 	switch {
 	case h == nil || h.Step == nil || h.Step.Job == s.job.ID:
@@ -352,33 +340,25 @@ func workspacesFull(t fleet.Topology, name string) string {
 // fetch copies the base's snapshot to a spool: from the worker's cache
 // when this worker saved it, else from the object store.
 func (s *wsStep) fetch(ctx context.Context) notRun {
-	s.snap = &spool{dir: s.w.cfg.TempDir}
+	var err error
 	if s.head != nil && s.base.Name == s.job.Workspace && s.base.Revision == s.head.Revision {
-		k := snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, s.head.Revision, s.head.SHA256}
-		if data := s.w.snaps.get(k); data != nil {
-			if _, err := s.snap.Write(data); err != nil {
+		k := workspace.CacheKey{Tenant: jobs.TenantOf(s.job.ID), Workspace: s.job.Workspace, Revision: s.head.Revision, SHA256: s.head.SHA256}
+		if data := s.w.snaps.Get(k); data != nil {
+			if s.snap, err = workspace.Held(data, k.SHA256, s.w.cfg.TempDir); err != nil {
 				return s.giveBack(ctx, "spool the snapshot: "+err.Error())
 			}
-			s.snapSize, s.snapSHA = int64(len(data)), k.sha256
 			return notRun{}
 		}
 	}
-	obj, err := s.objs.Snapshots.Get(ctx, s.baseObject())
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	s.snap, err = workspace.Fetch(ctx, s.objs.Snapshots, s.baseObject(), s.w.cfg.TempDir)
+	if errors.Is(err, workspace.ErrGone) {
 		now := time.Now().UTC()
 		return notRun{result: &jobs.Result{Status: jobs.StatusError, FinishedAt: &now, Error: fmt.Sprintf(
 			"workspace: the snapshot of %s@%d is gone (expired or removed)", s.base.Name, s.base.Revision)}}
 	}
 	if err != nil {
-		return s.giveBack(ctx, "get the snapshot: "+err.Error())
+		return s.giveBack(ctx, err.Error())
 	}
-	defer obj.Close()
-	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(s.snap, sum), obj)
-	if err != nil {
-		return s.giveBack(ctx, "get the snapshot: "+err.Error())
-	}
-	s.snapSize, s.snapSHA = n, hex.EncodeToString(sum.Sum(nil))
 	return notRun{}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -22,10 +23,10 @@ func (s *wsStep) options() RunOptions {
 		return o
 	}
 	if s.snap != nil {
-		o.Restore = &Snapshot{R: s.snap.reader(s.snapSize), Size: s.snapSize, SHA256: s.snapSHA}
+		o.Restore = &Snapshot{R: s.snap.Reader(), Size: s.snap.Size, SHA256: s.snap.SHA256}
 	}
 	if s.arch != nil {
-		_ = s.arch.reset() // a failure shows as the archive's: W fails
+		_ = s.arch.Reset() // a failure shows as the archive's: W fails
 		s.req = &ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
 		o.Archive = s.req
 	}
@@ -79,58 +80,39 @@ func (s *wsStep) afterRun(force context.Context, res *jobs.Result) *decision {
 }
 
 // save puts the archive as the next revision's snapshot and moves the
-// head to it. Losing the head meanwhile (the workspace was removed) is
-// no error of NATS: the result says so.
+// head to it (workspace.Commit). Losing the head meanwhile (the workspace
+// was removed) is no error of NATS: the result says so.
 func (s *wsStep) save(ctx context.Context) error {
-	snaps := s.objs.Snapshots
-	rev := s.head.Revision + 1
-	obj := fleet.SaveName(s.job.Workspace, rev, s.takeName)
-	if _, err := snaps.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{fleet.SnapshotJobMeta: s.job.ID}}, s.arch.reader(s.req.Bytes)); err != nil {
-		if fleet.StoreFull(err) {
-			// No retry makes room: the tenant does, by removing workspaces,
-			// or the TTL.
-			s.quota = fmt.Sprintf("%s: the workspace snapshots of %s (object store %s) are at their quota of %s: revision %d of %s (%s) was not saved; "+
-				"remove workspaces (submit workspace rm) to make room", fleet.QuotaReason, tenantName(s.job.ID), fleet.SnapshotsBucketOf(jobs.TenantOf(s.job.ID)),
-				limits.Size(s.w.cfg.Topology.SnapshotsMaxBytes), rev, s.job.Workspace, limits.Size(s.req.Bytes))
-			s.result.Error = "not saved: " + s.quota
-			return nil
-		}
-		return fmt.Errorf("put %s: %w", obj, err)
-	}
-	for {
-		next, _, err := transition(s.job.Workspace, s.head, evSave{Job: s.job.ID, Take: s.takeName, Object: obj, SizeBytes: s.req.Bytes,
-			Files: s.req.Files, SHA256: s.req.SHA256, Keep: s.w.cfg.KeepRevisions, Now: time.Now().UTC()})
-		if errors.Is(err, errNotHeld) {
-			if h := s.head; h != nil && h.Step != nil && h.Step.Job == s.job.ID && h.Step.State == jobs.StepSaved && h.Snapshots[h.Revision] == obj {
-				// This step's own commit, by a try whose answer was lost.
-				s.committed(h, s.headRev)
-				return nil
-			}
-			s.result.Error = "not saved: the workspace was removed or taken over while the job ran"
-			_ = snaps.Delete(ctx, obj) // this take's alone: no head names it
-			return nil
-		}
-		newRev, err := s.w.writeHead(ctx, s.job.Workspace, false, s.headRev, next)
-		if errors.Is(err, errRaced) {
-			if s.head, s.headRev, err = s.w.readHead(ctx, s.job.Workspace); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		s.prune = pruned(s.head, next)
-		s.committed(next, newRev)
+	c := workspace.Commit{Heads: s.w.heads(), Snaps: s.objs.Snapshots, Name: s.job.Workspace, Lease: s.lease, By: s.job.ID,
+		Event: func(_ *jobs.WorkspaceHead, saved workspace.Saved) any {
+			return workspace.Save{Job: s.job.ID, Lease: s.lease, Snap: saved, Keep: s.w.cfg.KeepRevisions, Now: time.Now().UTC()}
+		}}
+	m, err := c.Run(ctx, s.arch.Reader(s.req.Bytes), workspace.Saved{SizeBytes: s.req.Bytes, Files: s.req.Files, SHA256: s.req.SHA256})
+	switch {
+	case fleet.StoreFull(err):
+		// No retry makes room: the tenant does, by removing workspaces,
+		// or the TTL.
+		s.quota = fmt.Sprintf("%s: the workspace snapshots of %s (object store %s) are at their quota of %s: revision %d of %s (%s) was not saved; "+
+			"remove workspaces (submit workspace rm) to make room", fleet.QuotaReason, tenantName(s.job.ID), fleet.SnapshotsBucketOf(jobs.TenantOf(s.job.ID)),
+			limits.Size(s.w.cfg.Topology.SnapshotsMaxBytes), s.head.Revision+1, s.job.Workspace, limits.Size(s.req.Bytes))
+		s.result.Error = "not saved: " + s.quota
 		return nil
+	case errors.Is(err, workspace.ErrNotHeld):
+		s.result.Error = "not saved: the workspace was removed, or another delivery of the job held it, while the job ran"
+		return nil
+	case err != nil:
+		return err
 	}
+	s.prune = workspace.Pruned(m.Before, m.Head)
+	s.committed(m.Head, m.Rev)
+	return nil
 }
 
 // committed records that the head moved to next (at KV revision rev) by
 // this step's save.
 func (s *wsStep) committed(next *jobs.WorkspaceHead, rev uint64) {
-	if data, ok := s.arch.memory(s.req.Bytes); ok {
-		s.w.snaps.put(snapKey{jobs.TenantOf(s.job.ID), s.job.Workspace, next.Revision, s.req.SHA256}, data)
+	if data, ok := s.arch.Memory(s.req.Bytes); ok {
+		s.w.snaps.Put(workspace.CacheKey{Tenant: jobs.TenantOf(s.job.ID), Workspace: s.job.Workspace, Revision: next.Revision, SHA256: s.req.SHA256}, data)
 	}
 	s.head, s.headRev, s.saved = next, rev, true
 	s.result.Revision, s.result.SizeBytes, s.result.Files = next.Revision, s.req.Bytes, s.req.Files
@@ -185,8 +167,9 @@ func (s *wsStep) release() {
 	if s == nil || (s.mode != modeFresh && s.mode != modeReplay) {
 		return
 	}
-	// A replay's takeName is "": it took nothing, and releases the step.
-	s.w.releaseHead(s.job.Workspace, s.job.ID, s.takeName, s.log)
+	// A replay's lease is "": it holds nothing of its own, and releases
+	// the step.
+	s.w.releaseHead(s.job.Workspace, s.job.ID, s.lease, s.log)
 	s.mode = modeCopy // released: nothing more to do
 }
 
@@ -195,8 +178,8 @@ func (s *wsStep) close() {
 	if s == nil {
 		return
 	}
-	s.snap.close()
-	s.arch.close()
+	s.snap.Close()
+	s.arch.Close()
 }
 
 // retry runs op with back-off until it succeeds, HoldMax passes or force.

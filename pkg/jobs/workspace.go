@@ -205,9 +205,10 @@ type InFlight struct {
 	Base   WorkspaceRef `json:"base"` // the state it started from, with its revision
 	Worker string       `json:"worker"`
 	Since  time.Time    `json:"since"`
-	// Take names this taking of the head: a delivery that takes over the
-	// step of the same job takes it anew, and only the latest taker saves.
-	Take string `json:"take,omitempty"`
+	// Lease names this hold of the head: a delivery of the same job
+	// holds the step anew under a lease of its own, and only the latest
+	// holder saves. ("take" on the wire, as workers already write it.)
+	Lease string `json:"take,omitempty"`
 }
 
 // WorkspaceHead is the value of a workspace's key in WORKSPACES.

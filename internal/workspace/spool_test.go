@@ -1,4 +1,4 @@
-package worker
+package workspace
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 // start, as often as asked, and empties for another run.
 func TestSpool(t *testing.T) {
 	t.Parallel()
-	for _, size := range []int{0, 1000, spoolMemory, spoolMemory + 1, 3*spoolMemory + 7} {
-		s := &spool{dir: t.TempDir()}
+	for _, size := range []int{0, 1000, SpoolMemory, SpoolMemory + 1, 3*SpoolMemory + 7} {
+		s := &Spool{Dir: t.TempDir()}
 		data := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
 		for rest := data; len(rest) > 0; {
 			n := min(len(rest), 100_000)
@@ -21,22 +21,22 @@ func TestSpool(t *testing.T) {
 			}
 			rest = rest[n:]
 		}
-		if spilled := s.f != nil; spilled != (size > spoolMemory) {
+		if spilled := s.Spilled(); spilled != (size > SpoolMemory) {
 			t.Errorf("%d bytes: spilled %v", size, spilled)
 		}
 		for range 2 {
-			got, err := io.ReadAll(s.reader(s.n))
+			got, err := io.ReadAll(s.Reader(s.Len()))
 			if err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("%d bytes: read %d, %v", size, len(got), err)
 			}
 		}
-		if err := s.reset(); err != nil {
+		if err := s.Reset(); err != nil {
 			t.Fatal(err)
 		}
 		s.Write([]byte("again"))
-		if got, _ := io.ReadAll(s.reader(s.n)); string(got) != "again" {
+		if got, _ := io.ReadAll(s.Reader(s.Len())); string(got) != "again" {
 			t.Fatalf("%d bytes, after reset: %q", size, got)
 		}
-		s.close()
+		s.Close()
 	}
 }
