@@ -11,7 +11,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/field"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/templates"
@@ -29,7 +29,7 @@ import (
 // canceled). CPUMS and PeakMemoryBytes come from the sandbox's cgroup, or
 // failing that from wait4, and are nil when the job was killed before it
 // could report them.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobrun.Options) (*jobs.Result, error) {
 	res := &jobs.Result{ID: job.ID, Labels: job.Labels, RetryOf: job.RetryOf}
 	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
 	done := func(st jobs.Status, msg string) *jobs.Result {
@@ -86,7 +86,7 @@ type accepted struct {
 // accept checks a job against this executor: a preset it has (with its
 // image, if optional), limits within its caps, an envelope it can build.
 // msg says why the job is rejected, "" when it is not.
-func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (a accepted, msg string) {
+func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts jobrun.Options) (a accepted, msg string) {
 	// The job's tenant is its ID's, which the worker took from the
 	// subject the job came on: a tenant may publish on its own alone.
 	tenant := jobs.TenantOf(job.ID)
@@ -150,7 +150,7 @@ func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, a accepted,
 // caller's OnStart, a bug), which the worker recovers, would leave the
 // sandbox running with no timer to stop it. A sandbox with a network is
 // admitted to the egress proxy first, and what it used is recorded in res.
-func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts worker.RunOptions, res *jobs.Result) (*outcome, error) {
+func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts jobrun.Options, res *jobs.Result) (*outcome, error) {
 	defer e.release(ctx, log, s)
 	job := a.job
 	env := a.env
@@ -206,7 +206,7 @@ type sealed struct {
 
 // buildEnvelope seals job for preset p; base is the environment under the
 // job's own (the egress proxy's, for a job with a network).
-func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts worker.RunOptions, base map[string]string) (sealed, error) {
+func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobrun.Options, base map[string]string) (sealed, error) {
 	argv := p.Argv
 	if len(job.Argv) > 0 {
 		argv = job.Argv

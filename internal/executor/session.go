@@ -17,7 +17,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -32,7 +32,7 @@ type SessionSpec struct {
 	Files  map[string]string // written into the working directory first
 	// Restore, if set, is a workspace's snapshot unpacked into the working
 	// directory before Files, by the sandbox's agent with a job's rules.
-	Restore *worker.Snapshot
+	Restore *jobrun.Snapshot
 
 	// Deadman is how long the sandbox's agent goes on without hearing
 	// from the executor, which pings it every third of it: past it the
@@ -239,7 +239,7 @@ func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envel
 
 // handOff writes a session's envelope to its sandbox, then the snapshot
 // it restores.
-func handOff(s *sandbox, header []byte, restore *worker.Snapshot) error {
+func handOff(s *sandbox, header []byte, restore *jobrun.Snapshot) error {
 	if _, err := s.att.Conn.Write(header); err != nil {
 		return infraErr("hand the session its envelope", err)
 	}
