@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,8 +23,11 @@ import (
 // limits and hardening as a job's, but an agent in it instead of one
 // command (envelope/session.go).
 type SessionSpec struct {
-	ID     string // the session's, for logs and the container's label
-	Image  string // a preset, or a template
+	ID    string // the session's, for logs and the container's label
+	Image string // a preset, or a template of Tenant's or the operator's
+	// Tenant is the session's ("" for the operator's): its own templates
+	// are found by Image, as its jobs' are, and no other tenant's.
+	Tenant string
 	Limits limits.Limits
 	Env    map[string]string
 	Files  map[string]string // written into the working directory first
@@ -87,80 +88,50 @@ type Session struct {
 var ErrSessionEnded = errors.New("session ended")
 
 // StartSession starts a session's sandbox (a warm one when the pool has
-// one that fits) and hands it its envelope.
+// one that fits) and hands it its envelope. The session is admitted as a
+// job of its tenant is: the same presets and templates (its tenant's own
+// among them), limits and env, and a template's sandbox runs its start
+// and ready before the agent's envelope.
 func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
-	// A session names a preset or an operator's template (a tenant's own
-	// templates are its jobs').
-	preset, tmpl, ok := e.lookup("", spec.Image)
-	if !ok {
-		return nil, fmt.Errorf("%w: image: unknown preset or template %q (this worker allows %s)", ErrRejected, spec.Image,
-			strings.Join(append(e.Presets(), e.Templates()...), ", "))
-	}
-	def, caps := e.cfg.Defaults, e.cfg.Caps
-	if tmpl != nil {
-		// A session of a template: its image, limits and env, and a
-		// sandbox its start and ready ran in before the agent's envelope.
-		if _, err := e.templateRef(ctx, tmpl); errors.Is(err, ErrImageMissing) {
-			return nil, fmt.Errorf("%w: %w", ErrRejected, err)
-		}
-		def, caps = e.templateLimits(tmpl)
-		if len(tmpl.Env) > 0 {
-			env := maps.Clone(tmpl.Env)
-			maps.Copy(env, spec.Env)
-			spec.Env = env
-		}
-	}
-	lim, err := limits.Resolve(spec.Limits, def, caps)
+	a, err := e.admission(ctx, spec.Tenant, spec.Image, spec.Limits, spec.Env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
+	spec.Env = a.env
 	spec.setDefaults()
 	seal := envelope.NewSeal()
-	header, err := e.sessionHeader(spec, lim, seal, nil)
+	header, err := e.sessionHeader(spec, a.lim, seal, nil)
 	if err != nil {
 		return nil, err
 	}
 	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
-	var s *sandbox
-	switch {
-	case tmpl != nil:
-		s = e.templateSandbox(tmpl, lim)
-	case e.pool != nil && e.pool.fits(lim):
-		s = e.pool.take(preset.Image)
+	s, err := e.sandboxFor(ctx, log, a, spec.ID)
+	if err != nil {
+		return nil, err
 	}
-	if s == nil {
-		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
-			return nil, err
-		}
-	}
-	if tmpl != nil {
-		if err := e.prepare(ctx, s, tmpl, lim); err != nil {
-			e.release(ctx, log, s)
-			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, tmpl.Name, err)
+	if a.tmpl != nil {
+		if err := e.prepare(ctx, s, a.tmpl, a.lim); err != nil {
+			e.leave(ctx, log, s)
+			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, a.tmpl.Name, err)
 		}
 	}
 	if s.net != nil {
 		// As a job's: the proxy's environment in the envelope (checked
-		// above without it), and the sandbox registered before its agent
-		// runs anything.
-		if header, err = e.sessionHeader(spec, lim, seal, s.net.Env); err != nil {
-			e.release(ctx, log, s)
+		// above without it).
+		if header, err = e.sessionHeader(spec, a.lim, seal, s.net.Env); err != nil {
+			e.leave(ctx, log, s)
 			return nil, err
-		}
-		if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
-			e.release(ctx, log, s)
-			return nil, infraErr("egress", err)
 		}
 	}
 	// One reply in progress at a time: the agent writes each reply's
 	// parts at once, under its lock, so a part of a second before the
 	// first's last is not its agent's, and what is not yet checked is
 	// bounded by one message.
-	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
+	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: a.lim,
 		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1), ended: make(chan struct{})}
 	s.out.serveSession(ss.frame)
 	if err := handOff(s, header, spec.Restore); err != nil {
-		e.release(ctx, log, s)
+		e.leave(ctx, log, s)
 		return nil, err
 	}
 	go func() {
@@ -258,9 +229,10 @@ func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
 }
 
 // HasPreset reports whether the executor serves the preset, or a
-// template of the name.
-func (e *Executor) HasPreset(name string) bool {
-	_, _, ok := e.lookup("", name)
+// template of the name that tenant ("" for the operator) may name: its
+// own or the operator's.
+func (e *Executor) HasPreset(tenant, name string) bool {
+	_, _, ok := e.lookup(tenant, name)
 	return ok
 }
 
@@ -496,16 +468,10 @@ func (ss *Session) Close(ctx context.Context) {
 		}
 		cancel()
 		ss.end()
-		if ss.s.net != nil {
-			use, err := ss.e.cfg.Egress.Release(context.WithoutCancel(ctx), ss.s.id)
-			if err != nil {
-				ss.log.Error("releasing the sandbox from the egress proxy failed", "container", ss.s.short, "error", err)
-			}
-			ss.netMu.Lock()
-			ss.egress = use
-			ss.netMu.Unlock()
-		}
-		ss.e.release(ctx, ss.log, ss.s)
+		use := ss.e.leave(ctx, ss.log, ss.s)
+		ss.netMu.Lock()
+		ss.egress = use
+		ss.netMu.Unlock()
 		ss.log.Info("session ended", "container", ss.s.short, "why", ss.why)
 	})
 }
