@@ -17,7 +17,15 @@ import (
 // session, and the operator's, are told of no such image.
 func TestIntegrationSessionTenantTemplate(t *testing.T) {
 	t.Parallel()
-	e := setup(t, nil)
+	for _, rt := range attackRuntimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			t.Parallel()
+			sessionOnTenantTemplate(t, setup(t, func(c *Config) { c.Runtime = rt }))
+		})
+	}
+}
+
+func sessionOnTenantTemplate(t *testing.T, e *Executor) {
 	py := e.cfg.Presets["python"]
 	mine := &templates.Template{Name: "mine", Tenant: "team-a", Image: py.Image, MainFile: py.MainFile, Argv: py.Argv,
 		Env:   map[string]string{"FROM_TEMPLATE": "team-a", "BOTH": "template"},
