@@ -16,13 +16,17 @@ import (
 type sessionStarter interface {
 	StartSession(ctx context.Context, spec executor.SessionSpec) (*executor.Session, error)
 	ResolveLimits(limits.Limits) (limits.Limits, error)
-	HasPreset(name string) bool
+	HasPreset(tenant, name string) bool
 }
+
+// The worker serves sessions when its executor starts them (run.go asks
+// at run time): the executor must keep doing so.
+var _ sessionStarter = (*executor.Executor)(nil)
 
 // startSession is how the session host starts a sandbox on ss.
 func startSession(ss sessionStarter) sessionhost.Starter {
 	return func(ctx context.Context, spec sessionhost.StartSpec) (sessionhost.Sandbox, error) {
-		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Limits: spec.Limits,
+		return ss.StartSession(ctx, executor.SessionSpec{ID: spec.ID, Image: spec.Image, Tenant: spec.Tenant, Limits: spec.Limits,
 			Env: spec.Env, Files: spec.Files, Lifetime: spec.Lifetime, OutputLimit: spec.MaxOutput, Restore: spec.Restore, OnEvent: spec.OnEvent})
 	}
 }

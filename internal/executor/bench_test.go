@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -20,7 +20,7 @@ import (
 func BenchmarkTrivialJob(b *testing.B) {
 	e := setup(b, nil)
 	for b.Loop() {
-		res, err := e.Run(context.Background(), job("print(6*7)"), worker.RunOptions{})
+		res, err := e.Run(context.Background(), job("print(6*7)"), jobrun.Options{})
 		if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != "42\n" {
 			b.Fatalf("%+v %v", res, err)
 		}
@@ -35,7 +35,7 @@ func BenchmarkDockerRunTrivial(b *testing.B) {
 		b.Skip("no docker CLI")
 	}
 	e := setup(b, nil)
-	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), worker.RunOptions{}, nil)
+	env, err := buildEnvelope(job("print(6*7)"), DefaultPresets()["python"], limits.Default(), jobrun.Options{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func BenchmarkPooledJob(b *testing.B) {
 		b.StopTimer()
 		waitIdle(b, e, 1, 0)
 		b.StartTimer()
-		res, err := e.Run(context.Background(), job("print(6*7)"), worker.RunOptions{})
+		res, err := e.Run(context.Background(), job("print(6*7)"), jobrun.Options{})
 		if err != nil || res.Status != jobs.StatusSucceeded || res.Stdout != "42\n" {
 			b.Fatalf("%+v %v", res, err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -59,7 +59,7 @@ type judgeSpec struct {
 // execute hands the job (its envelope and stdin) to a launched sandbox and
 // watches it to the end. The job's clock, and its wall-clock limit, start at
 // the hand-off: the job cannot begin before its envelope.
-func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte, opts worker.RunOptions) (*outcome, error) {
+func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, stdin []byte, opts jobrun.Options) (*outcome, error) {
 	var sink *archiveSink
 	if opts.Archive != nil {
 		// The launcher stops at the tmpfs size; a frame more is slack.
@@ -80,7 +80,7 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 		s.out.expectCases(len(env.judge.names))
 	}
 	if opts.OnStart != nil {
-		opts.OnStart(worker.Start{Container: s.short, Limits: lim})
+		opts.OnStart(jobrun.Start{Container: s.short, Limits: lim})
 	}
 	obs, err := e.watch(ctx, log, s, lim, env, opts.Restore, stdin)
 	if err != nil {
@@ -96,7 +96,7 @@ func (e *Executor) execute(ctx context.Context, log *slog.Logger, s *sandbox, li
 // watch runs the job to its end and records what happened: the trailers on
 // both streams, or the container's exit, or the executor's own kill at a
 // limit or a cancellation.
-func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, restore *worker.Snapshot, stdin []byte) (observed, error) {
+func (e *Executor) watch(ctx context.Context, log *slog.Logger, s *sandbox, lim limits.Limits, env sealed, restore *jobrun.Snapshot, stdin []byte) (observed, error) {
 	obs := observed{started: time.Now()}
 	f := startFeed(s, env.header, restore, stdin)
 	// Every goroutine is waited for before watch returns: closing the
@@ -138,7 +138,7 @@ type feed struct {
 	err  error // reading the snapshot failed: the worker's fault
 }
 
-func startFeed(s *sandbox, header []byte, restore *worker.Snapshot, stdin []byte) *feed {
+func startFeed(s *sandbox, header []byte, restore *jobrun.Snapshot, stdin []byte) *feed {
 	f := &feed{done: make(chan struct{})}
 	go func() {
 		defer close(f.done)

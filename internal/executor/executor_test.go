@@ -20,7 +20,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -331,7 +331,7 @@ func TestRunLifecycle(t *testing.T) {
 				}()
 			}
 			j := &jobs.Job{ID: "j1", Image: "python", Code: "print()", Stdin: "world", Limits: tc.limits, Labels: map[string]string{"k": "v"}}
-			res, err := e.Run(ctx, j, worker.RunOptions{})
+			res, err := e.Run(ctx, j, jobrun.Options{})
 			if tc.infra {
 				if !errors.Is(err, ErrInfrastructure) || !errors.Is(err, boom) || res != nil {
 					t.Fatalf("Run = %v, %v; want nil and an error wrapping ErrInfrastructure and the cause", res, err)
@@ -375,18 +375,18 @@ func TestRunRejectsWithoutContainer(t *testing.T) {
 		{ID: "b", Image: "python", Limits: limits.Limits{Pids: 100000}},
 		{ID: "c", Image: "shell", Argv: []string{""}},
 	} {
-		res, err := e.Run(context.Background(), j, worker.RunOptions{})
+		res, err := e.Run(context.Background(), j, jobrun.Options{})
 		if err != nil || res.Status != jobs.StatusRejected || res.Error == "" {
 			t.Errorf("job %s: %+v, %v; want rejected with a reason", j.ID, res, err)
 		}
 	}
-	res, _ := e.Run(context.Background(), &jobs.Job{ID: "b", Image: "python", Limits: limits.Limits{Pids: 100000}}, worker.RunOptions{})
+	res, _ := e.Run(context.Background(), &jobs.Job{ID: "b", Image: "python", Limits: limits.Limits{Pids: 100000}}, jobrun.Options{})
 	if !strings.Contains(res.Error, "limits.pids") || !strings.Contains(res.Error, "1024") {
 		t.Errorf("over-cap error %q does not name the field and the cap", res.Error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	res, err = e.Run(ctx, &jobs.Job{ID: "d", Image: "python"}, worker.RunOptions{})
+	res, err = e.Run(ctx, &jobs.Job{ID: "d", Image: "python"}, jobrun.Options{})
 	if err != nil || res.Status != jobs.StatusCanceled {
 		t.Errorf("a canceled context: %+v, %v; want canceled", res, err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -275,7 +275,7 @@ func TestFailingStartsBackOff(t *testing.T) {
 	ctx := context.Background()
 	for time.Now().Before(deadline) {
 		before := f.count("create")
-		_, err := e.Run(ctx, &jobs.Job{ID: "held", Image: "python", Code: "print(1)"}, worker.RunOptions{})
+		_, err := e.Run(ctx, &jobs.Job{ID: "held", Image: "python", Code: "print(1)"}, jobrun.Options{})
 		if !errors.As(err, &se) {
 			t.Fatalf("Run = %v, want a StartError", err)
 		}
@@ -379,7 +379,7 @@ func TestFirstLaunchIsATrial(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python"}, worker.RunOptions{})
+			_, errs[i] = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python"}, jobrun.Options{})
 		})
 	}
 	// The pool's trial meets the start deadline (1 s): one failure, and the
@@ -427,7 +427,7 @@ func TestWedgedCallsAreAbandoned(t *testing.T) {
 	tune = fastTuning
 	tune.calls.create = 100 * time.Millisecond
 	e, _ = faultyExecutor(t, f, tune, nil)
-	_, err = e.Run(context.Background(), &jobs.Job{ID: "late", Image: "python"}, worker.RunOptions{})
+	_, err = e.Run(context.Background(), &jobs.Job{ID: "late", Image: "python"}, jobrun.Options{})
 	if !errors.Is(err, ErrSandboxStart) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run on a wedged create = %v, want ErrSandboxStart and DeadlineExceeded", err)
 	}
@@ -486,7 +486,7 @@ func TestEngineDownIsNotAStartFailure(t *testing.T) {
 	down := errors.New("connection refused")
 	f.set(func(f *faultyEngine) { f.createErr, f.pingErr = down, down })
 	e, _ := faultyExecutor(t, f, fastTuning, nil)
-	_, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Limits: limits.Limits{}}, worker.RunOptions{})
+	_, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Limits: limits.Limits{}}, jobrun.Options{})
 	if !errors.Is(err, ErrInfrastructure) || errors.Is(err, ErrSandboxStart) {
 		t.Fatalf("Run with the engine down = %v, want ErrInfrastructure, not ErrSandboxStart", err)
 	}
@@ -528,7 +528,7 @@ func TestPanicInRunRemovesTheSandbox(t *testing.T) {
 	panicked := func() (p any) {
 		defer func() { p = recover() }()
 		_, _ = e.Run(context.Background(), &jobs.Job{ID: "p", Image: "python", Code: "print(1)"},
-			worker.RunOptions{OnStart: func(worker.Start) { panic("a bug") }})
+			jobrun.Options{OnStart: func(jobrun.Start) { panic("a bug") }})
 		return nil
 	}()
 	if panicked == nil {
@@ -553,7 +553,7 @@ func TestWedgedWaitIsAbandoned(t *testing.T) {
 	f.wedge("wait")
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Run(context.Background(), &jobs.Job{ID: "w", Image: "python", Code: "print(1)"}, worker.RunOptions{})
+		_, err := e.Run(context.Background(), &jobs.Job{ID: "w", Image: "python", Code: "print(1)"}, jobrun.Options{})
 		done <- err
 	}()
 	select {

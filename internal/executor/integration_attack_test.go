@@ -19,8 +19,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -236,7 +236,7 @@ func TestIntegrationInspectAndCancel(t *testing.T) {
 	got := make(chan ran, 1)
 	go func() {
 		res, err := e.Run(ctx, job("import time\nprint('up', flush=True)\ntime.sleep(120)",
-			withLimits(limits.Limits{Timeout: limits.Duration(60 * time.Second), Memory: 128 * limits.MiB, CPUs: 0.5, Pids: 40})), worker.RunOptions{})
+			withLimits(limits.Limits{Timeout: limits.Duration(60 * time.Second), Memory: 128 * limits.MiB, CPUs: 0.5, Pids: 40})), jobrun.Options{})
 		got <- ran{res, err}
 	}()
 	var id string
@@ -385,7 +385,7 @@ func TestIntegrationCheck(t *testing.T) {
 	if !errors.Is(err, ErrImageMissing) || !errors.Is(err, ErrInfrastructure) {
 		t.Fatalf("Check with a missing image = %v, want ErrImageMissing", err)
 	}
-	_, err = missing.Run(context.Background(), job("x", func(j *jobs.Job) { j.Image = "ghost" }), worker.RunOptions{})
+	_, err = missing.Run(context.Background(), job("x", func(j *jobs.Job) { j.Image = "ghost" }), jobrun.Options{})
 	if !errors.Is(err, ErrImageMissing) {
 		t.Fatalf("Run with a missing image = %v, want ErrImageMissing", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -80,7 +80,7 @@ func TestIntegrationEgressSandboxesUnreachableThroughProxy(t *testing.T) {
 	victimDone := make(chan struct{})
 	go func() {
 		defer close(victimDone)
-		e.Run(vctx, victim, worker.RunOptions{})
+		e.Run(vctx, victim, jobrun.Options{})
 	}()
 	t.Cleanup(func() { stopVictim(); <-victimDone })
 	ip := victimAddress(t, cli, e, victim.ID)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -142,7 +142,7 @@ func run(t testing.TB, e *Executor, j *jobs.Job) *jobs.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := e.Run(ctx, j, worker.RunOptions{})
+	res, err := e.Run(ctx, j, jobrun.Options{})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -353,7 +353,7 @@ func TestIntegrationLateCreateRemoved(t *testing.T) {
 			e.users.images[id] = read
 			e.users.mu.Unlock()
 		}
-		_, err := e.Run(context.Background(), &jobs.Job{ID: "late-" + strconv.Itoa(i), Image: "python", Code: "print(1)"}, worker.RunOptions{})
+		_, err := e.Run(context.Background(), &jobs.Job{ID: "late-" + strconv.Itoa(i), Image: "python", Code: "print(1)"}, jobrun.Options{})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Run %d = %v, want the create's deadline", i, err)
 		}

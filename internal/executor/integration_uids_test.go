@@ -14,8 +14,8 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -124,7 +124,7 @@ func TestIntegrationRedTeamUserAllowances(t *testing.T) {
 		}()
 		go func() {
 			defer close(hogEnded)
-			res, err := e.Run(hogCtx, job(hogAllowances), worker.RunOptions{OnOutput: func(_ jobs.Stream, p []byte) {
+			res, err := e.Run(hogCtx, job(hogAllowances), jobrun.Options{OnOutput: func(_ jobs.Stream, p []byte) {
 				mu.Lock()
 				defer mu.Unlock()
 				hogOut.Write(p)
@@ -255,7 +255,7 @@ func TestIntegrationUIDsNeverShared(t *testing.T) {
 		defer close(ended)
 		var out bytes.Buffer
 		res, runErr = restarted.Run(jobCtx, job("import os, time\nprint('uid', os.getuid(), flush=True)\ntime.sleep(25)"),
-			worker.RunOptions{OnOutput: func(_ jobs.Stream, p []byte) {
+			jobrun.Options{OnOutput: func(_ jobs.Stream, p []byte) {
 				out.Write(p)
 				if s, ok := strings.CutSuffix(out.String(), "\n"); ok {
 					once.Do(func() { uidC <- strings.TrimPrefix(s, "uid ") })
@@ -276,7 +276,7 @@ func TestIntegrationUIDsNeverShared(t *testing.T) {
 		t.Fatalf("the restarted worker's job runs as uid %s; held %v, range %s", uid, held, r)
 	}
 
-	_, err = restarted.Run(ctx, job("print('ran')"), worker.RunOptions{})
+	_, err = restarted.Run(ctx, job("print('ran')"), jobrun.Options{})
 	if !errors.Is(err, errNoUID) || !errors.Is(err, ErrInfrastructure) {
 		t.Fatalf("a job with every uid held: %v, want errNoUID", err)
 	}

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil/archivetest"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -45,12 +45,12 @@ func shell(script string, mod ...func(*jobs.Job)) *jobs.Job {
 	return job(script, append([]func(*jobs.Job){func(j *jobs.Job) { j.Image = "shell" }}, mod...)...)
 }
 
-func snapshotOf(b []byte) *worker.Snapshot {
+func snapshotOf(b []byte) *jobrun.Snapshot {
 	sum := sha256.Sum256(b)
-	return &worker.Snapshot{R: bytes.NewReader(b), Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+	return &jobrun.Snapshot{R: bytes.NewReader(b), Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
 }
 
-func runWith(t testing.TB, e *Executor, j *jobs.Job, opts worker.RunOptions) *jobs.Result {
+func runWith(t testing.TB, e *Executor, j *jobs.Job, opts jobrun.Options) *jobs.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -84,7 +84,7 @@ func TestIntegrationWorkspaceRoundTrip(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var snap bytes.Buffer
-	req := &worker.ArchiveRequest{All: true, W: &snap}
+	req := &jobrun.ArchiveRequest{All: true, W: &snap}
 	res := runWith(t, e, shell(`set -e
 mkdir -p d/deep
 printf 'line 1\n' > notes.txt
@@ -98,7 +98,7 @@ printf 'x' > suid && chmod 4755 suid
 # before it archives, so the snapshot is whole.
 (while :; do echo more >> grow.txt; done) &
 sleep 0.2
-echo done`), worker.RunOptions{Archive: req})
+echo done`), jobrun.Options{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if !req.Complete || req.Bytes != int64(snap.Len()) || req.Skipped != 3 {
 		t.Fatalf("archive %+v (%d bytes came); want complete, 3 skipped (abs, d/out, pipe)", req, snap.Len())
@@ -124,13 +124,13 @@ echo done`), worker.RunOptions{Archive: req})
 	}
 
 	var next bytes.Buffer
-	req2 := &worker.ArchiveRequest{All: true, W: &next}
+	req2 := &jobrun.ArchiveRequest{All: true, W: &next}
 	res = runWith(t, e, shell(`printf 'line 2\n' >> notes.txt
 cat notes.txt; cat inside; cat d/deep/f
 stat -c %a suid
 cat replaced.txt`, func(j *jobs.Job) {
 		j.Files = map[string]string{"replaced.txt": "from the job\n", "d/deep/f": "replaced\n"}
-	}), worker.RunOptions{Restore: snapshotOf(snap.Bytes()), Archive: req2})
+	}), jobrun.Options{Restore: snapshotOf(snap.Bytes()), Archive: req2})
 	want(t, res, jobs.StatusSucceeded)
 	if wantOut := "line 1\nline 2\nreplaced\nreplaced\n755\nfrom the job\n"; res.Stdout != wantOut {
 		t.Fatalf("stdout %q, want %q (stderr %q)", res.Stdout, wantOut, res.Stderr)
@@ -146,7 +146,7 @@ func TestIntegrationOutputsOnly(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var out bytes.Buffer
-	req := &worker.ArchiveRequest{Outputs: []string{"*.png", "results/**"}, W: &out}
+	req := &jobrun.ArchiveRequest{Outputs: []string{"*.png", "results/**"}, W: &out}
 	res := runWith(t, e, shell(`set -e
 printf 'png' > plot.png
 mkdir -p sub results/a
@@ -154,7 +154,7 @@ printf 'deep' > sub/deep.png
 printf 'r' > results/a/r.csv
 ln -s /etc/passwd passwd.png
 mkfifo fifo.png
-printf 'no' > notes.txt`), worker.RunOptions{Archive: req})
+printf 'no' > notes.txt`), jobrun.Options{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if !req.Complete {
 		t.Fatalf("archive %+v", req)
@@ -175,7 +175,7 @@ func TestIntegrationHostileSnapshots(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			res := runWith(t, e, shell(`echo RAN; ls -la /tmp /workspace`, withLimits(lim)),
-				worker.RunOptions{Restore: snapshotOf(tc.Tar)})
+				jobrun.Options{Restore: snapshotOf(tc.Tar)})
 			if int64(len(tc.Tar)) > int64(lim.Tmpfs) {
 				// Announced over the limit: no sandbox is taken.
 				want(t, res, jobs.StatusRejected)
@@ -202,7 +202,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 	e := workspaceSetup(t)
 	lim := limits.Limits{Tmpfs: 128 * limits.MiB, Timeout: limits.Duration(90 * time.Second)}
 	files := archivetest.TinyFiles(archive.DefaultMaxFiles + 1)
-	res := runWith(t, e, shell(`echo RAN`, withLimits(lim)), worker.RunOptions{Restore: snapshotOf(files)})
+	res := runWith(t, e, shell(`echo RAN`, withLimits(lim)), jobrun.Options{Restore: snapshotOf(files)})
 	want(t, res, jobs.StatusFailed)
 	if strings.Contains(res.Stdout, "RAN") || !strings.Contains(res.Error, "more than 100000 entries") {
 		t.Fatalf("too many files: stdout %q error %q", res.Stdout, res.Error)
@@ -211,7 +211,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 	good := archivetest.Tar(archivetest.Entry{Name: "f", Data: "x"})
 	s := snapshotOf(good)
 	s.SHA256 = strings.Repeat("0", 64)
-	res = runWith(t, e, shell(`echo RAN`), worker.RunOptions{Restore: s})
+	res = runWith(t, e, shell(`echo RAN`), jobrun.Options{Restore: s})
 	want(t, res, jobs.StatusFailed)
 	if strings.Contains(res.Stdout, "RAN") || !strings.Contains(res.Error, "sha256") {
 		t.Fatalf("wrong digest: stdout %q error %q", res.Stdout, res.Error)
@@ -219,7 +219,7 @@ func TestIntegrationSnapshotBombs(t *testing.T) {
 
 	// Over the job's tmpfs: rejected before a sandbox is taken.
 	big := snapshotOf(make([]byte, 2<<20))
-	res = runWith(t, e, shell(`echo RAN`, withLimits(limits.Limits{Tmpfs: 1 * limits.MiB})), worker.RunOptions{Restore: big})
+	res = runWith(t, e, shell(`echo RAN`, withLimits(limits.Limits{Tmpfs: 1 * limits.MiB})), jobrun.Options{Restore: big})
 	want(t, res, jobs.StatusRejected)
 	if !strings.Contains(res.Error, "limits.tmpfs") {
 		t.Fatalf("error %q", res.Error)
@@ -232,14 +232,14 @@ func TestIntegrationArchiveOverLimit(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var out bytes.Buffer
-	req := &worker.ArchiveRequest{All: true, W: &out}
+	req := &jobrun.ArchiveRequest{All: true, W: &out}
 	// More entries than a snapshot may hold: 100,001 empty files.
 	res := runWith(t, e, job(`
 import os
 for i in range(100001):
     open(f"f{i}", "w").close()
 print("ok")`, withLimits(limits.Limits{Timeout: limits.Duration(90 * time.Second), Tmpfs: 256 * limits.MiB})),
-		worker.RunOptions{Archive: req})
+		jobrun.Options{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if req.Complete || !strings.Contains(req.Err, "over its limit") {
 		t.Fatalf("archive %+v", req)
@@ -253,7 +253,7 @@ func TestIntegrationArchiveAfterPidsExhausted(t *testing.T) {
 	t.Parallel()
 	e := workspaceSetup(t)
 	var out bytes.Buffer
-	req := &worker.ArchiveRequest{All: true, W: &out}
+	req := &jobrun.ArchiveRequest{All: true, W: &out}
 	res := runWith(t, e, job(`
 import subprocess
 open("kept.txt", "w").write("kept\n")
@@ -264,7 +264,7 @@ try:
         n += 1
 except OSError:
     pass
-print("spawned", n, "until the limit" if n < 200 else "")`, withLimits(limits.Limits{Pids: 32})), worker.RunOptions{Archive: req})
+print("spawned", n, "until the limit" if n < 200 else "")`, withLimits(limits.Limits{Pids: 32})), jobrun.Options{Archive: req})
 	want(t, res, jobs.StatusSucceeded)
 	if !strings.Contains(res.Stdout, "until the limit") {
 		t.Fatalf("the pids limit was not reached: %q", res.Stdout)

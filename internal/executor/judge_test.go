@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -133,7 +133,7 @@ func TestJudgeHeader(t *testing.T) {
 		{Name: "first", Stdin: "1\n", ExpectedStdout: "1\n"},
 		{Args: []string{"-v"}, Timeout: limits.Duration(2e9), Compare: "float", Tolerance: 1e-3},
 	}}
-	env, err := buildEnvelope(j, p, lim, worker.RunOptions{}, nil)
+	env, err := buildEnvelope(j, p, lim, jobrun.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +141,12 @@ func TestJudgeHeader(t *testing.T) {
 		t.Fatalf("spec %+v", env.judge)
 	}
 	j.Tests[1].Timeout = limits.Duration(11e9)
-	if _, err := buildEnvelope(j, p, lim, worker.RunOptions{}, nil); err == nil || !strings.Contains(err.Error(), "tests[1].timeout: 11s is over the job's timeout of 10s") {
+	if _, err := buildEnvelope(j, p, lim, jobrun.Options{}, nil); err == nil || !strings.Contains(err.Error(), "tests[1].timeout: 11s is over the job's timeout of 10s") {
 		t.Fatalf("case timeout over the job's: %v", err)
 	}
 	// A preset without a compile step and a job without tests: no spec,
 	// and a header any launcher reads.
-	env, err = buildEnvelope(&jobs.Job{ID: "y", Image: "python", Code: "1"}, DefaultPresets()["python"], lim, worker.RunOptions{}, nil)
+	env, err = buildEnvelope(&jobs.Job{ID: "y", Image: "python", Code: "1"}, DefaultPresets()["python"], lim, jobrun.Options{}, nil)
 	if err != nil || env.judge != nil || strings.Contains(string(env.header), "compile") {
 		t.Fatalf("plain job: spec %+v, err %v, header %s", env.judge, err, env.header)
 	}
@@ -168,7 +168,7 @@ func TestOptionalImageMissing(t *testing.T) {
 	if err := e.Check(ctx); err != nil {
 		t.Fatalf("Check without the optional image: %v", err)
 	}
-	res, err := e.Run(ctx, &jobs.Job{ID: "j", Image: "cpp", Code: "int main(){}"}, worker.RunOptions{})
+	res, err := e.Run(ctx, &jobs.Job{ID: "j", Image: "cpp", Code: "int main(){}"}, jobrun.Options{})
 	if err != nil || res.Status != jobs.StatusRejected || !strings.Contains(res.Error, LangsImage) || !strings.Contains(res.Error, "make images-all") {
 		t.Fatalf("cpp without its image: %v, %+v", err, res)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -143,7 +143,7 @@ except OSError:
 		waitIdle(t, e, 1, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		res, err := e.Run(ctx, job("import time\ntime.sleep(60)"), worker.RunOptions{})
+		res, err := e.Run(ctx, job("import time\ntime.sleep(60)"), jobrun.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ print(hashlib.sha256(root.encode()).hexdigest()[:16], seen)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			res, err := e.Run(ctx, job(code), worker.RunOptions{})
+			res, err := e.Run(ctx, job(code), jobrun.Options{})
 			if err != nil {
 				t.Errorf("Run: %v", err)
 				return

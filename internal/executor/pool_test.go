@@ -11,8 +11,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -39,7 +39,7 @@ func TestPoolBacksOffWhileTheEngineIsDown(t *testing.T) {
 	if err := e.Check(context.Background()); !errors.Is(err, ErrInfrastructure) || errors.Is(err, ErrSandboxStart) {
 		t.Fatalf("Check with the engine down = %v, want ErrInfrastructure and not ErrSandboxStart", err)
 	}
-	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"}, worker.RunOptions{})
+	_, err = e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "print(1)"}, jobrun.Options{})
 	if !errors.Is(err, ErrInfrastructure) || errors.Is(err, ErrSandboxStart) {
 		t.Fatalf("Run with the engine down = %v, want ErrInfrastructure and not ErrSandboxStart", err)
 	}
@@ -133,7 +133,7 @@ func TestRunEndsOnTheTrailer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"}, worker.RunOptions{})
+			res, err := e.Run(context.Background(), &jobs.Job{ID: "j", Image: "python", Code: "x"}, jobrun.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/field"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
-	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
 // Run runs job in a fresh sandbox and returns its result. Every outcome of
@@ -29,7 +27,7 @@ import (
 // canceled). CPUMS and PeakMemoryBytes come from the sandbox's cgroup, or
 // failing that from wait4, and are nil when the job was killed before it
 // could report them.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobrun.Options) (*jobs.Result, error) {
 	res := &jobs.Result{ID: job.ID, Labels: job.Labels, RetryOf: job.RetryOf}
 	log := e.cfg.Logger.With("job_id", job.ID, "worker", e.cfg.WorkerID)
 	done := func(st jobs.Status, msg string) *jobs.Result {
@@ -47,7 +45,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 		return done(jobs.StatusCanceled, "canceled before it started"), nil
 	}
 	res.Template = a.ref
-	s, err := e.sandboxFor(ctx, log, a, job.ID)
+	s, err := e.sandboxFor(ctx, log, a.admitted, job.ID)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller's cancellation is the job's outcome, not the engine's fault.
@@ -71,115 +69,56 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 	return res, nil
 }
 
-// accepted is a job the executor takes: its preset, its limits within the
-// caps and its envelope; for a job on a template, the template, what the
-// result says of it, and the job with the template's env under its own.
+// accepted is a job the executor takes: what it was admitted on, the
+// job with its template's env under its own, and its envelope.
 type accepted struct {
-	preset Preset
-	lim    limits.Limits
-	env    sealed
+	admitted
 	job    *jobs.Job
-	tmpl   *templates.Template
-	ref    *templates.Ref
+	sealed sealed
 }
 
-// accept checks a job against this executor: a preset it has (with its
-// image, if optional), limits within its caps, an envelope it can build.
-// msg says why the job is rejected, "" when it is not.
-func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (a accepted, msg string) {
+// accept checks a job against this executor (admission) and builds its
+// envelope. msg says why the job is rejected, "" when it is not.
+func (e *Executor) accept(ctx context.Context, job *jobs.Job, opts jobrun.Options) (a accepted, msg string) {
 	// The job's tenant is its ID's, which the worker took from the
 	// subject the job came on: a tenant may publish on its own alone.
-	tenant := jobs.TenantOf(job.ID)
-	preset, tmpl, ok := e.lookup(tenant, job.Image)
-	if !ok {
-		return a, fmt.Sprintf("image: unknown preset or template %q (this worker allows %s)",
-			job.Image, strings.Join(append(e.Presets(), e.templatesOf(tenant)...), ", "))
-	}
-	def, caps := e.cfg.Defaults, e.cfg.Caps
-	if tmpl != nil {
-		ref, err := e.templateRef(ctx, tmpl)
-		if errors.Is(err, ErrImageMissing) || errors.Is(err, errTenantImage) {
-			return a, err.Error()
-		}
-		// Another error of the engine's is the launch's to meet.
-		a.tmpl, a.ref, job = tmpl, ref, withTemplateEnv(job, tmpl)
-		def, caps = e.templateLimits(tmpl)
-	} else if preset.Optional {
-		if _, err := e.resolveImage(ctx, preset.Image, false); errors.Is(err, ErrImageMissing) {
-			return a, fmt.Sprintf("image: preset %q needs the image %s, which this worker does not have (%s)",
-				job.Image, preset.Image, e.buildHint(preset.Image))
-		}
-	}
-	lim, err := limits.Resolve(job.Limits, def, caps)
+	ad, err := e.admission(ctx, jobs.TenantOf(job.ID), job.Image, job.Limits, job.Env)
 	if err != nil {
 		return a, err.Error()
 	}
-	env, err := buildEnvelope(job, preset, lim, opts, nil)
+	if ad.tmpl != nil && len(ad.tmpl.Env) > 0 {
+		j := *job
+		j.Env = ad.env
+		job = &j
+	}
+	env, err := buildEnvelope(job, ad.preset, ad.lim, opts, nil)
 	if err != nil {
 		return a, err.Error()
 	}
-	a.preset, a.lim, a.env, a.job = preset, lim, env, job
-	return a, ""
+	return accepted{admitted: ad, job: job, sealed: env}, ""
 }
 
-// sandboxFor is the sandbox a job runs in: a warm one of the pool when the
-// job fits it, else one made for the job (always for a template's job:
-// its sandbox runs the template's start and ready first).
-func (e *Executor) sandboxFor(ctx context.Context, log *slog.Logger, a accepted, jobID string) (*sandbox, error) {
-	image, lim := a.preset.Image, a.lim
-	if a.tmpl != nil {
-		if s := e.templateSandbox(a.tmpl, lim); s != nil {
-			log.Debug("job handed to a warm sandbox of its template", "container", s.short, "template", a.tmpl.Name)
-			return s, nil
-		}
-	}
-	var s *sandbox
-	if e.pool != nil && a.tmpl == nil && e.pool.fits(lim) {
-		if s = e.pool.take(image); s == nil {
-			s = e.pool.await(ctx, image)
-		}
-	}
-	if s != nil {
-		log.Debug("job handed to a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
-		return s, nil
-	}
-	return e.admit(ctx, image, jobID, lim)
-}
-
-// runIn runs the job in s and releases s however that ends: a panic (the
+// runIn runs the job in s and ends s however that ends: a panic (the
 // caller's OnStart, a bug), which the worker recovers, would leave the
-// sandbox running with no timer to stop it. A sandbox with a network is
-// admitted to the egress proxy first, and what it used is recorded in res.
-func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts worker.RunOptions, res *jobs.Result) (*outcome, error) {
-	defer e.release(ctx, log, s)
-	job := a.job
-	env := a.env
+// sandbox running with no timer to stop it. What a sandbox with a
+// network used is recorded in res.
+func (e *Executor) runIn(ctx context.Context, log *slog.Logger, s *sandbox, a accepted, opts jobrun.Options, res *jobs.Result) (*outcome, error) {
+	defer func() { res.Egress = e.leave(ctx, log, s) }()
+	env := a.sealed
 	if s.net != nil {
-		// Registered before the envelope is sent: the launcher runs
-		// nothing of the job's until it has it. The envelope now holds
-		// the environment of this sandbox's proxy (it was checked
-		// before the sandbox was made, without it).
+		// The envelope now holds the environment of this sandbox's proxy
+		// (it was checked before the sandbox was made, without it).
 		var err error
-		if env, err = buildEnvelope(job, a.preset, a.lim, opts, s.net.Env); err != nil {
+		if env, err = buildEnvelope(a.job, a.preset, a.lim, opts, s.net.Env); err != nil {
 			return nil, infraErr("egress envelope", err)
 		}
-		if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, a.lim.Network); err != nil {
-			return nil, infraErr("egress", err)
-		}
-		defer func() {
-			use, err := e.cfg.Egress.Release(context.WithoutCancel(ctx), s.id)
-			if err != nil {
-				log.Error("releasing the sandbox from the egress proxy failed", "container", s.short, "error", err)
-			}
-			res.Egress = use
-		}()
 	}
 	if a.tmpl != nil {
 		if err := e.prepare(ctx, s, a.tmpl, a.lim); err != nil {
 			return nil, err
 		}
 	}
-	return e.execute(ctx, log, s, a.lim, env, []byte(job.Stdin), opts)
+	return e.execute(ctx, log, s, a.lim, env, []byte(a.job.Stdin), opts)
 }
 
 // fill records the outcome in res.
@@ -206,7 +145,7 @@ type sealed struct {
 
 // buildEnvelope seals job for preset p; base is the environment under the
 // job's own (the egress proxy's, for a job with a network).
-func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts worker.RunOptions, base map[string]string) (sealed, error) {
+func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobrun.Options, base map[string]string) (sealed, error) {
 	argv := p.Argv
 	if len(job.Argv) > 0 {
 		argv = job.Argv

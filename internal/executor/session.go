@@ -3,21 +3,17 @@ package executor
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -25,14 +21,17 @@ import (
 // limits and hardening as a job's, but an agent in it instead of one
 // command (envelope/session.go).
 type SessionSpec struct {
-	ID     string // the session's, for logs and the container's label
-	Image  string // a preset, or a template
+	ID    string // the session's, for logs and the container's label
+	Image string // a preset, or a template of Tenant's or the operator's
+	// Tenant is the session's ("" for the operator's): its own templates
+	// are found by Image, as its jobs' are, and no other tenant's.
+	Tenant string
 	Limits limits.Limits
 	Env    map[string]string
 	Files  map[string]string // written into the working directory first
 	// Restore, if set, is a workspace's snapshot unpacked into the working
 	// directory before Files, by the sandbox's agent with a job's rules.
-	Restore *worker.Snapshot
+	Restore *jobrun.Snapshot
 
 	// Deadman is how long the sandbox's agent goes on without hearing
 	// from the executor, which pings it every third of it: past it the
@@ -87,80 +86,50 @@ type Session struct {
 var ErrSessionEnded = errors.New("session ended")
 
 // StartSession starts a session's sandbox (a warm one when the pool has
-// one that fits) and hands it its envelope.
+// one that fits) and hands it its envelope. The session is admitted as a
+// job of its tenant is: the same presets and templates (its tenant's own
+// among them), limits and env, and a template's sandbox runs its start
+// and ready before the agent's envelope.
 func (e *Executor) StartSession(ctx context.Context, spec SessionSpec) (*Session, error) {
-	// A session names a preset or an operator's template (a tenant's own
-	// templates are its jobs').
-	preset, tmpl, ok := e.lookup("", spec.Image)
-	if !ok {
-		return nil, fmt.Errorf("%w: image: unknown preset or template %q (this worker allows %s)", ErrRejected, spec.Image,
-			strings.Join(append(e.Presets(), e.Templates()...), ", "))
-	}
-	def, caps := e.cfg.Defaults, e.cfg.Caps
-	if tmpl != nil {
-		// A session of a template: its image, limits and env, and a
-		// sandbox its start and ready ran in before the agent's envelope.
-		if _, err := e.templateRef(ctx, tmpl); errors.Is(err, ErrImageMissing) {
-			return nil, fmt.Errorf("%w: %w", ErrRejected, err)
-		}
-		def, caps = e.templateLimits(tmpl)
-		if len(tmpl.Env) > 0 {
-			env := maps.Clone(tmpl.Env)
-			maps.Copy(env, spec.Env)
-			spec.Env = env
-		}
-	}
-	lim, err := limits.Resolve(spec.Limits, def, caps)
+	a, err := e.admission(ctx, spec.Tenant, spec.Image, spec.Limits, spec.Env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
 	}
+	spec.Env = a.env
 	spec.setDefaults()
 	seal := envelope.NewSeal()
-	header, err := e.sessionHeader(spec, lim, seal, nil)
+	header, err := e.sessionHeader(spec, a.lim, seal, nil)
 	if err != nil {
 		return nil, err
 	}
 	log := e.cfg.Logger.With("session_id", spec.ID, "worker", e.cfg.WorkerID)
-	var s *sandbox
-	switch {
-	case tmpl != nil:
-		s = e.templateSandbox(tmpl, lim)
-	case e.pool != nil && e.pool.fits(lim):
-		s = e.pool.take(preset.Image)
+	s, err := e.sandboxFor(ctx, log, a, spec.ID)
+	if err != nil {
+		return nil, err
 	}
-	if s == nil {
-		if s, err = e.admit(ctx, preset.Image, spec.ID, lim); err != nil {
-			return nil, err
-		}
-	}
-	if tmpl != nil {
-		if err := e.prepare(ctx, s, tmpl, lim); err != nil {
-			e.release(ctx, log, s)
-			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, tmpl.Name, err)
+	if a.tmpl != nil {
+		if err := e.prepare(ctx, s, a.tmpl, a.lim); err != nil {
+			e.leave(ctx, log, s)
+			return nil, fmt.Errorf("%w: template %s: %w", ErrRejected, a.tmpl.Name, err)
 		}
 	}
 	if s.net != nil {
 		// As a job's: the proxy's environment in the envelope (checked
-		// above without it), and the sandbox registered before its agent
-		// runs anything.
-		if header, err = e.sessionHeader(spec, lim, seal, s.net.Env); err != nil {
-			e.release(ctx, log, s)
+		// above without it).
+		if header, err = e.sessionHeader(spec, a.lim, seal, s.net.Env); err != nil {
+			e.leave(ctx, log, s)
 			return nil, err
-		}
-		if err := e.cfg.Egress.Admit(ctx, s.id, *s.net, lim.Network); err != nil {
-			e.release(ctx, log, s)
-			return nil, infraErr("egress", err)
 		}
 	}
 	// One reply in progress at a time: the agent writes each reply's
 	// parts at once, under its lock, so a part of a second before the
 	// first's last is not its agent's, and what is not yet checked is
 	// bounded by one message.
-	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: lim,
+	ss := &Session{e: e, s: s, seal: seal, log: log, spec: spec, lim: a.lim,
 		waiting: map[uint64]chan *envelope.Reply{}, asm: envelope.NewAssembler(1), ended: make(chan struct{})}
 	s.out.serveSession(ss.frame)
 	if err := handOff(s, header, spec.Restore); err != nil {
-		e.release(ctx, log, s)
+		e.leave(ctx, log, s)
 		return nil, err
 	}
 	go func() {
@@ -239,7 +208,7 @@ func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envel
 
 // handOff writes a session's envelope to its sandbox, then the snapshot
 // it restores.
-func handOff(s *sandbox, header []byte, restore *worker.Snapshot) error {
+func handOff(s *sandbox, header []byte, restore *jobrun.Snapshot) error {
 	if _, err := s.att.Conn.Write(header); err != nil {
 		return infraErr("hand the session its envelope", err)
 	}
@@ -258,9 +227,10 @@ func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
 }
 
 // HasPreset reports whether the executor serves the preset, or a
-// template of the name.
-func (e *Executor) HasPreset(name string) bool {
-	_, _, ok := e.lookup("", name)
+// template of the name that tenant ("" for the operator) may name: its
+// own or the operator's.
+func (e *Executor) HasPreset(tenant, name string) bool {
+	_, _, ok := e.lookup(tenant, name)
 	return ok
 }
 
@@ -286,153 +256,6 @@ func (ss *Session) Done() <-chan struct{} { return ss.ended }
 func (ss *Session) Why() string {
 	<-ss.ended
 	return ss.why
-}
-
-func (ss *Session) end() {
-	ss.endedOnce.Do(func() {
-		trailer := ss.s.out.trailerBytes() // before ss.mu: frame holds the capture's lock, then takes ss.mu
-		ss.mu.Lock()
-		if t, ok := ss.seal.Open(trailer); ok {
-			ss.why = t.Error
-		}
-		if ss.lie {
-			ss.why = "broken"
-		}
-		for id, ch := range ss.waiting {
-			close(ch)
-			delete(ss.waiting, id)
-		}
-		ss.mu.Unlock()
-		close(ss.ended)
-	})
-}
-
-// frame takes the agent's session frames, from the stream's goroutine.
-func (ss *Session) frame(kind byte, p []byte) {
-	switch kind {
-	case envelope.FrameEvent:
-		ev, err := ss.seal.OpenEvent(p)
-		if err != nil {
-			ss.broken(err)
-			return
-		}
-		if ss.spec.OnEvent != nil {
-			ss.spec.OnEvent(ev)
-		}
-	case envelope.FrameArchive:
-		ss.mu.Lock()
-		if ss.sink != nil {
-			ss.sink.add(p)
-		}
-		ss.mu.Unlock()
-	case envelope.FrameReplyPart, envelope.FrameReply:
-		ss.mu.Lock()
-		if len(p) >= 8 {
-			if _, ok := ss.waiting[binary.BigEndian.Uint64(p)]; !ok {
-				// Nobody waits for it (a call given up on): not kept, so
-				// that parts no reply will finish cannot pile up.
-				ss.asm.Drop(binary.BigEndian.Uint64(p))
-				ss.mu.Unlock()
-				return
-			}
-		}
-		id, msg, done, err := ss.asm.Add(p, kind == envelope.FrameReply)
-		if err != nil {
-			ss.mu.Unlock()
-			ss.broken(err)
-			return
-		}
-		if !done {
-			ss.mu.Unlock()
-			return
-		}
-		r, err := ss.seal.OpenReply(msg)
-		if err == nil && r.ID != id {
-			err = fmt.Errorf("reply %d framed as %d", r.ID, id)
-		}
-		if err != nil {
-			ss.mu.Unlock()
-			ss.broken(err)
-			return
-		}
-		defer ss.mu.Unlock()
-		if ch, ok := ss.waiting[id]; ok {
-			delete(ss.waiting, id)
-			ch <- r
-		}
-	}
-}
-
-// broken ends the session on the first frame its agent did not sign:
-// something else in the sandbox writes to the container's stdout (gVisor
-// lets a process of the agent's uid open it through /proc/1/fd), so the
-// stream is no longer the agent's alone. Nothing unsigned passes, but
-// its replies may be cut by what is written between them, and a
-// sandbox must not fill its worker's log with a warning a frame.
-func (ss *Session) broken(err error) {
-	ss.brokeOnce.Do(func() {
-		ss.log.Warn("a session frame failed its check: ending the session", "error", err)
-		ss.mu.Lock()
-		ss.lie = true
-		ss.mu.Unlock()
-		go ss.end()
-	})
-}
-
-// Do sends req to the session's agent and waits for its reply. req.ID is
-// set by Do.
-func (ss *Session) Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error) {
-	ch := make(chan *envelope.Reply, 1)
-	ss.mu.Lock()
-	select {
-	case <-ss.ended:
-		ss.mu.Unlock()
-		return nil, ErrSessionEnded
-	default:
-	}
-	ss.next++
-	id := ss.next
-	ss.waiting[id] = ch
-	ss.mu.Unlock()
-	r := *req
-	r.ID = id
-	if err := ss.send(&r); err != nil {
-		ss.forget(id)
-		return nil, err
-	}
-	select {
-	case rep, ok := <-ch:
-		if !ok {
-			return nil, ErrSessionEnded
-		}
-		return unprotected(&r, rep), nil
-	case <-ctx.Done():
-		ss.forget(id)
-		return nil, ctx.Err()
-	}
-}
-
-func (ss *Session) forget(id uint64) {
-	ss.mu.Lock()
-	delete(ss.waiting, id)
-	ss.mu.Unlock()
-}
-
-func (ss *Session) send(req *envelope.Request) error {
-	msg, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if len(msg) > envelope.MaxMessageBytes {
-		return fmt.Errorf("%w: a request of %d bytes, over %d", ErrRejected, len(msg), envelope.MaxMessageBytes)
-	}
-	b := envelope.AppendMessage(nil, envelope.FrameRequestPart, envelope.FrameRequest, req.ID, msg)
-	ss.writeMu.Lock()
-	defer ss.writeMu.Unlock()
-	if _, err := ss.s.att.Conn.Write(b); err != nil {
-		return fmt.Errorf("%w: %w", ErrSessionEnded, err)
-	}
-	return nil
 }
 
 // Archive archives the session's working directory into w while the
@@ -496,16 +319,10 @@ func (ss *Session) Close(ctx context.Context) {
 		}
 		cancel()
 		ss.end()
-		if ss.s.net != nil {
-			use, err := ss.e.cfg.Egress.Release(context.WithoutCancel(ctx), ss.s.id)
-			if err != nil {
-				ss.log.Error("releasing the sandbox from the egress proxy failed", "container", ss.s.short, "error", err)
-			}
-			ss.netMu.Lock()
-			ss.egress = use
-			ss.netMu.Unlock()
-		}
-		ss.e.release(ctx, ss.log, ss.s)
+		use := ss.e.leave(ctx, ss.log, ss.s)
+		ss.netMu.Lock()
+		ss.egress = use
+		ss.netMu.Unlock()
 		ss.log.Info("session ended", "container", ss.s.short, "why", ss.why)
 	})
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -16,7 +16,7 @@ import (
 // returns the result with what the RunOptions callbacks were told, in
 // order: "start" for OnStart, "<stream>:<bytes>" for OnOutput; and the
 // Start that OnStart was given.
-func runTelling(t *testing.T, job *jobs.Job, script func(stdin io.Reader, stdout, stderr io.Writer) int) (*jobs.Result, []string, worker.Start) {
+func runTelling(t *testing.T, job *jobs.Job, script func(stdin io.Reader, stdout, stderr io.Writer) int) (*jobs.Result, []string, jobrun.Start) {
 	t.Helper()
 	e, err := newWithAPI(Config{WorkerID: "w"}, &fakeDocker{behave: launcher(script)})
 	if err != nil {
@@ -24,9 +24,9 @@ func runTelling(t *testing.T, job *jobs.Job, script func(stdin io.Reader, stdout
 	}
 	var mu sync.Mutex
 	var told []string
-	var start worker.Start
-	res, err := e.Run(context.Background(), job, worker.RunOptions{
-		OnStart: func(s worker.Start) {
+	var start jobrun.Start
+	res, err := e.Run(context.Background(), job, jobrun.Options{
+		OnStart: func(s jobrun.Start) {
 			mu.Lock()
 			defer mu.Unlock()
 			told, start = append(told, "start"), s

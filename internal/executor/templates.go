@@ -12,7 +12,6 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/templates"
 )
@@ -245,18 +244,6 @@ func (e *Executor) templateRef(ctx context.Context, t *templates.Template) (*tem
 // errTenantImage is a tenant's template naming an image that is neither a
 // preset's nor an operator's template's: its jobs are rejected.
 var errTenantImage = errors.New("not a preset's image nor an operator's template's")
-
-// withTemplateEnv is job with t's env under its own: a job's variable of
-// the same name wins.
-func withTemplateEnv(job *jobs.Job, t *templates.Template) *jobs.Job {
-	if len(t.Env) == 0 {
-		return job
-	}
-	j := *job
-	j.Env = maps.Clone(t.Env)
-	maps.Copy(j.Env, job.Env)
-	return &j
-}
 
 // execAPI is the engine's client for start and ready commands: the
 // Docker client the executor was given or made (e.api wraps it with the

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/templates"
 )
@@ -70,10 +70,10 @@ func TestTenantLookup(t *testing.T) {
 	// A job's tenant is its ID's: team-b's job naming its template of the
 	// worker's image is rejected before any engine call; team-a's naming
 	// team-b's template is told of no such image, and not of b's names.
-	if _, msg := e.accept(t.Context(), &jobs.Job{ID: "team-b.j1", Image: "escape"}, worker.RunOptions{}); !strings.Contains(msg, "a tenant's template may not") {
+	if _, msg := e.accept(t.Context(), &jobs.Job{ID: "team-b.j1", Image: "escape"}, jobrun.Options{}); !strings.Contains(msg, "a tenant's template may not") {
 		t.Errorf("a tenant's template of the worker's image: %q", msg)
 	}
-	_, msg := e.accept(t.Context(), &jobs.Job{ID: "team-a.j1", Image: "secret"}, worker.RunOptions{})
+	_, msg := e.accept(t.Context(), &jobs.Job{ID: "team-a.j1", Image: "secret"}, jobrun.Options{})
 	if !strings.Contains(msg, "unknown preset or template") || strings.Contains(msg, "on-x") || strings.Contains(msg, "escape") {
 		t.Errorf("team-a's job naming team-b's template: %q", msg)
 	}

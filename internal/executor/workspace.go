@@ -11,7 +11,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/archive"
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/field"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -24,7 +24,7 @@ import (
 // workspaceHeader returns the Restore and Archive of a job's header, or an
 // error naming the field that does not fit its limits (the job is then
 // rejected).
-func workspaceHeader(opts worker.RunOptions, lim limits.Limits) (*envelope.Restore, *envelope.Archive, error) {
+func workspaceHeader(opts jobrun.Options, lim limits.Limits) (*envelope.Restore, *envelope.Archive, error) {
 	var r *envelope.Restore
 	var a *envelope.Archive
 	if s := opts.Restore; s != nil {
@@ -87,7 +87,7 @@ func (a *archiveSink) digest() string {
 var errRestoreSource = errors.New("reading the snapshot to restore")
 
 // reportArchive tells the caller what became of the archive it asked for.
-func reportArchive(req *worker.ArchiveRequest, sink *archiveSink, out *outcome) {
+func reportArchive(req *jobrun.ArchiveRequest, sink *archiveSink, out *outcome) {
 	if req == nil {
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -58,18 +58,18 @@ func TestReportArchive(t *testing.T) {
 	var w bytes.Buffer
 	sink := newArchiveSink(&w, 10)
 	sink.add([]byte("0123456789"))
-	req := &worker.ArchiveRequest{}
+	req := &jobrun.ArchiveRequest{}
 	reportArchive(req, sink, &outcome{archive: archiveVerdict{signed: true, files: 2}})
 	if !req.Complete || req.Bytes != 10 || req.Files != 2 || w.String() != "0123456789" {
 		t.Fatalf("report %+v, wrote %q", req, w.String())
 	}
 	sink.add([]byte("x")) // past its max
-	req = &worker.ArchiveRequest{}
+	req = &jobrun.ArchiveRequest{}
 	reportArchive(req, sink, &outcome{archive: archiveVerdict{signed: true}})
 	if req.Complete || !strings.Contains(req.Err, "more than") {
 		t.Fatalf("over max: %+v", req)
 	}
-	req, sink = &worker.ArchiveRequest{}, newArchiveSink(&w, 10)
+	req, sink = &jobrun.ArchiveRequest{}, newArchiveSink(&w, 10)
 	reportArchive(req, sink, &outcome{archive: archiveVerdict{signed: true, err: "archive over its limit: more than 5 entries"}})
 	if req.Complete || !strings.Contains(req.Err, "5 entries") {
 		t.Fatalf("launcher's error: %+v", req)
@@ -79,11 +79,11 @@ func TestReportArchive(t *testing.T) {
 func TestWorkspaceHeaderLimits(t *testing.T) {
 	t.Parallel()
 	lim := limits.Default()
-	_, _, err := workspaceHeader(worker.RunOptions{Restore: &worker.Snapshot{Size: int64(lim.Tmpfs) + 1, SHA256: strings.Repeat("0", 64)}}, lim)
+	_, _, err := workspaceHeader(jobrun.Options{Restore: &jobrun.Snapshot{Size: int64(lim.Tmpfs) + 1, SHA256: strings.Repeat("0", 64)}}, lim)
 	if err == nil || !strings.Contains(err.Error(), "limits.tmpfs") {
 		t.Fatalf("snapshot over the tmpfs: %v", err)
 	}
-	_, _, err = workspaceHeader(worker.RunOptions{Archive: &worker.ArchiveRequest{Outputs: []string{"../x"}}}, lim)
+	_, _, err = workspaceHeader(jobrun.Options{Archive: &jobrun.ArchiveRequest{Outputs: []string{"../x"}}}, lim)
 	if err == nil || !strings.Contains(err.Error(), "outputs[0]") {
 		t.Fatalf("bad glob: %v", err)
 	}

@@ -27,8 +27,11 @@ type Sandbox interface {
 
 // StartSpec is what Start is asked for.
 type StartSpec struct {
-	ID       string
-	Image    string
+	ID    string
+	Image string
+	// Tenant is the session's ("" for the operator's): a template of
+	// Image is its own or the operator's.
+	Tenant   string
 	Limits   limits.Limits
 	Env      map[string]string
 	Files    map[string]string
@@ -72,8 +75,10 @@ type Config struct {
 	// Limits resolves a session's limits against the worker's defaults
 	// and caps, as a job's are.
 	Limits func(limits.Limits) (limits.Limits, error)
-	// Images reports whether the worker serves a preset.
-	Images func(string) bool
+	// Images reports whether the worker serves a preset, or a template
+	// the tenant ("" for the operator) may name: its own or the
+	// operator's.
+	Images func(tenant, image string) bool
 	// MaxCalls bounds the calls one session serves at once. Default 16.
 	MaxCalls int
 	// Observer is told of creates, restores and ends. Default none.
@@ -132,7 +137,7 @@ func (c *Config) setDefaults() {
 		c.Limits = func(l limits.Limits) (limits.Limits, error) { return l, nil }
 	}
 	if c.Images == nil {
-		c.Images = func(string) bool { return true }
+		c.Images = func(string, string) bool { return true }
 	}
 	if c.Observer == nil {
 		c.Observer = noObserver{}

@@ -284,7 +284,7 @@ func (h *Host) spec(call sessionwire.Call) (sessions.Spec, limits.Limits, time.D
 	if spec.Image == "" {
 		spec.Image = "python"
 	}
-	if !h.cfg.Images(spec.Image) {
+	if !h.cfg.Images(spec.Tenant, spec.Image) {
 		return fail("image: unknown preset %q", spec.Image)
 	}
 	lim, err := h.cfg.Limits(spec.Limits)
@@ -374,7 +374,7 @@ func (h *Host) open(o opening) (*sessions.Info, error) {
 		ptys.event(ev)
 		conns.event(ev)
 	}
-	st := StartSpec{ID: id, Image: o.info.Image, Limits: o.info.Limits, Env: o.env, Files: o.files,
+	st := StartSpec{ID: id, Image: o.info.Image, Tenant: o.info.Tenant, Limits: o.info.Limits, Env: o.env, Files: o.files,
 		Lifetime: o.info.MaxLifetime.D(), MaxOutput: min(int64(o.info.Limits.Output), sessionapi.MaxReplyOutput), OnEvent: onEvent}
 	var rev int64
 	if o.from != nil {
