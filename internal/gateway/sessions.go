@@ -16,13 +16,13 @@ import (
 // the token's owner. A session is its token's: another token's, like one
 // that does not exist, is 404.
 
-// sessionsOf is the sessions client of the token, or 501 where the
+// sessionsOf is the sessions client of the token's view, or 501 where the
 // gateway serves none.
 func (g *Gateway) sessionsOf(tok *Token) (*sessions.Client, error) {
-	if g.cfg.Sessions == nil {
-		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
+	if c := g.views.of(tok).sessions; c != nil {
+		return c, nil
 	}
-	return g.cfg.Sessions.For(tokenTenant(tok), tokenName(tok)), nil
+	return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
 }
 
 // sessionErr maps a session's error to its answer.
@@ -58,14 +58,6 @@ func (g *Gateway) sessionErr(err error) error {
 		return apiErr(http.StatusConflict, CodePaused, "%s", e.Message)
 	}
 	return apiErr(http.StatusUnprocessableEntity, CodeFailed, "%s", e.Message)
-}
-
-// tokenTenant is the tenant of a token, "" for an operator's or none.
-func tokenTenant(tok *Token) string {
-	if tok == nil {
-		return ""
-	}
-	return tok.Tenant
 }
 
 // decodeBody reads a JSON body into v, refusing unknown fields.
