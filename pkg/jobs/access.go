@@ -74,3 +74,24 @@ func (a *fleetAccess) get(ctx context.Context, id string) (*Result, error) {
 	}
 	return DecodeStoredResult(id, e.Value())
 }
+
+// objectStore for the fleet's client: the fleet's own with the workspace
+// buckets, a tenant's bound on first use.
+func (a *fleetAccess) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	if bucket != fleet.SnapshotsBucket && bucket != fleet.ArtifactsBucket {
+		return a.c.bindObjectStore(ctx, bucket)
+	}
+	ws, err := a.c.workspaceStores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if bucket == fleet.SnapshotsBucket {
+		return ws.Snapshots, nil
+	}
+	return ws.Artifacts, nil
+}
+
+// objectStore for a tenant's client: its own, bound on first use.
+func (a *tenantAccess) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	return a.c.bindObjectStore(ctx, bucket)
+}

@@ -58,27 +58,6 @@ func (c *Client) objectStore(ctx context.Context, bucket string) (jetstream.Obje
 	return c.acc.objectStore(ctx, bucket)
 }
 
-// objectStore for the fleet's client: the fleet's own with the workspace
-// buckets, a tenant's bound on first use.
-func (a *fleetAccess) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
-	if bucket != fleet.SnapshotsBucket && bucket != fleet.ArtifactsBucket {
-		return a.c.bindObjectStore(ctx, bucket)
-	}
-	ws, err := a.c.workspaceStores(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if bucket == fleet.SnapshotsBucket {
-		return ws.Snapshots, nil
-	}
-	return ws.Artifacts, nil
-}
-
-// objectStore for a tenant's client: its own, bound on first use.
-func (a *tenantAccess) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
-	return a.c.bindObjectStore(ctx, bucket)
-}
-
 // bindObjectStore binds an object store of a tenant's (snapshots or
 // artifacts) on first use: a tenant may read the info of its own. A
 // bucket that does not exist yet is ErrNoWorkspaces.
