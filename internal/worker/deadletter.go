@@ -198,7 +198,7 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 		}
 		if won {
 			// Workers race to finalize a message: the winner records it.
-			w.finished(msg.queue, msg.job, stored, true, status == jobs.StatusError)
+			w.finished(msg, stored, true, status == jobs.StatusError)
 		}
 	}
 	if err := w.stores.Stream.DeleteMsg(ctx, m.Sequence); err != nil {

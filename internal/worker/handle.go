@@ -324,7 +324,7 @@ func (w *Worker) finish(force context.Context, m *message, res *jobs.Result, ev 
 	if stored != res {
 		w.dropArtifacts(m, res.Artifacts, log)
 	}
-	w.finished(m.queue, m.job, stored, stored == res, false)
+	w.finished(m, stored, stored == res, false)
 	ev.finished(stored)
 	w.reply(m, stored, log)
 	if stored.Status == jobs.StatusRejected {
@@ -338,11 +338,11 @@ func (w *Worker) finish(force context.Context, m *message, res *jobs.Result, ev 
 // cancel's): the one place a job's end is recorded, for metrics (the
 // winner only, so that a fleet counts each job once) and in the index;
 // dead marks a job given up after MaxDeliver.
-func (w *Worker) finished(queue string, job *jobs.Job, stored *jobs.Result, won, dead bool) {
+func (w *Worker) finished(m *message, stored *jobs.Result, won, dead bool) {
 	if won {
-		w.obs.Finished(stored, presetOf(job), queue)
+		w.obs.Finished(stored, presetOf(m.job), m.queue)
 	}
-	w.index.finished(queue, job, stored, dead)
+	w.index.finished(m, stored, dead)
 }
 
 // store writes the result with retries; on a conflict the winner's result

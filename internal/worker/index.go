@@ -86,7 +86,7 @@ const indexRunningDelay = 250 * time.Millisecond
 // indexRunningDelay. The caller ends the returned run before it records
 // the job's end, and in any case once it is done with the job.
 func (x *indexer) running(m *message, worker string) *indexRun {
-	if x == nil {
+	if x == nil || !m.indexed {
 		return nil
 	}
 	job := m.job // valid: its ID and queue are the index's
@@ -124,12 +124,13 @@ func (r *indexRun) end() {
 	r.mu.Unlock()
 }
 
-// finished records a job's stored result; dead marks a dead letter.
-func (x *indexer) finished(queue string, job *jobs.Job, stored *jobs.Result, dead bool) {
-	if x == nil || !fleet.ValidQueue(queue) || !fleet.ValidID(stored.ID) {
+// finished records the result stored for m's job (under m's ID); dead
+// marks a dead letter.
+func (x *indexer) finished(m *message, stored *jobs.Result, dead bool) {
+	if x == nil || !m.indexed {
 		return
 	}
-	s := records.FinishedSummary(queue, job, stored)
+	s := records.FinishedSummary(m.queue, m.job, stored)
 	s.DeadLetter = dead
 	x.add(s.Subject(), s)
 	if dead {

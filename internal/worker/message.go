@@ -21,11 +21,12 @@ type message struct {
 	queuedAt  *time.Time
 	job       *jobs.Job // nil when the message did not decode
 	bad       error     // why the job is rejected; nil for a valid job
-	// named: id is a valid job ID, which events and the index take (so is
-	// every valid job's); keyed: id is a key RESULTS takes (kvKey).
-	named, keyed bool
-	tenant       string // id's tenant, "" for none
-	replyTo      string // the job's reply_to when a reply may go there, else ""
+	// named: id is a valid job ID, which events take (so is every valid
+	// job's); indexed: the queue is valid too, and the index takes both;
+	// keyed: id is a key RESULTS takes.
+	named, indexed, keyed bool
+	tenant                string // id's tenant, "" for none
+	replyTo               string // the job's reply_to when a reply may go there, else ""
 }
 
 // check reads a job's message: its subject (jobs.<queue>.<id>), the job,
@@ -37,6 +38,7 @@ func (w *Worker) check(subject string, data []byte, attempt int, queuedAt *time.
 	m.queue, m.id, subjErr = fleet.ParseSubject(subject)
 	m.job, m.bad = w.decode(data, m.queue, m.id, subjErr)
 	m.named = m.bad == nil || fleet.ValidID(m.id)
+	m.indexed = m.bad == nil || (m.named && fleet.ValidQueue(m.queue))
 	m.keyed = subjErr == nil && (m.named || kvKeyPattern.MatchString(m.id))
 	m.tenant = fleet.TenantOf(m.id)
 	if m.job != nil && m.job.ReplyTo != "" && (m.bad == nil || fleet.ReplyToFor(m.id, m.job.ReplyTo) == nil) {
