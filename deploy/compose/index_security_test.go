@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/jobindex"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/testutil/workertest"
@@ -44,7 +45,7 @@ func TestSecurityIndex(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "the job listed as finished", func() bool {
 		page, err := idx.List(ctx, jobindex.Query{})
-		return err == nil && len(page.Jobs) == 1 && page.Jobs[0].State == jobindex.Finished
+		return err == nil && len(page.Jobs) == 1 && page.Jobs[0].State == records.Finished
 	})
 	if _, err := idx.Summary(ctx, "listed-1"); err != nil {
 		t.Errorf("submitter: summary: %v", err)
@@ -59,7 +60,7 @@ func TestSecurityIndex(t *testing.T) {
 	wrk.noViolation(t)
 
 	forged := []byte(`{"id":"listed-1","queue":"default","state":"finished","status":"succeeded"}`)
-	subject := fleet.IndexJobSubject("default", jobindex.NoBatch, "listed-1")
+	subject := fleet.IndexJobSubject("default", records.NoBatch, "listed-1")
 	if err := sub.nc.Publish(subject, forged); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestSecurityIndex(t *testing.T) {
 	}
 	wrk.expectViolation(t, "$JS.API.STREAM.PURGE.INDEX")
 	s2, err := idx.Summary(ctx, "listed-1")
-	if err != nil || s2.State != jobindex.Finished || s2.Worker != "w-index" {
+	if err != nil || s2.State != records.Finished || s2.Worker != "w-index" {
 		t.Errorf("the record after the attempts: %+v %v", s2, err)
 	}
 }

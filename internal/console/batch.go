@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/jobindex"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -81,7 +82,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 	keys := map[string]bool{}
 	var durations []int64
 	var ends []time.Time
-	_, cut, err := idx.Scan(ctx, name, c.cfg.MaxBatchJobs, func(j *jobindex.Summary) bool {
+	_, cut, err := idx.Scan(ctx, name, c.cfg.MaxBatchJobs, func(j *records.Summary) bool {
 		if !s.viewer.Scope.Shows(j.ID) {
 			return true // a tenant's, among the operator's
 		}
@@ -104,7 +105,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) erro
 			}
 			g.Jobs++
 		}
-		if j.State == jobindex.Running {
+		if j.State == records.Running {
 			p.Running++
 			return true
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sandfleet/sandfleet/internal/jobindex"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -337,8 +338,8 @@ func TestBrowser(t *testing.T) {
 		idx, _ := jobindex.Open(t.Context(), f.js)
 		testutil.Eventually(t, 10*time.Second, "the batch indexed", func() bool {
 			n := 0
-			_, _, err := idx.Scan(t.Context(), "nightly-eval", 100, func(s *jobindex.Summary) bool {
-				if s.State == jobindex.Finished {
+			_, _, err := idx.Scan(t.Context(), "nightly-eval", 100, func(s *records.Summary) bool {
+				if s.State == records.Finished {
 					n++
 				}
 				return true

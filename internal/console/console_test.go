@@ -13,6 +13,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/console"
 	"github.com/sandfleet/sandfleet/internal/gateway"
 	"github.com/sandfleet/sandfleet/internal/jobindex"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -38,7 +39,7 @@ func (f *fleet) indexed(t testing.TB, id string) {
 	}
 	testutil.Eventually(t, 10*time.Second, id+" indexed as finished", func() bool {
 		s, err := idx.Summary(t.Context(), id)
-		return err == nil && s.State == jobindex.Finished
+		return err == nil && s.State == records.Finished
 	})
 }
 

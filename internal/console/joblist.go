@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sandfleet/sandfleet/internal/jobindex"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -31,7 +32,7 @@ func (jobListPage) frame() frame { return frame{"Jobs", "jobs", 0} }
 // jobRow is a listed job; Status is the stored result's when the index
 // still says running but RESULTS has it.
 type jobRow struct {
-	*jobindex.Summary
+	*records.Summary
 	Shown string
 }
 
@@ -110,12 +111,12 @@ func parseJobList(r *http.Request) (jobListPage, jobFilter, error) {
 
 // match is the filter as the index's Match: a job the viewer's scope
 // shows and the query asks for.
-func (f jobFilter) match(sc scope.Scope) func(j *jobindex.Summary) bool {
-	return func(j *jobindex.Summary) bool {
+func (f jobFilter) match(sc scope.Scope) func(j *records.Summary) bool {
+	return func(j *records.Summary) bool {
 		switch {
 		case !sc.Shows(j.ID):
 			return false
-		case f.status == "running" && j.State != jobindex.Running:
+		case f.status == "running" && j.State != records.Running:
 			return false
 		case f.status != "" && f.status != "running" && string(j.Status) != f.status:
 			return false
@@ -155,7 +156,7 @@ func (c *Console) jobRows(ctx context.Context, s *session, page *jobindex.Page) 
 	var rows []jobRow
 	for _, j := range page.Jobs {
 		row := jobRow{Summary: j, Shown: string(j.Status)}
-		if j.State == jobindex.Running {
+		if j.State == records.Running {
 			row.Shown = "running"
 			// The index may be behind (a record dropped, a cancel stored
 			// by a client): RESULTS is the authority, one get per row.

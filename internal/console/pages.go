@@ -21,7 +21,7 @@ type fleetPage struct {
 	Tenant      string
 	Status      *jobs.FleetStatus
 	Now         time.Time
-	Dead        []*jobindex.Summary
+	Dead        []*records.Summary
 	DeadTotal   int
 	NoIndex     bool
 	StreamBytes uint64
@@ -51,7 +51,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, s *session) erro
 		if p.Dead, p.DeadTotal, err = idx.DeadLetters(ctx, 20); err != nil {
 			return err
 		}
-		p.Dead = slices.DeleteFunc(p.Dead, func(j *jobindex.Summary) bool { return !s.viewer.Scope.Shows(j.ID) })
+		p.Dead = slices.DeleteFunc(p.Dead, func(j *records.Summary) bool { return !s.viewer.Scope.Shows(j.ID) })
 	}
 	c.render(w, http.StatusOK, "fleet", s, p)
 	return nil
@@ -82,8 +82,8 @@ type jobPage struct {
 	Status    string
 	Final     bool
 	Result    *jobs.Result
-	Summary   *jobindex.Summary
-	Spec      *jobindex.Spec
+	Summary   *records.Summary
+	Spec      *records.Spec
 	Queue     string
 	Batch     string
 	Labels    map[string]string
@@ -178,8 +178,8 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request, s *session) error 
 	if p.Queue == "" && p.Spec != nil {
 		p.Queue = p.Spec.Queue
 	}
-	p.Batch = jobindex.BatchOf(p.Labels)
-	if p.Batch == jobindex.NoBatch {
+	p.Batch = records.BatchOf(p.Labels)
+	if p.Batch == records.NoBatch {
 		p.Batch = ""
 	}
 	if p.Final {
@@ -275,7 +275,7 @@ func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) 
 		return err
 	}
 	rows := map[string]*batchRow{}
-	page, err := idx.List(ctx, jobindex.Query{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *jobindex.Summary) bool {
+	page, err := idx.List(ctx, jobindex.Query{MaxScan: c.cfg.MaxScan, Limit: 1 << 30, Contains: [][]byte{[]byte(`"` + jobs.BatchLabel + `":`)}, Match: func(j *records.Summary) bool {
 		b := j.Batch()
 		if b == "" || !s.viewer.Scope.Shows(j.ID) {
 			return false
@@ -286,7 +286,7 @@ func (c *Console) batchList(w http.ResponseWriter, r *http.Request, s *session) 
 			rows[b] = row
 		}
 		row.Jobs++
-		if j.State == jobindex.Running {
+		if j.State == records.Running {
 			row.Running++
 		} else {
 			row.Finished++
@@ -350,7 +350,7 @@ func (c *Console) workspaceList(w http.ResponseWriter, r *http.Request, s *sessi
 type workspacePage struct {
 	Head      *jobs.WorkspaceHead
 	Revisions []jobs.Revision
-	Jobs      []*jobindex.Summary
+	Jobs      []*records.Summary
 	Scanned   uint64
 	Cut       bool
 }
@@ -382,7 +382,7 @@ func (c *Console) workspace(w http.ResponseWriter, r *http.Request, s *session) 
 		ws, _ := json.Marshal(name)
 		page, err := idx.List(ctx, jobindex.Query{Limit: c.cfg.PageSize, MaxScan: c.cfg.MaxScan,
 			Contains: [][]byte{append([]byte(`"workspace":`), ws...)},
-			Match:    func(j *jobindex.Summary) bool { return j.Workspace == name }})
+			Match:    func(j *records.Summary) bool { return j.Workspace == name }})
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/jobrun"
+	"github.com/sandfleet/sandfleet/internal/judge"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -43,7 +44,7 @@ func TestVerdictJudged(t *testing.T) {
 		return envelope.CaseReport{Index: i, Verdict: envelope.CasePassed, Exit: &zero}
 	}
 	wrong := envelope.CaseReport{Index: 1, Verdict: envelope.CaseWrongAnswer, Exit: &zero,
-		Diff: &jobs.Diff{Line: 1, Expected: "3", Actual: "4"}}
+		Diff: &judge.Diff{Line: 1, Expected: "3", Actual: "4"}}
 
 	for _, tc := range []struct {
 		name         string

@@ -217,7 +217,7 @@ func testReport(names []string, reps []envelope.CaseReport) *jobs.TestReport {
 			d := r.DurationMS
 			c.Verdict, c.Exit, c.Signal, c.DurationMS = r.Verdict, r.Exit, r.Signal, &d
 			c.CPUMS, c.PeakMemoryBytes = r.CPUMS, r.MaxRSS
-			c.StdoutBytes, c.StderrBytes, c.Stderr, c.Diff, c.Error = r.StdoutN, r.StderrN, r.Stderr, r.Diff, r.Error
+			c.StdoutBytes, c.StderrBytes, c.Stderr, c.Diff, c.Error = r.StdoutN, r.StderrN, r.Stderr, (*jobs.Diff)(r.Diff), r.Error
 		}
 		switch c.Verdict {
 		case jobs.CasePassed:

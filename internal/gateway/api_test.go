@@ -758,8 +758,7 @@ func TestUnknownRoutes(t *testing.T) {
 
 // The template registry over HTTP: an operator's token registers (a new
 // version each time), lists, shows and removes; a bad template is 400
-// naming the field, an unknown one 404, no token 401. (A tenant's token's
-// 403 is registryOf's first line; no case here covers it.)
+// naming the field, an unknown one 404, no token 401.
 func TestTemplatesAPI(t *testing.T) {
 	t.Parallel()
 	doc := loadContract(t)

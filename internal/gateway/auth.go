@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"regexp"
@@ -88,6 +89,14 @@ func (ts *Tokens) Operators() bool {
 		}
 	}
 	return false
+}
+
+// list returns the tokens.
+func (ts *Tokens) list() []*Token {
+	if ts == nil {
+		return nil
+	}
+	return slices.Collect(maps.Values(ts.byHash))
 }
 
 // Len returns the number of tokens.

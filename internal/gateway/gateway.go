@@ -175,7 +175,7 @@ func (c *Config) setDefaults() {
 // same fleet behind a load balancer. The console's logins are the one
 // thing it keeps (in memory): a login opens pages on its own gateway.
 type Gateway struct {
-	views *views // the client of each token
+	views *views // what each token reaches
 	// operatorNC is the operator's connection (nil when every token is a
 	// tenant's): the console reads the job index on it.
 	operatorNC *nats.Conn
@@ -192,9 +192,8 @@ type Gateway struct {
 	uploads *slots
 	ptys    *slots
 	// The MCP server of /mcp, and its tools for GET /v1/tools.
-	mcp       http.Handler
-	mcpCall   time.Duration
-	templates *templateRegistry // GET, PUT, DELETE /v1/templates
+	mcp     http.Handler
+	mcpCall time.Duration
 	// mcpServer runs POST /v1/tools/{name}'s calls.
 	mcpServer *mcp.Server
 	tools     []mcp.Def
@@ -212,14 +211,13 @@ type Gateway struct {
 // credentials at all. Close releases them.
 func New(client *jobs.Client, nc *nats.Conn, cfg Config) (*Gateway, error) {
 	cfg.setDefaults()
-	vs, err := newViews(Conn{Client: client, NC: nc}, cfg.Tenants, cfg.Tokens)
+	vs, err := newViews(Conn{Client: client, NC: nc}, cfg.Tenants, cfg.Tokens, cfg.Sessions)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
 		views:      vs,
 		operatorNC: nc,
-		templates:  &templateRegistry{nc: nc},
 		cfg:        cfg,
 		log:        cfg.Logger,
 		mux:        http.NewServeMux(),
@@ -367,7 +365,7 @@ func (g *Gateway) mountConsole() error {
 		}
 	}
 	if g.cfg.Sessions != nil {
-		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.cfg.Sessions.For(v.Scope.Tenant(), v.Name) }
+		ccfg.Sessions = func(v *console.Viewer) *sessions.Client { return g.views.named(v.Name).sessions }
 	}
 	var open *jobs.Client // an open console's: the operator's
 	if g.views.operator != nil {

@@ -63,12 +63,7 @@ func (r gatewayRunner) Run(ctx context.Context, job *jobs.Job) (*jobs.Result, er
 }
 
 // Sessions is the token's sessions (nil where the gateway serves none).
-func (r gatewayRunner) Sessions() *sessions.Client {
-	if r.g.cfg.Sessions == nil {
-		return nil
-	}
-	return r.g.cfg.Sessions.For(tokenTenant(r.tok), tokenName(r.tok))
-}
+func (r gatewayRunner) Sessions() *sessions.Client { return r.view.sessions }
 
 func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, error) {
 	q, err := r.view.Job(id)

@@ -170,7 +170,7 @@ func (g *Gateway) exposePort(w http.ResponseWriter, r *http.Request, tok *Token)
 		return g.sessionErr(err)
 	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	t := g.signPreview(previewClaims{Session: id, Port: req.Port, Tenant: tokenTenant(tok), Owner: tokenName(tok), Expires: exp.Unix()})
+	t := g.signPreview(previewClaims{Session: id, Port: req.Port, Tenant: g.views.of(tok).Tenant(), Owner: tokenName(tok), Expires: exp.Unix()})
 	writeJSON(w, http.StatusCreated, PortInfo{Port: req.Port, URL: portURL(r, id, req.Port), Token: t, ExpiresAt: &exp})
 	return nil
 }
@@ -262,7 +262,7 @@ func (g *Gateway) portCaller(r *http.Request, id string, port int) (*sessions.Cl
 	}
 	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no session %q, or no port %d of it for this token", id, port)
 	if g.cfg.Tokens.Len() == 0 {
-		return g.cfg.Sessions.For("", ""), nil // an open gateway's
+		return g.sessionsOf(nil) // an open gateway's
 	}
 	if secret := webauth.Bearer(r.Header.Get("Authorization")); secret != "" {
 		tok := g.cfg.Tokens.Lookup(secret)

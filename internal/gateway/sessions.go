@@ -17,13 +17,13 @@ import (
 // the token's owner. A session is its token's: another token's, like one
 // that does not exist, is 404.
 
-// sessionsOf is the sessions client of the token, or 501 where the
+// sessionsOf is the sessions client of the token's view, or 501 where the
 // gateway serves none.
 func (g *Gateway) sessionsOf(tok *Token) (*sessions.Client, error) {
-	if g.cfg.Sessions == nil {
-		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
+	if c := g.views.of(tok).sessions; c != nil {
+		return c, nil
 	}
-	return g.cfg.Sessions.For(tokenTenant(tok), tokenName(tok)), nil
+	return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
 }
 
 // sessionStatus is the HTTP answer of each of a session's error codes
@@ -66,14 +66,6 @@ func (g *Gateway) sessionErr(err error) error {
 		ae.RetryAfter = g.cfg.RetryAfter
 	}
 	return ae
-}
-
-// tokenTenant is the tenant of a token, "" for an operator's or none.
-func tokenTenant(tok *Token) string {
-	if tok == nil {
-		return ""
-	}
-	return tok.Tenant
 }
 
 // decodeBody reads a JSON body into v, refusing unknown fields.

@@ -41,20 +41,16 @@ func (t *templateRegistry) get(r *http.Request) (*templates.Registry, error) {
 	return reg, nil
 }
 
-// registryOf is the registry for tok, and the tenant whose templates tok
-// reaches ("" for the operator's): a tenant's token reads and writes its
-// tenant's own templates alone (templates.Registry keys them by tenant),
-// never the operator's or another tenant's. The registry is reached on
-// the operator's connection, as tenants' credentials do not reach the
-// bucket; the tenant is the token's view's, decided in New.
-func (g *Gateway) registryOf(r *http.Request, tok *Token) (*templates.Registry, string, error) {
-	reg, err := g.templates.get(r)
+// registry is the template registry and the tenant whose templates the
+// view reaches ("" for the operator's): a tenant's token reads and writes
+// its tenant's own templates alone (templates.Registry keys them by
+// tenant), never the operator's or another tenant's. The registry is
+// reached on the operator's connection, as tenants' credentials do not
+// reach the bucket; the tenant is the view's, decided in New.
+func (v *view) registry(r *http.Request) (*templates.Registry, string, error) {
+	reg, err := v.templates.get(r)
 	if err != nil {
 		return nil, "", err
-	}
-	v := g.views.of(tok)
-	if v == nil {
-		return nil, "", apiErr(http.StatusForbidden, CodeForbidden, "this token reaches no templates")
 	}
 	return reg, v.Tenant(), nil
 }
@@ -74,7 +70,7 @@ func templateErr(err error) error {
 // listTemplates: GET /v1/templates: those of the token's tenant, or the
 // operator's for an operator's token.
 func (g *Gateway) listTemplates(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, tenant, err := g.registryOf(r, tok)
+	reg, tenant, err := g.views.of(tok).registry(r)
 	if err != nil {
 		return err
 	}
@@ -92,7 +88,7 @@ func (g *Gateway) listTemplates(w http.ResponseWriter, r *http.Request, tok *Tok
 // getTemplate: GET /v1/templates/{name}: the token's tenant's (or the
 // operator's, for an operator's token); another's is not found.
 func (g *Gateway) getTemplate(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, tenant, err := g.registryOf(r, tok)
+	reg, tenant, err := g.views.of(tok).registry(r)
 	if err != nil {
 		return err
 	}
@@ -109,7 +105,7 @@ func (g *Gateway) getTemplate(w http.ResponseWriter, r *http.Request, tok *Token
 // tenant's token registers its tenant's own, within the tenant policy
 // (templates.TenantPolicy).
 func (g *Gateway) putTemplate(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, tenant, err := g.registryOf(r, tok)
+	reg, tenant, err := g.views.of(tok).registry(r)
 	if err != nil {
 		return err
 	}
@@ -146,7 +142,7 @@ func (g *Gateway) putTemplate(w http.ResponseWriter, r *http.Request, tok *Token
 
 // deleteTemplate: DELETE /v1/templates/{name}.
 func (g *Gateway) deleteTemplate(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	reg, tenant, err := g.registryOf(r, tok)
+	reg, tenant, err := g.views.of(tok).registry(r)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/natsurl"
 	"github.com/sandfleet/sandfleet/internal/scope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
+	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
 // Conn is a connection a gateway serves through: a client of the fleet,
@@ -21,35 +22,48 @@ type Conn struct {
 	NC     *nats.Conn
 }
 
-// view is one scope as the gateway serves it: the scope (its client and
-// what it may name) and the replies of the jobs its callers wait for,
-// taken on the scope's own connection.
+// view is what one caller reaches, as the gateway serves it: its scope
+// (its jobs client and what it may name), the replies of the jobs it
+// waits for (taken on the scope's own connection, shared by the scope's
+// callers), its sessions client (as its token's owner; nil where the
+// gateway serves no sessions) and the template registry, in which it
+// reaches its scope's tenant's templates.
 type view struct {
 	scope.Scope
-	replies *replies
+	replies   *replies
+	sessions  *sessions.Client
+	templates *templateRegistry
 }
 
-// views is the client of every token, decided once, in New: a token of
-// tenant T is served by T's view, over T's connection alone; any other
-// token (and an open gateway's caller) by the operator's. A handler asks
-// it for the view of its token and never checks a tenant itself.
+// views is what every caller reaches, decided once, in New: a token of
+// tenant T is served over T's connection alone; any other token (and an
+// open gateway's caller) over the operator's. A handler asks it for the
+// view of its token and never checks a tenant itself.
 type views struct {
-	operator *view // nil when the gateway holds no operator connection
-	tenants  map[string]*view
+	operator *view            // an open gateway's caller's; nil when the gateway holds no operator connection
+	tenants  map[string]*view // each tenant's scope, before a token's owner is set
+	tokens   map[string]*view // by token name (names are unique in a token file)
 }
 
-// of returns tok's view. New has checked that every admitted token has one.
-func (vs *views) of(tok *Token) *view {
-	if tok != nil && tok.Tenant != "" {
-		return vs.tenants[tok.Tenant]
+// of returns tok's view (nil: an open gateway's caller). New has made one
+// for every token.
+func (vs *views) of(tok *Token) *view { return vs.named(tokenName(tok)) }
+
+// named returns the view of the token of this name, "" for an open
+// gateway's caller.
+func (vs *views) named(name string) *view {
+	if name == "" {
+		return vs.operator
 	}
-	return vs.operator
+	return vs.tokens[name]
 }
 
 // newViews builds the views of the operator's connection (nil client: none)
-// and of the tenants', and checks that every token has its view.
-func newViews(operator Conn, tenants map[string]Conn, tokens *Tokens) (*views, error) {
-	vs := &views{tenants: map[string]*view{}}
+// and of the tenants', checks that every token has one, and gives each
+// token its own, with its sessions client (from sess; nil: none).
+func newViews(operator Conn, tenants map[string]Conn, tokens *Tokens, sess *sessions.Client) (*views, error) {
+	vs := &views{tenants: map[string]*view{}, tokens: map[string]*view{}}
+	reg := &templateRegistry{nc: operator.NC}
 	fail := func(err error) (*views, error) {
 		vs.close()
 		return nil, err
@@ -62,7 +76,7 @@ func newViews(operator Conn, tenants map[string]Conn, tokens *Tokens) (*views, e
 		if err != nil {
 			return fail(err)
 		}
-		vs.operator = &view{Scope: scope.Of(operator.Client), replies: rep}
+		vs.operator = &view{Scope: scope.Of(operator.Client), replies: rep, templates: reg}
 	}
 	for t, c := range tenants {
 		// A client of another tenant here would serve T's tokens with
@@ -74,7 +88,7 @@ func newViews(operator Conn, tenants map[string]Conn, tokens *Tokens) (*views, e
 		if err != nil {
 			return fail(fmt.Errorf("gateway: tenant %s: %w", t, err))
 		}
-		vs.tenants[t] = &view{Scope: scope.Of(c.Client), replies: rep}
+		vs.tenants[t] = &view{Scope: scope.Of(c.Client), replies: rep, templates: reg}
 	}
 	if vs.operator == nil && (tokens.Len() == 0 || tokens.Operators()) {
 		return fail(errors.New("gateway: a token of no tenant (or an open gateway) needs the operator's client"))
@@ -84,7 +98,27 @@ func newViews(operator Conn, tenants map[string]Conn, tokens *Tokens) (*views, e
 			return fail(fmt.Errorf("gateway: a token is tenant %s's, but the gateway has no connection of that tenant (--tenant-creds %s=FILE)", t, t))
 		}
 	}
+	if vs.operator != nil {
+		vs.operator.sessions = sessionsFor(sess, "", "")
+	}
+	for _, tok := range tokens.list() {
+		base := vs.operator
+		if tok.Tenant != "" {
+			base = vs.tenants[tok.Tenant]
+		}
+		v := *base
+		v.sessions = sessionsFor(sess, tok.Tenant, tok.Name)
+		vs.tokens[tok.Name] = &v
+	}
 	return vs, nil
+}
+
+// sessionsFor is sess as tenant t's owner (nil: no sessions served).
+func sessionsFor(sess *sessions.Client, t, owner string) *sessions.Client {
+	if sess == nil {
+		return nil
+	}
+	return sess.For(t, owner)
 }
 
 func (vs *views) close() {

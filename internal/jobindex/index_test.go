@@ -83,7 +83,7 @@ func TestIndexList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := func(s *jobindex.Summary) bool { return s.Status == jobs.StatusFailed }
+	failed := func(s *records.Summary) bool { return s.Status == jobs.StatusFailed }
 	for _, tc := range []struct {
 		name string
 		q    jobindex.Query
@@ -92,7 +92,7 @@ func TestIndexList(t *testing.T) {
 		{"all, newest first, once each", jobindex.Query{}, "j4 j3 j2 j1 j0 j9 j8 j7 j6 j5"},
 		{"a queue", jobindex.Query{Queue: "b"}, "j3 j1 j9 j7 j5"},
 		{"a batch", jobindex.Query{Batch: "nightly"}, "j4 j3"},
-		{"outside batches", jobindex.Query{Batch: jobindex.NoBatch, Queue: "a"}, "j2 j0 j8 j6"},
+		{"outside batches", jobindex.Query{Batch: records.NoBatch, Queue: "a"}, "j2 j0 j8 j6"},
 		{"a match", jobindex.Query{Match: failed}, "j2"},
 		{"a limit", jobindex.Query{Limit: 3}, "j4 j3 j2"},
 	} {
@@ -124,7 +124,7 @@ func TestIndexList(t *testing.T) {
 	}
 
 	// The scan bound ends a page early and says where to go on.
-	page, err := idx.List(t.Context(), jobindex.Query{Match: func(s *jobindex.Summary) bool { return s.ID == "j5" }, MaxScan: 4})
+	page, err := idx.List(t.Context(), jobindex.Query{Match: func(s *records.Summary) bool { return s.ID == "j5" }, MaxScan: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestIndexList(t *testing.T) {
 	}
 
 	s, err := idx.Summary(t.Context(), "j3")
-	if err != nil || s.State != jobindex.Finished || s.Batch() != "nightly" || s.Labels["k"] != "v" {
+	if err != nil || s.State != records.Finished || s.Batch() != "nightly" || s.Labels["k"] != "v" {
 		t.Errorf("summary j3: %+v, %v", s, err)
 	}
 	if _, err := idx.Summary(t.Context(), "nope"); !errors.Is(err, jobs.ErrNotFound) {
@@ -145,14 +145,14 @@ func TestIndexList(t *testing.T) {
 	}
 
 	var scanned []string
-	n, cut, err := idx.Scan(t.Context(), "nightly", 100, func(s *jobindex.Summary) bool {
+	n, cut, err := idx.Scan(t.Context(), "nightly", 100, func(s *records.Summary) bool {
 		scanned = append(scanned, s.ID+":"+string(s.Status))
 		return true
 	})
 	if err != nil || n != 2 || cut || strings.Join(scanned, " ") != "j3:succeeded j4:succeeded" {
 		t.Errorf("scan: %v %d %v %v", scanned, n, cut, err)
 	}
-	if n, cut, _ := idx.Scan(t.Context(), jobindex.NoBatch, 3, func(*jobindex.Summary) bool { return true }); n != 3 || !cut {
+	if n, cut, _ := idx.Scan(t.Context(), records.NoBatch, 3, func(*records.Summary) bool { return true }); n != 3 || !cut {
 		t.Errorf("bounded scan: %d %v", n, cut)
 	}
 }
@@ -174,7 +174,7 @@ func TestIndexManyAndTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, err := idx.List(t.Context(), jobindex.Query{Match: func(s *jobindex.Summary) bool { return s.ID == "acme.j0007" }})
+	page, err := idx.List(t.Context(), jobindex.Query{Match: func(s *records.Summary) bool { return s.ID == "acme.j0007" }})
 	if err != nil || ids(page) != "acme.j0007" || page.Cut || page.Next != 0 {
 		t.Fatalf("found %q cut %v next %d: %v", ids(page), page.Cut, page.Next, err)
 	}

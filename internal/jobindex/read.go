@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -47,7 +48,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Index, error) {
 // Query selects summary records, newest first.
 type Query struct {
 	Queue string // "" for every queue
-	Batch string // "" for every job; NoBatch for jobs outside batches
+	Batch string // "" for every job; records.NoBatch for jobs outside batches
 	// Before keeps records below this sequence (an IndexPage's Next);
 	// 0 starts at the newest.
 	Before uint64
@@ -58,7 +59,7 @@ type Query struct {
 	MaxScan uint64
 	// Match, if set, keeps only the records it returns true for (status,
 	// label, ID: what the subject does not filter).
-	Match func(*Summary) bool
+	Match func(*records.Summary) bool
 	// Contains, if set, skips without decoding them the records whose
 	// JSON lacks any of these byte strings: a cheap first cut for Match
 	// (`"status":"failed"`, a label's `"key":"value"`).
@@ -77,7 +78,7 @@ func contains(data []byte, subs [][]byte) bool {
 
 // Page is one call's records.
 type Page struct {
-	Jobs []*Summary
+	Jobs []*records.Summary
 	// Next is the Before of the next, older, page: 0 when there is none.
 	Next uint64
 	// Scanned is how many sequences were read through; Cut is set when
@@ -123,7 +124,7 @@ func (x *Index) List(ctx context.Context, q Query) (*Page, error) {
 	if q.MaxScan == 0 {
 		q.MaxScan = 20_000
 	}
-	if (q.Queue != "" && !jobs.ValidQueue(q.Queue)) || (q.Batch != "" && q.Batch != NoBatch && !jobs.ValidQueue(q.Batch)) {
+	if (q.Queue != "" && !jobs.ValidQueue(q.Queue)) || (q.Batch != "" && q.Batch != records.NoBatch && !jobs.ValidQueue(q.Batch)) {
 		return nil, invalid("queue %q or batch %q is not a name", shorten.Text(q.Queue, 70), shorten.Text(q.Batch, 70))
 	}
 	info, err := x.stream.Info(ctx)
@@ -150,7 +151,7 @@ func (x *Index) List(ctx context.Context, q Query) (*Page, error) {
 		}
 		span := min(window, q.MaxScan-page.Scanned, hi-page.First+1)
 		lo := hi - span + 1
-		var got []*Summary
+		var got []*records.Summary
 		err := x.read(ctx, lo, hi, filter, func(seq uint64, data []byte) bool {
 			if !contains(data, q.Contains) {
 				return true
@@ -188,11 +189,11 @@ func (x *Index) List(ctx context.Context, q Query) (*Page, error) {
 	return page, nil
 }
 
-// Scan calls fn with every record of batch (NoBatch: outside any batch),
+// Scan calls fn with every record of batch (records.NoBatch: outside any batch),
 // oldest first, until fn returns false or max records were read; it
 // returns how many it read and whether max cut the scan short.
-func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*Summary) bool) (n int, cut bool, err error) {
-	if !jobs.ValidQueue(batch) && batch != NoBatch {
+func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*records.Summary) bool) (n int, cut bool, err error) {
+	if !jobs.ValidQueue(batch) && batch != records.NoBatch {
 		return 0, false, invalid("batch %q is not a name", shorten.Text(batch, 70))
 	}
 	filter := Query{Batch: batch}.filter()
@@ -214,8 +215,8 @@ func (x *Index) Scan(ctx context.Context, batch string, max int, fn func(*Summar
 
 // DeadLetters returns the newest dead letters (at most limit) and how many
 // the index holds.
-func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*Summary, int, error) {
-	var ring []*Summary
+func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*records.Summary, int, error) {
+	var ring []*records.Summary
 	total := 0
 	err := x.read(ctx, 1, 0, fleet.IndexSubjectPrefix+"dead.>", func(seq uint64, data []byte) bool {
 		total++
@@ -235,7 +236,7 @@ func (x *Index) DeadLetters(ctx context.Context, limit int) ([]*Summary, int, er
 }
 
 // Summary returns a job's latest summary record, ErrNotFound without one.
-func (x *Index) Summary(ctx context.Context, id string) (*Summary, error) {
+func (x *Index) Summary(ctx context.Context, id string) (*records.Summary, error) {
 	if !jobs.ValidID(id) {
 		return nil, fmt.Errorf("%w: %s", jobs.ErrNotFound, shorten.Text(id, 140))
 	}
@@ -252,7 +253,7 @@ func (x *Index) Summary(ctx context.Context, id string) (*Summary, error) {
 }
 
 // Spec returns a job's spec record, ErrNotFound without one.
-func (x *Index) Spec(ctx context.Context, id string) (*Spec, error) {
+func (x *Index) Spec(ctx context.Context, id string) (*records.Spec, error) {
 	if !jobs.ValidID(id) {
 		return nil, fmt.Errorf("%w: %s", jobs.ErrNotFound, shorten.Text(id, 140))
 	}
@@ -260,7 +261,7 @@ func (x *Index) Spec(ctx context.Context, id string) (*Spec, error) {
 	if err != nil {
 		return nil, x.lookupErr(id, err)
 	}
-	var s Spec
+	var s records.Spec
 	if err := json.Unmarshal(m.Data, &s); err != nil {
 		return nil, fmt.Errorf("spec record of %s: %w", id, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sandfleet/sandfleet/internal/jobindex"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -25,9 +24,9 @@ const (
 
 // RunningSummary is the record of a job a worker has taken (attempt is its
 // delivery, queuedAt when it was published).
-func RunningSummary(job *jobs.Job, worker string, attempt int, queuedAt *time.Time) *jobindex.Summary {
+func RunningSummary(job *jobs.Job, worker string, attempt int, queuedAt *time.Time) *Summary {
 	now := time.Now().UTC()
-	s := &jobindex.Summary{ID: job.ID, Queue: job.Queue, State: jobindex.Running, Attempt: attempt, Worker: worker,
+	s := &Summary{ID: job.ID, Queue: job.Queue, State: Running, Attempt: attempt, Worker: worker,
 		Image: cutText(job.Image, 64), Workspace: job.Workspace, QueuedAt: queuedAt, StartedAt: &now}
 	s.Labels, s.LabelsCut = cutLabels(job.Labels)
 	return s
@@ -35,8 +34,8 @@ func RunningSummary(job *jobs.Job, worker string, attempt int, queuedAt *time.Ti
 
 // FinishedSummary is the record of a job whose result res is stored; job
 // (nil when it did not decode) supplies what the result lacks.
-func FinishedSummary(queue string, job *jobs.Job, res *jobs.Result) *jobindex.Summary {
-	s := &jobindex.Summary{ID: res.ID, Queue: queue, State: jobindex.Finished, Status: res.Status, Attempt: res.Attempt,
+func FinishedSummary(queue string, job *jobs.Job, res *jobs.Result) *Summary {
+	s := &Summary{ID: res.ID, Queue: queue, State: Finished, Status: res.Status, Attempt: res.Attempt,
 		Worker: res.Worker, ExitCode: res.Exit, DurationMS: res.DurationMS, QueuedAt: res.QueuedAt,
 		StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Error: cutText(res.Error, indexMaxError)}
 	labels := res.Labels
@@ -57,8 +56,8 @@ func FinishedSummary(queue string, job *jobs.Job, res *jobs.Result) *jobindex.Su
 }
 
 // NewJobSpec returns the spec record of job.
-func NewJobSpec(job *jobs.Job) *jobindex.Spec {
-	s := &jobindex.Spec{ID: job.ID, Queue: job.Queue, Image: cutText(job.Image, 64), Code: cutText(job.Code, SpecMaxCode),
+func NewJobSpec(job *jobs.Job) *Spec {
+	s := &Spec{ID: job.ID, Queue: job.Queue, Image: cutText(job.Image, 64), Code: cutText(job.Code, SpecMaxCode),
 		CodeBytes: len(job.Code), StdinBytes: len(job.Stdin), Limits: job.Limits, Outputs: job.Outputs,
 		Workspace: job.Workspace, WorkspaceFrom: job.WorkspaceFrom}
 	n := 0
@@ -77,7 +76,7 @@ func NewJobSpec(job *jobs.Job) *jobindex.Spec {
 		}
 		text := cutText(job.Files[name], min(SpecMaxFileText, room))
 		room -= len(text)
-		s.Files = append(s.Files, jobindex.SpecFile{Name: cutText(name, 512), Bytes: len(job.Files[name]), Text: text})
+		s.Files = append(s.Files, SpecFile{Name: cutText(name, 512), Bytes: len(job.Files[name]), Text: text})
 	}
 	if len(s.Outputs) > 64 {
 		s.Outputs = s.Outputs[:64]

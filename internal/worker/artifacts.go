@@ -126,13 +126,13 @@ func (s *wsStep) artifactsFull() string {
 // dropArtifacts deletes the artifacts of a run whose result lost the store
 // to another's (another live delivery's, a cancel's): they are under this
 // run's keys (ArtifactKey), which no stored result names.
-func (w *Worker) dropArtifacts(job *jobs.Job, arts []jobs.Artifact, log *slog.Logger) {
-	if job == nil || len(arts) == 0 {
+func (w *Worker) dropArtifacts(m *message, arts []jobs.Artifact, log *slog.Logger) {
+	if m.job == nil || len(arts) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	objs, err := w.tenantObjects(ctx, jobs.TenantOf(job.ID))
+	objs, err := w.tenantObjects(ctx, m.tenant)
 	if err != nil {
 		log.Warn("remove the artifacts of a result not stored", "err", err)
 		return

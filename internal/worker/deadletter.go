@@ -179,18 +179,15 @@ func (w *Worker) deadLetter(ctx context.Context, seq uint64, deliveries int, via
 // It returns the stored result (nil for a subject that is not
 // jobs.<queue>.<id>) and whether this call removed the message.
 func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attempt int, status jobs.Status, reason string, log *slog.Logger) (*jobs.Result, bool) {
-	dl := delivery{attempt: attempt}
-	dl.queue, dl.id, dl.subjErr = fleet.ParseSubject(m.Subject)
 	t := m.Time.UTC()
-	dl.queuedAt = &t
-	log = log.With("job_id", dl.id, "attempt", attempt)
-	job, _ := w.decode(m.Data, dl) // best effort: for reply_to and labels
+	msg := w.check(m.Subject, m.Data, attempt, &t) // best effort: for reply_to and labels
+	log = log.With("job_id", msg.id, "attempt", attempt)
 
 	var stored *jobs.Result
-	if dl.subjErr == nil && kvKey(dl.id) {
+	if msg.keyed {
 		now := time.Now().UTC()
 		res := &jobs.Result{Status: status, Error: reason, FinishedAt: &now}
-		w.fill(res, job, dl)
+		w.fill(res, msg)
 		var won bool
 		var err error
 		stored, won, err = records.StoreResult(ctx, w.stores.Results, res, w.stores.MaxResultBytes)
@@ -201,7 +198,7 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 		}
 		if won {
 			// Workers race to finalize a message: the winner records it.
-			w.finished(dl.queue, job, stored, true, status == jobs.StatusError)
+			w.finished(msg, stored, true, status == jobs.StatusError)
 		}
 	}
 	if err := w.stores.Stream.DeleteMsg(ctx, m.Sequence); err != nil {
@@ -212,7 +209,7 @@ func (w *Worker) finalize(ctx context.Context, m *jetstream.RawStreamMsg, attemp
 		return stored, false
 	}
 	if stored != nil {
-		w.reply(job, stored, log)
+		w.reply(msg, stored, log)
 	}
 	return stored, true
 }

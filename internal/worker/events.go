@@ -133,18 +133,18 @@ func streamIndex(s jobs.Stream) int {
 
 // openEvents starts publishing the events of one delivery of job id, or
 // returns nil when events are off or id is no subject token.
-func (w *Worker) openEvents(id string, attempt int, job *jobs.Job, log *slog.Logger) *jobEvents {
-	if w.cfg.NoEvents || !jobs.ValidID(id) {
+func (w *Worker) openEvents(m *message, job *jobs.Job, log *slog.Logger) *jobEvents {
+	if w.cfg.NoEvents || !m.named {
 		return nil
 	}
-	if t := jobs.TenantOf(id); t != "" && !w.tenantEvents(t, log) {
+	if m.tenant != "" && !w.tenantEvents(m.tenant, log) {
 		return nil
 	}
 	lim := limits.Default()
 	if job != nil {
 		lim = job.Limits.Fill(lim)
 	}
-	return newJobEvents(jsSink{w.js}, id, attempt, w.cfg.ID, int64(lim.Output), log)
+	return newJobEvents(jsSink{w.js}, m.id, m.attempt, w.cfg.ID, int64(lim.Output), log)
 }
 
 // tenantEvents reports whether the stream of tenant t's events is there,

@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/records"
-	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -44,31 +41,26 @@ type decision struct {
 	reason  string       // why, for logs and TermWithReason
 }
 
-// delivery is what the message's metadata and subject say.
-type delivery struct {
-	queue, id string
-	subjErr   error
-	attempt   int
-	queuedAt  *time.Time
-}
-
+// handle takes a job's message down one path: check it once (check),
+// then decide (the workspace, the run, the store) and settle.
 func (w *Worker) handle(stop, force context.Context, msg jetstream.Msg) {
-	var dl delivery
-	dl.queue, dl.id, dl.subjErr = fleet.ParseSubject(msg.Subject())
+	var attempt int
+	var queuedAt *time.Time
 	if meta, err := msg.Metadata(); err == nil {
-		dl.attempt = int(meta.NumDelivered)
+		attempt = int(meta.NumDelivered)
 		t := meta.Timestamp.UTC()
-		dl.queuedAt = &t
+		queuedAt = &t
 	}
-	log := w.log.With("job_id", dl.id, "attempt", dl.attempt)
-	w.obs.Delivered(dl.attempt)
+	m := w.check(msg.Subject(), msg.Data(), attempt, queuedAt)
+	log := w.log.With("job_id", m.id, "attempt", m.attempt)
+	w.obs.Delivered(m.attempt)
 
 	// The lease is kept alive for the whole handling: running, holding
 	// while the executor is down, and storing the result.
 	leaseCtx, stopLease := context.WithCancel(context.Background())
 	var leaseWG sync.WaitGroup
 	leaseWG.Go(func() { w.keepLease(leaseCtx, msg, log) })
-	d := w.decide(stop, force, msg, dl, log)
+	d := w.decide(stop, force, m, log)
 	stopLease()
 	leaseWG.Wait()
 	w.settle(msg, d, log)
@@ -143,16 +135,16 @@ func (w *Worker) settle(msg jetstream.Msg, d decision, log *slog.Logger) {
 }
 
 // decide handles one message up to, not including, its settlement.
-func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl delivery, log *slog.Logger) decision {
-	job, err := w.decode(msg.Data(), dl)
-	if err != nil {
+func (w *Worker) decide(stop, force context.Context, m *message, log *slog.Logger) decision {
+	if m.bad != nil {
 		now := time.Now().UTC()
-		res := &jobs.Result{Status: jobs.StatusRejected, Error: err.Error(), FinishedAt: &now}
-		w.fill(res, job, dl)
-		ev := w.openEvents(dl.id, dl.attempt, nil, log)
+		res := &jobs.Result{Status: jobs.StatusRejected, Error: m.bad.Error(), FinishedAt: &now}
+		w.fill(res, m)
+		ev := w.openEvents(m, nil, log)
 		defer ev.close(force)
-		return w.finish(force, dl, job, res, ev, log)
+		return w.finish(force, m, res, ev, log)
 	}
+	job := m.job
 
 	if stored, err := w.lookup(job.ID); err != nil {
 		return decision{verdict: verdictNakDelay, reason: "read RESULTS: " + err.Error()}
@@ -161,14 +153,14 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 			// Stored, then died before releasing: release now.
 			w.releaseHead(job.Workspace, job.ID, "", log)
 		}
-		w.reply(job, stored, log)
+		w.reply(m, stored, log)
 		return decision{verdict: verdictAck, result: stored, reason: "result already stored"}
 	}
 
-	ev := w.openEvents(job.ID, dl.attempt, job, log)
+	ev := w.openEvents(m, job, log)
 	defer ev.close(force)
 	ev.redelivered()
-	indexed := w.index.running(job, w.cfg.ID, dl)
+	indexed := w.index.running(m, w.cfg.ID)
 	defer indexed.end()
 
 	jobCtx, untrack := w.track(force, job, log)
@@ -211,10 +203,10 @@ func (w *Worker) decide(stop, force context.Context, msg jetstream.Msg, dl deliv
 	if errors.Is(cause, ErrCancelRequested) {
 		res = canceledOnRequest(res)
 	}
-	w.fill(res, job, dl)
+	w.fill(res, m)
 	ev.ended(res)
 	indexed.end() // before the finished record
-	d := w.finish(force, dl, job, res, ev, log)
+	d := w.finish(force, m, res, ev, log)
 	ws.settled(d)
 	return d
 }
@@ -311,61 +303,13 @@ func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts RunOptions) (r
 	return w.exec.Run(ctx, job, opts)
 }
 
-// decode reads the job and reconciles it with its subject. A job may leave
-// out id and queue; when present they must match the subject.
-func (w *Worker) decode(data []byte, dl delivery) (*jobs.Job, error) {
-	if dl.subjErr != nil {
-		return nil, fmt.Errorf("%w: %w", jobs.ErrInvalidJob, dl.subjErr)
-	}
-	j, err := jobs.Decode(data, w.cfg.Topology.MaxJobBytes)
-	if err != nil {
-		return nil, err
-	}
-	if j.ID == "" {
-		j.ID = dl.id
-	} else if j.ID != dl.id {
-		return j, fmt.Errorf("%w: id %q does not match the subject's %q", jobs.ErrInvalidJob, shorten.Text(j.ID, 140), shorten.Text(dl.id, 140))
-	}
-	if j.Queue == "" {
-		j.Queue = dl.queue
-	} else if j.Queue != dl.queue {
-		return j, fmt.Errorf("%w: queue %q does not match the subject's %q", jobs.ErrInvalidJob, shorten.Text(j.Queue, 140), shorten.Text(dl.queue, 140))
-	}
-	if err := j.Validate(); err != nil {
-		return j, err
-	}
-	return j, nil
-}
-
-func (w *Worker) fill(res *jobs.Result, job *jobs.Job, dl delivery) {
-	res.ID = dl.id
-	res.Worker = w.cfg.ID
-	res.Attempt = dl.attempt
-	res.QueuedAt = dl.queuedAt
-	if job != nil {
-		res.SpecDigest = job.SpecDigest()
-		if res.Labels == nil {
-			res.Labels = job.Labels
-		}
-	}
-}
-
-// kvKeyPattern matches what a KV bucket accepts as a key (a tenant's job
-// ID is two subject tokens).
-var kvKeyPattern = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)?$`)
-
-// kvKey reports whether id can be a key of RESULTS: a valid job ID always
-// can (the check every job takes, without the pattern); any other the
-// pattern decides.
-func kvKey(id string) bool { return jobs.ValidID(id) || kvKeyPattern.MatchString(id) }
-
 // finish stores the result (first writer wins), publishes the stored one to
 // the reply subject and decides: term for rejected jobs, ack otherwise. The
 // job's events are published before the result, and finished after it.
-func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *jobs.Result, ev *jobEvents, log *slog.Logger) decision {
+func (w *Worker) finish(force context.Context, m *message, res *jobs.Result, ev *jobEvents, log *slog.Logger) decision {
 	stored := res
 	ev.flush(force)
-	if kvKey(res.ID) {
+	if m.keyed {
 		var err error
 		stored, err = w.store(force, res)
 		if err != nil && force.Err() != nil {
@@ -378,11 +322,11 @@ func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *
 		log.Warn("result not stored: the subject's ID is not a valid key", "status", res.Status)
 	}
 	if stored != res {
-		w.dropArtifacts(job, res.Artifacts, log)
+		w.dropArtifacts(m, res.Artifacts, log)
 	}
-	w.finished(dl.queue, job, stored, stored == res, false)
+	w.finished(m, stored, stored == res, false)
 	ev.finished(stored)
-	w.reply(job, stored, log)
+	w.reply(m, stored, log)
 	if stored.Status == jobs.StatusRejected {
 		return decision{verdict: verdictTerm, result: stored, reason: stored.Error}
 	}
@@ -394,11 +338,11 @@ func (w *Worker) finish(force context.Context, dl delivery, job *jobs.Job, res *
 // cancel's): the one place a job's end is recorded, for metrics (the
 // winner only, so that a fleet counts each job once) and in the index;
 // dead marks a job given up after MaxDeliver.
-func (w *Worker) finished(queue string, job *jobs.Job, stored *jobs.Result, won, dead bool) {
+func (w *Worker) finished(m *message, stored *jobs.Result, won, dead bool) {
 	if won {
-		w.obs.Finished(stored, presetOf(job), queue)
+		w.obs.Finished(stored, presetOf(m.job), m.queue)
 	}
-	w.index.finished(queue, job, stored, dead)
+	w.index.finished(m, stored, dead)
 }
 
 // store writes the result with retries; on a conflict the winner's result
@@ -462,19 +406,19 @@ func (w *Worker) cancelRequested(id string, log *slog.Logger) bool {
 }
 
 // reply publishes the result to the job's reply subject, if it has a valid
-// one. Best effort: the result is in RESULTS either way. A rejected job's
-// reply_to is checked here too: published to $KV.RESULTS.<id> it would
-// overwrite another job's result, to $JS.API.* it would be an API call,
-// to another tenant's inbox a forged reply (whose tenant: the subject's ID).
-func (w *Worker) reply(job *jobs.Job, res *jobs.Result, log *slog.Logger) {
-	if job == nil || job.ReplyTo == "" || fleet.ReplyToFor(res.ID, job.ReplyTo) != nil {
+// one (check decided, for a rejected job too: published to
+// $KV.RESULTS.<id> it would overwrite another job's result, to $JS.API.*
+// it would be an API call, to another tenant's inbox a forged reply).
+// Best effort: the result is in RESULTS either way.
+func (w *Worker) reply(m *message, res *jobs.Result, log *slog.Logger) {
+	if m.replyTo == "" {
 		return
 	}
 	data, err := json.Marshal(res)
 	if err == nil {
-		err = w.js.Conn().Publish(job.ReplyTo, data)
+		err = w.js.Conn().Publish(m.replyTo, data)
 	}
 	if err != nil {
-		log.Warn("publish result to reply_to", "reply_to", job.ReplyTo, "err", err)
+		log.Warn("publish result to reply_to", "reply_to", m.replyTo, "err", err)
 	}
 }

@@ -80,21 +80,23 @@ func (x *indexer) add(subject string, v any) {
 // third of the index's cost per job, saved for the many short jobs).
 const indexRunningDelay = 250 * time.Millisecond
 
-// running records that this worker took job (its attempt-th delivery):
+// running records that this worker took m's job, a valid one (its
+// attempt-th delivery):
 // the spec now, the running summary once the job has run for
 // indexRunningDelay. The caller ends the returned run before it records
 // the job's end, and in any case once it is done with the job.
-func (x *indexer) running(job *jobs.Job, worker string, dl delivery) *indexRun {
-	if x == nil || !jobs.ValidQueue(job.Queue) || !jobs.ValidID(job.ID) {
+func (x *indexer) running(m *message, worker string) *indexRun {
+	if x == nil || !m.indexed {
 		return nil
 	}
+	job := m.job // valid: its ID and queue are the index's
 	x.add(fleet.IndexSpecSubject(job.ID), records.NewJobSpec(job))
 	r, taken := &indexRun{}, time.Now().UTC()
 	r.timer = time.AfterFunc(indexRunningDelay, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if !r.ended {
-			s := records.RunningSummary(job, worker, dl.attempt, dl.queuedAt)
+			s := records.RunningSummary(job, worker, m.attempt, m.queuedAt)
 			s.StartedAt = &taken
 			x.add(s.Subject(), s)
 		}
@@ -122,12 +124,13 @@ func (r *indexRun) end() {
 	r.mu.Unlock()
 }
 
-// finished records a job's stored result; dead marks a dead letter.
-func (x *indexer) finished(queue string, job *jobs.Job, stored *jobs.Result, dead bool) {
-	if x == nil || !jobs.ValidQueue(queue) || !jobs.ValidID(stored.ID) {
+// finished records the result stored for m's job (under m's ID); dead
+// marks a dead letter.
+func (x *indexer) finished(m *message, stored *jobs.Result, dead bool) {
+	if x == nil || !m.indexed {
 		return
 	}
-	s := records.FinishedSummary(queue, job, stored)
+	s := records.FinishedSummary(m.queue, m.job, stored)
 	s.DeadLetter = dead
 	x.add(s.Subject(), s)
 	if dead {

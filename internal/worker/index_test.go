@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/jobindex"
+	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/worker"
@@ -34,12 +35,12 @@ func TestJobIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var running *jobindex.Summary
+	var running *records.Summary
 	testutil.Eventually(t, 10*time.Second, "the running record", func() bool {
 		running, err = idx.Summary(t.Context(), "indexed")
 		return err == nil
 	})
-	if running.State != jobindex.Running || running.Worker != "w-index" || running.Attempt != 1 ||
+	if running.State != records.Running || running.Worker != "w-index" || running.Attempt != 1 ||
 		running.Batch() != "nightly" || running.Queue != "default" || running.StartedAt == nil || running.QueuedAt == nil {
 		t.Errorf("running record: %+v", running)
 	}
@@ -50,10 +51,10 @@ func TestJobIndex(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var done *jobindex.Summary
+	var done *records.Summary
 	testutil.Eventually(t, 10*time.Second, "the finished record", func() bool {
 		done, err = idx.Summary(t.Context(), "indexed")
-		return err == nil && done.State == jobindex.Finished
+		return err == nil && done.State == records.Finished
 	})
 	if done.Status != jobs.StatusSucceeded || done.Seq <= running.Seq || done.DurationMS == nil || *done.ExitCode != 0 || done.Labels["task"] != "7" {
 		t.Errorf("finished record: %+v", done)
@@ -82,10 +83,10 @@ func TestJobIndexShortJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var done *jobindex.Summary
+	var done *records.Summary
 	testutil.Eventually(t, 10*time.Second, "the finished record", func() bool {
 		done, err = idx.Summary(t.Context(), "short")
-		return err == nil && done.State == jobindex.Finished
+		return err == nil && done.State == records.Finished
 	})
 	if _, err := idx.Spec(t.Context(), "short"); err != nil {
 		t.Errorf("spec: %v", err)
@@ -102,7 +103,7 @@ func TestJobIndexShortJob(t *testing.T) {
 	if info.State.LastSeq != 2 || info.State.Msgs != 2 {
 		t.Errorf("INDEX stored %d records (%d kept), want the spec and the finished record only", info.State.LastSeq, info.State.Msgs)
 	}
-	if s, err := idx.Summary(t.Context(), "short"); err != nil || s.State != jobindex.Finished {
+	if s, err := idx.Summary(t.Context(), "short"); err != nil || s.State != records.Finished {
 		t.Errorf("after the delay: %+v %v, want the finished record", s, err)
 	}
 }

@@ -297,12 +297,12 @@ func (w *Worker) handBack(it jetstream.MessagesContext) {
 		if err != nil {
 			return
 		}
-		var dl delivery
-		_, dl.id, _ = fleet.ParseSubject(msg.Subject())
+		_, id, _ := fleet.ParseSubject(msg.Subject())
+		attempt := 0
 		if meta, err := msg.Metadata(); err == nil {
-			dl.attempt = int(meta.NumDelivered)
+			attempt = int(meta.NumDelivered)
 		}
-		w.settle(msg, decision{verdict: verdictNak, reason: "pulled with no free slot"}, w.log.With("job_id", dl.id, "attempt", dl.attempt))
+		w.settle(msg, decision{verdict: verdictNak, reason: "pulled with no free slot"}, w.log.With("job_id", id, "attempt", attempt))
 	}
 }
 

@@ -44,10 +44,9 @@ const perSubjectRefusal = "maximum messages per subject exceeded"
 // Client is what an orchestrator imports to submit jobs and read results.
 // It is safe for concurrent use.
 type Client struct {
-	js     jetstream.JetStream
-	cfg    Config
-	stores *fleet.Stores // nil for a tenant's client
-	tenant string        // see NewTenantClient
+	js  jetstream.JetStream
+	cfg Config
+	acc access // what the client reaches: the fleet's, or a tenant's (access.go)
 
 	wsMu sync.Mutex
 	ws   *fleet.WorkspaceStores           // opened on first use (workspace_client.go)
@@ -64,7 +63,9 @@ func NewClient(ctx context.Context, js jetstream.JetStream, cfg Config) (*Client
 	if err != nil {
 		return nil, err
 	}
-	return &Client{js: js, cfg: cfg.withDefaults(), stores: st}, nil
+	c := &Client{js: js, cfg: cfg.withDefaults()}
+	c.acc = &fleetAccess{c: c, st: st}
+	return c, nil
 }
 
 // Encode normalizes and validates a copy of job and returns it with its wire
@@ -171,17 +172,7 @@ func (c *Client) SubmitWhenRoom(ctx context.Context, job *Job, initial, max time
 // Get returns the stored result of a job, or ErrNotFound when there is none
 // (yet: the job may still be queued or running; see Pending).
 func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
-	if c.tenant != "" {
-		return c.tenantGet(ctx, id)
-	}
-	e, err := c.stores.Results.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", id, err)
-	}
-	return DecodeStoredResult(id, e.Value())
+	return c.acc.get(ctx, id)
 }
 
 // Pending reports whether a job with this ID is in the stream: queued, or
@@ -191,10 +182,11 @@ func (c *Client) Pending(ctx context.Context, id string) (bool, error) {
 	if !ValidID(id) {
 		return false, nil
 	}
-	if c.tenant != "" {
-		return false, fmt.Errorf("pending: %w", ErrNotTenants)
+	st, err := c.acc.stores()
+	if err != nil {
+		return false, fmt.Errorf("pending: %w", err)
 	}
-	_, err := c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
+	_, err = st.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -334,9 +326,14 @@ func (c *Client) SubmitAndWait(ctx context.Context, job *Job) (*Result, error) {
 // *FinishedError (ErrFinished), the result it had already reached. An
 // unknown ID yields ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
-	if c.tenant != "" {
-		return c.tenantCancel(ctx, id)
-	}
+	return c.acc.cancel(ctx, id)
+}
+
+// cancel is Cancel for the fleet's client: when the job is in the stream,
+// it records the request in CANCELS, waits CancelWait for the canceled
+// result and stores one itself if none came.
+func (a *fleetAccess) cancel(ctx context.Context, id string) (*Result, error) {
+	c := a.c
 	if r, err := c.Get(ctx, id); err == nil {
 		return r, &FinishedError{Result: r}
 	} else if !errors.Is(err, ErrNotFound) {
@@ -359,7 +356,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 		return nil, err
 	}
 	defer rw.Stop()
-	if _, err := c.stores.Cancels.Put(ctx, id, req); err != nil {
+	if _, err := a.st.Cancels.Put(ctx, id, req); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", id, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
@@ -377,7 +374,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Result, error) {
 	// A refused publish gets no reply, only a timeout: bound the write.
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.CancelWait)
 	defer cancel()
-	stored, won, err := c.storeCanceled(sctx, res)
+	stored, won, err := a.storeCanceled(sctx, res)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -405,12 +402,12 @@ func (e *FinishedError) Unwrap() error { return ErrFinished }
 // storeCanceled stores the canceled result res of a job no worker
 // finished, unless another result is stored first. It is far under any
 // server's cap: it holds no output to cut.
-func (c *Client) storeCanceled(ctx context.Context, res *Result) (stored *Result, won bool, err error) {
+func (a *fleetAccess) storeCanceled(ctx context.Context, res *Result) (stored *Result, won bool, err error) {
 	data, err := json.Marshal(res)
 	if err != nil {
 		return nil, false, fmt.Errorf("encode result %s: %w", res.ID, err)
 	}
-	return storeEncoded(ctx, c.stores.Results, res, data)
+	return storeEncoded(ctx, a.st.Results, res, data)
 }
 
 // storeEncoded stores r, encoded as data, unless RESULTS holds a result at

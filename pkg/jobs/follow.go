@@ -62,8 +62,8 @@ func (c *Client) Follow(ctx context.Context, id string, opts ...FollowOption) it
 			yield(nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 140)))
 			return
 		}
-		if c.tenant != "" && TenantOf(id) != c.tenant {
-			yield(nil, fmt.Errorf("%w: %s (not tenant %s's)", ErrNotFound, shorten.Text(id, 140), c.tenant))
+		if !c.acc.reaches(TenantOf(id)) {
+			yield(nil, fmt.Errorf("%w: %s (not tenant %s's)", ErrNotFound, shorten.Text(id, 140), c.Tenant()))
 			return
 		}
 		ctx, cancel := context.WithCancel(ctx)
@@ -85,8 +85,8 @@ type follower struct {
 	c        *Client
 	id       string
 	o        followOptions
-	events   jetstream.Stream // nil when the fleet has no EVENTS, and for a tenant
-	noEvents bool             // a tenant's: the fleet has no EVENTS
+	events   jetstream.Stream // bound by the fleet's client when EVENTS exists
+	noEvents bool             // the fleet has no EVENTS
 }
 
 // run follows the job in three phases: it opens the watch of the result,
@@ -262,36 +262,47 @@ func (f *follower) finish(yield func(*Event, error) bool, ev *Event, res *Result
 	return nil
 }
 
-// queued makes the queued event: from the job's message, which stays in
-// JOBS until its result is stored, or from the result. A job in neither
-// place is unknown. It returns the result too, when the job finished
+// queued makes the queued event: from the result, or, for a job with
+// none yet, as the client's access tells (fleetAccess.queued,
+// tenantAccess.queued). It returns the result too, when the job finished
 // between the two looks.
 func (f *follower) queued(ctx context.Context, final *Result) (*Event, *Result, error) {
 	ev := &Event{Type: EventQueued, ID: f.id}
-	if final == nil && f.c.tenant != "" {
-		// A tenant cannot read JOBS: a job without a result is taken as
-		// queued (an unknown ID too), with no time.
-		return ev, nil, nil
-	}
 	if final == nil {
-		m, err := f.c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+f.id)
-		switch {
-		case err == nil:
-			ev.Time = m.Time.UTC()
-			return ev, nil, nil
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, nil, fmt.Errorf("follow %s: look the job up: %w", f.id, err)
-		}
-		// It may have finished between the two looks.
-		if final, err = f.c.Get(ctx, f.id); err != nil {
+		r, err := f.c.acc.queued(ctx, f, ev)
+		if err != nil {
 			return nil, nil, err
 		}
+		if r == nil {
+			return ev, nil, nil
+		}
+		final = r
 	}
 	if final.QueuedAt != nil {
 		ev.Time = *final.QueuedAt
 	}
 	return ev, final, nil
 }
+
+// queued for the fleet's client: the job's message, which stays in JOBS
+// until its result is stored, gives the time; a job in neither place is
+// unknown.
+func (a *fleetAccess) queued(ctx context.Context, f *follower, ev *Event) (*Result, error) {
+	m, err := a.st.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+f.id)
+	switch {
+	case err == nil:
+		ev.Time = m.Time.UTC()
+		return nil, nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, fmt.Errorf("follow %s: look the job up: %w", f.id, err)
+	}
+	// It may have finished between the two looks.
+	return a.get(ctx, f.id)
+}
+
+// queued for a tenant, who cannot read JOBS: a job without a result is
+// taken as queued (an unknown ID too), with no time.
+func (a *tenantAccess) queued(context.Context, *follower, *Event) (*Result, error) { return nil, nil }
 
 func finishedAt(r *Result) time.Time {
 	if r.FinishedAt != nil {

@@ -54,12 +54,16 @@ func (f *follower) untilStream(ctx context.Context, open func() error) error {
 	}
 }
 
-// openEvents binds the stream of the job's events; a fleet whose workers never created
-// it has no events, and Follow yields queued and the result.
-func (f *follower) openEvents(ctx context.Context) error {
-	if f.c.tenant != "" {
-		return nil // nothing to bind: lastSeq and consume say when there are no events
-	}
+// openEvents binds the stream of the job's events, as the client's
+// access does; a fleet whose workers never created it has no events, and
+// Follow yields queued and the result.
+func (f *follower) openEvents(ctx context.Context) error { return f.c.acc.openEvents(ctx, f) }
+
+// openEvents binds nothing for a tenant: lastSeq and consume say when
+// there are no events.
+func (a *tenantAccess) openEvents(context.Context, *follower) error { return nil }
+
+func (a *fleetAccess) openEvents(ctx context.Context, f *follower) error {
 	var st jetstream.Stream
 	err := f.untilStream(ctx, func() (err error) {
 		sctx, cancel := context.WithTimeout(ctx, eventsTimeout)
@@ -69,6 +73,7 @@ func (f *follower) openEvents(ctx context.Context) error {
 	})
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
+		f.noEvents = true
 		return nil
 	case err != nil:
 		return fmt.Errorf("follow %s: read the events: %w", f.id, err)
@@ -79,11 +84,10 @@ func (f *follower) openEvents(ctx context.Context) error {
 
 // lastSeq returns the sequence of the job's last event stored now, 0 when
 // there is none.
-func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
-	if f.c.tenant != "" {
-		return f.tenantLastSeq(ctx)
-	}
-	if f.events == nil {
+func (f *follower) lastSeq(ctx context.Context) (uint64, error) { return f.c.acc.lastSeq(ctx, f) }
+
+func (a *fleetAccess) lastSeq(ctx context.Context, f *follower) (uint64, error) {
+	if f.noEvents {
 		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, eventsTimeout)
@@ -105,7 +109,7 @@ func (f *follower) lastSeq(ctx context.Context) (uint64, error) {
 // deleted, or lost with its server). stop ends it, waits for its callback
 // and deletes it.
 func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, done <-chan struct{}, stop func(), err error) {
-	if (f.c.tenant == "" && f.events == nil) || f.noEvents {
+	if f.noEvents {
 		return nil, nil, func() {}, nil
 	}
 	var cons jetstream.Consumer
@@ -124,7 +128,9 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 		})
 		return err
 	})
-	if f.c.tenant != "" && errors.Is(err, jetstream.ErrStreamNotFound) {
+	if f.events == nil && errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Found missing here by a client that binds no stream (a
+		// tenant's): the fleet has no EVENTS.
 		f.noEvents = true
 		return nil, nil, func() {}, nil
 	}
@@ -155,10 +161,10 @@ func (f *follower) consume(ctx context.Context) (events <-chan jetstream.Msg, do
 	return ch, cc.Closed(), stop, nil
 }
 
-// tenantLastSeq is lastSeq for a tenant: a direct get of the job's
+// lastSeq is follower.lastSeq for a tenant: a direct get of the job's
 // subject. A fleet without EVENTS, or whose EVENTS predates direct gets,
 // has no responder: no events to wait for.
-func (f *follower) tenantLastSeq(ctx context.Context) (uint64, error) {
+func (a *tenantAccess) lastSeq(ctx context.Context, f *follower) (uint64, error) {
 	if f.noEvents {
 		return 0, nil
 	}

@@ -19,35 +19,46 @@ type resultUpdate struct {
 // yet) and a channel that delivers the one stored later: a job's result
 // is written once. stop ends the watch and waits for it.
 func (f *follower) watchResult(ctx context.Context) (initial *Result, later <-chan resultUpdate, stop func(), err error) {
+	return f.c.acc.watchResult(ctx, f)
+}
+
+// watchResult for a tenant: a key watch (keyWatch) and a direct get.
+func (a *tenantAccess) watchResult(ctx context.Context, f *follower) (initial *Result, later <-chan resultUpdate, stop func(), err error) {
 	ch := make(chan resultUpdate, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	stop = func() { cancel(); <-done }
-	if f.c.tenant != "" {
-		// The watch first, so that a result stored from now on reaches it.
-		rw, err := f.c.Watch(ctx, f.id)
-		if err != nil {
-			cancel()
-			return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
-		}
-		initial, err = f.c.tenantGet(ctx, f.id)
-		if errors.Is(err, ErrNotFound) {
-			initial, err = nil, nil
-		}
-		if err != nil || initial != nil {
-			rw.Stop()
-			cancel()
-			return initial, nil, func() {}, err
-		}
-		go func() {
-			defer close(done)
-			defer rw.Stop()
-			r, err := rw.Next(ctx)
-			ch <- resultUpdate{r, err}
-		}()
-		return nil, ch, stop, nil
+	// The watch first, so that a result stored from now on reaches it.
+	rw, err := a.c.Watch(ctx, f.id)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)
 	}
-	w, err := f.c.stores.Results.Watch(ctx, f.id)
+	initial, err = a.get(ctx, f.id)
+	if errors.Is(err, ErrNotFound) {
+		initial, err = nil, nil
+	}
+	if err != nil || initial != nil {
+		rw.Stop()
+		cancel()
+		return initial, nil, func() {}, err
+	}
+	go func() {
+		defer close(done)
+		defer rw.Stop()
+		r, err := rw.Next(ctx)
+		ch <- resultUpdate{r, err}
+	}()
+	return nil, ch, stop, nil
+}
+
+// watchResult for the fleet's client: a watch of the key in RESULTS.
+func (a *fleetAccess) watchResult(ctx context.Context, f *follower) (initial *Result, later <-chan resultUpdate, stop func(), err error) {
+	ch := make(chan resultUpdate, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	stop = func() { cancel(); <-done }
+	w, err := a.st.Results.Watch(ctx, f.id)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, fmt.Errorf("follow %s: %w", f.id, err)

@@ -59,26 +59,27 @@ func (c *Client) PendingJob(ctx context.Context, id string) (*Job, Phase, error)
 
 // inStream reads a job's message and its phase.
 func (c *Client) inStream(ctx context.Context, id string) (*jetstream.RawStreamMsg, Phase, error) {
-	if c.tenant != "" {
-		return nil, "", fmt.Errorf("phase: %w", ErrNotTenants)
+	st, err := c.acc.stores()
+	if err != nil {
+		return nil, "", fmt.Errorf("phase: %w", err)
 	}
-	msg, err := c.stores.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
+	msg, err := st.Stream.GetLastMsgForSubject(ctx, fleet.SubjectPrefix+"*."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, "", fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("look up %s: %w", id, err)
 	}
-	phase, err := c.phaseOf(ctx, msg)
+	phase, err := phaseOf(ctx, st.Stream, msg)
 	return msg, phase, err
 }
 
-func (c *Client) phaseOf(ctx context.Context, msg *jetstream.RawStreamMsg) (Phase, error) {
+func phaseOf(ctx context.Context, stream jetstream.Stream, msg *jetstream.RawStreamMsg) (Phase, error) {
 	queue, _, err := fleet.ParseSubject(msg.Subject)
 	if err != nil {
 		return PhaseQueued, nil
 	}
-	cons, err := c.stores.Stream.Consumer(ctx, fleet.ConsumerName(queue))
+	cons, err := stream.Consumer(ctx, fleet.ConsumerName(queue))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return PhaseQueued, nil // no worker has served this queue yet
 	}

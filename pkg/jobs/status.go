@@ -46,8 +46,9 @@ type QueueStatus struct {
 // A heartbeat that cannot be decoded is skipped rather than failing the call:
 // the bucket is written by every worker version of the fleet.
 func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
-	if c.tenant != "" {
-		return nil, fmt.Errorf("status: %w", ErrNotTenants)
+	st, err := c.acc.stores()
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
 	}
 	fs := &FleetStatus{Workers: []WorkerStatus{}, Queues: []QueueStatus{}}
 	// Which workers have a heartbeat, from the stream's state, then each
@@ -58,7 +59,7 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 		return nil, fmt.Errorf("read workers: %w", err)
 	}
 	for _, id := range ids {
-		e, err := c.stores.Workers.Get(ctx, id)
+		e, err := st.Workers.Get(ctx, id)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 			continue // stopped or expired meanwhile
@@ -76,12 +77,12 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 	}
 	slices.SortFunc(fs.Workers, func(a, b WorkerStatus) int { return strings.Compare(a.ID, b.ID) })
 
-	info, err := c.stores.Stream.Info(ctx)
+	info, err := st.Stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", fleet.StreamName, err)
 	}
 	fs.Messages, fs.Bytes = info.State.Msgs, info.State.Bytes
-	cl := c.stores.Stream.ListConsumers(ctx)
+	cl := st.Stream.ListConsumers(ctx)
 	for ci := range cl.Info() {
 		queue, ok := strings.CutPrefix(ci.Name, fleet.ConsumerName(""))
 		if !ok || !ValidQueue(queue) {
@@ -97,7 +98,7 @@ func (c *Client) Status(ctx context.Context) (*FleetStatus, error) {
 		if ci.NumPending+uint64(ci.NumAckPending) > 0 {
 			// The first message of the queue at or after sequence 1: one
 			// lookup in the stream's subject index.
-			m, err := c.stores.Stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(fleet.SubjectPrefix+queue+".>"))
+			m, err := st.Stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(fleet.SubjectPrefix+queue+".>"))
 			if err == nil {
 				t := m.Time.UTC()
 				fs.Queues[len(fs.Queues)-1].Oldest = &t

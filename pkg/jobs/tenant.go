@@ -38,51 +38,64 @@ func NewTenantClient(js jetstream.JetStream, t string, cfg Config) (*Client, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Client{js: js, cfg: cfg.withDefaults(), tenant: t}, nil
+	c := &Client{js: js, cfg: cfg.withDefaults()}
+	c.acc = &tenantAccess{c: c, name: t}
+	return c, nil
 }
 
 // ErrNotTenants is returned by what a tenant's client cannot do.
 var ErrNotTenants = errors.New("not available to a tenant's client")
 
+// tenantAccess is a tenant's client's: the tenant's own keys, read and
+// written by subject, where the server's permissions see them (see
+// directGet).
+type tenantAccess struct {
+	c    *Client
+	name string
+}
+
+func (a *tenantAccess) tenant() string                 { return a.name }
+func (a *tenantAccess) reaches(t string) bool          { return t == a.name }
+func (a *tenantAccess) stores() (*fleet.Stores, error) { return nil, ErrNotTenants }
+
+func (a *tenantAccess) qualifyID(id string) (string, error) {
+	if id == "" {
+		return a.name + "." + NewID(), nil
+	}
+	return a.qualifyName("id", id)
+}
+
+func (a *tenantAccess) qualifyWorkspace(name string) (string, error) {
+	return a.qualifyName("workspace", name)
+}
+
+// qualifyName returns name qualified by the tenant, or an error wrapping
+// ErrInvalidJob when it is another tenant's.
+func (a *tenantAccess) qualifyName(what, name string) (string, error) {
+	switch t := TenantOf(name); t {
+	case "":
+		return a.name + "." + name, nil
+	case a.name:
+		return name, nil
+	default:
+		return "", invalid("%s %q is tenant %s's, not %s's", what, shorten.Text(name, 170), t, a.name)
+	}
+}
+
 // QualifyID returns id as this client submits it: unchanged for a client of
 // no tenant; for a tenant's, qualified by the tenant (a new ID when id is
 // empty), or an error wrapping ErrInvalidJob when it is another tenant's.
-func (c *Client) QualifyID(id string) (string, error) {
-	switch t := TenantOf(id); {
-	case c.tenant == "":
-		return id, nil
-	case id == "":
-		return c.tenant + "." + NewID(), nil
-	case t == "":
-		return c.tenant + "." + id, nil
-	case t != c.tenant:
-		return "", invalid("id %q is tenant %s's, not %s's", shorten.Text(id, 170), t, c.tenant)
-	}
-	return id, nil
-}
+func (c *Client) QualifyID(id string) (string, error) { return c.acc.qualifyID(id) }
 
 // QualifyWorkspace returns a workspace's name as this client's jobs name it:
 // unchanged for a client of no tenant; for a tenant's, qualified by the
 // tenant, or an error wrapping ErrInvalidJob when it is another tenant's.
-func (c *Client) QualifyWorkspace(name string) (string, error) {
-	switch t := TenantOf(name); {
-	case c.tenant == "":
-		return name, nil
-	case t == "":
-		return c.tenant + "." + name, nil
-	case t != c.tenant:
-		return "", invalid("workspace %q is tenant %s's, not %s's", shorten.Text(name, 170), t, c.tenant)
-	}
-	return name, nil
-}
+func (c *Client) QualifyWorkspace(name string) (string, error) { return c.acc.qualifyWorkspace(name) }
 
 // qualifyJob returns job as this client submits it: its ID, workspace and
 // workspace_from qualified by the client's tenant. job itself is not
 // modified.
 func (c *Client) qualifyJob(job *Job) (*Job, error) {
-	if c.tenant == "" {
-		return job, nil
-	}
 	q := *job
 	var err error
 	if q.ID, err = c.QualifyID(job.ID); err != nil {
@@ -155,9 +168,9 @@ func (c *Client) directGet(ctx context.Context, stream, subject string) (*nats.M
 	return m, nil
 }
 
-// tenantGet reads RESULTS[id] by a direct get of its subject.
-func (c *Client) tenantGet(ctx context.Context, id string) (*Result, error) {
-	m, err := c.directGet(ctx, "KV_"+fleet.ResultsBucket, kvSubject(fleet.ResultsBucket, id))
+// get reads RESULTS[id] by a direct get of its subject.
+func (a *tenantAccess) get(ctx context.Context, id string) (*Result, error) {
+	m, err := a.c.directGet(ctx, "KV_"+fleet.ResultsBucket, kvSubject(fleet.ResultsBucket, id))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, shorten.Text(id, 170))
@@ -175,9 +188,9 @@ func isKVDelete(h nats.Header) bool {
 	return op == "DEL" || op == "PURGE"
 }
 
-// tenantHead reads WORKSPACES[name] by a direct get of its subject.
-func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, error) {
-	m, err := c.directGet(ctx, "KV_"+fleet.WorkspacesBucket, kvSubject(fleet.WorkspacesBucket, name))
+// head reads WORKSPACES[name] by a direct get of its subject.
+func (a *tenantAccess) head(ctx context.Context, name string) (*WorkspaceHead, error) {
+	m, err := a.c.directGet(ctx, "KV_"+fleet.WorkspacesBucket, kvSubject(fleet.WorkspacesBucket, name))
 	switch {
 	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("%w: %s", ErrNoWorkspace, name)
@@ -189,14 +202,15 @@ func (c *Client) tenantHead(ctx context.Context, name string) (*WorkspaceHead, e
 	return DecodeWorkspaceHead(name, m.Data)
 }
 
-// tenantHeads lists the tenant's workspaces: an ephemeral consumer on
+// heads lists the tenant's workspaces: an ephemeral consumer on
 // WORKSPACES filtered to its keys ($KV.WORKSPACES.<tenant>.*), the last
 // value of each; the filter is in the API subject, where the permissions
 // see it.
-func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
+func (a *tenantAccess) heads(ctx context.Context) ([]*WorkspaceHead, error) {
+	c := a.c
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	prefix := kvSubject(fleet.WorkspacesBucket, c.tenant+".")
+	prefix := kvSubject(fleet.WorkspacesBucket, a.name+".")
 	cons, err := c.js.CreateConsumer(ctx, "KV_"+fleet.WorkspacesBucket, jetstream.ConsumerConfig{
 		FilterSubject:     prefix + "*",
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
@@ -250,10 +264,20 @@ func (c *Client) tenantHeads(ctx context.Context) ([]*WorkspaceHead, error) {
 	return heads, nil
 }
 
-// tenantCancel is Cancel for a tenant: it records the request under the
+// purgeHead removes a workspace's head as KeyValue.Delete does (see
+// fleetAccess.purgeHead), without binding the bucket.
+func (a *tenantAccess) purgeHead(ctx context.Context, name string) error {
+	m := nats.NewMsg(kvSubject(fleet.WorkspacesBucket, name))
+	m.Header.Set(kvOperation, "DEL")
+	_, err := a.c.js.PublishMsg(ctx, m)
+	return err
+}
+
+// cancel is Cancel for a tenant: it records the request under the
 // job's key in CANCELS and waits CancelWait for the canceled result.
-func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
-	if r, err := c.tenantGet(ctx, id); err == nil {
+func (a *tenantAccess) cancel(ctx context.Context, id string) (*Result, error) {
+	c := a.c
+	if r, err := a.get(ctx, id); err == nil {
 		return r, &FinishedError{Result: r}
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
@@ -281,5 +305,11 @@ func (c *Client) tenantCancel(ctx context.Context, id string) (*Result, error) {
 	return nil, fmt.Errorf("cancel %s: %w (or no job has this ID)", id, ErrCancelPending)
 }
 
-// Tenant returns the tenant of a tenant's client, "" for another.
-func (c *Client) Tenant() string { return c.tenant }
+// Tenant returns the tenant of a tenant's client, "" for another (and for
+// the zero Client, which reaches nothing).
+func (c *Client) Tenant() string {
+	if c.acc == nil {
+		return ""
+	}
+	return c.acc.tenant()
+}

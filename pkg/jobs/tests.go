@@ -79,8 +79,16 @@ type CaseResult struct {
 }
 
 // Diff is the first line where a case's stdout differs from the expected
-// one, each side cut to 200 bytes.
-type Diff = judge.Diff
+// one (1-based), each side cut to 200 bytes. Reason says what differs when
+// the lines alone do not show it (a missing line, a token out of
+// tolerance). It has the fields of the launcher's judge.Diff, which the
+// executor converts.
+type Diff struct {
+	Line     int    `json:"line"`
+	Expected string `json:"expected"`
+	Actual   string `json:"actual"`
+	Reason   string `json:"reason,omitempty"`
+}
 
 // CompileReport is a compiled preset's compile step (Result.Compile).
 type CompileReport struct {

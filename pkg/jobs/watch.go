@@ -24,10 +24,11 @@ var ErrWatchClosed = errors.New("result watch closed")
 // the IDs it was opened for. Stop it when done.
 type ResultsWatch struct {
 	w jetstream.KeyWatcher
-	// A tenant's (tenantWatchResults), instead of w: a subscription to
-	// its own keys, the IDs it keeps (none: every one), and what it
-	// checks to know it missed nothing.
+	// A tenant's (tenantAccess.watchResults), instead of w: a
+	// subscription to its own keys, the IDs it keeps (none: every one),
+	// and what it checks to know it missed nothing.
 	c          *Client
+	tenant     string
 	sub        *nats.Subscription
 	ids        map[string]bool
 	reconnects uint64
@@ -54,15 +55,17 @@ func (c *Client) WatchResults(ctx context.Context, ids ...string) (*ResultsWatch
 		if !ValidID(id) {
 			return nil, invalid("id %q must match [A-Za-z0-9_-]{1,128}", shorten.Text(id, 140))
 		}
-		if c.tenant != "" && TenantOf(id) != c.tenant {
-			return nil, invalid("id %q is not tenant %s's", shorten.Text(id, 140), c.tenant)
+		if !c.acc.reaches(TenantOf(id)) {
+			return nil, invalid("id %q is not tenant %s's", shorten.Text(id, 140), c.Tenant())
 		}
 	}
-	if c.tenant != "" {
-		return c.tenantWatchResults(ctx, ids)
-	}
+	return c.acc.watchResults(ctx, ids)
+}
+
+// watchResults for the fleet's client: a watch of RESULTS.
+func (a *fleetAccess) watchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
 	// WatchFiltered writes the bucket's prefix into the slice it is given.
-	w, err := c.stores.Results.WatchFiltered(ctx, slices.Clone(ids), jetstream.UpdatesOnly())
+	w, err := a.st.Results.WatchFiltered(ctx, slices.Clone(ids), jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
@@ -91,7 +94,7 @@ func (rw *ResultsWatch) Stop() error {
 	return rw.w.Stop()
 }
 
-// tenantWatchResults is WatchResults for a tenant: a subscription to the
+// watchResults is WatchResults for a tenant: a subscription to the
 // tenant's keys' subjects, which the workers' puts are published on, and
 // no consumer, for the reasons of keyWatch. A delivery names the key, and
 // the value is read from RESULTS by a direct get: a put the stream refused
@@ -100,9 +103,9 @@ func (rw *ResultsWatch) Stop() error {
 // a reconnect or a message dropped for a slow reader ends the watch with
 // ErrWatchClosed: a result may have been missed, and the caller looks up
 // what it still waits for.
-func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
-	nc := c.js.Conn()
-	sub, err := nc.SubscribeSync(kvSubject(fleet.ResultsBucket, c.tenant+".*"))
+func (a *tenantAccess) watchResults(ctx context.Context, ids []string) (*ResultsWatch, error) {
+	nc := a.c.js.Conn()
+	sub, err := nc.SubscribeSync(kvSubject(fleet.ResultsBucket, a.name+".*"))
 	if err != nil {
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
@@ -112,7 +115,7 @@ func (c *Client) tenantWatchResults(ctx context.Context, ids []string) (*Results
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("watch results: %w", err)
 	}
-	rw := &ResultsWatch{c: c, sub: sub, reconnects: nc.Stats().Reconnects}
+	rw := &ResultsWatch{c: a.c, tenant: a.name, sub: sub, reconnects: nc.Stats().Reconnects}
 	if len(ids) > 0 {
 		rw.ids = map[string]bool{}
 		for _, id := range ids {
@@ -139,7 +142,7 @@ func (rw *ResultsWatch) nextTenant(ctx context.Context) (StoredResult, error) {
 		// A push consumer's delivery keeps its stream's subject and
 		// carries an ack subject: not a put on a key.
 		if !strings.HasPrefix(m.Subject, prefix) || strings.HasPrefix(m.Reply, "$JS.ACK.") || isKVDelete(m.Header) ||
-			TenantOf(id) != rw.c.tenant || (rw.ids != nil && !rw.ids[id]) {
+			TenantOf(id) != rw.tenant || (rw.ids != nil && !rw.ids[id]) {
 			continue
 		}
 		data, err := rw.stored(ctx, m.Subject)

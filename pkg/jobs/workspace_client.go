@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
@@ -53,20 +52,16 @@ func (c *Client) workspaceStores(ctx context.Context) (*fleet.WorkspaceStores, e
 	return ws, nil
 }
 
-// objectStore binds an object store of a tenant's (snapshots or
-// artifacts; of no tenant, the fleet's) on first use: a tenant may read
-// the info of its own. A bucket that does not exist yet is ErrNoWorkspaces.
+// objectStore returns an object store (snapshots or artifacts, of a
+// tenant or of none) as the client's access reaches it.
 func (c *Client) objectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
-	if c.tenant == "" && (bucket == fleet.SnapshotsBucket || bucket == fleet.ArtifactsBucket) {
-		ws, err := c.workspaceStores(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if bucket == fleet.SnapshotsBucket {
-			return ws.Snapshots, nil
-		}
-		return ws.Artifacts, nil
-	}
+	return c.acc.objectStore(ctx, bucket)
+}
+
+// bindObjectStore binds an object store of a tenant's (snapshots or
+// artifacts) on first use: a tenant may read the info of its own. A
+// bucket that does not exist yet is ErrNoWorkspaces.
+func (c *Client) bindObjectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
 	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
 	if o := c.objs[bucket]; o != nil {
@@ -119,10 +114,12 @@ func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, er
 	if err != nil {
 		return nil, err
 	}
-	if c.tenant != "" {
-		return c.tenantHead(ctx, name)
-	}
-	ws, err := c.workspaceStores(ctx)
+	return c.acc.head(ctx, name)
+}
+
+// head reads WORKSPACES[name] from the bucket.
+func (a *fleetAccess) head(ctx context.Context, name string) (*WorkspaceHead, error) {
+	ws, err := a.c.workspaceStores(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -140,9 +137,12 @@ func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, er
 // the tenant's. The checkpoints of persistent sessions are not listed:
 // they are their sessions' owners' alone (fleet.SessionWorkspace).
 func (c *Client) Workspaces(ctx context.Context) ([]*WorkspaceHead, error) {
-	if c.tenant != "" {
-		return c.tenantHeads(ctx)
-	}
+	return c.acc.heads(ctx)
+}
+
+// heads lists the heads from the bucket's stream.
+func (a *fleetAccess) heads(ctx context.Context) ([]*WorkspaceHead, error) {
+	c := a.c
 	if _, err := c.workspaceStores(ctx); err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 		return 0, err
 	}
 	name = h.Name
-	if err := c.purgeHead(ctx, name); err != nil {
+	if err := c.acc.purgeHead(ctx, name); err != nil {
 		return 0, fmt.Errorf("remove workspace %s: %w", name, err)
 	}
 	revs := h.Kept
@@ -208,15 +208,8 @@ func (c *Client) DeleteWorkspace(ctx context.Context, name string) (left int, er
 // purgeHead removes a workspace's head: a delete, which the bucket keeps
 // one message of (its history is 1), as WORKSPACES refuses rollups, so a
 // purge.
-func (c *Client) purgeHead(ctx context.Context, name string) error {
-	if c.tenant != "" {
-		// What KeyValue.Delete publishes, without binding the bucket.
-		m := nats.NewMsg(kvSubject(fleet.WorkspacesBucket, name))
-		m.Header.Set(kvOperation, "DEL")
-		_, err := c.js.PublishMsg(ctx, m)
-		return err
-	}
-	ws, err := c.workspaceStores(ctx)
+func (a *fleetAccess) purgeHead(ctx context.Context, name string) error {
+	ws, err := a.c.workspaceStores(ctx)
 	if err != nil {
 		return err
 	}
@@ -345,8 +338,8 @@ func removeExtracted(dir string, made bool) error {
 // tenant's client refuses another tenant's.
 func (c *Client) WriteArtifact(ctx context.Context, a Artifact, w io.Writer) error {
 	t := fleet.ArtifactTenant(a.Key)
-	if c.tenant != "" && t != c.tenant {
-		return invalid("artifact %s: key %q is not tenant %s's", field.Quote(a.Name), shorten.Text(a.Key, 170), c.tenant)
+	if !c.acc.reaches(t) {
+		return invalid("artifact %s: key %q is not tenant %s's", field.Quote(a.Name), shorten.Text(a.Key, 170), c.Tenant())
 	}
 	store, err := c.objectStore(ctx, fleet.ArtifactsBucketOf(t))
 	if err != nil {
