@@ -94,28 +94,11 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	if err == nil && !st.Mode().IsRegular() {
 		return fail(exitUsage, "%s: not a regular file (batch reads its input twice)", path)
 	}
-	name, out, window := c.name, c.outPath, c.window
-	if name == "" {
-		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	name, out, err := c.check(path, st)
+	if err != nil {
+		return err
 	}
-	if batch.CleanName(name) == "" {
-		return usage("--name: empty batch name")
-	}
-	if !jobs.ValidQueue(c.queue) {
-		return usage("--queue %q must match [A-Za-z0-9_-]{1,64}", c.queue)
-	}
-	if window < 0 {
-		return usage("--window %d is negative", window)
-	}
-	if out == "" && !c.out.json {
-		out = "-"
-	}
-	if ost, err := os.Stat(out); err == nil && st != nil && os.SameFile(st, ost) {
-		return usage("-o %s is FILE itself: its results would replace the jobs", out)
-	}
-	if c.retry != "" && c.retry != "errors" {
-		return usage("--retry takes errors, not %q", c.retry)
-	}
+	window := c.window
 
 	client, closeConn, err := m.connect(ctx)
 	if err != nil {
@@ -156,14 +139,7 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	}
 
 	tty := m.IsTerminal(m.Stderr)
-	interval := c.interval
-	if interval <= 0 {
-		interval = 5 * time.Second
-		if tty {
-			interval = 200 * time.Millisecond
-		}
-	}
-	stopProgress := c.progress(runner, tty, interval, &badMu)
+	stopProgress := c.progress(runner, tty, c.progressEvery(tty), &badMu)
 	sum, err := runner.Run(ctx, in)
 	stopProgress()
 	kept, cerr := sink.close(err == nil && !sum.Interrupted)
@@ -175,13 +151,66 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		m.warnf("%s left as it was: it holds more results than this run wrote (%d); the next run writes them all", out, sink.lines)
 	}
 	if sink.opened && !kept {
-		mpath := manifestPath(out)
-		if merr := writeManifest(ctx, client, runner.Manifest(sum), mpath); merr != nil {
-			m.warnf("manifest: %v", merr)
-		} else {
-			fmt.Fprintf(m.Stderr, "  manifest:   %s\n", mpath)
-		}
+		c.manifest(ctx, client, runner.Manifest(sum), out)
 	}
+	return c.exit(ctx, sum, err)
+}
+
+// progressEvery is how often the progress line is drawn: --progress-interval,
+// or 200ms on a terminal and 5s otherwise.
+func (c *batchCommand) progressEvery(tty bool) time.Duration {
+	switch {
+	case c.interval > 0:
+		return c.interval
+	case tty:
+		return 200 * time.Millisecond
+	}
+	return 5 * time.Second
+}
+
+// manifest writes the batch's manifest beside its results at out, and
+// says where; a failure is a warning, the results being written.
+func (c *batchCommand) manifest(ctx context.Context, client *jobs.Client, man *batch.Manifest, out string) {
+	mpath := manifestPath(out)
+	if err := writeManifest(ctx, client, man, mpath); err != nil {
+		c.m.warnf("manifest: %v", err)
+		return
+	}
+	fmt.Fprintf(c.m.Stderr, "  manifest:   %s\n", mpath)
+}
+
+// check checks the flags against the input at path (st: nil when it
+// could not be read) and returns the batch's name and the results' path.
+func (c *batchCommand) check(path string, st os.FileInfo) (name, out string, err error) {
+	usage := func(format string, args ...any) error { return usageError("batch", format, args...) }
+	name, out = c.name, c.outPath
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if batch.CleanName(name) == "" {
+		return "", "", usage("--name: empty batch name")
+	}
+	if !jobs.ValidQueue(c.queue) {
+		return "", "", usage("--queue %q must match [A-Za-z0-9_-]{1,64}", c.queue)
+	}
+	if c.window < 0 {
+		return "", "", usage("--window %d is negative", c.window)
+	}
+	if out == "" && !c.out.json {
+		out = "-"
+	}
+	if ost, err := os.Stat(out); err == nil && st != nil && os.SameFile(st, ost) {
+		return "", "", usage("-o %s is FILE itself: its results would replace the jobs", out)
+	}
+	if c.retry != "" && c.retry != "errors" {
+		return "", "", usage("--retry takes errors, not %q", c.retry)
+	}
+	return name, out, nil
+}
+
+// exit is the command's outcome once the run ended with sum and err.
+func (c *batchCommand) exit(ctx context.Context, sum *batch.Summary, err error) error {
+	m := c.m
 	interrupted := ctx.Err() != nil && sum.Interrupted
 	switch {
 	case errors.Is(err, batch.ErrBadInput):
