@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,28 +91,11 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	if err == nil && !st.Mode().IsRegular() {
 		return fail(exitUsage, "%s: not a regular file (batch reads its input twice)", path)
 	}
-	name, out, window := c.name, c.outPath, c.window
-	if name == "" {
-		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	name, out, err := c.check(path, st)
+	if err != nil {
+		return err
 	}
-	if batch.CleanName(name) == "" {
-		return usage("--name: empty batch name")
-	}
-	if !jobs.ValidQueue(c.queue) {
-		return usage("--queue %q must match [A-Za-z0-9_-]{1,64}", c.queue)
-	}
-	if window < 0 {
-		return usage("--window %d is negative", window)
-	}
-	if out == "" && !c.out.json {
-		out = "-"
-	}
-	if ost, err := os.Stat(out); err == nil && st != nil && os.SameFile(st, ost) {
-		return usage("-o %s is FILE itself: its results would replace the jobs", out)
-	}
-	if c.retry != "" && c.retry != "errors" {
-		return usage("--retry takes errors, not %q", c.retry)
-	}
+	window := c.window
 
 	client, closeConn, err := m.connect(ctx)
 	if err != nil {
@@ -156,14 +136,7 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	}
 
 	tty := m.IsTerminal(m.Stderr)
-	interval := c.interval
-	if interval <= 0 {
-		interval = 5 * time.Second
-		if tty {
-			interval = 200 * time.Millisecond
-		}
-	}
-	stopProgress := c.progress(runner, tty, interval, &badMu)
+	stopProgress := c.progress(runner, tty, c.progressEvery(tty), &badMu)
 	sum, err := runner.Run(ctx, in)
 	stopProgress()
 	kept, cerr := sink.close(err == nil && !sum.Interrupted)
@@ -175,13 +148,66 @@ func (c *batchCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		m.warnf("%s left as it was: it holds more results than this run wrote (%d); the next run writes them all", out, sink.lines)
 	}
 	if sink.opened && !kept {
-		mpath := manifestPath(out)
-		if merr := writeManifest(ctx, client, runner.Manifest(sum), mpath); merr != nil {
-			m.warnf("manifest: %v", merr)
-		} else {
-			fmt.Fprintf(m.Stderr, "  manifest:   %s\n", mpath)
-		}
+		c.manifest(ctx, client, runner.Manifest(sum), out)
 	}
+	return c.exit(ctx, sum, err)
+}
+
+// progressEvery is how often the progress line is drawn: --progress-interval,
+// or 200ms on a terminal and 5s otherwise.
+func (c *batchCommand) progressEvery(tty bool) time.Duration {
+	switch {
+	case c.interval > 0:
+		return c.interval
+	case tty:
+		return 200 * time.Millisecond
+	}
+	return 5 * time.Second
+}
+
+// manifest writes the batch's manifest beside its results at out, and
+// says where; a failure is a warning, the results being written.
+func (c *batchCommand) manifest(ctx context.Context, client *jobs.Client, man *batch.Manifest, out string) {
+	mpath := manifestPath(out)
+	if err := writeManifest(ctx, client, man, mpath); err != nil {
+		c.m.warnf("manifest: %v", err)
+		return
+	}
+	fmt.Fprintf(c.m.Stderr, "  manifest:   %s\n", mpath)
+}
+
+// check checks the flags against the input at path (st: nil when it
+// could not be read) and returns the batch's name and the results' path.
+func (c *batchCommand) check(path string, st os.FileInfo) (name, out string, err error) {
+	usage := func(format string, args ...any) error { return usageError("batch", format, args...) }
+	name, out = c.name, c.outPath
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if batch.CleanName(name) == "" {
+		return "", "", usage("--name: empty batch name")
+	}
+	if !jobs.ValidQueue(c.queue) {
+		return "", "", usage("--queue %q must match [A-Za-z0-9_-]{1,64}", c.queue)
+	}
+	if c.window < 0 {
+		return "", "", usage("--window %d is negative", c.window)
+	}
+	if out == "" && !c.out.json {
+		out = "-"
+	}
+	if ost, err := os.Stat(out); err == nil && st != nil && os.SameFile(st, ost) {
+		return "", "", usage("-o %s is FILE itself: its results would replace the jobs", out)
+	}
+	if c.retry != "" && c.retry != "errors" {
+		return "", "", usage("--retry takes errors, not %q", c.retry)
+	}
+	return name, out, nil
+}
+
+// exit is the command's outcome once the run ended with sum and err.
+func (c *batchCommand) exit(ctx context.Context, sum *batch.Summary, err error) error {
+	m := c.m
 	interrupted := ctx.Err() != nil && sum.Interrupted
 	switch {
 	case errors.Is(err, batch.ErrBadInput):
@@ -218,141 +244,6 @@ func autoWindow(ctx context.Context, client *jobs.Client) int {
 }
 
 var errSink = errors.New("write results")
-
-// resultSink writes results as JSONL, each line with one write of a
-// complete line: an interrupted run leaves whole lines only. A run whose
-// OUT already holds results (a rerun) writes them beside it and puts them
-// in its place at the end: an interrupted rerun, which may have written
-// fewer than the run before, does not throw those away.
-type resultSink struct {
-	path    string // "" writes nowhere, "-" to stdout
-	stdout  io.Writer
-	visible bool // stdout is a terminal: visibleJSON
-	w       io.Writer
-	f       *os.File
-	// progress, when set, is the terminal stderr whose live line (drawn
-	// under mu) a result on the same terminal clears first.
-	progress io.Writer
-	mu       *sync.Mutex
-	opened   bool // OUT is a file, opened
-	aside    bool // f is a file beside path, renamed over it by close
-	lines    int  // results written
-	buf      []byte
-}
-
-func (s *resultSink) open() error {
-	switch s.path {
-	case "":
-		s.w = io.Discard
-	case "-":
-		s.w = s.stdout
-	default:
-		s.visible = false
-		var f *os.File
-		var err error
-		if st, serr := os.Stat(s.path); serr == nil && st.Mode().IsRegular() && st.Size() > 0 {
-			dir, base := filepath.Split(s.path)
-			if dir == "" {
-				dir = "." // beside OUT, not in $TMPDIR: renamed over it at the end
-			}
-			if f, err = os.CreateTemp(dir, "."+base+".*.partial"); err == nil {
-				err = f.Chmod(st.Mode().Perm())
-			}
-			s.aside = true
-		} else {
-			f, err = os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		}
-		if f != nil {
-			s.f, s.w, s.opened = f, f, true
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %w", errSink, err)
-		}
-	}
-	return nil
-}
-
-func (s *resultSink) write(o batch.Outcome) error {
-	res := *o.Result
-	labels := make(map[string]string, len(res.Labels)+1)
-	for k, v := range res.Labels {
-		labels[k] = v
-	}
-	labels["batch_line"] = strconv.Itoa(o.Line)
-	res.Labels = labels
-	data, err := json.Marshal(&res)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errSink, err)
-	}
-	if s.visible {
-		data = visibleJSON(data)
-	}
-	s.buf = append(append(s.buf[:0], data...), '\n')
-	if s.progress != nil && s.visible {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		fmt.Fprint(s.progress, "\r\033[K")
-	}
-	if _, err := s.w.Write(s.buf); err != nil {
-		return fmt.Errorf("%w: %w", errSink, err)
-	}
-	s.lines++
-	if cap(s.buf) > 1<<20 {
-		s.buf = nil
-	}
-	return nil
-}
-
-// close flushes the results to OUT. A rerun's results take OUT's place
-// when the run finished or wrote at least as many as OUT holds; kept
-// reports that OUT was left as it was instead (this run's results are in
-// RESULTS, and the next run writes them again).
-func (s *resultSink) close(finished bool) (kept bool, err error) {
-	if s.f == nil {
-		return false, nil
-	}
-	f := s.f
-	s.f = nil
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if !s.aside {
-		return false, err
-	}
-	if err == nil && !finished && holdsMoreLines(s.path, s.lines) {
-		return true, os.Remove(f.Name())
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), s.path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return false, err
-}
-
-// holdsMoreLines reports whether the file at path holds more than n lines,
-// reading no further than it takes to tell (OUT may be large).
-func holdsMoreLines(path string, n int) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	lines := 0
-	for {
-		k, err := f.Read(buf)
-		lines += bytes.Count(buf[:k], []byte("\n"))
-		if lines > n {
-			return true
-		}
-		if err != nil {
-			return false
-		}
-	}
-}
 
 // progress prints the batch's progress on stderr until the returned func
 // is called: redrawn in place on a terminal, a plain line otherwise.

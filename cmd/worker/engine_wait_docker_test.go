@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 )
 
@@ -24,7 +24,7 @@ import (
 // then starts is the egress tests' business.)
 func TestWorkerWaitsForItsEngine(t *testing.T) {
 	testutil.NeedDocker(t, func(ctx context.Context) error {
-		return exec.CommandContext(ctx, "docker", "image", "inspect", egress.DefaultImage).Run()
+		return exec.CommandContext(ctx, "docker", "image", "inspect", egressnet.DefaultImage).Run()
 	})
 	t.Parallel()
 	url, _, _ := natsServer(t)

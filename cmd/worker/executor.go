@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -66,7 +67,7 @@ func executorConfig(o *options) (executor.Config, error) {
 		return executor.Config{}, err
 	}
 	if !nw.None() {
-		nw.SecretHosts = egress.SecretHosts(o.secrets)
+		nw.SecretHosts = egressnet.SecretHosts(o.secrets)
 		cfg.Caps.Network = &nw
 	} else if len(o.secrets) > 0 {
 		return executor.Config{}, cmdline.Usagef("--secrets: no job may have a network to use them (--egress-allow or --allow-network)")
@@ -87,9 +88,9 @@ func apartFromSandboxes(allow []limits.Rule, subnets netip.Prefix) error {
 	return nil
 }
 
-// startGateway starts the egress gateway of a worker whose jobs may have
-// a network: its internal network and proxy, named after the worker.
-func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Gateway, error) {
+// startEgress starts the egress of a worker whose jobs may have a
+// network: its proxy and the sandboxes' networks, named after the worker.
+func startEgress(ctx context.Context, o *options, log *slog.Logger) (*egressnet.Networks, error) {
 	hosts, err := egress.ParseHosts(o.egressHosts)
 	if err != nil {
 		return nil, cmdline.Usagef("--egress-hosts: %w", err)
@@ -116,7 +117,7 @@ func startGateway(ctx context.Context, o *options, log *slog.Logger) (*egress.Ga
 		return nil, err
 	}
 	name := "sandfleet-egress-" + strings.NewReplacer("/", "-", "=", "-").Replace(o.id)
-	return egress.StartGateway(ctx, egress.GatewayConfig{
+	return egressnet.Start(ctx, egressnet.Config{
 		Client: cli, Name: name, Image: o.egressImage, Outside: o.egressNetwork, Hosts: hosts, Subnets: o.subnets, Logger: log,
 		Secrets: o.secrets, UpstreamCA: upstream,
 	})

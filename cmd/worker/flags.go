@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/cmdline"
 	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natscreds"
@@ -142,11 +143,11 @@ func flagSet(o *options) *pflag.FlagSet {
 	fs.Var(cmdline.Value(&o.caps.Output, "size"), "max-output", "cap `SIZE` on a job's output per stream (default 2m)")
 	fs.BoolVar(&o.allowNetwork, "allow-network", false, "let jobs ask for open egress (limits.network: true): the internet through the egress proxy, never private, loopback, link-local or the host's addresses")
 	fs.StringVar(&o.egressAllow, "egress-allow", "", "the egress rules any job may name in limits.network.allow: `LIST` of hosts (*.example.org), IPs and CIDRs with optional :PORT, comma-separated (default empty: no job may have a network); private, loopback and link-local addresses only where named here; none within --egress-subnets (the worker refuses to start)")
-	fs.StringVar(&o.egressImage, "egress-image", egress.DefaultImage, "`IMAGE` of the egress proxy, started when jobs may have a network (make images builds it)")
+	fs.StringVar(&o.egressImage, "egress-image", egressnet.DefaultImage, "`IMAGE` of the egress proxy, started when jobs may have a network (make images builds it)")
 	fs.DurationVar(&o.engineWait, "engine-wait", 5*time.Minute, "when jobs may have a network, wait up to `D` at start for the Docker engine to answer before starting the egress proxy (an engine starting beside the worker); 0 fails at once")
 	fs.StringVar(&o.egressNetwork, "egress-network", "bridge", "Docker `NETWORK` the egress proxy reaches the world by; the worker reaches the proxy's control API on it")
 	fs.StringVar(&o.egressHosts, "egress-hosts", "", "`LIST` of NAME=IP the egress proxy uses instead of DNS (air-gapped fleets, mirrors); a pinned name may be a private address")
-	fs.StringVar(&o.egressSubnets, "egress-subnets", egress.DefaultSubnets.String(), "IPv4 `CIDR` each sandbox with a network takes a /28 network of its own from (one per sandbox at once); none the host routes to")
+	fs.StringVar(&o.egressSubnets, "egress-subnets", egressnet.DefaultSubnets.String(), "IPv4 `CIDR` each sandbox with a network takes a /28 network of its own from (one per sandbox at once); none the host routes to")
 	fs.StringVar(&o.egressUpstreamCA, "egress-upstream-ca", "", "PEM `FILE` of CAs the egress proxy trusts besides the system's when it verifies a host it adds a secret for (a mirror's, a test's)")
 	fs.StringVar(&o.secretsFile, "secrets", "", "JSON `FILE` of credentials the egress proxy adds to jobs' HTTPS requests, never shown to the job: a list of {\"name\", \"hosts\", \"header\", \"value_file\" or \"value_env\"}; a job names those it may use in limits.network.secrets")
 	fs.StringVar(&o.networkRuntime, "network-runtime", "", "OCI runtime `NAME` of sandboxes with a network (default --runtime; runsc-net when --runtime is runsc: deploy/runsc.sh registers it)")
@@ -249,7 +250,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, cmdline.Usagef("--grace %s is negative", o.grace)
 	}
 	if o.secretsFile != "" {
-		if o.secrets, err = egress.LoadSecrets(o.secretsFile, os.Getenv); err != nil {
+		if o.secrets, err = egressnet.LoadSecrets(o.secretsFile, os.Getenv); err != nil {
 			return nil, cmdline.Usagef("--secrets: %w", err)
 		}
 	}

@@ -68,7 +68,7 @@ func Run(stop, force context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if execCfg.Caps.Network != nil {
-		gw, err := startGateway(stop, o, log)
+		gw, err := startEgress(stop, o, log)
 		if err != nil {
 			return err
 		}

@@ -105,34 +105,12 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 	var links []string
 	// Links are checked once all are made, whatever stopped the
 	// extraction: one made later may change where an earlier one leads.
-	// One that leads out is removed.
 	checked := false
-	checkLinks := func() error {
-		checked = true
-		var first error
-		for _, l := range links {
-			out, err := leadsOut(rootLinks{root}, l)
-			if err == nil && !out {
-				continue
-			}
-			_ = root.Remove(l)
-			if err == nil {
-				err = refuse(l, "%s", whyLinkOut)
-			}
-			first = cmp.Or(first, err)
-		}
-		return first
-	}
 	defer func() {
 		if !checked {
-			err = cmp.Or(err, checkLinks())
+			err = cmp.Or(err, removeLinksOut(root, links))
 		}
 	}()
-	type dirMode struct {
-		name  string
-		mode  fs.FileMode
-		mtime time.Time
-	}
 	var dirs []dirMode
 	for {
 		hdr, err := tr.Next()
@@ -184,18 +162,50 @@ func Extract(root *os.Root, r io.Reader, lim Limits) (st Stats, err error) {
 			links = append(links, name)
 		}
 	}
-	if err := checkLinks(); err != nil {
+	checked = true
+	if err := removeLinksOut(root, links); err != nil {
 		return st, err
 	}
+	return st, setDirModes(root, dirs)
+}
+
+// removeLinksOut removes each of links that leads out of root, and
+// returns an error for the first.
+func removeLinksOut(root *os.Root, links []string) error {
+	var first error
+	for _, l := range links {
+		out, err := leadsOut(rootLinks{root}, l)
+		if err == nil && !out {
+			continue
+		}
+		_ = root.Remove(l)
+		if err == nil {
+			err = refuse(l, "%s", whyLinkOut)
+		}
+		first = cmp.Or(first, err)
+	}
+	return first
+}
+
+// dirMode is a directory's mode and time, set once its files are in.
+type dirMode struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// setDirModes sets the directories' modes and times, deepest first, so
+// that a directory without write permission still took its files.
+func setDirModes(root *os.Root, dirs []dirMode) error {
 	for _, d := range slices.Backward(dirs) {
 		if err := chmodDir(root, d.name, d.mode); err != nil {
-			return st, fmt.Errorf("%s: %w", field.Quote(d.name), err)
+			return fmt.Errorf("%s: %w", field.Quote(d.name), err)
 		}
 		if !d.mtime.IsZero() {
 			_ = root.Chtimes(d.name, d.mtime, d.mtime)
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // chmodDir sets a directory's mode through a descriptor of it (fchmod):

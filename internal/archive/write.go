@@ -29,163 +29,197 @@ import (
 // launcher stops every other process first): a file that changes size
 // while it is read is an error.
 func Write(w io.Writer, root *os.Root, keep func(name string) bool, lim Limits) (Stats, error) {
-	var st Stats
-	cw := &cappedWriter{w: w, max: lim.MaxBytes}
-	tw := tar.NewWriter(cw)
+	tw := &treeWriter{root: root, keep: keep, lim: lim, kept: linkSet{}}
+	tw.tw = tar.NewWriter(&cappedWriter{w: w, max: lim.MaxBytes})
+	err := fs.WalkDir(root.FS(), ".", tw.entry)
+	tw.endUnder()
+	if err != nil {
+		return tw.st, err
+	}
+	if err := tw.links(); err != nil {
+		return tw.st, err
+	}
+	return tw.st, tw.tw.Close()
+}
+
+// treeWriter is one Write's state.
+type treeWriter struct {
+	root *os.Root
+	keep func(name string) bool
+	lim  Limits
+	tw   *tar.Writer
+	st   Stats
 	// Links go last: where one leads depends on the others, as the
 	// extracted tree will hold them (kept is that tree's links), and
 	// leaving one out can change where another leads.
-	var pending []*tar.Header
-	kept := linkSet{}
-	put := func(hdr *tar.Header, file *os.File) error {
-		if st.Files++; st.Files+len(pending) > lim.MaxFiles {
-			return fmt.Errorf("%w: more than %d entries", ErrTooLarge, lim.MaxFiles)
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if file != nil {
-			n, err := io.CopyN(tw, file, hdr.Size)
-			if err != nil && !errors.Is(err, ErrTooLarge) {
-				return fmt.Errorf("%s: read %d of %d bytes: %w", field.Quote(hdr.Name), n, hdr.Size, err)
-			}
-			if err != nil {
-				return err
-			}
-			st.Bytes += n
-		}
-		return nil
-	}
+	pending []*tar.Header
+	kept    linkSet
 	// A directory left out for its name is listed once: what is under it
 	// (its names are longer still) is counted, in its reason too.
-	var under struct {
+	under struct {
 		prefix string
 		at, n  int // its place in st.Skips (-1: past the list), the entries under it
 		why    string
 	}
-	endUnder := func() {
-		if under.prefix != "" && under.at >= 0 && under.n > 0 {
-			st.Skips[under.at].Reason = fmt.Sprintf("%s; left out with the %d entries under it", under.why, under.n)
-		}
-		under.prefix = ""
+}
+
+// put writes one entry, and file's bytes for a regular file.
+func (t *treeWriter) put(hdr *tar.Header, file *os.File) error {
+	if t.st.Files++; t.st.Files+len(t.pending) > t.lim.MaxFiles {
+		return fmt.Errorf("%w: more than %d entries", ErrTooLarge, t.lim.MaxFiles)
 	}
-	err := fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
-		if under.prefix != "" {
-			switch {
-			case name+"/" == under.prefix:
-				return nil // the directory's own read error
-			case strings.HasPrefix(name, under.prefix):
-				st.Skipped++
-				under.n++
-				return nil
-			}
-			endUnder()
+	if err := t.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if file != nil {
+		n, err := io.CopyN(t.tw, file, hdr.Size)
+		if err != nil && !errors.Is(err, ErrTooLarge) {
+			return fmt.Errorf("%s: read %d of %d bytes: %w", field.Quote(hdr.Name), n, hdr.Size, err)
 		}
 		if err != nil {
-			if name == "." {
-				return err
-			}
-			st.skip(name, whyUnreadable) // a directory whose entries cannot be read
-			return nil
+			return err
 		}
-		if name == "." {
-			return nil
-		}
-		var hdr *tar.Header
-		var file *os.File
-		switch t := d.Type(); {
-		case t.IsDir():
-			if keep != nil {
-				return nil
-			}
-			hdr = &tar.Header{Typeflag: tar.TypeDir, Name: name + "/"}
-		case t&fs.ModeSymlink != 0:
-			if keep != nil {
-				return nil
-			}
-			target, err := root.Readlink(name)
-			if err != nil {
-				st.skip(name, whyUnreadable)
-				return nil
-			}
-			hdr = &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target}
-		case t.IsRegular():
-			if keep != nil && !keep(name) {
-				return nil
-			}
-			hdr = &tar.Header{Typeflag: tar.TypeReg, Name: name}
-		default:
-			st.skip(name, whyType(t))
-			return nil
-		}
-		if fi, err := root.Lstat(name); err == nil {
-			hdr.Mode = int64(fi.Mode().Perm())
-			hdr.ModTime = fi.ModTime().Truncate(time.Second)
-		}
-		if r, why := check(name, hdr); r != "" {
-			if hdr.Typeflag == tar.TypeDir {
-				under.prefix, under.at, under.n, under.why = name+"/", len(st.Skips), 0, why
-				if len(st.Skips) >= MaxSkipsListed {
-					under.at = -1
-				}
-			}
-			st.skip(name, why)
-			return nil
-		}
-		if hdr.Typeflag == tar.TypeReg {
-			// O_NONBLOCK: a fifo swapped in since the listing must not
-			// block the launcher; fstat below tells it apart.
-			f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-			if err != nil {
-				st.skip(name, whyUnreadable)
-				return nil
-			}
-			defer f.Close()
-			fi, err := f.Stat()
-			if err != nil || !fi.Mode().IsRegular() {
-				st.skip(name, whyUnreadable)
-				return nil
-			}
-			hdr.Size, file = fi.Size(), f
-		}
-		if hdr.Typeflag == tar.TypeSymlink {
-			pending = append(pending, hdr)
-			kept[name] = hdr.Linkname
-			if st.Files+len(pending) > lim.MaxFiles {
-				return fmt.Errorf("%w: more than %d entries", ErrTooLarge, lim.MaxFiles)
-			}
-			return nil
-		}
-		return put(hdr, file)
-	})
-	endUnder()
-	if err != nil {
-		return st, err
+		t.st.Bytes += n
 	}
-	// Every link is judged in the tree of all the links kept so far; one
-	// that leads out there is left out, and that changes no other's
-	// verdict: a link whose resolution went through it led out too.
+	return nil
+}
+
+func (t *treeWriter) endUnder() {
+	u := &t.under
+	if u.prefix != "" && u.at >= 0 && u.n > 0 {
+		t.st.Skips[u.at].Reason = fmt.Sprintf("%s; left out with the %d entries under it", u.why, u.n)
+	}
+	u.prefix = ""
+}
+
+// entry is the walk's function: each name is left out with its reason,
+// written, or (a link) kept for the end.
+func (t *treeWriter) entry(name string, d fs.DirEntry, err error) error {
+	if u := &t.under; u.prefix != "" {
+		switch {
+		case name+"/" == u.prefix:
+			return nil // the directory's own read error
+		case strings.HasPrefix(name, u.prefix):
+			t.st.Skipped++
+			u.n++
+			return nil
+		}
+		t.endUnder()
+	}
+	if err != nil {
+		if name == "." {
+			return err
+		}
+		t.st.skip(name, whyUnreadable) // a directory whose entries cannot be read
+		return nil
+	}
+	if name == "." {
+		return nil
+	}
+	hdr := t.header(name, d.Type())
+	if hdr == nil {
+		return nil
+	}
+	if r, why := check(name, hdr); r != "" {
+		if hdr.Typeflag == tar.TypeDir {
+			t.under.prefix, t.under.at, t.under.n, t.under.why = name+"/", len(t.st.Skips), 0, why
+			if len(t.st.Skips) >= MaxSkipsListed {
+				t.under.at = -1
+			}
+		}
+		t.st.skip(name, why)
+		return nil
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg:
+		// O_NONBLOCK: a fifo swapped in since the listing must not
+		// block the launcher; fstat below tells it apart.
+		f, err := t.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			t.st.skip(name, whyUnreadable)
+			return nil
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			t.st.skip(name, whyUnreadable)
+			return nil
+		}
+		hdr.Size = fi.Size()
+		return t.put(hdr, f)
+	case tar.TypeSymlink:
+		t.pending = append(t.pending, hdr)
+		t.kept[name] = hdr.Linkname
+		if t.st.Files+len(t.pending) > t.lim.MaxFiles {
+			return fmt.Errorf("%w: more than %d entries", ErrTooLarge, t.lim.MaxFiles)
+		}
+		return nil
+	}
+	return t.put(hdr, nil)
+}
+
+// header is name's entry as the archive would hold it, or nil for one
+// left out: by keep, or (listed) for its type or a link unread.
+func (t *treeWriter) header(name string, typ fs.FileMode) *tar.Header {
+	var hdr *tar.Header
+	switch {
+	case typ.IsDir():
+		if t.keep != nil {
+			return nil
+		}
+		hdr = &tar.Header{Typeflag: tar.TypeDir, Name: name + "/"}
+	case typ&fs.ModeSymlink != 0:
+		if t.keep != nil {
+			return nil
+		}
+		target, err := t.root.Readlink(name)
+		if err != nil {
+			t.st.skip(name, whyUnreadable)
+			return nil
+		}
+		hdr = &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target}
+	case typ.IsRegular():
+		if t.keep != nil && !t.keep(name) {
+			return nil
+		}
+		hdr = &tar.Header{Typeflag: tar.TypeReg, Name: name}
+	default:
+		t.st.skip(name, whyType(typ))
+		return nil
+	}
+	if fi, err := t.root.Lstat(name); err == nil {
+		hdr.Mode = int64(fi.Mode().Perm())
+		hdr.ModTime = fi.ModTime().Truncate(time.Second)
+	}
+	return hdr
+}
+
+// links writes the links kept, last. Every link is judged in the tree of
+// all the links kept so far; one that leads out there is left out, and
+// that changes no other's verdict: a link whose resolution went through
+// it led out too.
+func (t *treeWriter) links() error {
 	why := map[string]string{}
-	for _, hdr := range pending {
-		switch out, err := leadsOut(kept, hdr.Name); {
+	for _, hdr := range t.pending {
+		switch out, err := leadsOut(t.kept, hdr.Name); {
 		case err != nil:
 			why[hdr.Name] = whyHops()
 		case out:
 			why[hdr.Name] = whyLinkOut
 		}
 	}
-	links := pending
-	pending = nil
+	links := t.pending
+	t.pending = nil
 	for _, hdr := range links {
 		if w, ok := why[hdr.Name]; ok {
-			st.skip(hdr.Name, w)
+			t.st.skip(hdr.Name, w)
 			continue
 		}
-		if err := put(hdr, nil); err != nil {
-			return st, err
+		if err := t.put(hdr, nil); err != nil {
+			return err
 		}
 	}
-	return st, tw.Close()
+	return nil
 }
 
 // cappedWriter passes at most max bytes on, and fails past them.

@@ -3,7 +3,9 @@ package egress
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,6 +136,12 @@ func ControlHandler(p *Proxy, token string, from netip.Prefix) http.Handler {
 	})
 }
 
+// Ports of the proxy in its container.
+const (
+	ProxyPort   = 3128 // the sandboxes' proxy, on the internal network
+	ControlPort = 3129 // the worker's control API, on the outside network
+)
+
 // Control is the worker's client of a proxy's control API.
 type Control struct {
 	URL   string // http://ADDR of the control API
@@ -178,6 +186,15 @@ func (c *Control) do(ctx context.Context, method, path string, body any, out any
 	return nil
 }
 
+// The control API's answers a worker acts on, told apart with errors.Is.
+var (
+	// ErrUnknownSandbox: the proxy has no such sandbox (404), as after
+	// its restart, which forgets every registration.
+	ErrUnknownSandbox = errors.New("egress proxy: no such sandbox")
+	// ErrRegistered: the sandbox is registered already (409).
+	ErrRegistered = errors.New("egress proxy: sandbox registered already")
+)
+
 // statusError is the control API's answer other than 2xx.
 type statusError struct {
 	code int
@@ -186,10 +203,22 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
-// isNotFound reports whether err is the proxy's "no such sandbox".
-func isNotFound(err error) bool {
-	var se *statusError
-	return errors.As(err, &se) && se.code == http.StatusNotFound
+// Is makes the answers ErrUnknownSandbox and ErrRegistered mean: a 404
+// or a 409.
+func (e *statusError) Is(target error) bool {
+	switch target {
+	case ErrUnknownSandbox:
+		return e.code == http.StatusNotFound
+	case ErrRegistered:
+		return e.code == http.StatusConflict
+	}
+	return false
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // rawBody takes a response's body as it is.

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -26,7 +27,7 @@ func TestControlAPI(t *testing.T) {
 	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.5"), n, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.6"), n, nil); err == nil || !strings.Contains(err.Error(), "409") {
+	if err := c.Register(ctx, "s1", netip.MustParseAddr("10.99.0.6"), n, nil); !errors.Is(err, ErrRegistered) {
 		t.Fatalf("a second registration of one sandbox: %v", err)
 	}
 	if e := p.lookup(netip.MustParseAddr("10.99.0.5")); e == nil || e.id != "s1" {
@@ -36,7 +37,7 @@ func TestControlAPI(t *testing.T) {
 	if err != nil || len(use) != 0 {
 		t.Fatalf("release: %v %+v", err, use)
 	}
-	if _, err := c.Release(ctx, "s1"); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, err := c.Release(ctx, "s1"); !errors.Is(err, ErrUnknownSandbox) {
 		t.Fatalf("a second release: %v", err)
 	}
 

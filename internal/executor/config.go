@@ -84,10 +84,10 @@ type Config struct {
 	// limits.network (nil: no job gets a network), and needs Egress.
 	Caps limits.Caps
 
-	// Egress is the worker's egress gateway (internal/egress.Gateway): a
-	// sandbox with a network is attached to its internal network, where
-	// the gateway's proxy is the only thing it reaches, and registered with
-	// it before its job starts. Nil: no job may have a network.
+	// Egress is the worker's egress (internal/egressnet.Networks): a
+	// sandbox with a network is attached to an internal network of its
+	// own, where the egress proxy is the only thing it reaches, and
+	// registered with it before its job starts. Nil: no job may have a network.
 	Egress Egress
 
 	// NetworkRuntime is the OCI runtime of sandboxes with a network: ""

@@ -17,7 +17,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -272,7 +272,7 @@ func infraErr(op string, err error) error {
 // att is the egress gateway's network of a sandbox with a network, nil for
 // one without. user is the sandbox's user tables and environment
 // (users.go), nil for a container without them (a benchmark's baseline).
-func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egress.Attachment, user *sandboxUser) client.ContainerCreateOptions {
+func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint32, att *egressnet.Attachment, user *sandboxUser) client.ContainerCreateOptions {
 	no := false
 	tmpfs := fmt.Sprintf("rw,nosuid,nodev,size=%d,uid=%d,gid=%d,mode=0755", int64(l.Tmpfs), uid, uid)
 	// /tmp holds what a compile step builds, which must run: exec there
@@ -372,7 +372,7 @@ func (e *Executor) containerSpec(image, jobID string, l limits.Limits, uid uint3
 		// The fleet CA the egress proxy intercepts the hosts of the job's
 		// secrets with, and the host's roots: read-only, its key elsewhere.
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: att.CABundle,
-			Target: egress.CABundlePath, ReadOnly: true, BindOptions: &mount.BindOptions{NonRecursive: true}})
+			Target: egressnet.CABundlePath, ReadOnly: true, BindOptions: &mount.BindOptions{NonRecursive: true}})
 	}
 	if user != nil {
 		// Its own /etc/passwd and /etc/group, naming its uid, read-only.

@@ -3,7 +3,7 @@ package executor
 import (
 	"context"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -13,19 +13,19 @@ type Egress interface {
 	// Prepare makes the network of a sandbox with policy n, where the
 	// proxy is all it reaches, and says how the sandbox is configured
 	// for it: the one hook a sandbox's spec (a job's, a session's) asks.
-	Prepare(ctx context.Context, n *limits.Network) (egress.Attachment, error)
+	Prepare(ctx context.Context, n *limits.Network) (egressnet.Attachment, error)
 	// Admit registers a started sandbox's address with its policy; its
 	// job must not start before.
-	Admit(ctx context.Context, containerID string, att egress.Attachment, n *limits.Network) error
+	Admit(ctx context.Context, containerID string, att egressnet.Attachment, n *limits.Network) error
 	// Update replaces the policy of an admitted sandbox (a session's); n
 	// may grant nothing.
-	Update(ctx context.Context, containerID string, att egress.Attachment, n *limits.Network) error
+	Update(ctx context.Context, containerID string, att egressnet.Attachment, n *limits.Network) error
 	// Usage is the sandbox's egress so far.
 	Usage(ctx context.Context, containerID string) ([]limits.NetworkUse, error)
 	// Release forgets the sandbox and returns its egress.
 	Release(ctx context.Context, containerID string) ([]limits.NetworkUse, error)
 	// Drop removes what Prepare made, once the sandbox's container is gone.
-	Drop(ctx context.Context, att egress.Attachment) error
+	Drop(ctx context.Context, att egressnet.Attachment) error
 }
 
-var _ Egress = (*egress.Gateway)(nil)
+var _ Egress = (*egressnet.Networks)(nil)

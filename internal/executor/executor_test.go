@@ -18,7 +18,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -480,26 +480,26 @@ type fakeEgress struct{ none bool }
 
 var _ Egress = fakeEgress{}
 
-func (f fakeEgress) Prepare(context.Context, *limits.Network) (egress.Attachment, error) {
+func (f fakeEgress) Prepare(context.Context, *limits.Network) (egressnet.Attachment, error) {
 	if f.none {
-		return egress.Attachment{Network: "none"}, nil
+		return egressnet.Attachment{Network: "none"}, nil
 	}
-	return egress.Attachment{Network: "sandbox-net-1", Env: egress.ProxyEnv("http://192.0.2.1:3128")}, nil
+	return egressnet.Attachment{Network: "sandbox-net-1", Env: egressnet.ProxyEnv("http://192.0.2.1:3128")}, nil
 }
 
-func (fakeEgress) Admit(context.Context, string, egress.Attachment, *limits.Network) error {
+func (fakeEgress) Admit(context.Context, string, egressnet.Attachment, *limits.Network) error {
 	return nil
 }
 
 func (fakeEgress) Release(context.Context, string) ([]limits.NetworkUse, error) { return nil, nil }
 
-func (fakeEgress) Update(context.Context, string, egress.Attachment, *limits.Network) error {
+func (fakeEgress) Update(context.Context, string, egressnet.Attachment, *limits.Network) error {
 	return nil
 }
 
 func (fakeEgress) Usage(context.Context, string) ([]limits.NetworkUse, error) { return nil, nil }
 
-func (fakeEgress) Drop(context.Context, egress.Attachment) error { return nil }
+func (fakeEgress) Drop(context.Context, egressnet.Attachment) error { return nil }
 
 // A worker whose caps grant a network needs a gateway to enforce it.
 func TestConfigNetworkNeedsEgress(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -24,7 +25,7 @@ import (
 // the test to exec in.
 type peer struct{ id string }
 
-func startPeer(t *testing.T, cli *client.Client, gw *egress.Gateway, n *limits.Network) peer {
+func startPeer(t *testing.T, cli *client.Client, gw *egressnet.Networks, n *limits.Network) peer {
 	t.Helper()
 	ctx := context.Background()
 	att, err := gw.Prepare(ctx, n)
@@ -37,7 +38,7 @@ func startPeer(t *testing.T, cli *client.Client, gw *egress.Gateway, n *limits.N
 	}
 	hc := &container.HostConfig{NetworkMode: container.NetworkMode(att.Network), Runtime: "runc"}
 	if att.CABundle != "" {
-		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: att.CABundle, Target: egress.CABundlePath, ReadOnly: true}}
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: att.CABundle, Target: egressnet.CABundlePath, ReadOnly: true}}
 	}
 	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: att.Network + "-peer",
@@ -89,7 +90,7 @@ func TestIntegrationEgressProxyRestart(t *testing.T) {
 	value := "restart-secret-" + randHex(8)
 	sum := sha256.Sum256([]byte(value))
 	name := "sandfleet-test-egress-restart-" + randHex(4)
-	gw := startGateway(t, cli, inet, func(c *egress.GatewayConfig) {
+	gw := startGateway(t, cli, inet, func(c *egressnet.Config) {
 		c.Name = name
 		c.Secrets = []egress.Secret{{Name: "api", Hosts: []string{"a.example.test"}, Header: "X-Api-Key", Value: egress.Value(value)}}
 		c.UpstreamCA = inet.ca.PEM
@@ -181,7 +182,7 @@ func TestIntegrationEgressFloodBounded(t *testing.T) {
 	cli := requireDocker(t)
 	inet := startInternet(t, cli)
 	name := "sandfleet-test-egress-flood-" + randHex(4)
-	gw := startGateway(t, cli, inet, func(c *egress.GatewayConfig) { c.Name = name })
+	gw := startGateway(t, cli, inet, func(c *egressnet.Config) { c.Name = name })
 	n := &limits.Network{Allow: mustRules(t, "*.example.test")}
 	before := proxyMemory(t, cli, name)
 	var attackers []peer

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -124,7 +125,7 @@ func TestIntegrationEgressSecret(t *testing.T) {
 	inet := startInternet(t, cli)
 	value := "sf-secret-" + randHex(16)
 	canary := "sf-canary-" + randHex(16)
-	gw := startGateway(t, cli, inet, func(c *egress.GatewayConfig) {
+	gw := startGateway(t, cli, inet, func(c *egressnet.Config) {
 		c.Secrets = []egress.Secret{{Name: "api", Hosts: []string{"a.example.test"}, Header: "X-Api-Key", Value: egress.Value(value)}}
 		c.UpstreamCA = inet.ca.PEM
 	})
@@ -178,8 +179,8 @@ func TestIntegrationEgressSecret(t *testing.T) {
 				t.Logf("%.400s", line)
 			}
 			for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE"} {
-				if lines["env"][k] != egress.CABundlePath {
-					t.Errorf("%s=%v, want %s", k, lines["env"][k], egress.CABundlePath)
+				if lines["env"][k] != egressnet.CABundlePath {
+					t.Errorf("%s=%v, want %s", k, lines["env"][k], egressnet.CABundlePath)
 				}
 			}
 			if b, _ := lines["intercepted"]["body"].(string); !strings.Contains(b, "key_sha256="+digest(value)) {

@@ -17,8 +17,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/internal/egress/egresstest"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -136,7 +136,7 @@ func startInternet(t *testing.T, cli *client.Client) *internet {
 
 // startGateway starts a worker's egress gateway whose outside is the
 // test's internet, with the test names pinned to its server.
-func startGateway(t *testing.T, cli *client.Client, inet *internet, opts ...func(*egress.GatewayConfig)) *egress.Gateway {
+func startGateway(t *testing.T, cli *client.Client, inet *internet, opts ...func(*egressnet.Config)) *egressnet.Networks {
 	t.Helper()
 	if err := egressImage(); err != nil {
 		t.Fatalf("building the egress image: %v", err)
@@ -147,14 +147,14 @@ func startGateway(t *testing.T, cli *client.Client, inet *internet, opts ...func
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := egress.GatewayConfig{
+	cfg := egressnet.Config{
 		Client: cli, Name: "sandfleet-test-egress-" + randHex(4), Outside: inet.network, Hosts: hosts,
 		Image: os.Getenv("EGRESS_TAG"),
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	g, err := egress.StartGateway(ctx, cfg)
+	g, err := egressnet.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -34,9 +34,9 @@ func TestContainerSpecPids(t *testing.T) {
 		}
 		l := limits.Default()
 		l.Pids = tc.pids
-		var att *egress.Attachment
+		var att *egressnet.Attachment
 		if tc.network {
-			att = &egress.Attachment{Network: "sandfleet-egress-test"}
+			att = &egressnet.Attachment{Network: "sandfleet-egress-test"}
 		}
 		h := e.containerSpec("img", "job-1", l, 123456, att, nil).HostConfig
 		if h.PidsLimit == nil || *h.PidsLimit != tc.host {

@@ -14,7 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -38,7 +38,7 @@ type sandbox struct {
 	prepared  bool   // a template's, its start and ready run (its pool's)
 	// net is the egress gateway's network of a sandbox with a network,
 	// dropped after the container is removed.
-	net *egress.Attachment
+	net *egressnet.Attachment
 }
 
 // alive reports whether the sandbox can still take a job: its attach
@@ -120,7 +120,7 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 	if err != nil {
 		return nil, err
 	}
-	var sn *egress.Attachment
+	var sn *egressnet.Attachment
 	if lim.Network != nil {
 		a, err := e.cfg.Egress.Prepare(ctx, lim.Network)
 		if err != nil {
@@ -189,7 +189,7 @@ func (e *Executor) launch(ctx context.Context, image, jobID string, lim limits.L
 // sandbox or a leftover holds the uid) it frees the claim and tries
 // another, up to uidTries. Each uid's user tables are written, from the
 // image's (users), before its create.
-func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits, att *egress.Attachment, users userTables) (client.ContainerCreateResult, uint32, error) {
+func (e *Executor) create(ctx context.Context, image, imageID, jobID string, lim limits.Limits, att *egressnet.Attachment, users userTables) (client.ContainerCreateResult, uint32, error) {
 	tried := map[uint32]bool{}
 	for range uidTries {
 		uid, err := e.uids.claim(tried)
@@ -344,7 +344,7 @@ func (e *Executor) freeUID(uid uint32) {
 
 // dropNet removes a sandbox's network, if it has one, once its container
 // is gone; a failure leaves it to the gateway's next start.
-func (e *Executor) dropNet(ctx context.Context, att *egress.Attachment) {
+func (e *Executor) dropNet(ctx context.Context, att *egressnet.Attachment) {
 	if att == nil {
 		return
 	}

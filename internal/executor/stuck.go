@@ -10,7 +10,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 )
 
 // A container whose removal failed is stuck: the engine answered an error
@@ -44,7 +44,7 @@ type stuckBox struct {
 	id      string
 	uid     uint32
 	claimed bool
-	net     *egress.Attachment
+	net     *egressnet.Attachment
 	tries   int
 	next    time.Time
 }
@@ -85,7 +85,7 @@ func (e *Executor) isStuck(id string) bool {
 
 // stick hands a container whose removal failed to the retries; uid (when
 // claimed) and net are released once it is gone.
-func (e *Executor) stick(id string, uid uint32, claimed bool, net *egress.Attachment, err error) {
+func (e *Executor) stick(id string, uid uint32, claimed bool, net *egressnet.Attachment, err error) {
 	s := e.stuck
 	s.mu.Lock()
 	defer s.mu.Unlock()

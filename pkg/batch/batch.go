@@ -162,19 +162,7 @@ type item struct {
 func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error) {
 	start := time.Now()
 	summary := func(interrupted bool) *Summary { return r.t.summary(r.cfg.Name, start, interrupted) }
-	// Pass 1: validate and count.
-	total := 0
-	err := r.scan(input, func(line int, _ *jobs.Job, err error) error {
-		if err != nil {
-			r.t.badLine()
-			if r.cfg.OnBadLine != nil {
-				r.cfg.OnBadLine(BadLine{Line: line, Err: err})
-			}
-			return nil
-		}
-		total++
-		return ctx.Err()
-	})
+	total, err := r.count(ctx, input)
 	if err != nil {
 		return summary(ctx.Err() != nil), err
 	}
@@ -218,22 +206,7 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 			}
 		})
 	}
-	// Pass 2: stream the jobs through the window.
-	feedErr := r.scan(input, func(line int, job *jobs.Job, err error) error {
-		if err != nil {
-			return nil // reported in pass 1
-		}
-		if err := r.t.add(ctx, job, line); err != nil {
-			return err
-		}
-		select {
-		case work <- item{line, job}:
-			return nil
-		case <-ctx.Done():
-			r.t.forget(job.ID)
-			return context.Cause(ctx)
-		}
-	})
+	feedErr := r.feed(ctx, input, work)
 	close(work)
 	if feedErr != nil && ctx.Err() == nil {
 		cancel(fmt.Errorf("read the input: %w", feedErr))
@@ -254,6 +227,44 @@ func (r *Runner) Run(ctx context.Context, input io.ReadSeeker) (*Summary, error)
 		return summary(true), parent.Err()
 	}
 	return summary(false), nil
+}
+
+// count is the first pass over the input: it validates and counts the
+// jobs, and reports the bad lines.
+func (r *Runner) count(ctx context.Context, input io.Reader) (int, error) {
+	total := 0
+	err := r.scan(input, func(line int, _ *jobs.Job, err error) error {
+		if err != nil {
+			r.t.badLine()
+			if r.cfg.OnBadLine != nil {
+				r.cfg.OnBadLine(BadLine{Line: line, Err: err})
+			}
+			return nil
+		}
+		total++
+		return ctx.Err()
+	})
+	return total, err
+}
+
+// feed is the second pass: it streams the jobs to the submitters through
+// the window.
+func (r *Runner) feed(ctx context.Context, input io.Reader, work chan<- item) error {
+	return r.scan(input, func(line int, job *jobs.Job, err error) error {
+		if err != nil {
+			return nil // reported in the first pass
+		}
+		if err := r.t.add(ctx, job, line); err != nil {
+			return err
+		}
+		select {
+		case work <- item{line, job}:
+			return nil
+		case <-ctx.Done():
+			r.t.forget(job.ID)
+			return context.Cause(ctx)
+		}
+	})
 }
 
 // complete hands a result to the sink, once per job: the watch and a

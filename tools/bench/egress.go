@@ -23,7 +23,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -136,7 +136,7 @@ func egressPhase(ctx context.Context, o options) (*egressFigures, error) {
 	}
 	gctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	gw, err := egress.StartGateway(gctx, egress.GatewayConfig{Client: cli, Name: "sandfleet-bench-egress-gw-" + id,
+	gw, err := egressnet.Start(gctx, egressnet.Config{Client: cli, Name: "sandfleet-bench-egress-gw-" + id,
 		Image: o.egressImage, Outside: netName, Hosts: map[string][]netip.Addr{"bench.test": {serverIP}}})
 	if err != nil {
 		return nil, err

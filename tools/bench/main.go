@@ -43,7 +43,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/executor"
 )
 
@@ -121,7 +121,7 @@ func run(args []string) error {
 	fs.IntVar(&o.consoleViews, "console-views", 20, "views of each page in (o)")
 	fs.BoolVar(&o.consoleOnly, "console-only", false, "run (o), the console's pages, alone")
 	fs.BoolVar(&o.sessionsOnly, "sessions-only", false, "run (s), sessions' time to interactive and round trips, alone")
-	fs.StringVar(&o.egressImage, "egress-image", "", "the egress proxy's `IMAGE` for (p) (default "+egress.DefaultImage+")")
+	fs.StringVar(&o.egressImage, "egress-image", "", "the egress proxy's `IMAGE` for (p) (default "+egressnet.DefaultImage+")")
 	fs.IntVar(&o.egressRounds, "egress-rounds", 5, "rounds of (p) per container: a 1 MiB download and 100 small requests each")
 	fs.IntVar(&o.egressTrials, "egress-trials", 3, "containers each way for (p), interleaved")
 	fs.BoolVar(&o.egress, "egress", true, "run (p), the egress proxy against an open bridge network")

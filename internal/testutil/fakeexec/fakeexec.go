@@ -138,18 +138,10 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 		res.Status, res.Exit, res.FinishedAt, res.DurationMS = s, code, &end, &d
 		return res, nil
 	}
-	if job.Image != "python" && job.Image != "shell" {
+	lim, why := e.admit(job)
+	if why != "" {
 		res.StartedAt = nil
-		res.Error = "image: unknown preset " + strconv.Quote(job.Image) + " (this worker has: python, shell)"
-		return finish(jobs.StatusRejected, nil)
-	}
-	caps := limits.DefaultCaps()
-	if e.Caps != nil {
-		caps = *e.Caps
-	}
-	if _, err := limits.Resolve(job.Limits, limits.Default(), caps); err != nil {
-		res.StartedAt = nil
-		res.Error = err.Error()
+		res.Error = why
 		return finish(jobs.StatusRejected, nil)
 	}
 
@@ -175,7 +167,6 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 	}()
 
 	if opts.OnStart != nil {
-		lim, _ := limits.Resolve(job.Limits, limits.Default(), caps)
 		opts.OnStart(worker.Start{Container: "fake-" + job.ID, Limits: lim})
 	}
 	var stdout, stderr strings.Builder
@@ -190,49 +181,13 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 	sc := bufio.NewScanner(strings.NewReader(job.Code))
 	for sc.Scan() {
 		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
-		if ws.command(cmd, arg, &stdout) {
+		if ws.command(cmd, arg, &stdout) || output(cmd, arg, res, &stdout, &stderr, opts) {
 			continue
 		}
 		switch cmd {
-		case "print":
-			stdout.WriteString(arg + "\n")
-			tell(opts, jobs.Stdout, arg+"\n")
-		case "eprint":
-			stderr.WriteString(arg + "\n")
-			tell(opts, jobs.Stderr, arg+"\n")
-		case "flood":
-			n, c, _ := strings.Cut(arg, " ")
-			count, _ := strconv.Atoi(n)
-			stdout.WriteString(strings.Repeat(c, count))
-			stderr.WriteString(strings.Repeat(c, count))
-			tell(opts, jobs.Stdout, strings.Repeat(c, count))
-			tell(opts, jobs.Stderr, strings.Repeat(c, count))
-		case "sleep", "block":
-			var wait <-chan time.Time
-			if cmd == "sleep" {
-				d, _ := time.ParseDuration(arg)
-				t := time.NewTimer(d)
-				defer t.Stop()
-				wait = t.C
-			}
-			select {
-			case <-wait:
-			case <-ctx.Done():
+		case "sleep", "block", "waitfile":
+			if !wait(ctx, cmd, arg) {
 				return finish(jobs.StatusCanceled, nil)
-			}
-		case "waitfile":
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				if _, err := os.Stat(arg); err == nil {
-					break
-				}
-				select {
-				case <-tick.C:
-					continue
-				case <-ctx.Done():
-					return finish(jobs.StatusCanceled, nil)
-				}
 			}
 		case "exit":
 			n, _ := strconv.Atoi(arg)
@@ -242,34 +197,108 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 			return finish(jobs.StatusSucceeded, &n)
 		case "timeout":
 			return finish(jobs.StatusTimeout, nil)
-		case "egress":
-			f := strings.Fields(arg)
-			if len(f) == 5 {
-				n := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
-				res.Egress = append(res.Egress, limits.NetworkUse{Host: f[0], Allowed: f[1] == "true",
-					Connections: n(f[2]), BytesOut: n(f[3]), BytesIn: n(f[4])})
-			}
-		case "egresses":
-			var count, size int
-			_, _ = fmt.Sscan(arg, &count, &size)
-			for i := range count {
-				host := fmt.Sprintf("%d.%s.test:443", i, strings.Repeat("h", size))
-				res.Egress = append(res.Egress, limits.NetworkUse{Host: host, Rule: "none", Connections: 1,
-					Reason: fmt.Sprintf("%q is not %q", host, host)})
-			}
-		case "png":
-			var w, h int
-			_, _ = fmt.Sscan(arg, &w, &h)
-			res.Display = append(res.Display, pngDisplay(w, h))
-		case "display":
-			mime, text, _ := strings.Cut(arg, " ")
-			res.Display = append(res.Display, jobs.Display{MIME: mime, Data: base64.StdEncoding.EncodeToString([]byte(text))})
 		case "infra":
 			return nil, ErrInfra
 		}
 	}
 	zero := 0
 	return finish(jobs.StatusSucceeded, &zero)
+}
+
+// admit is the fake's admission: a preset it has, and limits within its
+// caps. why says why a job is rejected.
+func (e *Executor) admit(job *jobs.Job) (lim limits.Limits, why string) {
+	if job.Image != "python" && job.Image != "shell" {
+		return lim, "image: unknown preset " + strconv.Quote(job.Image) + " (this worker has: python, shell)"
+	}
+	caps := limits.DefaultCaps()
+	if e.Caps != nil {
+		caps = *e.Caps
+	}
+	lim, err := limits.Resolve(job.Limits, limits.Default(), caps)
+	if err != nil {
+		return lim, err.Error()
+	}
+	return lim, ""
+}
+
+// output runs a script's command that writes output or figures into
+// res (print, eprint, flood, egress, egresses, png, display); false for
+// any other command.
+func output(cmd, arg string, res *jobs.Result, stdout, stderr *strings.Builder, opts worker.RunOptions) bool {
+	switch cmd {
+	case "print":
+		stdout.WriteString(arg + "\n")
+		tell(opts, jobs.Stdout, arg+"\n")
+	case "eprint":
+		stderr.WriteString(arg + "\n")
+		tell(opts, jobs.Stderr, arg+"\n")
+	case "flood":
+		n, c, _ := strings.Cut(arg, " ")
+		count, _ := strconv.Atoi(n)
+		stdout.WriteString(strings.Repeat(c, count))
+		stderr.WriteString(strings.Repeat(c, count))
+		tell(opts, jobs.Stdout, strings.Repeat(c, count))
+		tell(opts, jobs.Stderr, strings.Repeat(c, count))
+	case "egress":
+		f := strings.Fields(arg)
+		if len(f) == 5 {
+			n := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
+			res.Egress = append(res.Egress, limits.NetworkUse{Host: f[0], Allowed: f[1] == "true",
+				Connections: n(f[2]), BytesOut: n(f[3]), BytesIn: n(f[4])})
+		}
+	case "egresses":
+		var count, size int
+		_, _ = fmt.Sscan(arg, &count, &size)
+		for i := range count {
+			host := fmt.Sprintf("%d.%s.test:443", i, strings.Repeat("h", size))
+			res.Egress = append(res.Egress, limits.NetworkUse{Host: host, Rule: "none", Connections: 1,
+				Reason: fmt.Sprintf("%q is not %q", host, host)})
+		}
+	case "png":
+		var w, h int
+		_, _ = fmt.Sscan(arg, &w, &h)
+		res.Display = append(res.Display, pngDisplay(w, h))
+	case "display":
+		mime, text, _ := strings.Cut(arg, " ")
+		res.Display = append(res.Display, jobs.Display{MIME: mime, Data: base64.StdEncoding.EncodeToString([]byte(text))})
+	default:
+		return false
+	}
+	return true
+}
+
+// wait runs a script's waiting command: sleep D, block (until canceled),
+// waitfile PATH (until it exists); false when ctx ended first.
+func wait(ctx context.Context, cmd, arg string) bool {
+	switch cmd {
+	case "sleep", "block":
+		var until <-chan time.Time
+		if cmd == "sleep" {
+			d, _ := time.ParseDuration(arg)
+			t := time.NewTimer(d)
+			defer t.Stop()
+			until = t.C
+		}
+		select {
+		case <-until:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(arg); err == nil {
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // pngDisplay is a w×h PNG, one colour, as a display output.
