@@ -66,6 +66,7 @@ type ttiSide struct {
 type ttiSeries struct {
 	side, mode string
 	ok         []time.Duration
+	failed     []time.Duration // how long a failed call took to fail
 	fails      int
 	firstErr   string
 	wall       time.Duration // from the first start to the last end, summed over blocks
@@ -102,8 +103,10 @@ type ttiFigures struct {
 	cores      int
 	workerArgs string
 	kinds      []*ttiKind
+	ceil       *ceiling
 	ceilRate   float64 // the engine's ceiling, containers/s, 4 at once
 	ceilN      int
+	ceilTook   time.Duration
 	load       [2]string
 	took       time.Duration
 }
@@ -118,6 +121,7 @@ func drive(ctx context.Context, mode string, n int, gap time.Duration, side ttiS
 		mu.Lock()
 		if err != nil {
 			s.fails++
+			s.failed = append(s.failed, d)
 			if s.firstErr == "" {
 				s.firstErr = firstLine(err.Error())
 			}
@@ -216,8 +220,12 @@ func ttiPhase(ctx context.Context, o options) (*ttiFigures, error) {
 		sides = append(sides, ttiSide{"docker run --rm", func(ctx context.Context) (func(), error) {
 			return nil, dr.run(ctx, o.code)
 		}})
+		// The engine's ceiling before and after: the machine's load drifts.
+		if err := f.engineCeiling(ctx, rg); err != nil {
+			return nil, err
+		}
 		f.kinds = append(f.kinds, measure(ctx, o.ttiOptions, "jobs", o.ttiN, sides))
-		if err := f.engineCeiling(ctx, rg, o); err != nil {
+		if err := f.engineCeiling(ctx, rg); err != nil {
 			return nil, err
 		}
 	}
@@ -238,18 +246,22 @@ func ttiPhase(ctx context.Context, o options) (*ttiFigures, error) {
 
 // engineCeiling measures the engine's own ceiling in the same run: a
 // hardened /bin/true created, started, waited for and removed, 4 at once.
-func (f *ttiFigures) engineCeiling(ctx context.Context, rg *rig, o options) error {
-	c, err := rg.ceiling()
-	if err != nil {
-		return err
+// Called twice, it keeps both runs' containers over their time.
+func (f *ttiFigures) engineCeiling(ctx context.Context, rg *rig) error {
+	if f.ceil == nil {
+		c, err := rg.ceiling()
+		if err != nil {
+			return err
+		}
+		f.ceil = c
 	}
-	f.ceilN = min(f.n, 40)
-	step("(t) the engine's ceiling: %d containers, 4 at once", f.ceilN)
+	c, n := f.ceil, min(f.n, 40)
+	step("(t) the engine's ceiling: %d containers, 4 at once", n)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	next := make(chan struct{}, f.ceilN)
-	for range f.ceilN {
+	next := make(chan struct{}, n)
+	for range n {
 		next <- struct{}{}
 	}
 	close(next)
@@ -269,7 +281,9 @@ func (f *ttiFigures) engineCeiling(ctx context.Context, rg *rig, o options) erro
 	if firstErr != nil {
 		return firstErr
 	}
-	f.ceilRate = float64(f.ceilN) / time.Since(t).Seconds()
+	f.ceilN += n
+	f.ceilTook += time.Since(t)
+	f.ceilRate = float64(f.ceilN) / f.ceilTook.Seconds()
 	return nil
 }
 

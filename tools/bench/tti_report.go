@@ -64,14 +64,14 @@ func (f *ttiFigures) printKind(w io.Writer, k *ttiKind) {
 			fmt.Fprintf(w, row, mode, s.side, secs(st.min), secs(st.median), secs(st.p95), secs(st.p99),
 				fmt.Sprintf("%.0f%%", 100*s.success()), rm, rp)
 			if s.fails > 0 {
-				fmt.Fprintf(w, "  %-11s %-34s %d of %d failed, the first: %s\n", "", "", s.fails, s.tries(), s.firstErr)
+				fmt.Fprintf(w, "  %-11s %-34s %d of %d failed (in %s at the median), the first: %s\n", "", "", s.fails, s.tries(), secs(pct(s.failed, .5)), s.firstErr)
 			}
 		}
 	}
 	if k.name == "jobs" && f.ceilRate > 0 {
 		seq := k.series["sequential"][0]
 		burst := k.series["burst"][0]
-		fmt.Fprintf(w, "  the engine's ceiling in this run: %.1f containers/s (%d hardened /bin/true, 4 at once); sandfleet's sequential stream %.1f jobs/s (%.2f×); its burst of %d took %s, %s at the ceiling (%.2f×)\n",
+		fmt.Fprintf(w, "  the engine's ceiling in this run: %.1f containers/s (%d hardened /bin/true, 4 at once, half before the jobs, half after); sandfleet's sequential stream %.1f jobs/s (%.2f×); its burst of %d took %s, %s at the ceiling (%.2f×)\n",
 			f.ceilRate, f.ceilN, f.seqRate(seq), f.seqRate(seq)/f.ceilRate, f.n, secs(burst.wall), secs(f.ceilWall()), ratio(burst.wall, f.ceilWall()))
 	}
 }

@@ -118,7 +118,10 @@ func (h *httpWorker) job(code string) func(context.Context) (func(), error) {
 // after the clock stops.
 func (h *httpWorker) session(ctx context.Context) (func(), error) {
 	var info struct{ ID string }
-	if _, _, err := h.call(ctx, "POST", "/v1/sessions", map[string]any{"image": "python"}, &info); err != nil {
+	if status, hdr, err := h.call(ctx, "POST", "/v1/sessions", map[string]any{"image": "python"}, &info); err != nil {
+		if ra := hdr.Get("Retry-After"); status == http.StatusTooManyRequests && ra != "" {
+			err = fmt.Errorf("%w, Retry-After: %s", err, ra)
+		}
 		return nil, err
 	}
 	del := func() { _, _, _ = h.call(context.Background(), "DELETE", "/v1/sessions/"+info.ID, nil, nil) }
