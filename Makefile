@@ -18,7 +18,7 @@ LANGS_TESTS := TestIntegrationLanguages|TestHumanEvalX
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all engine-image test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench vet lint clean
+.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all engine-image test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench bench-tti vet lint clean
 
 all: build
 
@@ -117,9 +117,14 @@ humaneval-data:
 		exit 2; \
 	fi
 
-## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs (~5-6 min)
+## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs, then time to interactive as bench-tti does (~15 min)
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
+
+## bench-tti: time to interactive in the field's format: jobs and sessions over HTTP, sequential, staggered (200 ms apart) and burst, TTI_N each (default 100; 20 for a quick look), against docker run in the same run, with the target table (~10 min at 100)
+TTI_N ?= 100
+bench-tti: build sandbox-image
+	$(GO) run ./tools/bench -worker $(BIN)/worker -mode tti -tti-n $(TTI_N) $(BENCH_FLAGS)
 
 ## vet: gofmt (fails on any unformatted file), go vet, also over the code only the test hooks' build tag compiles
 vet:

@@ -30,6 +30,10 @@
 // sequence, agent-like calls, fresh-sandbox throughput against the
 // engine's ceiling, the engine's cost per container, the levers and
 // HumanEval, with one target table; -perf2-only runs them alone.
+//
+// (t), tti.go: time to interactive in the field's format, jobs and
+// sessions, sequential, staggered and burst, against docker in the same
+// run; -mode tti runs it alone (make bench-tti).
 package main
 
 import (
@@ -73,6 +77,8 @@ type options struct {
 	eventsOnly   bool
 
 	perf2Options // (i)-(n), perf.go
+	ttiOptions   // (t), tti.go
+	mode         string
 
 	// (o), console.go
 	consoleJobs  int
@@ -127,6 +133,8 @@ func run(args []string) error {
 	fs.BoolVar(&o.egress, "egress", true, "run (p), the egress proxy against an open bridge network")
 	fs.BoolVar(&o.egressOnly, "egress-only", false, "run (p) alone")
 	definePerf2Flags(fs, &o.perf2Options)
+	defineTTIFlags(fs, &o.ttiOptions)
+	fs.StringVar(&o.mode, "mode", "", "run one phase alone: tti, time to interactive in the field's format (tti.go)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -138,6 +146,13 @@ func run(args []string) error {
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
+	switch o.mode {
+	case "":
+	case "tti":
+		return ttiAlone(ctx, o)
+	default:
+		return fmt.Errorf("-mode %q: want tti", o.mode)
+	}
 	if o.workspacesOnly {
 		return workspacesAlone(ctx, o)
 	}
@@ -198,6 +213,7 @@ func run(args []string) error {
 	var events *streaming
 	var sess *sessionFigures
 	var egr *egressFigures
+	var tti *ttiFigures
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -250,6 +266,10 @@ func run(args []string) error {
 		if o.perf2 {
 			p2 = runPerf2(ctx, o)
 		}
+		step("(t) time to interactive: %d per mode and contender", o.ttiN)
+		if tti, err = ttiPhase(ctx, o); err != nil {
+			return fmt.Errorf("(t): %w", err)
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -271,6 +291,7 @@ func run(args []string) error {
 	sess.print(os.Stdout)
 	egr.print(os.Stdout)
 	cons.print(os.Stdout)
+	tti.print(os.Stdout)
 	if p2 != nil {
 		p2.reportR = r
 		p2.print(os.Stdout)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -34,58 +35,73 @@ type workerProc struct {
 
 // startWorker starts o.workerBin --embedded with args, named after name,
 // and connects to it.
-func startWorker(ctx context.Context, o options, name string, args ...string) (_ *workerProc, err error) {
-	dir, err := os.MkdirTemp("", "sandfleet-bench-")
+func startWorker(ctx context.Context, o options, name string, args ...string) (*workerProc, error) {
+	w, url, exited, err := launchWorker(o.workerBin, name, args...)
 	if err != nil {
 		return nil, err
+	}
+	// The worker goes when stop is called, and this goroutine with it.
+	exitErr := make(chan error, 1)
+	go func() { <-exited; exitErr <- errors.New(w.cmd.ProcessState.String()) }()
+	if w.nc, w.cli, err = connect(ctx, url, exitErr); err != nil {
+		err = w.fail(err)
+		w.stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+// launchWorker starts bin --embedded with args, named after name, and
+// returns its server's URL and a channel that says when it exits; the
+// caller waits for what it needs of it.
+func launchWorker(bin, name string, args ...string) (_ *workerProc, url string, exited <-chan struct{}, err error) {
+	dir, err := os.MkdirTemp("", "sandfleet-bench-")
+	if err != nil {
+		return nil, "", nil, err
 	}
 	addr, err := freeAddr()
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, "", nil, err
 	}
 	w := &workerProc{id: "bench-" + strconv.Itoa(os.Getpid()) + "-" + name, logf: filepath.Join(dir, "worker.log")}
 	logf, err := os.Create(w.logf)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, "", nil, err
 	}
 	// The server's credentials, made here for the worker to use as they are.
 	_, user, password, err := natsembed.Credentials(filepath.Join(dir, "data"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, "", nil, err
 	}
-	w.cmd = exec.Command(o.workerBin, append([]string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+	w.cmd = exec.Command(bin, append([]string{"--embedded", "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
 		"--id", w.id, "--log-level", "warn"}, args...)...)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	if err := w.cmd.Start(); err != nil {
 		logf.Close()
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, "", nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- w.cmd.Wait() }()
+	// Closed when it has exited, so that any number may wait for it.
+	done := make(chan struct{})
+	go func() { _ = w.cmd.Wait(); close(done) }()
 	w.stop = func() {
 		if w.nc != nil {
 			w.nc.Close()
 		}
 		_ = w.cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
+		case <-done:
 		case <-time.After(30 * time.Second):
 			_ = w.cmd.Process.Kill()
-			<-exited
+			<-done
 		}
 		logf.Close()
 		os.RemoveAll(dir)
 	}
-	if w.nc, w.cli, err = connect(ctx, "nats://"+user+":"+password+"@"+addr, exited); err != nil {
-		err = w.fail(err)
-		w.stop()
-		return nil, err
-	}
-	return w, nil
+	return w, "nats://" + user + ":" + password + "@" + addr, done, nil
 }
 
 // fail adds the tail of the worker's log to err.

@@ -8,11 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"strings"
 	"time"
-
-	"github.com/sandfleet/sandfleet/internal/executor"
 )
 
 // (s) sessions: time to interactive (create → the first command's
@@ -110,52 +106,34 @@ func sessionsPhase(ctx context.Context, o options) (*sessionFigures, error) {
 
 // dockerSessions is the baseline: the hardened container by hand.
 func dockerSessions(ctx context.Context, o options, f *sessionFigures) error {
-	e, err := executor.New(executor.Config{WorkerID: "bench-docker-session", Presets: presetsFor(o.image)})
+	ds, err := newDockerSession(ctx, o.image)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	args, err := e.DockerRunArgs("python")
-	if err != nil {
-		return err
-	}
-	// --rm -i off (a detached container), sleep as its command.
-	args = args[2:]
-	image := args[len(args)-1]
-	args = append(append([]string{"run", "-d", "--entrypoint", "sleep"}, args[:len(args)-1]...), image, "infinity")
-	docker := func(a ...string) (string, error) {
-		var stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, "docker", a...)
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("docker %s: %w: %s", a[0], err, stderr.String())
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
+	defer ds.close()
 	var last string
 	for i := range o.n + 1 {
 		t := time.Now()
-		id, err := docker(args...)
+		id, err := ds.start(ctx)
 		if err != nil {
 			return err
 		}
-		if _, err := docker("exec", id, "true"); err != nil {
+		if _, err := ds.docker(ctx, "exec", id, "true"); err != nil {
 			return err
 		}
 		if i > 0 {
 			f.dockerTTI = append(f.dockerTTI, time.Since(t))
 		}
 		if i < o.n {
-			_, _ = docker("rm", "-f", id)
+			ds.remove(id)
 		} else {
 			last = id
 		}
 	}
-	defer func() { _, _ = docker("rm", "-f", last) }()
+	defer ds.remove(last)
 	for range 5 * o.n {
 		t := time.Now()
-		if _, err := docker("exec", last, "true"); err != nil {
+		if _, err := ds.docker(ctx, "exec", last, "true"); err != nil {
 			return err
 		}
 		f.dockerExec = append(f.dockerExec, time.Since(t))
