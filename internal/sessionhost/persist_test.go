@@ -36,9 +36,9 @@ type filesBox struct {
 }
 
 func (f *filesBox) Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error) {
-	if req.Op == sessionapi.OpExec && len(req.Argv) == 2 && req.Argv[0] == "write" {
+	if argv := execArgv(req); req.Op == sessionapi.OpExec && len(argv) == 2 && argv[0] == "write" {
 		f.mu.Lock()
-		f.files = []byte(req.Argv[1])
+		f.files = []byte(argv[1])
 		f.mu.Unlock()
 	}
 	return f.fakeSandbox.Do(ctx, req)
