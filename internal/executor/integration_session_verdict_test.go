@@ -119,7 +119,7 @@ func plantForgers(t *testing.T, s *Session, round int) {
 		do(t, s, ask{Op: sessionapi.OpRemove, Path: "/tmp/ready-" + f})
 	}
 	okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Background: true, Cmd: []string{"python3", "-c", forger, "bg"}}))
-	okReply(t, do(t, s, ask{Op: envelope.OpPTYOpen, Cmd: []string{"python3", "-c", forger, "pty"}}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYOpen, Argv: []string{"python3", "-c", forger, "pty"}}))
 	// A fork of the context's interpreter, not a thread: gVisor here
 	// starts no thread in a sandbox.
 	c := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "import os\nsrc = " + pyQuote(forger) +
@@ -151,7 +151,7 @@ func wantForgersEnded(t *testing.T, s *Session, round int) {
 		if p.Running || p.Signal != 9 {
 			t.Errorf("round %d: background process %d %v: running %v signal %d, want ended by 9", round, p.PID, p.Cmd[:2], p.Running, p.Signal)
 		}
-		do(t, s, ask{Op: sessionapi.OpProcess, PID: p.PID}) // collected
+		do(t, s, ask{Op: sessionapi.OpProcess, PID: p.PID, Wait: ms(30000)}) // collected
 	}
 	c := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "1 + 1"}))
 	if !c.Reset || c.Text != "2" {
