@@ -398,10 +398,10 @@ func (h *Host) setNetwork(l *live, body json.RawMessage) (*sessions.Info, error)
 	// Checked as a create's limits are: beyond the worker's caps is
 	// invalid, named.
 	l.mu.Lock()
-	want := l.lim
+	want, tenant, image := l.lim, l.info.Tenant, l.info.Image
 	l.mu.Unlock()
 	want.Network = &n
-	if _, err := h.cfg.Limits(want); err != nil {
+	if _, err := h.cfg.Limits(tenant, image, want); err != nil {
 		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -124,7 +124,7 @@ func setup(t *testing.T, cfg sessionhost.Config) *bundle {
 		return f, nil
 	}
 	if cfg.Limits == nil {
-		cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+		cfg.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) {
 			return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
 		}
 	}
@@ -339,7 +339,7 @@ func TestSetNetwork(t *testing.T) {
 	t.Parallel()
 	caps := limits.DefaultCaps()
 	caps.Network = &limits.Network{Allow: []limits.Rule{{Host: "a.test"}}}
-	b := setup(t, sessionhost.Config{Worker: "w", Limits: func(l limits.Limits) (limits.Limits, error) {
+	b := setup(t, sessionhost.Config{Worker: "w", Limits: func(_, _ string, l limits.Limits) (limits.Limits, error) {
 		return limits.Resolve(l, limits.Default(), caps)
 	}})
 	ctx := t.Context()

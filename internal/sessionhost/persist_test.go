@@ -77,7 +77,7 @@ func setupPersist(t *testing.T, cfg sessionhost.Config) *persistBundle {
 	cfg.Workspaces = func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
 		return ws.Heads, ws.Snapshots, nil
 	}
-	cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+	cfg.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) {
 		return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
 	}
 	runs := &atomic.Int64{}
