@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -40,7 +40,7 @@ type StartSpec struct {
 	MaxOutput int64
 	// Restore, if set, is the snapshot the sandbox's /workspace starts
 	// from (a persistent session's checkpoint, or a fork's source).
-	Restore *worker.Snapshot
+	Restore *jobrun.Snapshot
 	// OnEvent is told the sandbox's live events (its terminals' output);
 	// it must not block.
 	OnEvent func(*envelope.Event)
