@@ -193,33 +193,6 @@ func (a *agent) event(id uint64, pid int, stream string, p []byte) {
 	_ = a.fr.frame(envelope.FrameEvent, a.seal.SignEvent(&envelope.Event{ID: id, PID: pid, Stream: stream, Data: p}))
 }
 
-// fail answers request id with an error of sentinel's code, which the
-// session host hands the caller as it is.
-func fail(id uint64, sentinel *sessionapi.Error, format string, args ...any) *envelope.Reply {
-	return &envelope.Reply{ID: id, Error: sessionapi.Errorf(sentinel, format, args...)}
-}
-
-// done answers request id with result, the sessionapi result of its op.
-func done(id uint64, result any) *envelope.Reply {
-	b, err := json.Marshal(result)
-	if err != nil {
-		return fail(id, sessionapi.ErrFailed, "the result: %v", err)
-	}
-	return &envelope.Reply{ID: id, Result: b}
-}
-
-// with decodes req's Body, the sessionapi request of its op, and serves
-// it by fn.
-func with[B any](req *envelope.Request, fn func(id uint64, body *B) *envelope.Reply) *envelope.Reply {
-	var b B
-	if len(req.Body) > 0 {
-		if err := json.Unmarshal(req.Body, &b); err != nil {
-			return fail(req.ID, sessionapi.ErrInvalid, "%s: %v", req.Op, err)
-		}
-	}
-	return fn(req.ID, &b)
-}
-
 func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 	switch req.Op {
 	case envelope.OpPing:
