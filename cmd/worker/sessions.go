@@ -15,7 +15,7 @@ import (
 // sessionStarter is an executor that starts sessions' sandboxes.
 type sessionStarter interface {
 	StartSession(ctx context.Context, spec executor.SessionSpec) (*executor.Session, error)
-	ResolveLimits(limits.Limits) (limits.Limits, error)
+	ResolveLimits(tenant, image string, l limits.Limits) (limits.Limits, error)
 	HasPreset(tenant, name string) bool
 }
 

@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
@@ -24,8 +25,11 @@ type echoSandbox struct {
 }
 
 func (e *echoSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Reply, error) {
+	var ex sessionapi.ExecRequest
+	_ = json.Unmarshal(req.Body, &ex)
 	zero := 0
-	return &envelope.Reply{ID: req.ID, Exit: &zero, Stdout: []byte(req.Shell)}, nil
+	res, _ := json.Marshal(sessionapi.ExecResult{ExitCode: &zero, Stdout: ex.Shell})
+	return &envelope.Reply{ID: req.ID, Result: res}, nil
 }
 func (e *echoSandbox) Close(context.Context) { e.once.Do(func() { close(e.done) }) }
 func (e *echoSandbox) Done() <-chan struct{} { return e.done }

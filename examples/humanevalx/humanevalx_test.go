@@ -14,8 +14,8 @@ import (
 
 	"github.com/sandfleet/sandfleet/examples/humanevalx"
 	"github.com/sandfleet/sandfleet/internal/executor"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -127,7 +127,7 @@ func TestHumanEvalX(t *testing.T) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
-			res, err := e.Run(ctx, r.job, worker.RunOptions{})
+			res, err := e.Run(ctx, r.job, jobrun.Options{})
 			switch {
 			case err != nil:
 				t.Errorf("%s %s: %v", r.lang, r.job.Labels["task_id"], err)

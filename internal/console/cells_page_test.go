@@ -41,18 +41,20 @@ type cellBox struct {
 var _ sessionhost.Sandbox = (*cellBox)(nil)
 
 func (b *cellBox) Do(_ context.Context, req *envelope.Request) (*envelope.Reply, error) {
-	r := &envelope.Reply{ID: req.ID}
 	if req.Op != sessionapi.OpCode {
-		return r, nil
+		return &envelope.Reply{ID: req.ID, Result: json.RawMessage("{}")}, nil
 	}
-	r.Text, r.DurationMS = req.Code, 4
+	var cr sessionapi.CodeRequest
+	_ = json.Unmarshal(req.Body, &cr)
+	r := &sessionapi.CodeResult{Language: "python", Text: cr.Code, DurationMS: 4}
 	var w, h int
-	if n, _ := fmt.Sscanf(req.Code, "png %d %d", &w, &h); n == 2 {
+	if n, _ := fmt.Sscanf(cr.Code, "png %d %d", &w, &h); n == 2 {
 		var buf bytes.Buffer
 		_ = png.Encode(&buf, image.NewGray(image.Rect(0, 0, w, h)))
-		r.Display = []envelope.DisplayItem{{MIME: "image/png", Data: buf.Bytes()}}
+		r.Display = []sessionapi.Display{{MIME: "image/png", Data: base64.StdEncoding.EncodeToString(buf.Bytes())}}
 	}
-	return r, nil
+	res, _ := json.Marshal(r)
+	return &envelope.Reply{ID: req.ID, Result: res}, nil
 }
 func (b *cellBox) Close(context.Context) { b.once.Do(func() { close(b.done) }) }
 func (b *cellBox) Done() <-chan struct{} { return b.done }

@@ -350,9 +350,11 @@ func TestSessionMessages(t *testing.T) {
 	}
 
 	seal, other := NewSeal(), NewSeal()
-	exit := 3
-	msg := seal.SignReply(&Reply{ID: 9, Exit: &exit})
-	if r, err := seal.OpenReply(msg); err != nil || *r.Exit != 3 {
+	msg := seal.SignReply(&Reply{ID: 9, Result: json.RawMessage(`{"exit_code":3}`)})
+	var res struct {
+		Exit int `json:"exit_code"`
+	}
+	if r, err := seal.OpenReply(msg); err != nil || r.Decode(&res) != nil || res.Exit != 3 {
 		t.Fatalf("open: %+v %v", r, err)
 	}
 	forged := bytes.Replace(msg, []byte(`"exit_code":3`), []byte(`"exit_code":0`), 1)

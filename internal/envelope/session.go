@@ -72,14 +72,13 @@ func (s *Session) validate() error {
 }
 
 // The operations of a session's agent: those of the session it serves
-// (sessionapi.OpExec, OpCode, OpReset, OpProcesses, OpSignal, OpStdin and
-// the files', IsFileOp), asked by the same names, and these, which only
-// the executor asks.
+// (sessionapi.OpExec, OpCode, OpReset, OpProcesses, OpProcess, OpSignal,
+// OpStdin and the files', IsFileOp), asked by the same names with the
+// session's own request as Body and answered with its result as
+// Result, and these, which only the executor asks.
 const (
-	OpPing   = "ping"   // renew the deadman; nothing else
-	OpWait   = "wait"   // wait up to TimeoutMS for a background process to end
-	OpOutput = "output" // a background process's output since Since
-	OpClose  = "close"  // end every process, send the trailer and exit
+	OpPing  = "ping"  // renew the deadman; nothing else
+	OpClose = "close" // end every process, send the trailer and exit
 	// OpArchive archives the working directory while the session lives
 	// (a checkpoint): every other process is stopped (SIGSTOP) while it is
 	// read, and continued after. The tar goes out as FrameArchive frames
@@ -93,126 +92,77 @@ type Request struct {
 	ID uint64 `json:"id"`
 	Op string `json:"op"`
 
-	// exec: Argv, or Shell run by /bin/sh -c; Cwd (default the working
-	// directory), Env over the session's, Stdin, TimeoutMS (0: none for a
-	// background process, the session's limit otherwise). Exclusive
-	// ends every other process of the sandbox first (its background
-	// processes, terminals and contexts included) and lets none start
-	// until the command has ended, so that nothing but the command and
-	// its own descendants can reach its output or status; not with
-	// Background. A reply to it says Exclusive: an agent that does not
-	// know the field ignores it, and its reply does not.
-	Exclusive  bool              `json:"exclusive,omitempty"`
-	Argv       []string          `json:"argv,omitempty"`
-	Shell      string            `json:"shell,omitempty"`
-	Cwd        string            `json:"cwd,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Stdin      []byte            `json:"stdin,omitempty"`
-	TimeoutMS  int64             `json:"timeout_ms,omitempty"`
-	Background bool              `json:"background,omitempty"`
-
-	// processes, wait, output, signal, stdin.
-	PID    int   `json:"pid,omitempty"`
-	Signal int   `json:"signal,omitempty"`
-	Since  int64 `json:"since,omitempty"`
-	EOF    bool  `json:"eof,omitempty"`
-
-	// code, reset: the context's name and language: python (the
-	// default), javascript, typescript or bash. The name defaults to
-	// "default" for python and the language's name for the others.
-	Context  string `json:"context,omitempty"`
-	Language string `json:"language,omitempty"`
-	Code     string `json:"code,omitempty"`
-
-	// Files.
-	Path      string `json:"path,omitempty"`
-	To        string `json:"to,omitempty"`
-	Data      []byte `json:"data,omitempty"`
-	Offset    int64  `json:"offset,omitempty"`
-	Length    int64  `json:"length,omitempty"`
-	Append    bool   `json:"append,omitempty"`
-	Mode      uint32 `json:"mode,omitempty"`
-	Recursive bool   `json:"recursive,omitempty"`
+	// Body is a session operation's request, the sessionapi type its Op
+	// names (sessionapi.ExecRequest for OpExec...), as the session's
+	// caller sent it: the worker checks it and bounds its timeout, and
+	// forwards it.
+	Body json.RawMessage `json:"body,omitempty"`
 
 	// archive: the bounds of the archive (internal/archive's Limits).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 	MaxFiles int   `json:"max_files,omitempty"`
 
-	// Terminals (see OpPTYOpen): PTY names one; Cols and Rows size it;
-	// Acked is how much of its output the far end has taken, in all.
-	PTY   int   `json:"pty,omitempty"`
-	Cols  int   `json:"cols,omitempty"`
-	Rows  int   `json:"rows,omitempty"`
-	Acked int64 `json:"acked,omitempty"`
+	// Terminals (see OpPTYOpen): Argv, Cwd and Env start one's shell;
+	// PTY names one; Cols and Rows size it; Acked is how much of its
+	// output the far end has taken, in all.
+	Argv  []string          `json:"argv,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	PTY   int               `json:"pty,omitempty"`
+	Cols  int               `json:"cols,omitempty"`
+	Rows  int               `json:"rows,omitempty"`
+	Acked int64             `json:"acked,omitempty"`
 
 	// Connections (see OpConnOpen): Port to open one, Conn to name it;
 	// Data, Acked and EOF as a terminal's.
-	Port int `json:"port,omitempty"`
-	Conn int `json:"conn,omitempty"`
+	Port int    `json:"port,omitempty"`
+	Conn int    `json:"conn,omitempty"`
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// NewRequest returns a request of op whose Body is body, a sessionapi
+// request.
+func NewRequest(op string, body any) (*Request, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, errorf("%s: %v", op, err)
+	}
+	return &Request{Op: op, Body: b}, nil
 }
 
 // Reply answers one Request. Error is set when the call failed (with one
-// of the codes the agent answers, sessionapi.Errorf); the rest is the
+// of the codes the agent answers, sessionapi.Errorf); else Result is a
+// session operation's result, the sessionapi type its op names
+// (sessionapi.ExecResult for OpExec...), and the rest an executor-only
 // operation's.
 type Reply struct {
-	ID    uint64            `json:"id"`
-	Error *sessionapi.Error `json:"error,omitempty"`
-
-	// exec (foreground), wait.
-	Exit       *int   `json:"exit_code,omitempty"`
-	Signal     int    `json:"signal,omitempty"`
-	TimedOut   bool   `json:"timed_out,omitempty"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
-	Stdout     []byte `json:"stdout,omitempty"`
-	Stderr     []byte `json:"stderr,omitempty"`
-	// StdoutBytes and StderrBytes count all the command wrote, of which
-	// Stdout and Stderr are the first OutputLimit bytes.
-	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
-	StderrBytes int64 `json:"stderr_bytes,omitempty"`
-	// An exclusive exec's: that it ran alone, and how many processes
-	// of the session it ended first.
-	Exclusive bool `json:"exclusive,omitempty"`
-	Ended     int  `json:"ended,omitempty"`
-
-	// exec (background).
-	PID int `json:"pid,omitempty"`
-	// processes.
-	Processes []sessionapi.Process `json:"processes,omitempty"`
-	// output: the bytes since the request's Since (Stdout and Stderr as
-	// one stream, in order), and Next, the offset to ask from next;
-	// Dropped is how many bytes before Since... were no longer kept.
-	Output  []byte `json:"output,omitempty"`
-	Next    int64  `json:"next,omitempty"`
-	Dropped int64  `json:"dropped,omitempty"`
-	Running bool   `json:"running,omitempty"`
-
-	// code: the value of a trailing expression as text, what the cell
-	// printed, and the error it raised. Reset is true when the context
-	// was started afresh for this call (first use, or it had died).
-	// Language is the context's (an agent before the field: python); a
-	// bash cell's status is Exit, and an error when it is not 0.
-	Text      string                `json:"text,omitempty"`
-	CodeError *sessionapi.CodeError `json:"code_error,omitempty"`
-	Reset     bool                  `json:"reset,omitempty"`
-	Language  string                `json:"language,omitempty"`
-	// The cell's display outputs (see DisplayDir) and how many were
-	// dropped at the bounds.
-	Display        []DisplayItem `json:"display,omitempty"`
-	DisplayDropped int           `json:"display_dropped,omitempty"`
-
-	// Files.
-	Data    []byte             `json:"data,omitempty"`
-	EOF     bool               `json:"eof,omitempty"`
-	Entries []sessionapi.Entry `json:"entries,omitempty"`
-	Entry   *sessionapi.Entry  `json:"entry,omitempty"`
+	ID     uint64            `json:"id"`
+	Error  *sessionapi.Error `json:"error,omitempty"`
+	Result json.RawMessage   `json:"result,omitempty"`
 
 	// archive: what the FrameArchive frames before this reply held.
 	Archive *ArchiveReport `json:"archive,omitempty"`
 
 	// pty_open: the terminal's number, and its shell's process.
 	PTY int `json:"pty,omitempty"`
+	PID int `json:"pid,omitempty"`
 	// conn_open: the connection's number.
 	Conn int `json:"conn,omitempty"`
+}
+
+// Decode decodes the reply's Result into v, or returns its Error.
+func (r *Reply) Decode(v any) error {
+	if r.Error != nil {
+		return r.Error
+	}
+	if len(r.Result) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Result, v); err != nil {
+		return errorf("reply %d: %v", r.ID, err)
+	}
+	return nil
 }
 
 // ArchiveReport is what an OpArchive framed: its size and SHA-256 (which

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -218,9 +217,9 @@ func TestIntegrationDataSessionCell(t *testing.T) {
 	t.Parallel()
 	e := dataSetup(t, nil)
 	s := startSession(t, e, SessionSpec{Image: "python-data"})
-	cell := func(code string) *envelope.Reply {
+	cell := func(code string) *answer {
 		t.Helper()
-		r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: code, TimeoutMS: 120_000}))
+		r := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: code, Timeout: ms(120_000)}))
 		if r.CodeError != nil {
 			t.Fatalf("cell %q raised %s: %s", code, r.CodeError.Name, r.CodeError.Traceback)
 		}
@@ -230,7 +229,7 @@ func TestIntegrationDataSessionCell(t *testing.T) {
 	if len(r.Display) != 1 || r.DisplayDropped != 0 {
 		t.Fatalf("%d display outputs, %d dropped: want the one figure left open", len(r.Display), r.DisplayDropped)
 	}
-	cfg, err := png.DecodeConfig(bytes.NewReader(r.Display[0].Data))
+	cfg, err := png.DecodeConfig(base64.NewDecoder(base64.StdEncoding, strings.NewReader(r.Display[0].Data)))
 	if err != nil || r.Display[0].MIME != "image/png" || cfg.Width != 300 || cfg.Height != 200 {
 		t.Fatalf("%s, %dx%d (%v): want a 300x200 PNG", r.Display[0].MIME, cfg.Width, cfg.Height, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/egress"
 	"github.com/sandfleet/sandfleet/internal/egressnet"
-	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -233,7 +232,7 @@ func TestIntegrationEgressSessionLocks(t *testing.T) {
 	caps.Network = &limits.Network{Allow: mustRules(t, "a.example.test")}
 	e := setup(t, func(c *Config) { c.Caps, c.Egress = caps, gw })
 	s := startSession(t, e, SessionSpec{Limits: limits.Limits{Network: &limits.Network{Allow: mustRules(t, "a.example.test")}}})
-	fetch := envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", `
+	fetch := ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", `
 import urllib.request, urllib.error
 try:
     print(urllib.request.urlopen("http://a.example.test:8080/install", timeout=20).read().decode())

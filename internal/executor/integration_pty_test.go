@@ -48,29 +48,29 @@ func testSessionPTY(t *testing.T, e *Executor) {
 			return strings.Contains(out.String(), want)
 		}
 	}
-	r := okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYOpen, Cols: 80, Rows: 24}))
+	r := okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYOpen, Cols: 80, Rows: 24}))
 	if r.PTY == 0 || r.PID == 0 {
 		t.Fatalf("pty_open: %+v", r)
 	}
 	n := r.PTY
 	// Typed once the shell shows its prompt, as a person does.
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n}))
 	testutil.Eventually(t, 20*time.Second, "the shell's prompt", seen("$ "))
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("echo hel''lo\n")}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("echo hel''lo\n")}))
 	testutil.Eventually(t, 20*time.Second, "hello from the pty", seen("hello\r\n"))
 
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 101, Rows: 33}))
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("stty size\n")}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 101, Rows: 33}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("stty size\n")}))
 	testutil.Eventually(t, 20*time.Second, "the new size", seen("33 101"))
 
-	if r := do(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 0, Rows: 5}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
+	if r := doRaw(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 0, Rows: 5}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 		t.Fatalf("a 0-column resize: %+v", r.Error)
 	}
-	if r := do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n + 7}); r.Error == nil || r.Error.Code != sessionapi.ErrNotFound.Code {
+	if r := doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n + 7}); r.Error == nil || r.Error.Code != sessionapi.ErrNotFound.Code {
 		t.Fatalf("input to no terminal: %+v", r.Error)
 	}
 
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("exit 7\n")}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Data: []byte("exit 7\n")}))
 	testutil.Eventually(t, 90*time.Second, "the terminal's end", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -103,17 +103,17 @@ func TestSessionPTYWindow(t *testing.T) {
 		defer mu.Unlock()
 		return got
 	}
-	n := okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYOpen, Argv: []string{"/bin/sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' x; echo; echo END"}})).PTY
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n}))
+	n := okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYOpen, Argv: []string{"/bin/sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' x; echo; echo END"}})).PTY
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n}))
 	testutil.Eventually(t, 20*time.Second, "a window's worth of output", func() bool { return taken() >= envelope.PTYWindow })
 	// The invariant, checked again after a round trip through the agent
 	// (one more request served while the shell still had output to give).
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 80, Rows: 24}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYResize, PTY: n, Cols: 80, Rows: 24}))
 	if sent := taken(); sent != envelope.PTYWindow {
 		t.Fatalf("with nothing acknowledged the agent sent %d bytes, want the window's %d", sent, envelope.PTYWindow)
 	}
 	testutil.Eventually(t, 60*time.Second, "the whole burst once acknowledged", func() bool {
-		r := do(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Acked: taken()})
+		r := doRaw(t, s, envelope.Request{Op: envelope.OpPTYInput, PTY: n, Acked: taken()})
 		if r.Error != nil {
 			return r.Error.Code == sessionapi.ErrNotFound.Code // ended: all sent
 		}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
@@ -50,7 +49,7 @@ func nodeRuns(t *testing.T, e *Executor) bool {
 	s := startSession(t, e, SessionSpec{Image: "node"})
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"node", "-e", "1"}})
+	r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"node", "-e", "1"}})
 	if err == nil && r.Error == nil && r.Exit != nil && *r.Exit == 0 {
 		return true
 	}
@@ -94,11 +93,11 @@ func TestIntegrationSessionLanguages(t *testing.T) {
 		node := nodeRuns(t, e)
 		s := startSession(t, e, SessionSpec{Image: "node"})
 		for _, c := range cellCases {
-			cell := func(code string, timeoutMS int64) *envelope.Reply {
+			cell := func(code string, timeoutMS int64) *answer {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 				defer cancel()
-				r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpCode, Language: c.lang, Code: code, TimeoutMS: timeoutMS})
+				r, err := call(ctx, s, ask{Op: sessionapi.OpCode, Language: c.lang, Code: code, Timeout: ms(timeoutMS)})
 				if err != nil {
 					t.Fatalf("%s %q: %v (%q)", c.lang, code, err, sessionWhy(s))
 				}
@@ -131,16 +130,16 @@ func TestIntegrationSessionLanguages(t *testing.T) {
 			}
 		}
 		// A context keeps its language; an unknown one is refused.
-		r := do(t, s, envelope.Request{Op: sessionapi.OpCode, Context: "default", Language: "bash", Code: "true"})
+		r := do(t, s, ask{Op: sessionapi.OpCode, Context: "default", Language: "bash", Code: "true"})
 		if r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 			t.Errorf("python's context asked for bash: %+v", r.Error)
 		}
-		if r := do(t, s, envelope.Request{Op: sessionapi.OpCode, Language: "cobol", Code: "1"}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
+		if r := do(t, s, ask{Op: sessionapi.OpCode, Language: "cobol", Code: "1"}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 			t.Errorf("cobol: %+v", r.Error)
 		}
 		// A reset starts the language's context afresh.
-		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpReset, Language: "javascript"}))
-		if r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Language: "javascript", Code: "typeof x"})); !r.Reset || r.Text != "'undefined'" {
+		okReply(t, do(t, s, ask{Op: sessionapi.OpReset, Language: "javascript"}))
+		if r := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Language: "javascript", Code: "typeof x"})); !r.Reset || r.Text != "'undefined'" {
 			t.Errorf("after a reset: %+v", r)
 		}
 	})
@@ -164,11 +163,11 @@ printf '{"nonce": "half a line' >&4; (exit 7)`
 for n in "" 000000000000000000000000; do printf '\n{"nonce":"%s","text":"forged","exit":0}\n' "$n" >$p/fd/4 2>/dev/null; done; done; (exit 5)`
 	langsRuntimes(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{Image: "node", OutputLimit: 64 << 10})
-		cell := func(lang, code string, timeoutMS int64) *envelope.Reply {
+		cell := func(lang, code string, timeoutMS int64) *answer {
 			t.Helper()
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
-			r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpCode, Language: lang, Code: code, TimeoutMS: timeoutMS})
+			r, err := call(ctx, s, ask{Op: sessionapi.OpCode, Language: lang, Code: code, Timeout: ms(timeoutMS)})
 			if err != nil {
 				t.Fatalf("%s %q: %v (%q)", lang, code, err, sessionWhy(s))
 			}
@@ -216,8 +215,8 @@ for n in "" 000000000000000000000000; do printf '\n{"nonce":"%s","text":"forged"
 				continue
 			}
 			r := cell(c.lang, c.flood, 2000)
-			if !r.TimedOut || len(r.Stdout) == 0 || len(r.Stdout) > 64<<10 || len(r.Stderr) > 64<<10 || r.StdoutBytes <= 64<<10 {
-				t.Fatalf("%s's flood: timed out %v, %d bytes of stdout kept of %d, %d of stderr", c.lang, r.TimedOut, len(r.Stdout), r.StdoutBytes, len(r.Stderr))
+			if !r.TimedOut || len(r.Stdout) != 64<<10 || len(r.Stderr) > 64<<10 {
+				t.Fatalf("%s's flood: timed out %v, %d bytes of stdout kept, %d of stderr: want the first 64 KiB", c.lang, r.TimedOut, len(r.Stdout), len(r.Stderr))
 			}
 			if r = cell(c.lang, c.next, 10000); r.Text+string(r.Stdout) != c.want || r.Reset {
 				t.Fatalf("%s after the flood: %+v, want %q in the same context", c.lang, r, c.want)

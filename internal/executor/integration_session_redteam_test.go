@@ -90,7 +90,7 @@ for n in (0, 1, 2):
 		var warns countingHandler
 		e.cfg.Logger = slog.New(&warns)
 		s := startSession(t, e, SessionSpec{})
-		r := do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", probe}})
+		r := do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", probe}})
 		t.Logf("PID 1's streams: %s", r.Stdout)
 		// Frames that fail their check are said once, not once each: a
 		// sandbox must not be able to fill its worker's log.
@@ -101,7 +101,7 @@ for n in (0, 1, 2):
 		}()
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
-		r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", attack}})
+		r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", attack}})
 		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
 			// gVisor lets the attack write to the agent's stream: the
 			// first frame that fails its check ends the session.
@@ -137,7 +137,7 @@ for n in (0, 1, 2):
 		// own answers, or the session ended; never a forged one.
 		for i, sh := range []string{"sleep 0.5; echo mine; exit 5", "echo again; exit 6"} {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Shell: sh})
+			r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Shell: sh})
 			cancel()
 			if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
 				if s.Why() != "broken" {
@@ -178,7 +178,7 @@ os._exit(4)
 		s := startSession(t, e, SessionSpec{})
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", attack}})
+		r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", attack}})
 		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
 			t.Logf("under runsc the signals ended the session: %q", s.Why())
 			return
@@ -189,7 +189,7 @@ os._exit(4)
 		if r.Exit == nil || *r.Exit != 4 {
 			t.Fatalf("the attack's reply: exit %v error %v stdout %q", r.Exit, r.Error, r.Stdout)
 		}
-		r, err = s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Shell: "exit 9"})
+		r, err = call(ctx, s, ask{Op: sessionapi.OpExec, Shell: "exit 9"})
 		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
 			t.Logf("under runsc the signals ended the session: %q", s.Why())
 			return
@@ -219,7 +219,7 @@ func mustBeOwn(t *testing.T, s *Session, exit int) (ended bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Shell: fmt.Sprintf("echo proof; exit %d", exit), TimeoutMS: 30000})
+	r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Shell: fmt.Sprintf("echo proof; exit %d", exit), Timeout: ms(30000)})
 	switch {
 	case err == ErrSessionEnded:
 		t.Logf("the session ended (%q)", s.Why())
@@ -266,7 +266,7 @@ os._exit(3)
 				s := startSession(t, e, SessionSpec{})
 				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 				defer cancel()
-				r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", attack}})
+				r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", attack}})
 				if err == ErrSessionEnded {
 					t.Logf("the attack ended the session (%q)", s.Why())
 					return
@@ -308,10 +308,10 @@ time.sleep(3600)
 `
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{})
-		bg := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", bomb}, Background: true}))
+		bg := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", bomb}, Background: true}))
 		var ended bool
 		testutil.Eventually(t, 60*time.Second, "the bomb to take every pid", func() bool {
-			r, err := s.Do(t.Context(), &envelope.Request{Op: envelope.OpOutput, PID: bg.PID})
+			r, err := call(t.Context(), s, ask{Op: sessionapi.OpProcess, PID: bg.PID})
 			ended = err == ErrSessionEnded
 			return ended || err == nil && strings.Contains(string(r.Output), "forked")
 		})
@@ -320,15 +320,15 @@ time.sleep(3600)
 		}
 		// Calls of every kind at once, while no pid is free: each gets an
 		// answer, and none is a command's success.
-		ops := []envelope.Request{
+		ops := []ask{
 			{Op: sessionapi.OpExec, Shell: "exit 0"},
-			{Op: sessionapi.OpExec, Argv: []string{"true"}, Background: true},
+			{Op: sessionapi.OpExec, Cmd: []string{"true"}, Background: true},
 			{Op: sessionapi.OpCode, Code: "1+1", Context: "fresh"},
 			{Op: sessionapi.OpWrite, Path: "a.txt", Data: []byte(strings.Repeat("x", 1<<20))},
 			{Op: sessionapi.OpRead, Path: "a.txt"},
 			{Op: sessionapi.OpList, Path: "."},
 			{Op: sessionapi.OpProcesses},
-			{Op: envelope.OpPing},
+			{Op: envelope.OpPing}, // an executor's: its body is ignored
 		}
 		errs := make(chan error, 4*len(ops))
 		for range 4 {
@@ -336,7 +336,7 @@ time.sleep(3600)
 				go func() {
 					ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 					defer cancel()
-					r, err := s.Do(ctx, &op)
+					r, err := call(ctx, s, op)
 					if err == nil && op.Op == sessionapi.OpExec && !op.Background && r.Error == nil {
 						err = fmt.Errorf("exec with no pid free: exit %v, want an error", r.Exit)
 					}
@@ -349,12 +349,12 @@ time.sleep(3600)
 				t.Fatal(err)
 			}
 		}
-		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpSignal, PID: bg.PID, Signal: 9}))
+		okReply(t, do(t, s, ask{Op: sessionapi.OpSignal, PID: bg.PID, Signal: 9}))
 		testutil.Eventually(t, 60*time.Second, "a command to run again", func() bool {
-			r := do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: "exit 3"})
+			r := do(t, s, ask{Op: sessionapi.OpExec, Shell: "exit 3"})
 			return r.Error == nil && r.Exit != nil && *r.Exit == 3
 		})
-		if r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "6*7"})); r.Text != "42" {
+		if r := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "6*7"})); r.Text != "42" {
 			t.Fatalf("a cell after the bomb: %+v", r)
 		}
 	})
@@ -378,7 +378,7 @@ os._exit(4)
 		s := startSession(t, e, SessionSpec{})
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
-		r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", fill}})
+		r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", fill}})
 		if err == ErrSessionEnded && e.cfg.Runtime == "runsc" {
 			// gVisor keeps a tmpfs in the sandbox's memory: filling it
 			// may end the sandbox at its memory limit.
@@ -391,9 +391,9 @@ os._exit(4)
 		t.Logf("filled: %s", r.Stdout)
 		// gVisor keeps the trees in the sandbox's memory: the sandbox may
 		// end once they are full, between calls as well as in one.
-		after := func(req envelope.Request) (*envelope.Reply, bool) {
+		after := func(req ask) (*answer, bool) {
 			t.Helper()
-			r, err := s.Do(t.Context(), &req)
+			r, err := call(t.Context(), s, req)
 			if err == ErrSessionEnded && runscFull(t, e, s) {
 				return nil, false
 			}
@@ -402,7 +402,7 @@ os._exit(4)
 			}
 			return r, true
 		}
-		r, ok := after(envelope.Request{Op: sessionapi.OpWrite, Path: "more.txt", Data: []byte("x")})
+		r, ok := after(ask{Op: sessionapi.OpWrite, Path: "more.txt", Data: []byte("x")})
 		if !ok {
 			return
 		}
@@ -411,14 +411,14 @@ os._exit(4)
 		} else if r.Error.Code != sessionapi.ErrFailed.Code || !strings.Contains(r.Error.Message, "no space") {
 			t.Errorf("a write to a full tree: %v, want failed: no space", r.Error)
 		}
-		if r, ok = after(envelope.Request{Op: sessionapi.OpExec, Shell: "echo still; exit 5"}); !ok {
+		if r, ok = after(ask{Op: sessionapi.OpExec, Shell: "echo still; exit 5"}); !ok {
 			return
 		}
 		r = okReply(t, r)
 		if r.Exit == nil || *r.Exit != 5 || string(r.Stdout) != "still\n" {
 			t.Fatalf("a command with the trees full: exit %v stdout %q", r.Exit, r.Stdout)
 		}
-		if r, ok = after(envelope.Request{Op: sessionapi.OpCode, Code: "'%d' % (6*7)"}); !ok {
+		if r, ok = after(ask{Op: sessionapi.OpCode, Code: "'%d' % (6*7)"}); !ok {
 			return
 		}
 		if r := okReply(t, r); r.Text != "'42'" {
@@ -443,7 +443,7 @@ out(1)
 		var events atomic.Int64
 		s := startSession(t, e, SessionSpec{OnEvent: func(ev *envelope.Event) { events.Add(int64(len(ev.Data))) }})
 		for range 3 {
-			r, err := s.Do(t.Context(), &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", flood}, Background: true})
+			r, err := call(t.Context(), s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", flood}, Background: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -467,7 +467,7 @@ out(1)
 		for i := range 10 {
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Shell: fmt.Sprintf("echo %d", i)})
+			r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Shell: fmt.Sprintf("echo %d", i)})
 			cancel()
 			if err != nil {
 				t.Fatalf("call %d during the flood: %v", i, err)
@@ -498,11 +498,11 @@ for n in ("", "0" * 24, "x"):
     os.write(4, (json.dumps({"nonce": n, "text": "'forged'"}) + "\n").encode())
 os.write(4, b'{"nonce": "half a line')
 40 + 1`
-		r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: garbage, TimeoutMS: 10000}))
+		r := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: garbage, Timeout: ms(10000)}))
 		if r.Text != "41" || r.TimedOut || r.CodeError != nil {
 			t.Fatalf("the garbage cell: text %q timed out %v error %+v, want 41", r.Text, r.TimedOut, r.CodeError)
 		}
-		r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "'next'", TimeoutMS: 10000}))
+		r = okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "'next'", Timeout: ms(10000)}))
 		if r.Text != "'next'" || r.Reset || r.CodeError != nil {
 			t.Fatalf("the next cell: %+v %+v, want 'next' in the same context", r, r.CodeError)
 		}
@@ -556,8 +556,8 @@ func TestIntegrationSessionRedTeamIsolation(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		victim := startSession(t, e, SessionSpec{})
-		okReply(t, do(t, victim, envelope.Request{Op: sessionapi.OpWrite, Path: "/tmp/secret-of-victim", Data: []byte("s3cret")}))
-		okReply(t, do(t, victim, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"sleep", "3600"}, Background: true, Env: map[string]string{"MARK": "secret-of-victim"}}))
+		okReply(t, do(t, victim, ask{Op: sessionapi.OpWrite, Path: "/tmp/secret-of-victim", Data: []byte("s3cret")}))
+		okReply(t, do(t, victim, ask{Op: sessionapi.OpExec, Cmd: []string{"sleep", "3600"}, Background: true, Env: map[string]string{"MARK": "secret-of-victim"}}))
 		spy := startSession(t, e, SessionSpec{})
 		look := fmt.Sprintf(`import os, socket
 seen = []
@@ -578,7 +578,7 @@ for host in ("172.17.0.1", "127.0.0.1", "10.0.2.2", "host.docker.internal"):
         print("unreachable", host)
 print("ifaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
 `, port)
-		r := okReply(t, do(t, spy, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", look}}))
+		r := okReply(t, do(t, spy, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", look}}))
 		out := string(r.Stdout)
 		t.Logf("the spy saw:\n%s%s", out, r.Stderr)
 		if r.Exit == nil || *r.Exit != 0 {
@@ -622,7 +622,7 @@ print("wrote", n)
 		runtime.ReadMemStats(&before)
 		ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 		defer cancel()
-		r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", attack}})
+		r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", attack}})
 		switch {
 		case err == ErrSessionEnded:
 			t.Logf("the session ended (%q)", s.Why())
@@ -654,7 +654,7 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{})
-		r, err := s.Do(t.Context(), &envelope.Request{Op: sessionapi.OpExec, Shell: "mkfifo pipe && ln -s pipe link && mkfifo /tmp/pipe"})
+		r, err := call(t.Context(), s, ask{Op: sessionapi.OpExec, Shell: "mkfifo pipe && ln -s pipe link && mkfifo /tmp/pipe"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -662,7 +662,7 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 		if r.Exit == nil || *r.Exit != 0 {
 			t.Fatalf("mkfifo: exit %v stderr %q", derefInt(r.Exit), r.Stderr)
 		}
-		for _, req := range []envelope.Request{
+		for _, req := range []ask{
 			{Op: sessionapi.OpRead, Path: "pipe"},
 			{Op: sessionapi.OpRead, Path: "link"},
 			{Op: sessionapi.OpRead, Path: "/tmp/pipe"},
@@ -671,7 +671,7 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 			{Op: sessionapi.OpList, Path: "pipe"},
 		} {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			r, err := s.Do(ctx, &req)
+			r, err := call(ctx, s, req)
 			cancel()
 			if err != nil {
 				t.Fatalf("%s %s: %v: the agent waits on the FIFO", req.Op, req.Path, err)
@@ -681,7 +681,7 @@ func TestIntegrationSessionRedTeamFIFO(t *testing.T) {
 			}
 			t.Logf("%s %s: %v", req.Op, req.Path, r.Error)
 		}
-		r, err = s.Do(t.Context(), &envelope.Request{Op: sessionapi.OpExec, Shell: "echo on"})
+		r, err = call(t.Context(), s, ask{Op: sessionapi.OpExec, Shell: "echo on"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -701,7 +701,7 @@ func TestIntegrationSessionRedTeamHugeCell(t *testing.T) {
 		s := startSession(t, e, SessionSpec{OutputLimit: 64 << 10})
 		for _, code := range []string{"'x' * (20 << 20)", "raise ValueError('y' * (4 << 20))"} {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-			r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpCode, Code: code, TimeoutMS: 50000})
+			r, err := call(ctx, s, ask{Op: sessionapi.OpCode, Code: code, Timeout: ms(50000)})
 			cancel()
 			if err == ErrSessionEnded && e.cfg.Runtime == "runsc" && s.Why() != "broken" {
 				// gVisor counts the copies of the value the interpreter
@@ -721,7 +721,7 @@ func TestIntegrationSessionRedTeamHugeCell(t *testing.T) {
 				t.Fatalf("%s: %d bytes of value or error, want 1 to 64 KiB", code, n)
 			}
 		}
-		if r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "6*7"})); r.Text != "42" {
+		if r := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "6*7"})); r.Text != "42" {
 			t.Fatalf("the next cell: %+v", r)
 		}
 	})
@@ -746,17 +746,17 @@ func TestIntegrationSessionRedTeamUnreadStdin(t *testing.T) {
 		s := startSession(t, e, SessionSpec{})
 		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 		defer cancel()
-		r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"sleep", "600"}, Background: true,
-			Stdin: []byte(strings.Repeat("x", 1<<20))})
+		r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"sleep", "600"}, Background: true,
+			Stdin: strings.Repeat("x", 1<<20)})
 		if err != nil {
 			t.Fatalf("a background start with 1 MiB of stdin it never reads: %v", err)
 		}
 		okReply(t, r)
-		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpSignal, PID: r.PID, Signal: 9}))
+		okReply(t, do(t, s, ask{Op: sessionapi.OpSignal, PID: r.PID, Signal: 9}))
 		// What a start gives and what comes after keep their order.
-		cat := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"cat"}, Background: true, Stdin: []byte("first ")}))
-		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpStdin, PID: cat.PID, Data: []byte("then"), EOF: true}))
-		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: cat.PID, TimeoutMS: 30000}))
+		cat := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"cat"}, Background: true, Stdin: "first "}))
+		okReply(t, do(t, s, ask{Op: sessionapi.OpStdin, PID: cat.PID, Data: []byte("then"), EOF: true}))
+		w := okReply(t, do(t, s, ask{Op: sessionapi.OpProcess, PID: cat.PID, Wait: ms(30000)}))
 		if string(w.Output) != "first then" {
 			t.Fatalf("cat's output: %q, want %q", w.Output, "first then")
 		}
@@ -771,11 +771,11 @@ func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{})
-		bg := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"sleep", "600"}, Background: true}))
+		bg := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"sleep", "600"}, Background: true}))
 		leave := fmt.Sprintf("import os, time\nos.setpgid(0, %d)\nprint('moved', flush=True)\ntime.sleep(600)\n", bg.PID)
 		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 		defer cancel()
-		r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", leave}, TimeoutMS: 3000})
+		r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", leave}, Timeout: ms(3000)})
 		if err != nil {
 			t.Fatalf("a command that left its process group, past its timeout: %v", err)
 		}
@@ -788,14 +788,14 @@ func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
 		// same.
 		ctx, cancel = context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
-		mr, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", leave}, Background: true})
+		mr, err := call(ctx, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", leave}, Background: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mover := okReply(t, mr)
 		ended := false
 		testutil.Eventually(t, 30*time.Second, "the process to move", func() bool {
-			r, err := s.Do(t.Context(), &envelope.Request{Op: envelope.OpOutput, PID: mover.PID})
+			r, err := call(t.Context(), s, ask{Op: sessionapi.OpProcess, PID: mover.PID})
 			if err == ErrSessionEnded {
 				ended = true
 				return true
@@ -808,10 +808,10 @@ func TestIntegrationSessionRedTeamLeaveGroup(t *testing.T) {
 		if ended {
 			t.Fatalf("the session ended (%q)", s.Why())
 		}
-		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpSignal, PID: mover.PID, Signal: 9}))
-		w := okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: mover.PID, TimeoutMS: 20000}))
-		if w.TimedOut || w.Signal != 9 {
-			t.Fatalf("the moved process after its SIGKILL: timed out %v signal %d", w.TimedOut, w.Signal)
+		okReply(t, do(t, s, ask{Op: sessionapi.OpSignal, PID: mover.PID, Signal: 9}))
+		w := okReply(t, do(t, s, ask{Op: sessionapi.OpProcess, PID: mover.PID, Wait: ms(20000)}))
+		if w.Running || w.Signal != 9 {
+			t.Fatalf("the moved process after its SIGKILL: running %v signal %d", w.Running, w.Signal)
 		}
 	})
 }
@@ -823,16 +823,16 @@ func TestIntegrationSessionRedTeamWaitOrphan(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{})
-		bg := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: "sleep 600 & echo left; exit 3", Background: true}))
+		bg := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Shell: "sleep 600 & echo left; exit 3", Background: true}))
 		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 		defer cancel()
-		w, err := s.Do(ctx, &envelope.Request{Op: envelope.OpWait, PID: bg.PID, TimeoutMS: 10000})
+		w, err := call(ctx, s, ask{Op: sessionapi.OpProcess, PID: bg.PID, Wait: ms(10000)})
 		if err != nil {
 			t.Fatalf("the wait: %v", err)
 		}
 		okReply(t, w)
-		if w.TimedOut || w.Exit == nil || *w.Exit != 3 || string(w.Output) != "left\n" {
-			t.Fatalf("the wait: timed out %v exit %v output %q, want exit 3 and %q", w.TimedOut, derefInt(w.Exit), w.Output, "left\n")
+		if w.Running || w.Exit == nil || *w.Exit != 3 || string(w.Output) != "left\n" {
+			t.Fatalf("the wait: running %v exit %v output %q, want exit 3 and %q", w.Running, derefInt(w.Exit), w.Output, "left\n")
 		}
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/templates"
 )
@@ -34,7 +33,7 @@ func sessionOnTenantTemplate(t *testing.T, e *Executor) {
 	e.SetTemplates(map[string]*templates.Template{templates.Key("team-a", "mine"): mine})
 
 	s := startSession(t, e, SessionSpec{Tenant: "team-a", Image: "mine", Env: map[string]string{"BOTH": "session"}})
-	r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: `cat /workspace/started; echo "$FROM_TEMPLATE $BOTH"`}))
+	r := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Shell: `cat /workspace/started; echo "$FROM_TEMPLATE $BOTH"`}))
 	if r.Exit == nil || *r.Exit != 0 || string(r.Stdout) != "started\nteam-a session\n" {
 		t.Fatalf("exec on the tenant's template: exit %v stdout %q stderr %q", r.Exit, r.Stdout, r.Stderr)
 	}

@@ -30,25 +30,6 @@ func startSession(t *testing.T, e *Executor, spec SessionSpec) *Session {
 	return s
 }
 
-func do(t *testing.T, s *Session, req envelope.Request) *envelope.Reply {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	r, err := s.Do(ctx, &req)
-	if err != nil {
-		t.Fatalf("%s: %v", req.Op, err)
-	}
-	return r
-}
-
-func okReply(t *testing.T, r *envelope.Reply) *envelope.Reply {
-	t.Helper()
-	if r.Error != nil {
-		t.Fatalf("reply %d: %v", r.ID, r.Error)
-	}
-	return r
-}
-
 // A session keeps what one call leaves for the next: a context's globals,
 // files, a background server that a later command reaches on loopback;
 // a cell that raises keeps its context, and a timed-out cell is
@@ -64,40 +45,40 @@ func TestSessionKeepsState(t *testing.T) {
 		mu.Unlock()
 	}})
 
-	r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "x = 41\nimport math"}))
+	r := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "x = 41\nimport math"}))
 	if !r.Reset || r.CodeError != nil || r.Text != "" {
 		t.Fatalf("first cell: %+v", r)
 	}
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "print('side', flush=True)\nx + 1"}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "print('side', flush=True)\nx + 1"}))
 	if r.Reset || r.Text != "42" || string(r.Stdout) != "side\n" {
 		t.Fatalf("second cell: text %q stdout %q reset %v, want 42, side", r.Text, r.Stdout, r.Reset)
 	}
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "def f():\n    return 1/0\nf()"}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "def f():\n    return 1/0\nf()"}))
 	if r.CodeError == nil || r.CodeError.Name != "ZeroDivisionError" || !strings.Contains(r.CodeError.Traceback, "line 2") {
 		t.Fatalf("a raising cell: %+v", r.CodeError)
 	}
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "math.floor(x / 2)"}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "math.floor(x / 2)"}))
 	if r.Text != "20" || r.Reset {
 		t.Fatalf("after the error: %+v, want 20 in the same context", r)
 	}
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "import time\nwhile True: time.sleep(0.01)", TimeoutMS: 500}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "import time\nwhile True: time.sleep(0.01)", Timeout: ms(500)}))
 	if !r.TimedOut || r.CodeError == nil || r.CodeError.Name != "KeyboardInterrupt" {
 		t.Fatalf("a cell past its timeout: %+v %+v", r, r.CodeError)
 	}
-	if r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "x"})); r.Text != "41" || r.Reset {
+	if r = okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "x"})); r.Text != "41" || r.Reset {
 		t.Fatalf("after the interrupt: %+v, want 41 in the same context", r)
 	}
 
 	// Files written through the API are a command's, and the reverse.
-	okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpWrite, Path: "notes/a.txt", Data: []byte("hello\n")}))
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: "cat notes/a.txt; echo made > b.txt; echo err >&2; exit 3"}))
+	okReply(t, do(t, s, ask{Op: sessionapi.OpWrite, Path: "notes/a.txt", Data: []byte("hello\n")}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Shell: "cat notes/a.txt; echo made > b.txt; echo err >&2; exit 3"}))
 	if r.Exit == nil || *r.Exit != 3 || string(r.Stdout) != "hello\n" || string(r.Stderr) != "err\n" {
 		t.Fatalf("exec: exit %v stdout %q stderr %q", r.Exit, r.Stdout, r.Stderr)
 	}
-	if r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpRead, Path: "/workspace/b.txt"})); string(r.Data) != "made\n" || !r.EOF {
+	if r = okReply(t, do(t, s, ask{Op: sessionapi.OpRead, Path: "/workspace/b.txt"})); string(r.Data) != "made\n" || !r.EOF {
 		t.Fatalf("read: %q eof %v", r.Data, r.EOF)
 	}
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpList, Path: "."}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpList, Path: "."}))
 	var names []string
 	for _, en := range r.Entries {
 		names = append(names, en.Name+":"+en.Type)
@@ -105,15 +86,15 @@ func TestSessionKeepsState(t *testing.T) {
 	if got := strings.Join(names, ","); !strings.Contains(got, "notes:dir") || !strings.Contains(got, "b.txt:file") {
 		t.Errorf("list: %s", got)
 	}
-	if r := do(t, s, envelope.Request{Op: sessionapi.OpRead, Path: "/etc/passwd"}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
+	if r := do(t, s, ask{Op: sessionapi.OpRead, Path: "/etc/passwd"}); r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 		t.Errorf("a read outside the tree: %+v", r.Error)
 	}
-	if r := do(t, s, envelope.Request{Op: sessionapi.OpRead, Path: "nope"}); r.Error == nil || r.Error.Code != sessionapi.ErrNotFound.Code {
+	if r := do(t, s, ask{Op: sessionapi.OpRead, Path: "nope"}); r.Error == nil || r.Error.Code != sessionapi.ErrNotFound.Code {
 		t.Errorf("a read of nothing: %+v", r.Error)
 	}
 
 	// A server started in the background answers a later command.
-	bg := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-m", "http.server", "8765", "--bind", "127.0.0.1"}, Background: true}))
+	bg := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-m", "http.server", "8765", "--bind", "127.0.0.1"}, Background: true}))
 	if bg.PID <= 1 {
 		t.Fatalf("background: pid %d", bg.PID)
 	}
@@ -125,16 +106,16 @@ for i in range(200):
         import time; time.sleep(0.05)
 else:
     sys.exit(1)`
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"python3", "-c", fetch}}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"python3", "-c", fetch}}))
 	if string(r.Stdout) != "made\n" {
 		t.Fatalf("the server's answer: %q (stderr %q)", r.Stdout, r.Stderr)
 	}
-	r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpProcesses}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpProcesses}))
 	if len(r.Processes) != 1 || r.Processes[0].PID != bg.PID || !r.Processes[0].Running {
 		t.Fatalf("processes: %+v", r.Processes)
 	}
-	okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpSignal, PID: bg.PID}))
-	r = okReply(t, do(t, s, envelope.Request{Op: envelope.OpWait, PID: bg.PID, TimeoutMS: 10000}))
+	okReply(t, do(t, s, ask{Op: sessionapi.OpSignal, PID: bg.PID}))
+	r = okReply(t, do(t, s, ask{Op: sessionapi.OpProcess, PID: bg.PID, Wait: ms(10000)}))
 	if r.Exit == nil || r.Running || !strings.Contains(string(r.Output), "GET /b.txt") {
 		t.Fatalf("wait: exit %v running %v output %q", r.Exit, r.Running, r.Output)
 	}
@@ -163,7 +144,7 @@ func TestSessionEndsItself(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startSession(t, e, tc.spec)
-			okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"sleep", "1000"}, Background: true}))
+			okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"sleep", "1000"}, Background: true}))
 			tc.act(s)
 			testutil.Eventually(t, 30*time.Second, "the session's end", func() bool {
 				select {

@@ -88,14 +88,14 @@ func TestIntegrationSessionRedTeamVerdict(t *testing.T) {
 			plantForgers(t, s, round)
 			forged := false
 			for try := 0; try < 5 && !forged; try++ {
-				r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: verifier}))
+				r := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Shell: verifier}))
 				forged = strings.Contains(string(r.Stdout), "FORGED")
 				t.Logf("round %d, a plain exec: exit %v stdout %q", round, derefInt(r.Exit), r.Stdout)
 			}
 			if !forged {
 				t.Errorf("round %d: no plain exec was forged; the attack no longer works as this test expects", round)
 			}
-			r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: verifier, Exclusive: true}))
+			r := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Shell: verifier, Exclusive: true}))
 			t.Logf("round %d, an exclusive exec: exit %v stdout %q, %d processes ended", round, derefInt(r.Exit), r.Stdout, r.Ended)
 			if string(r.Stdout) != verifierOut || r.Exit == nil || *r.Exit != 1 || !r.Exclusive {
 				t.Fatalf("round %d: exclusive exec: exit %v stdout %q exclusive %v, want 1, %q and true",
@@ -116,13 +116,13 @@ func TestIntegrationSessionRedTeamVerdict(t *testing.T) {
 func plantForgers(t *testing.T, s *Session, round int) {
 	t.Helper()
 	for _, f := range []string{"bg", "daemon", "pty", "ctx"} {
-		do(t, s, envelope.Request{Op: sessionapi.OpRemove, Path: "/tmp/ready-" + f})
+		do(t, s, ask{Op: sessionapi.OpRemove, Path: "/tmp/ready-" + f})
 	}
-	okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Background: true, Argv: []string{"python3", "-c", forger, "bg"}}))
-	okReply(t, do(t, s, envelope.Request{Op: envelope.OpPTYOpen, Argv: []string{"python3", "-c", forger, "pty"}}))
+	okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Background: true, Cmd: []string{"python3", "-c", forger, "bg"}}))
+	okRaw(t, doRaw(t, s, envelope.Request{Op: envelope.OpPTYOpen, Argv: []string{"python3", "-c", forger, "pty"}}))
 	// A fork of the context's interpreter, not a thread: gVisor here
 	// starts no thread in a sandbox.
-	c := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "import os\nsrc = " + pyQuote(forger) +
+	c := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "import os\nsrc = " + pyQuote(forger) +
 		"\nns = {'__name__': 'forger'}\nexec(src, ns)\nif os.fork() == 0:\n    ns['forge']('ctx')"}))
 	if c.CodeError != nil {
 		t.Fatalf("round %d: the context's forger: %+v", round, c.CodeError)
@@ -130,7 +130,7 @@ func plantForgers(t *testing.T, s *Session, round int) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, f := range []string{"bg", "daemon", "pty", "ctx"} {
 		for {
-			r := do(t, s, envelope.Request{Op: sessionapi.OpStat, Path: "/tmp/ready-" + f})
+			r := do(t, s, ask{Op: sessionapi.OpStat, Path: "/tmp/ready-" + f})
 			if r.Error == nil {
 				break
 			}
@@ -146,14 +146,14 @@ func plantForgers(t *testing.T, s *Session, round int) {
 // gone: the background forger ended by SIGKILL, the context starts afresh.
 func wantForgersEnded(t *testing.T, s *Session, round int) {
 	t.Helper()
-	ps := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpProcesses}))
+	ps := okReply(t, do(t, s, ask{Op: sessionapi.OpProcesses}))
 	for _, p := range ps.Processes {
 		if p.Running || p.Signal != 9 {
 			t.Errorf("round %d: background process %d %v: running %v signal %d, want ended by 9", round, p.PID, p.Cmd[:2], p.Running, p.Signal)
 		}
-		do(t, s, envelope.Request{Op: envelope.OpWait, PID: p.PID}) // collected
+		do(t, s, ask{Op: sessionapi.OpProcess, PID: p.PID, Wait: ms(30000)}) // collected
 	}
-	c := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpCode, Code: "1 + 1"}))
+	c := okReply(t, do(t, s, ask{Op: sessionapi.OpCode, Code: "1 + 1"}))
 	if !c.Reset || c.Text != "2" {
 		t.Errorf("round %d: the context after an exclusive exec: reset %v text %q, want a fresh one", round, c.Reset, c.Text)
 	}
@@ -172,30 +172,30 @@ func TestIntegrationSessionExclusiveAlone(t *testing.T) {
 	t.Parallel()
 	forEachRuntime(t, func(t *testing.T, e *Executor) {
 		s := startSession(t, e, SessionSpec{})
-		r := do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: "true", Exclusive: true, Background: true})
+		r := do(t, s, ask{Op: sessionapi.OpExec, Shell: "true", Exclusive: true, Background: true})
 		if r.Error == nil || r.Error.Code != sessionapi.ErrInvalid.Code {
 			t.Fatalf("exclusive and background: %+v, want invalid", r.Error)
 		}
-		done := make(chan *envelope.Reply, 1)
+		done := make(chan *answer, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			// It ends when /tmp/alone is removed (a file call starts no process).
-			r, err := s.Do(ctx, &envelope.Request{Op: sessionapi.OpExec, Exclusive: true, TimeoutMS: 60000,
+			r, err := call(ctx, s, ask{Op: sessionapi.OpExec, Exclusive: true, Timeout: ms(60000),
 				Shell: "touch /tmp/alone; while [ -e /tmp/alone ]; do sleep 0.05; done; echo done"})
 			if err != nil {
-				r = &envelope.Reply{Error: &sessionapi.Error{Code: "do", Message: err.Error()}}
+				r = &answer{Error: &sessionapi.Error{Code: "do", Message: err.Error()}}
 			}
 			done <- r
 		}()
 		deadline := time.Now().Add(30 * time.Second)
-		for do(t, s, envelope.Request{Op: sessionapi.OpStat, Path: "/tmp/alone"}).Error != nil {
+		for do(t, s, ask{Op: sessionapi.OpStat, Path: "/tmp/alone"}).Error != nil {
 			if time.Now().After(deadline) {
 				t.Fatal("the exclusive command did not start")
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		for _, req := range []envelope.Request{
+		for _, req := range []ask{
 			{Op: sessionapi.OpExec, Shell: "echo no"},
 			{Op: sessionapi.OpExec, Shell: "echo no", Background: true},
 			{Op: sessionapi.OpExec, Shell: "echo no", Exclusive: true},
@@ -208,7 +208,7 @@ func TestIntegrationSessionExclusiveAlone(t *testing.T) {
 					req.Op, req.Background, req.Exclusive, r.Error)
 			}
 		}
-		ps := do(t, s, envelope.Request{Op: sessionapi.OpProcesses})
+		ps := do(t, s, ask{Op: sessionapi.OpProcesses})
 		if len(ps.Processes) != 0 {
 			t.Errorf("background processes beside an exclusive command: %+v", ps.Processes)
 		}
@@ -217,12 +217,12 @@ func TestIntegrationSessionExclusiveAlone(t *testing.T) {
 			t.Fatalf("the exclusive command ended early: %+v", r)
 		default:
 		}
-		okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpRemove, Path: "/tmp/alone"}))
+		okReply(t, do(t, s, ask{Op: sessionapi.OpRemove, Path: "/tmp/alone"}))
 		r = <-done
 		if r.Error != nil || r.Exit == nil || *r.Exit != 0 || string(r.Stdout) != "done\n" || !r.Exclusive {
 			t.Fatalf("the exclusive command: exit %v stdout %q exclusive %v error %v", derefInt(r.Exit), r.Stdout, r.Exclusive, r.Error)
 		}
-		r = okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Shell: "echo again"}))
+		r = okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Shell: "echo again"}))
 		if string(r.Stdout) != "again\n" {
 			t.Fatalf("a command after the exclusive one: %q", r.Stdout)
 		}

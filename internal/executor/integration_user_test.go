@@ -18,7 +18,6 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -148,7 +147,7 @@ func TestIntegrationSandboxUser(t *testing.T) {
 			want(t, res, jobs.StatusSucceeded)
 			checkWho(t, "fresh job", res.Stdout)
 			s := startSession(t, e, SessionSpec{})
-			r := okReply(t, do(t, s, envelope.Request{Op: sessionapi.OpExec, Argv: []string{"bash", "-c", whoProbe}}))
+			r := okReply(t, do(t, s, ask{Op: sessionapi.OpExec, Cmd: []string{"bash", "-c", whoProbe}}))
 			if r.Exit == nil || *r.Exit != 0 {
 				t.Fatalf("session: exit %v, stderr %q", r.Exit, r.Stderr)
 			}

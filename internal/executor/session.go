@@ -220,10 +220,16 @@ func handOff(s *sandbox, header []byte, restore *jobrun.Snapshot) error {
 	return nil
 }
 
-// ResolveLimits is what limits a job or session asking for l gets: the
-// worker's defaults filled in, checked against its caps.
-func (e *Executor) ResolveLimits(l limits.Limits) (limits.Limits, error) {
-	return limits.Resolve(l, e.cfg.Defaults, e.cfg.Caps)
+// ResolveLimits is what limits a session of image asking for l gets, as
+// a job's: the defaults of image's template (looked up as tenant's, ""
+// for the operator's) or else the worker's filled in, checked against
+// the template's caps and the worker's.
+func (e *Executor) ResolveLimits(tenant, image string, l limits.Limits) (limits.Limits, error) {
+	def, caps := e.cfg.Defaults, e.cfg.Caps
+	if _, tmpl, ok := e.lookup(tenant, image); ok && tmpl != nil {
+		def, caps = e.templateLimits(tmpl)
+	}
+	return limits.Resolve(l, def, caps)
 }
 
 // HasPreset reports whether the executor serves the preset, or a

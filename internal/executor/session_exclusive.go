@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"encoding/json"
+
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
@@ -11,7 +13,11 @@ import (
 // write into its output. Its result is not handed on as if it were
 // protected.
 func unprotected(req *envelope.Request, rep *envelope.Reply) *envelope.Reply {
-	if !req.Exclusive || rep.Error != nil || rep.Exclusive {
+	var asked, ran struct{ Exclusive bool }
+	if req.Op != sessionapi.OpExec || rep.Error != nil || json.Unmarshal(req.Body, &asked) != nil || !asked.Exclusive {
+		return rep
+	}
+	if json.Unmarshal(rep.Result, &ran) == nil && ran.Exclusive {
 		return rep
 	}
 	return &envelope.Reply{ID: rep.ID, Error: sessionapi.Errorf(sessionapi.ErrFailed,

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
@@ -13,16 +14,24 @@ import (
 func TestUnprotectedReplyWithheld(t *testing.T) {
 	t.Parallel()
 	zero := 0
+	exec := func(exclusive bool) envelope.Request {
+		r, _ := envelope.NewRequest(sessionapi.OpExec, sessionapi.ExecRequest{Shell: "true", Exclusive: exclusive})
+		return *r
+	}
+	reply := func(res sessionapi.ExecResult) envelope.Reply {
+		b, _ := json.Marshal(res)
+		return envelope.Reply{ID: 3, Result: b}
+	}
 	for _, tc := range []struct {
 		name     string
 		req      envelope.Request
 		rep      envelope.Reply
 		withheld bool
 	}{
-		{"exclusive, ran alone", envelope.Request{Op: sessionapi.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Exit: &zero, Exclusive: true}, false},
-		{"exclusive, an old agent", envelope.Request{Op: sessionapi.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Exit: &zero, Stdout: []byte("FORGED")}, true},
-		{"exclusive, refused", envelope.Request{Op: sessionapi.OpExec, Exclusive: true}, envelope.Reply{ID: 3, Error: sessionapi.Errorf(sessionapi.ErrFailed, "refused")}, false},
-		{"a plain exec", envelope.Request{Op: sessionapi.OpExec}, envelope.Reply{ID: 3, Exit: &zero}, false},
+		{"exclusive, ran alone", exec(true), reply(sessionapi.ExecResult{ExitCode: &zero, Exclusive: true}), false},
+		{"exclusive, an old agent", exec(true), reply(sessionapi.ExecResult{ExitCode: &zero, Stdout: "FORGED"}), true},
+		{"exclusive, refused", exec(true), envelope.Reply{ID: 3, Error: sessionapi.Errorf(sessionapi.ErrFailed, "refused")}, false},
+		{"a plain exec", exec(false), reply(sessionapi.ExecResult{ExitCode: &zero}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := unprotected(&tc.req, &tc.rep)
@@ -32,7 +41,7 @@ func TestUnprotectedReplyWithheld(t *testing.T) {
 				}
 				return
 			}
-			if got.ID != 3 || got.Error == nil || got.Error.Code != sessionapi.ErrFailed.Code || got.Exit != nil || got.Stdout != nil {
+			if got.ID != 3 || got.Error == nil || got.Error.Code != sessionapi.ErrFailed.Code || got.Result != nil {
 				t.Fatalf("got %+v, want a failure with no result", got)
 			}
 		})

@@ -47,7 +47,7 @@ func sessionBundle(t *testing.T, cfg sessionhost.Config) (*bundle, jetstream.Jet
 		return &idleSandbox{done: make(chan struct{})}, nil
 	}
 	cfg.Worker = "w1"
-	cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+	cfg.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) {
 		return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
 	}
 	h, err := sessionhost.New(t.Context(), js, start, cfg)

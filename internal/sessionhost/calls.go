@@ -15,7 +15,6 @@ import (
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/internal/sessionwire"
-	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
@@ -158,37 +157,15 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 	case sessionapi.OpCode:
 		return h.code(l, body)
 	case sessionapi.OpReset:
-		var req sessionapi.CodeRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpReset, Context: req.Context}, 0)
-		return struct{}{}, err
+		return pass[sessionapi.CodeRequest](h, l, op, body)
 	case sessionapi.OpProcesses:
-		r, err := h.do(l, &envelope.Request{Op: sessionapi.OpProcesses}, 0)
-		if err != nil {
-			return nil, err
-		}
-		if r.Processes == nil {
-			return []sessionapi.Process{}, nil
-		}
-		return r.Processes, nil
+		return pass[struct{}](h, l, op, body)
 	case sessionapi.OpProcess:
 		return h.process(l, body)
 	case sessionapi.OpSignal:
-		var req sessionapi.SignalRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpSignal, PID: req.PID, Signal: req.Signal}, 0)
-		return struct{}{}, err
+		return pass[sessionapi.SignalRequest](h, l, op, body)
 	case sessionapi.OpStdin:
-		var req sessionapi.StdinRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpStdin, PID: req.PID, Data: req.Data, EOF: req.EOF}, 0)
-		return struct{}{}, err
+		return pass[sessionapi.StdinRequest](h, l, op, body)
 	case sessionapi.OpRead, sessionapi.OpWrite, sessionapi.OpList, sessionapi.OpStat, sessionapi.OpRemove, sessionapi.OpMkdir, sessionapi.OpRename:
 		return h.file(l, op, body)
 	case sessionapi.OpPTY:
@@ -210,6 +187,31 @@ func (l *live) timeout(asked time.Duration) time.Duration {
 	return asked
 }
 
+// forward asks the session's agent op with req, the session's request as
+// the host checked it, and returns the agent's result as it came: the
+// agent answers with the session's own result types (sessionapi).
+func (h *Host) forward(l *live, op string, req any, wait time.Duration) (json.RawMessage, error) {
+	r, err := envelope.NewRequest(op, req)
+	if err != nil {
+		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
+	}
+	rep, err := h.do(l, r, wait)
+	if err != nil {
+		return nil, err
+	}
+	return rep.Result, nil
+}
+
+// pass decodes body as a T, which drops nothing the agent would read
+// (an unknown field is invalid), and forwards it.
+func pass[T any](h *Host, l *live, op string, body json.RawMessage) (any, error) {
+	var req T
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	return h.forward(l, op, &req, 0)
+}
+
 func (h *Host) exec(l *live, body json.RawMessage) (any, error) {
 	var req sessionapi.ExecRequest
 	if err := decode(body, &req); err != nil {
@@ -219,17 +221,8 @@ func (h *Host) exec(l *live, body json.RawMessage) (any, error) {
 	if req.Background {
 		t = 0
 	}
-	r, err := h.do(l, &envelope.Request{Op: sessionapi.OpExec, Argv: req.Cmd, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
-		Stdin: []byte(req.Stdin), TimeoutMS: t.Milliseconds(), Background: req.Background, Exclusive: req.Exclusive}, t)
-	if err != nil {
-		return nil, err
-	}
-	res := &sessionapi.ExecResult{PID: r.PID, ExitCode: r.Exit, Signal: r.Signal, TimedOut: r.TimedOut, DurationMS: r.DurationMS,
-		StdoutTruncated: r.StdoutBytes > int64(len(r.Stdout)), StderrTruncated: r.StderrBytes > int64(len(r.Stderr)),
-		Exclusive: r.Exclusive, Ended: r.Ended}
-	res.Stdout, res.StdoutEncoding = sessionapi.Text(r.Stdout)
-	res.Stderr, res.StderrEncoding = sessionapi.Text(r.Stderr)
-	return res, nil
+	req.Timeout = limits.Duration(t)
+	return h.forward(l, sessionapi.OpExec, &req, t)
 }
 
 func (h *Host) code(l *live, body json.RawMessage) (any, error) {
@@ -238,60 +231,52 @@ func (h *Host) code(l *live, body json.RawMessage) (any, error) {
 		return nil, err
 	}
 	t := l.timeout(req.Timeout.D())
+	req.Timeout = limits.Duration(t)
 	at := time.Now().UTC()
-	r, err := h.do(l, &envelope.Request{Op: sessionapi.OpCode, Code: req.Code, Context: req.Context, Language: req.Language,
-		TimeoutMS: t.Milliseconds()}, t)
+	r, err := h.forward(l, sessionapi.OpCode, &req, t)
 	if err != nil {
 		return nil, err
 	}
-	res := codeResult(r)
-	if res.Language == "" { // an agent that serves python alone
-		res.Language = "python"
+	var res sessionapi.CodeResult
+	if err := json.Unmarshal(r, &res); err != nil {
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "the sandbox's answer: %v", err)
 	}
-	l.cells.add(newCell(req, res, at))
-	return res, nil
+	checkDisplays(&res)
+	l.cells.add(newCell(req, &res, at))
+	return &res, nil
 }
 
-// codeResult is a cell's answer as the caller sees it: the display
-// outputs only when they are what their type says (envelope.CheckDisplay).
-func codeResult(r *envelope.Reply) *sessions.CodeResult {
-	res := &sessions.CodeResult{Language: r.Language, ExitCode: r.Exit, Text: r.Text, Reset: r.Reset, TimedOut: r.TimedOut, DurationMS: r.DurationMS}
-	res.Stdout, res.StdoutEncoding = sessionapi.Text(r.Stdout)
-	res.Stderr, res.StderrEncoding = sessionapi.Text(r.Stderr)
-	res.Error = r.CodeError
-	res.DisplayDropped = r.DisplayDropped
-	for _, d := range r.Display {
-		w, h, ok := envelope.CheckDisplay(d.MIME, d.Data)
-		if !ok {
+// checkDisplays keeps a cell's display outputs only when they are what
+// their type says (envelope.CheckDisplay), and states an image's size
+// from its own header: the bytes are the cell's.
+func checkDisplays(res *sessionapi.CodeResult) {
+	kept := res.Display[:0]
+	for _, d := range res.Display {
+		data, err := base64.StdEncoding.DecodeString(d.Data)
+		w, h, ok := envelope.CheckDisplay(d.MIME, data)
+		if err != nil || !ok {
 			res.DisplayDropped++
 			continue
 		}
-		res.Display = append(res.Display, jobs.Display{MIME: d.MIME, Data: base64.StdEncoding.EncodeToString(d.Data), Width: w, Height: h})
+		d.Width, d.Height = w, h
+		kept = append(kept, d)
 	}
-	return res
+	res.Display = kept
 }
 
+// process reads a background process's output, waiting for its end
+// within the session's timeout.
 func (h *Host) process(l *live, body json.RawMessage) (any, error) {
 	var req sessionapi.ProcessRequest
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	op, wait := envelope.OpOutput, time.Duration(0)
+	var wait time.Duration
 	if req.Wait > 0 {
-		op, wait = envelope.OpWait, l.timeout(req.Wait.D())
+		wait = l.timeout(req.Wait.D())
 	}
-	r, err := h.do(l, &envelope.Request{Op: op, PID: req.PID, Since: req.Since, TimeoutMS: wait.Milliseconds()}, wait)
-	if err != nil {
-		return nil, err
-	}
-	out := r.Output
-	if len(out) > sessionapi.MaxReplyOutput { // the rest is read from Next
-		out = out[:sessionapi.MaxReplyOutput]
-		r.Next = req.Since + r.Dropped + int64(len(out))
-	}
-	res := &sessionapi.ProcessOutput{PID: r.PID, Running: r.Running, ExitCode: r.Exit, Signal: r.Signal, Next: r.Next, Dropped: r.Dropped}
-	res.Output, res.Encoding = sessionapi.Text(out)
-	return res, nil
+	req.Wait = limits.Duration(wait)
+	return h.forward(l, sessionapi.OpProcess, &req, wait)
 }
 
 func (h *Host) file(l *live, op string, body json.RawMessage) (any, error) {
@@ -305,26 +290,7 @@ func (h *Host) file(l *live, op string, body json.RawMessage) (any, error) {
 	if req.Length <= 0 || req.Length > sessionapi.MaxFileChunk {
 		req.Length = sessionapi.MaxFileChunk
 	}
-	r, err := h.do(l, &envelope.Request{Op: op, Path: req.Path, To: req.To, Data: req.Data, Offset: req.Offset, Length: req.Length,
-		Append: req.Append, Mode: req.Mode, Recursive: req.Recursive}, 0)
-	if err != nil {
-		return nil, err
-	}
-	res := &sessionapi.FileResult{Data: r.Data, EOF: r.EOF}
-	conv := func(e sessionapi.Entry) sessionapi.Entry {
-		return sessionapi.Entry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, MTimeMS: e.MTimeMS, Target: e.Target}
-	}
-	if r.Entry != nil {
-		e := conv(*r.Entry)
-		res.Entry = &e
-	}
-	if r.Entries != nil {
-		res.Entries = make([]sessionapi.Entry, 0, len(r.Entries))
-		for _, e := range r.Entries {
-			res.Entries = append(res.Entries, conv(e))
-		}
-	}
-	return res, nil
+	return h.forward(l, op, &req, 0)
 }
 
 // answerCache keeps the last answers by idempotency key, so that a
@@ -432,10 +398,10 @@ func (h *Host) setNetwork(l *live, body json.RawMessage) (*sessions.Info, error)
 	// Checked as a create's limits are: beyond the worker's caps is
 	// invalid, named.
 	l.mu.Lock()
-	want := l.lim
+	want, tenant, image := l.lim, l.info.Tenant, l.info.Image
 	l.mu.Unlock()
 	want.Network = &n
-	if _, err := h.cfg.Limits(want); err != nil {
+	if _, err := h.cfg.Limits(tenant, image, want); err != nil {
 		return nil, sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,7 +1,9 @@
 package sessionhost_test
 
 import (
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,20 +21,22 @@ import (
 // codeReply is the fake's cell: its value is its code; "png W H" shows
 // a PNG of that size, "raise" raises.
 func codeReply(req *envelope.Request) *envelope.Reply {
-	r := &envelope.Reply{ID: req.ID, Text: req.Code, DurationMS: 3}
+	var cr sessionapi.CodeRequest
+	_ = json.Unmarshal(req.Body, &cr)
+	r := &sessionapi.CodeResult{Language: "python", Text: cr.Code, DurationMS: 3}
 	var w, h int
-	if n, _ := fmt.Sscanf(req.Code, "png %d %d", &w, &h); n == 2 {
+	if n, _ := fmt.Sscanf(cr.Code, "png %d %d", &w, &h); n == 2 {
 		b := []byte("\x89PNG\r\n\x1a\n")
 		b = binary.BigEndian.AppendUint32(b, 13)
 		b = append(b, "IHDR"...)
 		b = binary.BigEndian.AppendUint32(b, uint32(w))
 		b = binary.BigEndian.AppendUint32(b, uint32(h))
-		r.Display = []envelope.DisplayItem{{MIME: "image/png", Data: b}}
+		r.Display = []sessionapi.Display{{MIME: "image/png", Data: base64.StdEncoding.EncodeToString(b)}}
 	}
-	if req.Code == "raise" {
-		r.Text, r.CodeError = "", &sessionapi.CodeError{Name: "ValueError", Value: "no", Traceback: "Traceback..."}
+	if cr.Code == "raise" {
+		r.Text, r.Error = "", &sessionapi.CodeError{Name: "ValueError", Value: "no", Traceback: "Traceback..."}
 	}
-	return r
+	return answer(req, r)
 }
 
 // A session's cells read back in order with their values, errors and

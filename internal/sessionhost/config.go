@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
 
@@ -40,7 +40,7 @@ type StartSpec struct {
 	MaxOutput int64
 	// Restore, if set, is the snapshot the sandbox's /workspace starts
 	// from (a persistent session's checkpoint, or a fork's source).
-	Restore *worker.Snapshot
+	Restore *jobrun.Snapshot
 	// OnEvent is told the sandbox's live events (its terminals' output);
 	// it must not block.
 	OnEvent func(*envelope.Event)
@@ -72,9 +72,10 @@ type Config struct {
 	// cap by one each.
 	MaxPerToken  int
 	MaxPerTenant int
-	// Limits resolves a session's limits against the worker's defaults
-	// and caps, as a job's are.
-	Limits func(limits.Limits) (limits.Limits, error)
+	// Limits resolves a session's limits against the defaults and caps
+	// of its image, looked up as its tenant's ("" for the operator's):
+	// a template's, else the worker's, as a job's are.
+	Limits func(tenant, image string, l limits.Limits) (limits.Limits, error)
 	// Images reports whether the worker serves a preset, or a template
 	// the tenant ("" for the operator) may name: its own or the
 	// operator's.
@@ -134,7 +135,7 @@ func (c *Config) setDefaults() {
 		c.MaxCalls = 16
 	}
 	if c.Limits == nil {
-		c.Limits = func(l limits.Limits) (limits.Limits, error) { return l, nil }
+		c.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) { return l, nil }
 	}
 	if c.Images == nil {
 		c.Images = func(string, string) bool { return true }

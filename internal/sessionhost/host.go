@@ -287,7 +287,7 @@ func (h *Host) spec(call sessionwire.Call) (sessions.Spec, limits.Limits, time.D
 	if !h.cfg.Images(spec.Tenant, spec.Image) {
 		return fail("image: unknown preset %q", spec.Image)
 	}
-	lim, err := h.cfg.Limits(spec.Limits)
+	lim, err := h.cfg.Limits(spec.Tenant, spec.Image, spec.Limits)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -42,15 +42,18 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 	case sessionapi.OpCode:
 		return codeReply(req), nil
 	case sessionapi.OpMkdir:
-		return &envelope.Reply{ID: req.ID, Error: sessionapi.Errorf(sessionapi.ErrExists, "mkdir %s: file exists", req.Path)}, nil
+		var fr sessionapi.FileRequest
+		_ = json.Unmarshal(req.Body, &fr)
+		return &envelope.Reply{ID: req.ID, Error: sessionapi.Errorf(sessionapi.ErrExists, "mkdir %s: file exists", fr.Path)}, nil
 	case sessionapi.OpProcesses:
-		return &envelope.Reply{ID: req.ID, Processes: []sessionapi.Process{{PID: 7, Cmd: []string{"sleep", "9"}, Running: true, Started: 1}}}, nil
+		return answer(req, []sessionapi.Process{{PID: 7, Cmd: []string{"sleep", "9"}, Running: true, Started: 1}}), nil
 	}
 	if req.Op != sessionapi.OpExec {
-		return &envelope.Reply{ID: req.ID}, nil
+		return answer(req, struct{}{}), nil
 	}
-	if len(req.Argv) == 2 && req.Argv[0] == "sleep" {
-		d, _ := time.ParseDuration(req.Argv[1]) // a command that runs that long, unless the sandbox ends
+	argv := execArgv(req)
+	if len(argv) == 2 && argv[0] == "sleep" {
+		d, _ := time.ParseDuration(argv[1]) // a command that runs that long, unless the sandbox ends
 		select {
 		case <-time.After(d):
 		case <-f.done:
@@ -58,12 +61,27 @@ func (f *fakeSandbox) Do(_ context.Context, req *envelope.Request) (*envelope.Re
 		}
 	}
 	n := int(f.runs.Add(1))
-	if len(req.Argv) == 2 && req.Argv[0] == "yes" {
-		size, _ := strconv.Atoi(req.Argv[1]) // a command that writes that much
-		return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Repeat("y", size))}, nil
+	if len(argv) == 2 && argv[0] == "yes" {
+		size, _ := strconv.Atoi(argv[1]) // a command that writes that much
+		return answer(req, sessionapi.ExecResult{ExitCode: &n, Stdout: strings.Repeat("y", size)}), nil
 	}
-	return &envelope.Reply{ID: req.ID, Exit: &n, Stdout: []byte(strings.Join(req.Argv, " "))}, nil
+	return answer(req, sessionapi.ExecResult{ExitCode: &n, Stdout: strings.Join(argv, " ")}), nil
 }
+
+// execArgv is an exec request's command.
+func execArgv(req *envelope.Request) []string {
+	var ex sessionapi.ExecRequest
+	_ = json.Unmarshal(req.Body, &ex)
+	return ex.Cmd
+}
+
+// answer is the fake agent's reply to req: result, the sessionapi result
+// of its op.
+func answer(req *envelope.Request, result any) *envelope.Reply {
+	b, _ := json.Marshal(result)
+	return &envelope.Reply{ID: req.ID, Result: b}
+}
+
 func (f *fakeSandbox) Close(context.Context) { f.closed.Store(true); f.end() }
 func (f *fakeSandbox) end()                  { f.once.Do(func() { close(f.done) }) }
 func (f *fakeSandbox) Done() <-chan struct{} { return f.done }
@@ -106,7 +124,7 @@ func setup(t *testing.T, cfg sessionhost.Config) *bundle {
 		return f, nil
 	}
 	if cfg.Limits == nil {
-		cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+		cfg.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) {
 			return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
 		}
 	}
@@ -321,7 +339,7 @@ func TestSetNetwork(t *testing.T) {
 	t.Parallel()
 	caps := limits.DefaultCaps()
 	caps.Network = &limits.Network{Allow: []limits.Rule{{Host: "a.test"}}}
-	b := setup(t, sessionhost.Config{Worker: "w", Limits: func(l limits.Limits) (limits.Limits, error) {
+	b := setup(t, sessionhost.Config{Worker: "w", Limits: func(_, _ string, l limits.Limits) (limits.Limits, error) {
 		return limits.Resolve(l, limits.Default(), caps)
 	}})
 	ctx := t.Context()

@@ -36,9 +36,9 @@ type filesBox struct {
 }
 
 func (f *filesBox) Do(ctx context.Context, req *envelope.Request) (*envelope.Reply, error) {
-	if req.Op == sessionapi.OpExec && len(req.Argv) == 2 && req.Argv[0] == "write" {
+	if argv := execArgv(req); req.Op == sessionapi.OpExec && len(argv) == 2 && argv[0] == "write" {
 		f.mu.Lock()
-		f.files = []byte(req.Argv[1])
+		f.files = []byte(argv[1])
 		f.mu.Unlock()
 	}
 	return f.fakeSandbox.Do(ctx, req)
@@ -77,7 +77,7 @@ func setupPersist(t *testing.T, cfg sessionhost.Config) *persistBundle {
 	cfg.Workspaces = func(context.Context, string) (jetstream.KeyValue, jetstream.ObjectStore, error) {
 		return ws.Heads, ws.Snapshots, nil
 	}
-	cfg.Limits = func(l limits.Limits) (limits.Limits, error) {
+	cfg.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) {
 		return limits.Resolve(l, limits.Default(), limits.DefaultCaps())
 	}
 	runs := &atomic.Int64{}

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/sessionwire"
-	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -241,11 +241,11 @@ func (h *Host) giveBack(ctx context.Context, o opening) {
 }
 
 // restoring is what a session restores from a fetched snapshot.
-func restoring(f *workspace.Fetched) *worker.Snapshot {
+func restoring(f *workspace.Fetched) *jobrun.Snapshot {
 	if f == nil {
 		return nil
 	}
-	return &worker.Snapshot{R: f.Reader(), Size: f.Size, SHA256: f.SHA256}
+	return &jobrun.Snapshot{R: f.Reader(), Size: f.Size, SHA256: f.SHA256}
 }
 
 // fetch spools the snapshot src names, and the revision it is; nil and 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/testutil"
 	"github.com/sandfleet/sandfleet/internal/testutil/fakeexec"
 	"github.com/sandfleet/sandfleet/internal/worker"
@@ -25,7 +26,7 @@ type perRun struct {
 	n   atomic.Int32
 }
 
-func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
+func (p *perRun) Run(ctx context.Context, job *jobs.Job, opts jobrun.Options) (*jobs.Result, error) {
 	n := p.n.Add(1)
 	j := *job
 	j.Code = fmt.Sprintf("waitfile %s\nwrite out.txt run-%d", filepath.Join(p.dir, fmt.Sprint(n)), n)

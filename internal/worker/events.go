@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -186,11 +187,11 @@ func newJobEvents(sink eventSink, id string, attempt int, worker string, outputC
 }
 
 // runOptions are the executor's callbacks into e.
-func (e *jobEvents) runOptions() RunOptions {
+func (e *jobEvents) runOptions() jobrun.Options {
 	if e == nil {
-		return RunOptions{}
+		return jobrun.Options{}
 	}
-	return RunOptions{OnOutput: e.output, OnStart: e.started}
+	return jobrun.Options{OnOutput: e.output, OnStart: e.started}
 }
 
 // redelivered says that this delivery is not the first.
@@ -201,8 +202,8 @@ func (e *jobEvents) redelivered() {
 	e.event(jobs.Event{Type: jobs.EventRedelivered, Worker: e.worker})
 }
 
-// started is RunOptions.OnStart: a run begins, and its output with it.
-func (e *jobEvents) started(s Start) {
+// started is jobrun.Options.OnStart: a run begins, and its output with it.
+func (e *jobEvents) started(s jobrun.Start) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.gapsLocked()
@@ -214,7 +215,7 @@ func (e *jobEvents) started(s Start) {
 		budget: 2*e.cap + eventOverhead}, true)
 }
 
-// output is RunOptions.OnOutput: it queues p, as far as the cap and the
+// output is jobrun.Options.OnOutput: it queues p, as far as the cap and the
 // queue allow, and never blocks for longer than the mutex is held.
 func (e *jobEvents) output(s jobs.Stream, p []byte) {
 	e.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -97,7 +98,7 @@ func testEvents(t *testing.T, sink eventSink, outputCap int64) *jobEvents {
 func start(e *jobEvents, outputCap int64) {
 	lim := limits.Default()
 	lim.Output = limits.Size(outputCap)
-	e.started(Start{Container: "c1", Limits: lim})
+	e.started(jobrun.Start{Container: "c1", Limits: lim})
 }
 
 // streamBytes puts the output events of s back together, and the gaps'

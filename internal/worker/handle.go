@@ -12,6 +12,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/records"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -178,8 +179,8 @@ func (w *Worker) decide(stop, force context.Context, m *message, log *slog.Logge
 		res = nr.result
 		if res == nil && jobCtx.Err() == nil {
 			// The workspace's restore and archive, and the events' output
-			// and start: one RunOptions for each run.
-			opts := func() RunOptions {
+			// and start: one jobrun.Options for each run.
+			opts := func() jobrun.Options {
 				o, e := ws.options(), ev.runOptions()
 				o.OnOutput, o.OnStart = e.OnOutput, e.OnStart
 				return o
@@ -254,7 +255,7 @@ func canceledOnRequest(res *jobs.Result) *jobs.Result {
 // down (the fetcher pauses and the prober pings with back-off), holds the
 // message, and runs it again once the executor is up: no delivery is
 // burnt. It gives the job back on drain, force or after HoldMax.
-func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func() RunOptions, log *slog.Logger) (*jobs.Result, *decision) {
+func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func() jobrun.Options, log *slog.Logger) (*jobs.Result, *decision) {
 	var hold <-chan time.Time
 	for {
 		log.Debug("running")
@@ -293,7 +294,7 @@ func (w *Worker) runHeld(stop, jobCtx context.Context, job *jobs.Job, opts func(
 
 // runOnce calls the executor, turning a panic into an error result: a
 // panic is a bug, and retrying it would only repeat it.
-func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts RunOptions) (res *jobs.Result, err error) {
+func (w *Worker) runOnce(ctx context.Context, job *jobs.Job, opts jobrun.Options) (res *jobs.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			now := time.Now().UTC()

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
@@ -22,7 +23,7 @@ import (
 // itself, rejected included, and an error only when the infrastructure
 // failed (the job is then retried, not charged). internal/executor implements it.
 type Executor interface {
-	Run(ctx context.Context, job *jobs.Job, opts RunOptions) (*jobs.Result, error)
+	Run(ctx context.Context, job *jobs.Job, opts jobrun.Options) (*jobs.Result, error)
 }
 
 // Pinger is implemented by executors that can cheaply check their

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -44,7 +45,7 @@ type wsStep struct {
 
 	snap            *workspace.Fetched // the base's snapshot; nil when there is none
 	arch            *workspace.Spool   // the archive the launcher makes
-	req             *ArchiveRequest
+	req             *jobrun.ArchiveRequest
 	prune           []string // snapshots of the revisions the save let go, deleted once settled
 	quota           string   // why the save was refused by the tenant's quota, if it was
 	result          jobs.WorkspaceStep

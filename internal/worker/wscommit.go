@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandfleet/sandfleet/internal/fleet"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/workspace"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
@@ -17,17 +18,17 @@ import (
 
 // options returns the run's workspace options, fresh for each run: the
 // snapshot is read from its start, and the archive overwrites the last.
-func (s *wsStep) options() RunOptions {
-	var o RunOptions
+func (s *wsStep) options() jobrun.Options {
+	var o jobrun.Options
 	if s == nil {
 		return o
 	}
 	if s.snap != nil {
-		o.Restore = &Snapshot{R: s.snap.Reader(), Size: s.snap.Size, SHA256: s.snap.SHA256}
+		o.Restore = &jobrun.Snapshot{R: s.snap.Reader(), Size: s.snap.Size, SHA256: s.snap.SHA256}
 	}
 	if s.arch != nil {
 		_ = s.arch.Reset() // a failure shows as the archive's: W fails
-		s.req = &ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
+		s.req = &jobrun.ArchiveRequest{All: s.mode == modeFresh, Outputs: s.job.Outputs, W: s.arch}
 		o.Archive = s.req
 	}
 	return o

@@ -17,6 +17,7 @@ import (
 	"github.com/sandfleet/sandfleet/internal/fleet"
 	"github.com/sandfleet/sandfleet/internal/shorten"
 	"github.com/sandfleet/sandfleet/pkg/limits"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/templates"
 )
 
@@ -182,13 +183,9 @@ type Result struct {
 }
 
 // Display is one display output: its MIME type ("image/png") and bytes
-// in standard base64, and an image's size in pixels.
-type Display struct {
-	MIME   string `json:"mime"`
-	Data   string `json:"data"`
-	Width  int    `json:"width,omitempty"`
-	Height int    `json:"height,omitempty"`
-}
+// in standard base64, and an image's size in pixels. A session's cell
+// has the same (sessionapi.CodeResult).
+type Display = sessionapi.Display
 
 // EncodingBase64 marks a stream of a Result held as base64.
 const EncodingBase64 = "base64"

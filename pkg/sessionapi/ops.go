@@ -2,15 +2,17 @@ package sessionapi
 
 // The operations a session answers: the last token of its subject
 // (sessions.Subject). Those the agent in the sandbox serves (exec, code,
-// reset, processes, signal, stdin and the files') it is asked by the
-// same name; the rest the worker's session host answers.
+// reset, processes, process, signal, stdin and the files') it is asked
+// by the same name, with the same request, and answers with the same
+// result: the worker's session host checks the request, bounds its
+// timeout and forwards it. The rest the session host answers.
 const (
 	OpInfo      = "info"
 	OpDelete    = "delete"
 	OpKeepalive = "keepalive"
-	OpExec      = "exec" // ExecRequest -> ExecResult
-	OpCode      = "code" // CodeRequest -> sessions.CodeResult
-	OpReset     = "reset"
+	OpExec      = "exec"      // ExecRequest -> ExecResult
+	OpCode      = "code"      // CodeRequest -> CodeResult
+	OpReset     = "reset"     // CodeRequest (its Context and Language)
 	OpProcesses = "processes" // -> []Process
 	OpProcess   = "process"   // ProcessRequest -> ProcessOutput: wait for or read a background process
 	OpSignal    = "signal"    // SignalRequest

@@ -181,7 +181,7 @@ func (c *codeContext) dead() bool {
 // contextName is the context a request names: by default python's is
 // "default" (as before there were others) and another language's its
 // language's name, so that a cell of each needs no name.
-func contextName(req *envelope.Request) string {
+func contextName(req *sessionapi.CodeRequest) string {
 	switch {
 	case req.Context != "":
 		return req.Context
@@ -196,28 +196,28 @@ const maxContexts = 16
 
 // context returns the named context, starting it when it has none or
 // its process died; reset says it was started for this call.
-func (a *agent) context(req *envelope.Request) (c *codeContext, reset bool, bad *envelope.Reply) {
+func (a *agent) context(id uint64, req *sessionapi.CodeRequest) (c *codeContext, reset bool, bad *envelope.Reply) {
 	name := contextName(req)
 	lang, known := languageOf(req.Language)
 	if !known {
-		return nil, false, fail(req.ID, sessionapi.ErrInvalid, "language %q: a context runs one of %s", req.Language, languageNames())
+		return nil, false, fail(id, sessionapi.ErrInvalid, "language %q: a context runs one of %s", req.Language, languageNames())
 	}
 	a.mu.Lock()
 	c, ok := a.ctxs[name]
 	n := len(a.ctxs)
 	a.mu.Unlock()
 	if ok && c.lang != lang {
-		return nil, false, fail(req.ID, sessionapi.ErrInvalid, "context %q runs %s, not %s (reset it, or name another)", name, c.lang.name, lang.name)
+		return nil, false, fail(id, sessionapi.ErrInvalid, "context %q runs %s, not %s (reset it, or name another)", name, c.lang.name, lang.name)
 	}
 	if ok && !c.dead() {
 		return c, false, nil
 	}
 	if !ok && n >= maxContexts {
-		return nil, false, fail(req.ID, sessionapi.ErrLimit, "the session keeps at most %d contexts", maxContexts)
+		return nil, false, fail(id, sessionapi.ErrLimit, "the session keeps at most %d contexts", maxContexts)
 	}
 	c, err := a.startContext(lang)
 	if err != nil {
-		return nil, false, fail(req.ID, sessionapi.ErrFailed, "start context %q: %v", name, err)
+		return nil, false, fail(id, sessionapi.ErrFailed, "start context %q: %v", name, err)
 	}
 	a.mu.Lock()
 	a.ctxs[name] = c
@@ -225,8 +225,8 @@ func (a *agent) context(req *envelope.Request) (c *codeContext, reset bool, bad 
 	return c, true, nil
 }
 
-func (a *agent) code(req *envelope.Request) *envelope.Reply {
-	c, reset, bad := a.context(req)
+func (a *agent) code(id uint64, req *sessionapi.CodeRequest) *envelope.Reply {
+	c, reset, bad := a.context(id, req)
 	if bad != nil {
 		return bad
 	}
@@ -234,15 +234,15 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	defer c.mu.Unlock()
 	start := time.Now()
 	var stdout, stderr capped
-	c.out.set(req.ID, &stdout, &stderr)
+	c.out.set(id, &stdout, &stderr)
 	defer c.out.set(0, nil, nil)
 	nonce := make([]byte, 12)
 	_, _ = rand.Read(nonce)
 	n := hex.EncodeToString(nonce)
-	r := &envelope.Reply{ID: req.ID, Reset: reset, Language: c.lang.name}
+	r := &sessionapi.CodeResult{Reset: reset, Language: c.lang.name}
 	if _, err := c.req.Write(c.lang.request(n, req.Code)); err != nil {
 		c.kill()
-		return fail(req.ID, sessionapi.ErrFailed, "the context died: %v", err)
+		return fail(id, sessionapi.ErrFailed, "the context died: %v", err)
 	}
 	type answer struct {
 		Nonce string                `json:"nonce"`
@@ -266,8 +266,8 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 		}
 	}()
 	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout.D())
 		defer t.Stop()
 		timeout = t.C
 	}
@@ -290,12 +290,14 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	// it is in the pipes already. A moment for the pumps to take it.
 	drain(&stdout, &stderr)
 	r.DurationMS = time.Since(start).Milliseconds()
-	r.Stdout, r.StdoutBytes = stdout.snapshot()
-	r.Stderr, r.StderrBytes = stderr.snapshot()
-	r.Display, r.DisplayDropped = collectDisplays()
+	out, _ := stdout.snapshot()
+	errOut, _ := stderr.snapshot()
+	r.Stdout, r.StdoutEncoding = sessionapi.Text(out)
+	r.Stderr, r.StderrEncoding = sessionapi.Text(errOut)
+	r.Display, r.DisplayDropped = cellDisplays()
 	if ans == nil {
-		r.CodeError = &sessionapi.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
-		return r
+		r.Error = &sessionapi.CodeError{Name: "ContextDied", Value: "the context's interpreter ended; the next call starts a fresh one"}
+		return done(id, r)
 	}
 	// The value and the error are the cell's, as long as it likes: each
 	// is kept to the output limit, as its streams are.
@@ -305,15 +307,15 @@ func (a *agent) code(req *envelope.Request) *envelope.Reply {
 	}
 	if ans.Exit != nil {
 		// A shell's cell fails as its last command did.
-		r.Exit = ans.Exit
+		r.ExitCode = ans.Exit
 		if *ans.Exit != 0 {
-			r.CodeError = &sessionapi.CodeError{Name: "ExitStatus", Value: strconv.Itoa(*ans.Exit)}
+			r.Error = &sessionapi.CodeError{Name: "ExitStatus", Value: strconv.Itoa(*ans.Exit)}
 		}
 	}
 	if e := ans.Error; e != nil {
-		r.CodeError = &sessionapi.CodeError{Name: clipText(e.Name, 256), Value: clipText(e.Value, limit), Traceback: clipText(e.Traceback, limit)}
+		r.Error = &sessionapi.CodeError{Name: clipText(e.Name, 256), Value: clipText(e.Value, limit), Traceback: clipText(e.Traceback, limit)}
 	}
-	return r
+	return done(id, r)
 }
 
 // clipText keeps the first n bytes of s, cut at a character's start.
@@ -352,7 +354,7 @@ func (c *capped) snapshot() ([]byte, int64) {
 	return append([]byte(nil), c.buf...), c.n
 }
 
-func (a *agent) reset(req *envelope.Request) *envelope.Reply {
+func (a *agent) reset(id uint64, req *sessionapi.CodeRequest) *envelope.Reply {
 	name := contextName(req)
 	a.mu.Lock()
 	c, ok := a.ctxs[name]
@@ -361,5 +363,5 @@ func (a *agent) reset(req *envelope.Request) *envelope.Reply {
 	if ok {
 		c.kill()
 	}
-	return &envelope.Reply{ID: req.ID, Reset: true}
+	return done(id, struct{}{})
 }

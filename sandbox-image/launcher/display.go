@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"io"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // maxDisplayNames bounds how many names of the display directory are
@@ -118,4 +120,15 @@ func nameExt(name string) string {
 		return name[i:]
 	}
 	return ""
+}
+
+// cellDisplays are a session's cell's display outputs (collectDisplays)
+// as its result carries them, in base64; the worker checks each and
+// states an image's size.
+func cellDisplays() (ds []sessionapi.Display, dropped int) {
+	items, dropped := collectDisplays()
+	for _, it := range items {
+		ds = append(ds, sessionapi.Display{MIME: it.MIME, Data: base64.StdEncoding.EncodeToString(it.Data)})
+	}
+	return ds, dropped
 }

@@ -193,12 +193,6 @@ func (a *agent) event(id uint64, pid int, stream string, p []byte) {
 	_ = a.fr.frame(envelope.FrameEvent, a.seal.SignEvent(&envelope.Event{ID: id, PID: pid, Stream: stream, Data: p}))
 }
 
-// fail answers request id with an error of sentinel's code, which the
-// session host hands the caller as it is.
-func fail(id uint64, sentinel *sessionapi.Error, format string, args ...any) *envelope.Reply {
-	return &envelope.Reply{ID: id, Error: sessionapi.Errorf(sentinel, format, args...)}
-}
-
 func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 	switch req.Op {
 	case envelope.OpPing:
@@ -207,23 +201,21 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 		a.stop("closed")
 		return &envelope.Reply{ID: req.ID}
 	case sessionapi.OpExec:
-		return a.exec(req)
+		return with(req, a.exec)
 	case sessionapi.OpProcesses:
-		return a.processes(req)
-	case envelope.OpWait:
-		return a.wait(req)
-	case envelope.OpOutput:
-		return a.output(req)
+		return a.processes(req.ID)
+	case sessionapi.OpProcess:
+		return with(req, a.process)
 	case sessionapi.OpSignal:
-		return a.signal(req)
+		return with(req, a.signal)
 	case sessionapi.OpStdin:
-		return a.stdin(req)
+		return with(req, a.stdin)
 	case sessionapi.OpCode:
-		return a.code(req)
+		return with(req, a.code)
 	case sessionapi.OpReset:
-		return a.reset(req)
+		return with(req, a.reset)
 	case sessionapi.OpRead, sessionapi.OpWrite, sessionapi.OpList, sessionapi.OpStat, sessionapi.OpRemove, sessionapi.OpMkdir, sessionapi.OpRename:
-		return a.file(req)
+		return with(req, func(id uint64, body *sessionapi.FileRequest) *envelope.Reply { return a.file(id, req.Op, body) })
 	case envelope.OpArchive:
 		return a.checkpoint(req)
 	case envelope.OpPTYOpen, envelope.OpPTYInput, envelope.OpPTYResize, envelope.OpPTYClose:
@@ -348,16 +340,16 @@ func (a *agent) start(sole bool, argv []string, cwd string, env []string, withSt
 }
 
 // command is the argv, directory and environment an exec asks for.
-func (a *agent) command(req *envelope.Request) (argv []string, cwd string, env []string, err error) {
+func (a *agent) command(req *sessionapi.ExecRequest) (argv []string, cwd string, env []string, err error) {
 	switch {
-	case len(req.Argv) > 0 && req.Shell != "":
-		return nil, "", nil, errors.New("give argv or shell, not both")
-	case len(req.Argv) > 0:
-		argv = req.Argv
+	case len(req.Cmd) > 0 && req.Shell != "":
+		return nil, "", nil, errors.New("give cmd or shell, not both")
+	case len(req.Cmd) > 0:
+		argv = req.Cmd
 	case req.Shell != "":
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	default:
-		return nil, "", nil, errors.New("argv or shell: missing")
+		return nil, "", nil, errors.New("cmd or shell: missing")
 	}
 	cwd = a.dir
 	if req.Cwd != "" {
@@ -372,44 +364,47 @@ func (a *agent) command(req *envelope.Request) (argv []string, cwd string, env [
 	return argv, cwd, env, nil
 }
 
-func (a *agent) exec(req *envelope.Request) *envelope.Reply {
+// exec runs a command: in the background when asked (its PID is the
+// answer), else to its end or its Timeout (none when 0: the session's
+// host sets it within the session's limit).
+func (a *agent) exec(id uint64, req *sessionapi.ExecRequest) *envelope.Reply {
 	argv, cwd, env, err := a.command(req)
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrInvalid, "%v", err)
+		return fail(id, sessionapi.ErrInvalid, "%v", err)
 	}
 	if req.Exclusive {
-		return a.execExclusive(req, argv, cwd, env)
+		return a.execExclusive(id, req, argv, cwd, env)
 	}
 	if req.Background {
-		return a.startBackground(req, argv, cwd, env)
+		return a.startBackground(id, req, argv, cwd, env)
 	}
 	p, stdin, outR, errR, err := a.spawn(argv, cwd, env, len(req.Stdin) > 0)
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
+		return fail(id, sessionapi.ErrFailed, "%v", err)
 	}
-	return a.foreground(req, p, stdin, outR, errR)
+	return done(id, a.foreground(id, req, p, stdin, outR, errR))
 }
 
 // foreground feeds a started command its stdin, and returns its end and
 // output once it has exited (or been killed at its timeout).
-func (a *agent) foreground(req *envelope.Request, p *proc, stdin, outR, errR *os.File) *envelope.Reply {
+func (a *agent) foreground(id uint64, req *sessionapi.ExecRequest, p *proc, stdin, outR, errR *os.File) *sessionapi.ExecResult {
 	if stdin != nil {
 		go func() {
-			_, _ = stdin.Write(req.Stdin)
+			_, _ = stdin.Write([]byte(req.Stdin))
 			stdin.Close()
 		}()
 	}
 	limit := a.spec.OutputLimit
 	var stdout, stderr capped
-	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stdout", outR, func(b []byte) { stdout.add(b, limit) }) })
-	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stderr", errR, func(b []byte) { stderr.add(b, limit) }) })
+	p.pumps.Go(func() { a.pumpTo(id, p.pid, "stdout", outR, func(b []byte) { stdout.add(b, limit) }) })
+	p.pumps.Go(func() { a.pumpTo(id, p.pid, "stderr", errR, func(b []byte) { stderr.add(b, limit) }) })
 	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout.D())
 		defer t.Stop()
 		timeout = t.C
 	}
-	r := &envelope.Reply{ID: req.ID}
+	r := &sessionapi.ExecResult{}
 	select {
 	case <-p.exited:
 	case <-timeout:
@@ -424,10 +419,11 @@ func (a *agent) foreground(req *envelope.Request, p *proc, stdin, outR, errR *os
 	_ = errR.SetReadDeadline(deadline)
 	p.pumps.Wait()
 	exit, sig := exitOf(p.st.status)
-	r.Exit, r.Signal = &exit, sig
+	r.ExitCode, r.Signal = &exit, sig
 	r.DurationMS = time.Since(p.started).Milliseconds()
-	r.Stdout, r.StdoutBytes = stdout.buf, stdout.n
-	r.Stderr, r.StderrBytes = stderr.buf, stderr.n
+	r.Stdout, r.StdoutEncoding = sessionapi.Text(stdout.buf)
+	r.Stderr, r.StderrEncoding = sessionapi.Text(stderr.buf)
+	r.StdoutTruncated, r.StderrTruncated = stdout.n > int64(len(stdout.buf)), stderr.n > int64(len(stderr.buf))
 	return r
 }
 

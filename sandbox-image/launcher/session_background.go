@@ -10,16 +10,16 @@ import (
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
-func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string, env []string) *envelope.Reply {
+func (a *agent) startBackground(id uint64, req *sessionapi.ExecRequest, argv []string, cwd string, env []string) *envelope.Reply {
 	a.mu.Lock()
 	n := len(a.bg)
 	a.mu.Unlock()
 	if n >= a.spec.MaxProcesses {
-		return fail(req.ID, sessionapi.ErrLimit, "the session keeps at most %d background processes: wait for or signal one", a.spec.MaxProcesses)
+		return fail(id, sessionapi.ErrLimit, "the session keeps at most %d background processes: wait for or signal one", a.spec.MaxProcesses)
 	}
 	p, stdin, outR, errR, err := a.spawn(argv, cwd, env, true)
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
+		return fail(id, sessionapi.ErrFailed, "%v", err)
 	}
 	p.stdin, p.out, p.inTurn = stdin, &ring{max: a.spec.OutputLimit}, make(chan struct{}, 1)
 	if len(req.Stdin) > 0 {
@@ -29,15 +29,15 @@ func (a *agent) startBackground(req *envelope.Request, argv []string, cwd string
 		p.inTurn <- struct{}{}
 		go func() {
 			defer func() { <-p.inTurn }()
-			_, _ = stdin.Write(req.Stdin)
+			_, _ = stdin.Write([]byte(req.Stdin))
 		}()
 	}
 	a.mu.Lock()
 	a.bg[p.pid] = p
 	a.mu.Unlock()
-	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stdout", outR, p.out.add) })
-	p.pumps.Go(func() { a.pumpTo(req.ID, p.pid, "stderr", errR, p.out.add) })
-	return &envelope.Reply{ID: req.ID, PID: p.pid}
+	p.pumps.Go(func() { a.pumpTo(id, p.pid, "stdout", outR, p.out.add) })
+	p.pumps.Go(func() { a.pumpTo(id, p.pid, "stderr", errR, p.out.add) })
+	return done(id, &sessionapi.ExecResult{PID: p.pid})
 }
 
 // ring keeps the last max bytes of a process's output and the offset
@@ -97,37 +97,49 @@ func (p *proc) report() sessionapi.Process {
 	return e
 }
 
-func (a *agent) processes(req *envelope.Request) *envelope.Reply {
+func (a *agent) processes(id uint64) *envelope.Reply {
 	a.mu.Lock()
 	ps := make([]*proc, 0, len(a.bg))
 	for _, p := range a.bg {
 		ps = append(ps, p)
 	}
 	a.mu.Unlock()
-	r := &envelope.Reply{ID: req.ID, Processes: []sessionapi.Process{}}
+	out := []sessionapi.Process{}
 	for _, p := range ps {
-		r.Processes = append(r.Processes, p.report())
+		out = append(out, p.report())
 	}
-	return r
+	return done(id, out)
 }
 
-// wait waits up to the request's timeout for a background process to
-// end; one that ended is collected (no longer listed).
-func (a *agent) wait(req *envelope.Request) *envelope.Reply {
-	p, bad := a.background(req.ID, req.PID)
+// process reads a background process's output: at once, or once it has
+// ended or req.Wait has passed (the session's host bounds it).
+func (a *agent) process(id uint64, req *sessionapi.ProcessRequest) *envelope.Reply {
+	p, bad := a.background(id, req.PID)
 	if bad != nil {
 		return bad
 	}
-	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
+	if req.Wait > 0 {
+		return a.wait(id, p, req)
 	}
+	out, dropped, next := p.out.since(req.Since)
+	r := &sessionapi.ProcessOutput{PID: p.pid, Dropped: dropped, Next: next}
 	select {
 	case <-p.exited:
-	case <-timeout:
-		return &envelope.Reply{ID: req.ID, PID: p.pid, Running: true, TimedOut: true}
+	default:
+		r.Running = true
+	}
+	return done(id, withOutput(r, out, req.Since))
+}
+
+// wait waits up to the request's Wait for a background process to end;
+// one that ended is collected (no longer listed).
+func (a *agent) wait(id uint64, p *proc, req *sessionapi.ProcessRequest) *envelope.Reply {
+	t := time.NewTimer(req.Wait.D())
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		return done(id, &sessionapi.ProcessOutput{PID: p.pid, Running: true, Next: req.Since})
 	}
 	// What its pipes still hold, within the grace: a child of its that
 	// holds them (a server a shell started with &) may write on for as
@@ -149,27 +161,12 @@ func (a *agent) wait(req *envelope.Request) *envelope.Reply {
 	if p.stdin != nil {
 		p.stdin.Close()
 	}
-	return &envelope.Reply{ID: req.ID, PID: p.pid, Exit: &exit, Signal: sig, Output: out, Dropped: dropped, Next: next,
-		DurationMS: time.Since(p.started).Milliseconds()}
+	r := &sessionapi.ProcessOutput{PID: p.pid, ExitCode: &exit, Signal: sig, Dropped: dropped, Next: next}
+	return done(id, withOutput(r, out, req.Since))
 }
 
-func (a *agent) output(req *envelope.Request) *envelope.Reply {
-	p, bad := a.background(req.ID, req.PID)
-	if bad != nil {
-		return bad
-	}
-	out, dropped, next := p.out.since(req.Since)
-	r := &envelope.Reply{ID: req.ID, PID: p.pid, Output: out, Dropped: dropped, Next: next}
-	select {
-	case <-p.exited:
-	default:
-		r.Running = true
-	}
-	return r
-}
-
-func (a *agent) signal(req *envelope.Request) *envelope.Reply {
-	p, bad := a.background(req.ID, req.PID)
+func (a *agent) signal(id uint64, req *sessionapi.SignalRequest) *envelope.Reply {
+	p, bad := a.background(id, req.PID)
 	if bad != nil {
 		return bad
 	}
@@ -178,11 +175,11 @@ func (a *agent) signal(req *envelope.Request) *envelope.Reply {
 		sig = syscall.SIGTERM
 	}
 	if req.Signal < 0 || req.Signal > 64 {
-		return fail(req.ID, sessionapi.ErrInvalid, "signal %d: not a signal", req.Signal)
+		return fail(id, sessionapi.ErrInvalid, "signal %d: not a signal", req.Signal)
 	}
 	select {
 	case <-p.exited:
-		return fail(req.ID, sessionapi.ErrNotFound, "process %d has exited", p.pid)
+		return fail(id, sessionapi.ErrNotFound, "process %d has exited", p.pid)
 	default:
 	}
 	err := syscall.Kill(-p.pid, sig)
@@ -193,13 +190,13 @@ func (a *agent) signal(req *envelope.Request) *envelope.Reply {
 		}
 	}
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrFailed, "signal %d: %v", p.pid, err)
+		return fail(id, sessionapi.ErrFailed, "signal %d: %v", p.pid, err)
 	}
-	return &envelope.Reply{ID: req.ID, PID: p.pid}
+	return done(id, struct{}{})
 }
 
-func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
-	p, bad := a.background(req.ID, req.PID)
+func (a *agent) stdin(id uint64, req *sessionapi.StdinRequest) *envelope.Reply {
+	p, bad := a.background(id, req.PID)
 	if bad != nil {
 		return bad
 	}
@@ -207,7 +204,7 @@ func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
 	case p.inTurn <- struct{}{}:
 		defer func() { <-p.inTurn }()
 	case <-time.After(10 * time.Second):
-		return fail(req.ID, sessionapi.ErrFailed, "process %d has not taken the stdin it was given before", p.pid)
+		return fail(id, sessionapi.ErrFailed, "process %d has not taken the stdin it was given before", p.pid)
 	}
 	a.mu.Lock()
 	in := p.stdin
@@ -216,16 +213,27 @@ func (a *agent) stdin(req *envelope.Request) *envelope.Reply {
 	}
 	a.mu.Unlock()
 	if in == nil {
-		return fail(req.ID, sessionapi.ErrInvalid, "process %d's stdin is closed", p.pid)
+		return fail(id, sessionapi.ErrInvalid, "process %d's stdin is closed", p.pid)
 	}
 	if len(req.Data) > 0 {
 		_ = in.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if _, err := in.Write(req.Data); err != nil {
-			return fail(req.ID, sessionapi.ErrFailed, "write to %d: %v", p.pid, err)
+			return fail(id, sessionapi.ErrFailed, "write to %d: %v", p.pid, err)
 		}
 	}
 	if req.EOF {
 		in.Close()
 	}
-	return &envelope.Reply{ID: req.ID, PID: p.pid}
+	return done(id, struct{}{})
+}
+
+// withOutput sets the output read from since, at most
+// sessionapi.MaxReplyOutput of it: the rest is read from Next.
+func withOutput(r *sessionapi.ProcessOutput, out []byte, since int64) *sessionapi.ProcessOutput {
+	if len(out) > sessionapi.MaxReplyOutput {
+		out = out[:sessionapi.MaxReplyOutput]
+		r.Next = since + r.Dropped + int64(len(out))
+	}
+	r.Output, r.Encoding = sessionapi.Text(out)
+	return r
 }

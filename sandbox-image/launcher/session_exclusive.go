@@ -35,22 +35,22 @@ const soleGrace = 5 * time.Second
 // errSole is a start refused while an exclusive command runs.
 var errSole = errors.New("an exclusive command is running: no other process may start until it has ended")
 
-func (a *agent) execExclusive(req *envelope.Request, argv []string, cwd string, env []string) *envelope.Reply {
+func (a *agent) execExclusive(id uint64, req *sessionapi.ExecRequest, argv []string, cwd string, env []string) *envelope.Reply {
 	if req.Background {
-		return fail(req.ID, sessionapi.ErrInvalid, "exclusive: not with background (it ends every other process)")
+		return fail(id, sessionapi.ErrInvalid, "exclusive: not with background (it ends every other process)")
 	}
 	ended, err := a.takeSole()
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrFailed, "exclusive: %v", err)
+		return fail(id, sessionapi.ErrFailed, "exclusive: %v", err)
 	}
 	defer a.releaseSole()
 	p, stdin, outR, errR, err := a.start(true, argv, cwd, env, len(req.Stdin) > 0)
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrFailed, "%v", err)
+		return fail(id, sessionapi.ErrFailed, "%v", err)
 	}
-	r := a.foreground(req, p, stdin, outR, errR)
+	r := a.foreground(id, req, p, stdin, outR, errR)
 	r.Exclusive, r.Ended = true, ended
-	return r
+	return done(id, r)
 }
 
 // takeSole stops any process from starting, then ends every process of

@@ -78,51 +78,56 @@ func openRegular(path string, flags int, mode fs.FileMode) (*os.File, error) {
 	return f, nil
 }
 
-func fileErr(id uint64, err error) *envelope.Reply {
+// fileError is the session's error for a file call's err.
+func fileError(err error) *sessionapi.Error {
+	if e := sessionapi.AsError(err); e != nil {
+		return e
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fail(id, sessionapi.ErrNotFound, "%v", err)
+		return sessionapi.Errorf(sessionapi.ErrNotFound, "%v", err)
 	case errors.Is(err, fs.ErrExist):
-		return fail(id, sessionapi.ErrExists, "%v", err)
+		return sessionapi.Errorf(sessionapi.ErrExists, "%v", err)
 	case errors.Is(err, errNotRegular), errors.Is(err, syscall.ENXIO):
-		return fail(id, sessionapi.ErrInvalid, "%v", err)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "%v", err)
 	}
-	return fail(id, sessionapi.ErrFailed, "%v", err)
+	return sessionapi.Errorf(sessionapi.ErrFailed, "%v", err)
 }
 
 // file serves a request on the session's files, each op by a function of
 // its own; the path is confined first.
-func (a *agent) file(req *envelope.Request) *envelope.Reply {
+func (a *agent) file(id uint64, op string, req *sessionapi.FileRequest) *envelope.Reply {
 	path, err := a.resolve(req.Path)
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrInvalid, "%v", err)
+		return fail(id, sessionapi.ErrInvalid, "%v", err)
 	}
-	r := &envelope.Reply{ID: req.ID}
-	switch req.Op {
+	r := &sessionapi.FileResult{}
+	switch op {
 	case sessionapi.OpRead:
-		return readFile(req, path, r)
+		err = readFile(req, path, r)
 	case sessionapi.OpWrite:
-		return writeFile(req, path, r)
+		err = writeFile(req, path, r)
 	case sessionapi.OpList:
-		return listDir(req, path, r)
+		err = listDir(path, r)
 	case sessionapi.OpStat:
-		return statFile(req, path, r)
+		err = statFile(path, r)
 	case sessionapi.OpRemove:
-		return a.remove(req, path, r)
+		err = a.remove(req, path)
 	case sessionapi.OpMkdir:
-		if err := os.MkdirAll(path, 0o755); err != nil {
-			return fileErr(req.ID, err)
-		}
+		err = os.MkdirAll(path, 0o755)
 	case sessionapi.OpRename:
-		return a.rename(req, path, r)
+		err = a.rename(req, path)
 	}
-	return r
+	if err != nil {
+		return &envelope.Reply{ID: id, Error: fileError(err)}
+	}
+	return done(id, r)
 }
 
-func readFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+func readFile(req *sessionapi.FileRequest, path string, r *sessionapi.FileResult) error {
 	f, err := openRegular(path, os.O_RDONLY, 0)
 	if err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	defer f.Close()
 	n := req.Length
@@ -132,15 +137,15 @@ func readFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.R
 	buf := make([]byte, n)
 	got, err := f.ReadAt(buf, req.Offset)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return fileErr(req.ID, err)
+		return err
 	}
 	r.Data, r.EOF = buf[:got], errors.Is(err, io.EOF)
-	return r
+	return nil
 }
 
-func writeFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+func writeFile(req *sessionapi.FileRequest, path string, r *sessionapi.FileResult) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	flags := os.O_WRONLY | os.O_CREATE
 	if req.Append {
@@ -154,29 +159,29 @@ func writeFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.
 	}
 	f, err := openRegular(path, flags, mode)
 	if err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	_, werr := f.Write(req.Data)
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
 	if werr != nil {
-		return fileErr(req.ID, werr)
+		return werr
 	}
-	return statFile(req, path, r)
+	return statFile(path, r)
 }
 
-func listDir(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+func listDir(path string, r *sessionapi.FileResult) error {
 	// O_DIRECTORY: a FIFO named here fails at once, as os.ReadDir's
 	// plain open would wait for its writer.
 	d, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	ents, err := d.ReadDir(-1)
 	d.Close()
 	if err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	slices.SortFunc(ents, func(x, y fs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
 	r.Entries = []sessionapi.Entry{}
@@ -185,43 +190,43 @@ func listDir(req *envelope.Request, path string, r *envelope.Reply) *envelope.Re
 			r.Entries = append(r.Entries, entryOf(filepath.Join(path, d.Name()), fi))
 		}
 	}
-	return r
+	return nil
 }
 
-func statFile(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+func statFile(path string, r *sessionapi.FileResult) error {
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	e := entryOf(path, fi)
 	r.Entry = &e
-	return r
+	return nil
 }
 
-func (a *agent) remove(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+func (a *agent) remove(req *sessionapi.FileRequest, path string) error {
 	if path == a.dir || path == "/tmp" {
-		return fail(req.ID, sessionapi.ErrInvalid, "%s cannot be removed", path)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "%s cannot be removed", path)
 	}
 	if _, err := os.Lstat(path); err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
 	rm := os.Remove
 	if req.Recursive {
 		rm = os.RemoveAll
 	}
 	if err := rm(path); err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
-	return r
+	return nil
 }
 
-func (a *agent) rename(req *envelope.Request, path string, r *envelope.Reply) *envelope.Reply {
+func (a *agent) rename(req *sessionapi.FileRequest, path string) error {
 	to, err := a.resolve(req.To)
 	if err != nil {
-		return fail(req.ID, sessionapi.ErrInvalid, "to: %v", err)
+		return sessionapi.Errorf(sessionapi.ErrInvalid, "to: %v", err)
 	}
 	if err := os.Rename(path, to); err != nil {
-		return fileErr(req.ID, err)
+		return err
 	}
-	return r
+	return nil
 }

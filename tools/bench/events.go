@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/procfs"
 	"github.com/sandfleet/sandfleet/internal/worker"
@@ -93,10 +94,10 @@ func streamingCost(ctx context.Context, o options) (*streaming, error) {
 // sleeper is an executor whose job takes 30 ms and writes nothing.
 type sleeper struct{}
 
-func (sleeper) Run(ctx context.Context, j *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
+func (sleeper) Run(ctx context.Context, j *jobs.Job, opts jobrun.Options) (*jobs.Result, error) {
 	start := time.Now().UTC()
 	if opts.OnStart != nil {
-		opts.OnStart(worker.Start{Container: "sleeper", Limits: limits.Default()})
+		opts.OnStart(jobrun.Start{Container: "sleeper", Limits: limits.Default()})
 	}
 	select {
 	case <-time.After(30 * time.Millisecond):

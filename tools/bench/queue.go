@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/worker"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
@@ -24,7 +25,7 @@ import (
 // noop succeeds at once: what is left is the queue.
 type noop struct{}
 
-func (noop) Run(_ context.Context, j *jobs.Job, _ worker.RunOptions) (*jobs.Result, error) {
+func (noop) Run(_ context.Context, j *jobs.Job, _ jobrun.Options) (*jobs.Result, error) {
 	code := 0
 	now := time.Now().UTC()
 	return &jobs.Result{ID: j.ID, Status: jobs.StatusSucceeded, Exit: &code, Labels: j.Labels, StartedAt: &now, FinishedAt: &now}, nil

@@ -44,7 +44,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 	"github.com/sandfleet/sandfleet/pkg/limits"
 )
@@ -129,7 +129,7 @@ func (e *Executor) Ping(context.Context) error {
 }
 
 // Run runs the job's script.
-func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOptions) (*jobs.Result, error) {
+func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts jobrun.Options) (*jobs.Result, error) {
 	start := time.Now().UTC()
 	res := &jobs.Result{ID: job.ID, StartedAt: &start, Labels: job.Labels, RetryOf: job.RetryOf}
 	finish := func(s jobs.Status, code *int) (*jobs.Result, error) {
@@ -167,7 +167,7 @@ func (e *Executor) Run(ctx context.Context, job *jobs.Job, opts worker.RunOption
 	}()
 
 	if opts.OnStart != nil {
-		opts.OnStart(worker.Start{Container: "fake-" + job.ID, Limits: lim})
+		opts.OnStart(jobrun.Start{Container: "fake-" + job.ID, Limits: lim})
 	}
 	var stdout, stderr strings.Builder
 	defer func() { res.Stdout, res.Stderr = stdout.String(), stderr.String() }()
@@ -225,7 +225,7 @@ func (e *Executor) admit(job *jobs.Job) (lim limits.Limits, why string) {
 // output runs a script's command that writes output or figures into
 // res (print, eprint, flood, egress, egresses, png, display); false for
 // any other command.
-func output(cmd, arg string, res *jobs.Result, stdout, stderr *strings.Builder, opts worker.RunOptions) bool {
+func output(cmd, arg string, res *jobs.Result, stdout, stderr *strings.Builder, opts jobrun.Options) bool {
 	switch cmd {
 	case "print":
 		stdout.WriteString(arg + "\n")
@@ -311,7 +311,7 @@ func pngDisplay(w, h int) jobs.Display {
 
 // tell passes output to opts.OnOutput as the real executor does, as the
 // script writes it.
-func tell(opts worker.RunOptions, s jobs.Stream, text string) {
+func tell(opts jobrun.Options, s jobs.Stream, text string) {
 	if opts.OnOutput != nil {
 		opts.OnOutput(s, []byte(text))
 	}

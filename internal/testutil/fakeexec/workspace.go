@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/sandfleet/sandfleet/internal/archive"
-	"github.com/sandfleet/sandfleet/internal/worker"
+	"github.com/sandfleet/sandfleet/internal/jobrun"
 	"github.com/sandfleet/sandfleet/pkg/jobs"
 )
 
@@ -28,7 +28,7 @@ import (
 type files map[string][]byte
 
 // restore reads the snapshot, checking its size and digest.
-func restore(opts worker.RunOptions, job *jobs.Job) (files, error) {
+func restore(opts jobrun.Options, job *jobs.Job) (files, error) {
 	fs := files{}
 	if s := opts.Restore; s != nil {
 		data, err := io.ReadAll(io.LimitReader(s.R, s.Size+1))
@@ -84,7 +84,7 @@ func (fs files) command(cmd, arg string, stdout *strings.Builder) bool {
 
 // archive writes what opts.Archive asks for, for a job that ended with
 // status.
-func (fs files) archive(opts worker.RunOptions, status jobs.Status) {
+func (fs files) archive(opts jobrun.Options, status jobs.Status) {
 	a := opts.Archive
 	if a == nil {
 		return
