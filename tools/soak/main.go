@@ -29,6 +29,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,10 +41,15 @@ type options struct {
 	every        time.Duration
 	rate         float64 // jobs per second
 	sessionEvery time.Duration
+	batchEvery   time.Duration
 	maxInFlight  int
 	workerBin    string
 	slots        int
 	out          string
+	natsURL      string // a JetStream to drive the worker against; "" for --embedded
+	egress       bool   // egress jobs against a test server on a Docker network of the soak's
+	memory       bool   // the memory figures instead of a soak
+	storedJobs   int    // with memory: the jobs stored for the per-job figure
 }
 
 func main() {
@@ -56,6 +62,11 @@ func main() {
 	flag.StringVar(&o.workerBin, "worker", "bin/worker", "the worker binary (make build)")
 	flag.IntVar(&o.slots, "slots", 2, "the worker's --slots")
 	flag.StringVar(&o.out, "out", "soak-out", "the directory of the profiles, the TSV and the SVG")
+	flag.DurationVar(&o.batchEvery, "batch-every", time.Minute, "a batch of five quick jobs is sent over the HTTP API this often")
+	flag.StringVar(&o.natsURL, "nats", "", "drive a worker started with --nats `URL` (an existing JetStream, with its credentials) instead of --embedded")
+	flag.BoolVar(&o.egress, "egress", true, "include egress jobs, against a test HTTP server on a Docker network the soak makes")
+	flag.BoolVar(&o.memory, "memory", false, "measure the worker's memory per live session, per warm sandbox and per stored job, instead of a soak")
+	flag.IntVar(&o.storedJobs, "stored-jobs", 2000, "with -memory: how many jobs are stored for the per-job figure")
 	flag.Parse()
 	if d := os.Getenv("SOAK"); d != "" {
 		v, err := time.ParseDuration(d)
@@ -74,15 +85,33 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.memory {
+		return measureMemory(ctx, o)
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	w, err := startWorker(ctx, o)
+	var inet *internet
+	if o.egress {
+		var err error
+		if inet, err = startInternet(ctx); err != nil {
+			return fmt.Errorf("the egress test server: %w (-egress=false runs without egress jobs)", err)
+		}
+		defer inet.stop()
+	}
+	w, err := startWorker(ctx, o, inet.workerArgs("--pool", "4", "--sessions", "2")...)
 	if err != nil {
 		return err
 	}
 	defer w.stop()
-	fmt.Printf("soak: worker %s, %s at %.2f jobs/s, a session every %s; load %s\n", w.id, o.duration, o.rate, o.sessionEvery, loadAvg())
+	fmt.Printf("soak: worker %s on %s, %s at %.2f jobs/s, a session every %s, a batch every %s, egress %v; load %s\n",
+		w.id, w.natsMode(), o.duration, o.rate, o.sessionEvery, o.batchEvery, o.egress, loadAvg())
+	base, err := w.settle(ctx, nil)
+	if err != nil {
+		return err
+	}
+	base.label = "start"
+	fmt.Println(base.line())
 
 	l := newLoad(w, o)
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
@@ -113,13 +142,20 @@ func run(ctx context.Context, o options) error {
 	<-done
 	l.wait()
 	_ = w.heapProfile(filepath.Join(o.out, "heap-end.pprof"))
-	idle := w.sample(time.Since(start), l)
+	http.DefaultClient.CloseIdleConnections() // the soak's own keep-alive connections are not the worker's
+	idle, _ := w.settle(ctx, &base)
 	idle.label = "idle"
+	idle.jobs = base.jobs + l.count()
+	_ = w.profile("goroutine?debug=1", filepath.Join(o.out, "goroutines-idle.txt"))
+	samples = append([]sample{base}, samples...)
 	samples = append(samples, idle)
 
 	problems := l.check(ctx)
 	w.stop()
 	problems = append(problems, w.leftovers()...)
+	if inet != nil {
+		problems = append(problems, inet.stop()...)
+	}
 
 	printTable(os.Stdout, samples)
 	l.printCounts(os.Stdout)
@@ -130,12 +166,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("wrote %s/soak.svg, soak.tsv, heap-start.pprof, heap-end.pprof; load %s\n", o.out, loadAvg())
-	if len(problems) > 0 {
-		for _, p := range problems {
-			fmt.Println("PROBLEM:", p)
-		}
-		return fmt.Errorf("%d problems", len(problems))
+	for _, p := range problems {
+		fmt.Println("PROBLEM:", p)
 	}
-	fmt.Println("every job accounted for with its status; every session kept its state; nothing left behind")
+	crit := criteria(o, samples, len(problems))
+	printCriteria(os.Stdout, crit)
+	if missed := countMissed(crit); missed > 0 {
+		return fmt.Errorf("%d of %d criteria missed", missed, len(crit))
+	}
+	fmt.Println("every criterion met: every job accounted for with its status, every session kept its state, nothing left behind")
 	return nil
 }
