@@ -1,28 +1,40 @@
 // Command soak drives one worker for a long time with a realistic mix of
 // work at a fixed arrival rate, samples what the worker holds every
-// interval, and checks at the end that every job was accounted for once,
-// with the status its kind should have, and that nothing was left behind
-// once the worker stopped.
+// interval, checks at the end that every job was accounted for once, with
+// the status its kind should have, and that nothing was left behind once
+// the worker stopped, and judges the run by its criteria (criteria.go):
+// it exits non-zero when one is missed.
 //
-// Usage (make soak; SOAK=5m for a quick look):
+// Usage (make soak; SOAK=5m for a quick look; SOAK_FLAGS for more):
 //
-//	go run ./tools/soak [-d 60m] [-rate 0.7] [-every 1m] [-out soak-out]
+//	go run ./tools/soak [-d 60m] [-rate 0.7] [-every 1m] [-out soak-out] [-nats URL] [-egress=false]
+//	go run ./tools/soak -memory
 //
 // It starts bin/worker --embedded (HTTP API, metrics and --pprof on
-// loopback) in a temporary directory. The jobs are a mix of quick
+// loopback) in a temporary directory, or with -nats URL against a
+// JetStream that is already there. The jobs are a mix of quick
 // (print(1)), slow (a 1 s sleep), memory (a 50 MiB allocation), failing
 // (exit 3), timeout (a 1 s limit on a 30 s sleep), canceled (canceled a
-// second after its submission), large output (512 KiB) and output_limit
-// (200 KiB past a 64 KiB cap); a session at a time is created, given a
-// file, runs six code cells that keep a counter, reads its file back and
-// is deleted. Every interval it records the worker's RSS, live heap after
+// second after its submission), large output (512 KiB), output_limit
+// (200 KiB past a 64 KiB cap), workspace steps (a job writes a file into
+// a new workspace, the next step reads it) and egress (an HTTP GET
+// through the worker's egress proxy of a test server on a Docker network
+// of the soak's); a batch of five jobs goes over the HTTP API every
+// -batch-every; a session at a time is created, given a file, runs six
+// code cells that keep a counter, reads its file back, runs a background
+// process and reads its output, runs a command on a terminal, and is
+// deleted. Every interval it records the worker's RSS, live heap after
 // the last GC (go_gc_heap_live_bytes), goroutines, open fds, its
-// containers by state, the engine's networks, the data directory's size,
-// and the p50/p99 of the quick jobs' submit→result latency and of the
-// sessions' code cells in that interval. It takes a heap profile after
-// the first interval and at the end (heap-start.pprof, heap-end.pprof,
-// compare with go tool pprof -diff_base), prints the table and writes
-// soak.svg and soak.tsv under -out.
+// containers by state, its egress networks, the data directory's size,
+// the streams' bytes and messages, and the p50/p99 of the quick jobs'
+// submit→result latency and of the sessions' code cells in that
+// interval. It takes a heap profile after the first interval and at the
+// end (heap-start.pprof, heap-end.pprof, compare with go tool pprof
+// -diff_base) and the goroutines at idle, prints the table and the
+// criteria, and writes soak.svg and soak.tsv under -out.
+//
+// -memory instead measures what the worker holds per live session, per
+// warm sandbox and per stored job (memory.go).
 package main
 
 import (

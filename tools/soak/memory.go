@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -42,8 +43,26 @@ func (w *workerProc) measure(what string) memPoint {
 	return memPoint{what: what, rss: m["process_resident_memory_bytes"], live: m["go_gc_heap_live_bytes"], containers: states(w.containers())}
 }
 
+// measureCalm measures until the live heap stops falling (the store
+// drops a stream's write buffer once it is idle), a minute at most.
+func (w *workerProc) measureCalm(what string) memPoint {
+	p := w.measure(what)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		time.Sleep(4 * time.Second)
+		q := w.measure(what)
+		if q.live > p.live-(256<<10) {
+			return q
+		}
+		p = q
+	}
+	return p
+}
+
 func measureMemory(ctx context.Context, o options) error {
 	fmt.Printf("soak -memory: load %s\n", loadAvg())
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
 	var points []memPoint
 	w, err := startWorker(ctx, o, "--pool", "0", "--sessions", fmt.Sprint(memSessions+2))
 	if err != nil {
@@ -71,12 +90,16 @@ func measureMemory(ctx context.Context, o options) error {
 	before := w.measure("sessions deleted")
 	points = append(points, before)
 
-	if err := w.storeJobs(ctx, o.storedJobs); err != nil {
-		return err
+	_ = w.heapProfile(filepath.Join(o.out, "heap-jobs-0.pprof"))
+	for round := 1; round <= 2; round++ {
+		if err := w.storeJobs(ctx, o.storedJobs, round); err != nil {
+			return err
+		}
+		p = w.measureCalm(fmt.Sprintf("%d stored jobs", round*o.storedJobs))
+		p.units, p.unit, p.ref = o.storedJobs, "stored job", &points[len(points)-1]
+		points = append(points, p)
+		_ = w.heapProfile(filepath.Join(o.out, fmt.Sprintf("heap-jobs-%d.pprof", round*o.storedJobs)))
 	}
-	p = w.measure(fmt.Sprintf("%d stored jobs", o.storedJobs))
-	p.units, p.unit, p.ref = o.storedJobs, "stored job", &points[len(points)-1]
-	points = append(points, p)
 	w.stop()
 	fmt.Println(w.leftovers())
 
@@ -121,7 +144,7 @@ func (w *workerProc) openSessions(ctx context.Context, n int) ([]string, error) 
 // own path allows: jobs naming an image that is no preset, which the
 // worker takes, decides, rejects and stores (result, index record,
 // events) without starting a container.
-func (w *workerProc) storeJobs(ctx context.Context, n int) error {
+func (w *workerProc) storeJobs(ctx context.Context, n, round int) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
 	var mu sync.Mutex
@@ -131,7 +154,7 @@ func (w *workerProc) storeJobs(ctx context.Context, n int) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			id := fmt.Sprintf("soak-mem-%d-%d", os.Getpid(), i)
+			id := fmt.Sprintf("soak-mem-%d-%d-%d", os.Getpid(), round, i)
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			_, err := w.cli.Submit(cctx, &jobs.Job{ID: id, Image: "soak-no-such-preset", Code: "print(1)"})

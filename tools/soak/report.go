@@ -33,6 +33,7 @@ func (w *workerProc) sample(at time.Duration, l *load) sample {
 	s := sample{at: at, rss: m["process_resident_memory_bytes"], live: m["go_gc_heap_live_bytes"],
 		goroutines: m["go_goroutines"], fds: m["process_open_fds"], unremov: m["sandfleet_sandboxes_unremovable"],
 		containers: w.containers(), networks: w.networks(), deleted: w.deletedFiles()}
+	s.dataBytes = -1 // not ours to see with -nats
 	if w.data != "" {
 		s.dataBytes = dirSize(w.data)
 	}
@@ -54,6 +55,13 @@ func (w *workerProc) streams() (bytes, msgs uint64) {
 		msgs += info.State.Msgs
 	}
 	return bytes, msgs
+}
+
+func dataMiB(b int64) string {
+	if b < 0 {
+		return "-"
+	}
+	return mib(float64(b))
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
@@ -83,7 +91,7 @@ func (s sample) cols() []string {
 		at = s.label
 	}
 	return []string{at, fmt.Sprint(s.jobs), mib(s.rss), mib(s.live), fmt.Sprint(s.goroutines), fmt.Sprint(s.fds),
-		states(s.containers), fmt.Sprint(s.networks), mib(float64(s.dataBytes)),
+		states(s.containers), fmt.Sprint(s.networks), dataMiB(s.dataBytes),
 		fmt.Sprintf("%s / %d", mib(float64(s.streamB)), s.streamMsgs), ms(s.job[0]), ms(s.job[1]),
 		ms(s.cell[0]), ms(s.cell[1]), fmt.Sprint(s.unremov)}
 }
