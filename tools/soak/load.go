@@ -226,6 +226,26 @@ func (l *load) sentOne(id string, k *kind, at time.Time) {
 	l.mu.Unlock()
 }
 
+// prime runs one job of each kind, one at a time (a warm pool is never
+// drained, so never grown), one batch and one session, so that what a
+// worker makes once, at its first use, exists before the idle values
+// are taken: the egress proxy and its goroutines, the workspaces' bucket
+// and object store, each with the store's goroutines of a stream.
+func (l *load) prime(ctx context.Context) {
+	for i := range kinds {
+		if l.weight(&kinds[i]) > 0 {
+			l.one(&kinds[i], fmt.Sprintf("soak-prime-%s-%d", kinds[i].name, time.Now().UnixNano()%1e6))
+		}
+	}
+	if err := l.batch(ctx, -1); err != nil {
+		l.fail("batch at the start: %v", err)
+	}
+	if err := l.session(ctx); err != nil {
+		l.fail("session at the start: %v", err)
+	}
+	l.interval() // their latencies are not the first interval's
+}
+
 // count is the jobs sent.
 func (l *load) count() int {
 	l.mu.Lock()

@@ -118,14 +118,16 @@ func run(ctx context.Context, o options) error {
 	defer w.stop()
 	fmt.Printf("soak: worker %s on %s, %s at %.2f jobs/s, a session every %s, a batch every %s, egress %v; load %s\n",
 		w.id, w.natsMode(), o.duration, o.rate, o.sessionEvery, o.batchEvery, o.egress, loadAvg())
+	l := newLoad(w, o)
+	l.prime(ctx)
 	base, err := w.settle(ctx, nil)
 	if err != nil {
 		return err
 	}
 	base.label = "start"
+	base.jobs = l.count()
 	fmt.Println(base.line())
 
-	l := newLoad(w, o)
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	done := make(chan struct{})
@@ -157,7 +159,7 @@ func run(ctx context.Context, o options) error {
 	http.DefaultClient.CloseIdleConnections() // the soak's own keep-alive connections are not the worker's
 	idle, _ := w.settle(ctx, &base)
 	idle.label = "idle"
-	idle.jobs = base.jobs + l.count()
+	idle.jobs = l.count()
 	_ = w.profile("goroutine?debug=1", filepath.Join(o.out, "goroutines-idle.txt"))
 	samples = append([]sample{base}, samples...)
 	samples = append(samples, idle)
