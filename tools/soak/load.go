@@ -226,16 +226,24 @@ func (l *load) sentOne(id string, k *kind, at time.Time) {
 	l.mu.Unlock()
 }
 
-// prime runs one job of each kind, one at a time (a warm pool is never
-// drained, so never grown), one batch and one session, so that what a
+// prime runs one job of each kind, one at a time, each once the warm
+// pool is full again (a pool drained grows, and would make the idle
+// values a grown pool's), one batch and one session, so that what a
 // worker makes once, at its first use, exists before the idle values
 // are taken: the egress proxy and its goroutines, the workspaces' bucket
 // and object store, each with the store's goroutines of a stream.
 func (l *load) prime(ctx context.Context) {
+	full, _ := l.w.settle(ctx, nil)
 	for i := range kinds {
-		if l.weight(&kinds[i]) > 0 {
-			l.one(&kinds[i], fmt.Sprintf("soak-prime-%s-%d", kinds[i].name, time.Now().UnixNano()%1e6))
+		if l.weight(&kinds[i]) == 0 {
+			continue
 		}
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+			if l.w.containers()["running"] >= full.containers["running"] {
+				break
+			}
+		}
+		l.one(&kinds[i], fmt.Sprintf("soak-prime-%s-%d", kinds[i].name, time.Now().UnixNano()%1e6))
 	}
 	if err := l.batch(ctx, -1); err != nil {
 		l.fail("batch at the start: %v", err)
