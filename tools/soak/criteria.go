@@ -95,9 +95,7 @@ func criteria(o options, samples []sample, problems int) []criterion {
 		level("RSS levels off (last third's median vs the middle third's)", mid, last, perThird, func(s sample) float64 { return s.rss }),
 		level("live heap levels off (last third's median vs the middle third's)", mid, last, perThird, func(s sample) float64 { return s.live }),
 	}
-	for _, m := range idleChecks(base, idle) {
-		cs = append(cs, m)
-	}
+	cs = append(cs, idleChecks(base, idle)...)
 	cs = append(cs, latency(o, load),
 		criterion{name: "no container the engine could not remove, at the end", value: fmt.Sprint(idle.unremov), bound: "0",
 			met: idle.unremov == 0, judged: true},
