@@ -61,10 +61,11 @@ test-langs: build
 runsc:
 	./deploy/runsc.sh
 
-## soak: drive one embedded worker with a mix of jobs and sessions for SOAK (default 60m; SOAK=5m for a quick look), sample it every minute, check nothing was lost or left; table on stdout, curves in soak-out/soak.svg
+## soak: drive one embedded worker with a mix of jobs, batches, workspaces, egress and sessions for SOAK (default 60m; SOAK=5m for a quick look; SOAK_FLAGS='-nats URL' for an existing JetStream), sample it every minute, judge its criteria (exits non-zero on a miss); table on stdout, curves in soak-out/soak.svg
 SOAK ?= 60m
+SOAK_FLAGS ?=
 soak: build
-	SOAK=$(SOAK) $(GO) run ./tools/soak -out soak-out
+	SOAK=$(SOAK) $(GO) run ./tools/soak -out soak-out $(SOAK_FLAGS)
 
 ## run: build everything and start one worker with an embedded JetStream server and the HTTP API on 127.0.0.1:8080
 run: build sandbox-image

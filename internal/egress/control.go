@@ -149,6 +149,13 @@ type Control struct {
 	HTTP  *http.Client // nil: one with a 10s timeout
 }
 
+// controlHTTP is Control's client by default. A call closes its
+// connection: a connection kept for the next call would outlive a proxy's
+// restart, and a transport of a call's own (as it once was) kept every
+// call's connection, an fd and two goroutines, open for the worker's life.
+var controlHTTP = &http.Client{Timeout: 10 * time.Second,
+	Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{}).DialContext, DisableKeepAlives: true}}
+
 func (c *Control) do(ctx context.Context, method, path string, body any, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -165,7 +172,7 @@ func (c *Control) do(ctx context.Context, method, path string, body any, out any
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{}).DialContext}}
+		hc = controlHTTP
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

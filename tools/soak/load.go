@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,13 +18,25 @@ import (
 // kind is one sort of job in the mix: its code, limits, the status it
 // must end with and, for some, a check of its output.
 type kind struct {
-	name   string
-	weight int
-	code   string
-	lim    limits.Limits
-	want   jobs.Status
-	cancel bool // canceled a second after its submission
-	check  func(*jobs.Result) error
+	name      string
+	weight    int // 0: not drawn, sent by another kind or loop
+	code      string
+	lim       limits.Limits
+	want      jobs.Status
+	cancel    bool   // canceled a second after its submission
+	workspace bool   // run in a workspace of its own
+	then      string // the kind sent next, in the same workspace, once it ended
+	egress    bool   // needs the soak's egress server
+	check     func(*jobs.Result) error
+}
+
+func kindNamed(name string) *kind {
+	for i := range kinds {
+		if kinds[i].name == name {
+			return &kinds[i]
+		}
+	}
+	panic("no kind " + name)
 }
 
 var kinds = []kind{
@@ -41,7 +49,23 @@ var kinds = []kind{
 	{name: "large", weight: 4, code: "import sys; sys.stdout.write('x' * (512 << 10))", want: jobs.StatusSucceeded,
 		check: func(r *jobs.Result) error { return lenIs(r, 512<<10) }},
 	{name: "output_limit", weight: 2, code: "import sys; sys.stdout.write('x' * (200 << 10))", lim: limits.Limits{Output: 64 << 10}, want: jobs.StatusOutputLimit},
+	// A workspace step writes a file; the next step, in the same
+	// workspace, must read it back.
+	{name: "ws_write", weight: 5, code: "open('note.txt', 'w').write('soak-ws')", want: jobs.StatusSucceeded, workspace: true, then: "ws_read"},
+	{name: "ws_read", code: "print(open('note.txt').read())", want: jobs.StatusSucceeded, workspace: true, check: stdoutIs("soak-ws\n")},
+	{name: "egress", weight: 4, code: "import urllib.request\nprint(urllib.request.urlopen('http://" + egressHost + ":" + egressPort + "/', timeout=20).read().decode())",
+		lim: limits.Limits{Network: &limits.Network{Allow: egressRules}}, want: jobs.StatusSucceeded, egress: true, check: stdoutIs(egressBody + "\n")},
+	// sent by the batch loop, five a batch over the HTTP API
+	{name: "batch", code: "print(6 * 7)", want: jobs.StatusSucceeded, check: stdoutIs("42\n")},
 }
+
+var egressRules = func() []limits.Rule {
+	r, err := limits.ParseRules(egressHost + ":" + egressPort)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
 
 func stdoutIs(s string) func(*jobs.Result) error {
 	return func(r *jobs.Result) error {
@@ -96,11 +120,12 @@ func (l *load) fail(format string, a ...any) {
 
 // drive submits jobs at the fixed rate and runs sessions, until ctx ends.
 func (l *load) drive(ctx context.Context) {
-	var sessions sync.WaitGroup
-	sessions.Go(func() { l.sessionLoop(ctx) })
+	var loops sync.WaitGroup
+	loops.Go(func() { l.sessionLoop(ctx) })
+	loops.Go(func() { l.batchLoop(ctx) })
 	total := 0
 	for _, k := range kinds {
-		total += k.weight
+		total += l.weight(&k)
 	}
 	gap := time.Duration(float64(time.Second) / l.o.rate)
 	tick := time.NewTicker(gap)
@@ -108,18 +133,18 @@ func (l *load) drive(ctx context.Context) {
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
-			sessions.Wait()
+			loops.Wait()
 			return
 		case <-tick.C:
 		}
 		r := rand.IntN(total)
 		k := &kinds[0]
 		for i := range kinds {
-			if r < kinds[i].weight {
+			if r < l.weight(&kinds[i]) {
 				k = &kinds[i]
 				break
 			}
-			r -= kinds[i].weight
+			r -= l.weight(&kinds[i])
 		}
 		select {
 		case l.inFlight <- struct{}{}:
@@ -136,16 +161,40 @@ func (l *load) drive(ctx context.Context) {
 	}
 }
 
-// one submits a job of kind k and waits for its result; the books are
-// checked at the end, from the store, not from what was seen here.
+// weight is k's share of the arrivals: none for egress without the
+// soak's egress server.
+func (l *load) weight(k *kind) int {
+	if k.egress && !l.o.egress {
+		return 0
+	}
+	return k.weight
+}
+
+// one submits a job of kind k (and the kinds it leads to) and waits for
+// its result; the books are checked at the end, from the store, not from
+// what was seen here.
 func (l *load) one(k *kind, id string) {
+	ws := ""
+	if k.workspace {
+		ws = "ws-" + id
+	}
+	for n := 0; k != nil; n++ {
+		if !l.step(k, id+"-"+strconv.Itoa(n), ws) || k.then == "" {
+			return
+		}
+		k = kindNamed(k.then)
+	}
+}
+
+// step submits one job and waits for it; false when it did not end.
+func (l *load) step(k *kind, id, ws string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	j := &jobs.Job{ID: id, Image: "python", Code: k.code, Limits: k.lim}
+	j := &jobs.Job{ID: id, Image: "python", Code: k.code, Limits: k.lim, Workspace: ws}
 	s := submitted{id: id, kind: k, sent: time.Now()}
 	if _, err := l.w.cli.Submit(ctx, j); err != nil {
 		l.fail("submit %s: %v", id, err)
-		return
+		return false
 	}
 	l.mu.Lock()
 	l.sent = append(l.sent, s)
@@ -159,109 +208,61 @@ func (l *load) one(k *kind, id string) {
 	}
 	if _, err := l.w.cli.Wait(ctx, id); err != nil {
 		l.fail("wait %s: %v", id, err)
-		return
+		return false
 	}
 	if k.name == "quick" {
 		l.mu.Lock()
 		l.jobLat = append(l.jobLat, time.Since(s.sent))
 		l.mu.Unlock()
 	}
+	return true
+}
+
+// sentOne books a job sent by another path than step (a batch's).
+func (l *load) sentOne(id string, k *kind, at time.Time) {
+	l.mu.Lock()
+	l.sent = append(l.sent, submitted{id: id, kind: k, sent: at})
+	l.byKind[k.name]++
+	l.mu.Unlock()
+}
+
+// prime runs one job of each kind, one at a time, each once the warm
+// pool is full again (a pool drained grows, and would make the idle
+// values a grown pool's), one batch and one session, so that what a
+// worker makes once, at its first use, exists before the idle values
+// are taken: the egress proxy and its goroutines, the workspaces' bucket
+// and object store, each with the store's goroutines of a stream.
+func (l *load) prime(ctx context.Context) {
+	full, _ := l.w.settle(ctx, nil)
+	for i := range kinds {
+		if l.weight(&kinds[i]) == 0 {
+			continue
+		}
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+			if l.w.containers()["running"] >= full.containers["running"] {
+				break
+			}
+		}
+		l.one(&kinds[i], fmt.Sprintf("soak-prime-%s-%d", kinds[i].name, time.Now().UnixNano()%1e6))
+	}
+	if err := l.batch(ctx, -1); err != nil {
+		l.fail("batch at the start: %v", err)
+	}
+	if err := l.session(ctx); err != nil {
+		l.fail("session at the start: %v", err)
+	}
+	l.interval() // their latencies are not the first interval's
+}
+
+// count is the jobs sent.
+func (l *load) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sent)
 }
 
 // wait waits for the jobs in flight.
 func (l *load) wait() { l.waiting.Wait() }
-
-// sessionLoop runs a session every sessionEvery, one at a time.
-func (l *load) sessionLoop(ctx context.Context) {
-	tick := time.NewTicker(l.o.sessionEvery)
-	defer tick.Stop()
-	for {
-		if err := l.session(ctx); err != nil && ctx.Err() == nil {
-			l.fail("session: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// session creates a session, writes a file, runs six cells that keep a
-// counter (each must see the last one's state), reads the file back with a
-// command, and deletes it.
-func (l *load) session(ctx context.Context) error {
-	ctx = context.WithoutCancel(ctx) // a session begun is finished
-	var info struct{ ID string }
-	if err := l.call(ctx, "POST", "/v1/sessions", map[string]any{"image": "python"}, &info); err != nil {
-		return err
-	}
-	defer func() { _ = l.call(ctx, "DELETE", "/v1/sessions/"+info.ID, nil, nil) }()
-	base := "/v1/sessions/" + info.ID
-	body := "soak " + info.ID
-	if err := l.call(ctx, "PUT", base+"/files/note.txt", body, nil); err != nil {
-		return err
-	}
-	for i := range 6 {
-		code := "n = n + 1 if 'n' in globals() else 1\nn"
-		t := time.Now()
-		var r struct{ Text string }
-		if err := l.call(ctx, "POST", base+"/code", map[string]any{"code": code}, &r); err != nil {
-			return err
-		}
-		l.mu.Lock()
-		l.execLat = append(l.execLat, time.Since(t))
-		l.mu.Unlock()
-		if r.Text != strconv.Itoa(i+1) {
-			return fmt.Errorf("cell %d of %s = %q, want %d: the session lost its state", i+1, info.ID, r.Text, i+1)
-		}
-	}
-	var r struct {
-		Stdout string `json:"stdout"`
-	}
-	if err := l.call(ctx, "POST", base+"/exec", map[string]any{"cmd": []string{"cat", "note.txt"}}, &r); err != nil {
-		return err
-	}
-	if r.Stdout != body {
-		return fmt.Errorf("note.txt of %s = %q, want %q", info.ID, r.Stdout, body)
-	}
-	l.mu.Lock()
-	l.sessions++
-	l.mu.Unlock()
-	return nil
-}
-
-// call makes an HTTP API call; a string body is sent as it is.
-func (l *load) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		data, _ := json.Marshal(b)
-		rd = bytes.NewReader(data)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, l.w.httpBase+path, rd)
-	if err != nil {
-		return err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
-	if res.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %.300s", method, path, res.StatusCode, data)
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
-	}
-	return nil
-}
 
 // interval returns the p50 and p99 of the quick jobs' and the cells'
 // latencies since the last call, and starts the next interval.

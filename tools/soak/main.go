@@ -1,34 +1,47 @@
 // Command soak drives one worker for a long time with a realistic mix of
 // work at a fixed arrival rate, samples what the worker holds every
-// interval, and checks at the end that every job was accounted for once,
-// with the status its kind should have, and that nothing was left behind
-// once the worker stopped.
+// interval, checks at the end that every job was accounted for once, with
+// the status its kind should have, and that nothing was left behind once
+// the worker stopped, and judges the run by its criteria (criteria.go):
+// it exits non-zero when one is missed.
 //
-// Usage (make soak; SOAK=5m for a quick look):
+// Usage (make soak; SOAK=5m for a quick look; SOAK_FLAGS for more):
 //
-//	go run ./tools/soak [-d 60m] [-rate 0.7] [-every 1m] [-out soak-out]
+//	go run ./tools/soak [-d 60m] [-rate 0.7] [-every 1m] [-out soak-out] [-nats URL] [-egress=false]
+//	go run ./tools/soak -memory
 //
 // It starts bin/worker --embedded (HTTP API, metrics and --pprof on
-// loopback) in a temporary directory. The jobs are a mix of quick
+// loopback) in a temporary directory, or with -nats URL against a
+// JetStream that is already there. The jobs are a mix of quick
 // (print(1)), slow (a 1 s sleep), memory (a 50 MiB allocation), failing
 // (exit 3), timeout (a 1 s limit on a 30 s sleep), canceled (canceled a
-// second after its submission), large output (512 KiB) and output_limit
-// (200 KiB past a 64 KiB cap); a session at a time is created, given a
-// file, runs six code cells that keep a counter, reads its file back and
-// is deleted. Every interval it records the worker's RSS, live heap after
+// second after its submission), large output (512 KiB), output_limit
+// (200 KiB past a 64 KiB cap), workspace steps (a job writes a file into
+// a new workspace, the next step reads it) and egress (an HTTP GET
+// through the worker's egress proxy of a test server on a Docker network
+// of the soak's); a batch of five jobs goes over the HTTP API every
+// -batch-every; a session at a time is created, given a file, runs six
+// code cells that keep a counter, reads its file back, runs a background
+// process and reads its output, runs a command on a terminal, and is
+// deleted. Every interval it records the worker's RSS, live heap after
 // the last GC (go_gc_heap_live_bytes), goroutines, open fds, its
-// containers by state, the engine's networks, the data directory's size,
-// and the p50/p99 of the quick jobs' submit→result latency and of the
-// sessions' code cells in that interval. It takes a heap profile after
-// the first interval and at the end (heap-start.pprof, heap-end.pprof,
-// compare with go tool pprof -diff_base), prints the table and writes
-// soak.svg and soak.tsv under -out.
+// containers by state, its egress networks, the data directory's size,
+// the streams' bytes and messages, and the p50/p99 of the quick jobs'
+// submit→result latency and of the sessions' code cells in that
+// interval. It takes a heap profile after the first interval and at the
+// end (heap-start.pprof, heap-end.pprof, compare with go tool pprof
+// -diff_base) and the goroutines at idle, prints the table and the
+// criteria, and writes soak.svg and soak.tsv under -out.
+//
+// -memory instead measures what the worker holds per live session, per
+// warm sandbox and per stored job (memory.go).
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,10 +53,15 @@ type options struct {
 	every        time.Duration
 	rate         float64 // jobs per second
 	sessionEvery time.Duration
+	batchEvery   time.Duration
 	maxInFlight  int
 	workerBin    string
 	slots        int
 	out          string
+	natsURL      string // a JetStream to drive the worker against; "" for --embedded
+	egress       bool   // egress jobs against a test server on a Docker network of the soak's
+	memory       bool   // the memory figures instead of a soak
+	storedJobs   int    // with memory: the jobs stored for the per-job figure
 }
 
 func main() {
@@ -56,6 +74,11 @@ func main() {
 	flag.StringVar(&o.workerBin, "worker", "bin/worker", "the worker binary (make build)")
 	flag.IntVar(&o.slots, "slots", 2, "the worker's --slots")
 	flag.StringVar(&o.out, "out", "soak-out", "the directory of the profiles, the TSV and the SVG")
+	flag.DurationVar(&o.batchEvery, "batch-every", time.Minute, "a batch of five quick jobs is sent over the HTTP API this often")
+	flag.StringVar(&o.natsURL, "nats", "", "drive a worker started with --nats `URL` (an existing JetStream, with its credentials) instead of --embedded")
+	flag.BoolVar(&o.egress, "egress", true, "include egress jobs, against a test HTTP server on a Docker network the soak makes")
+	flag.BoolVar(&o.memory, "memory", false, "measure the worker's memory per live session, per warm sandbox and per stored job, instead of a soak")
+	flag.IntVar(&o.storedJobs, "stored-jobs", 2000, "with -memory: how many jobs are stored for the per-job figure")
 	flag.Parse()
 	if d := os.Getenv("SOAK"); d != "" {
 		v, err := time.ParseDuration(d)
@@ -74,17 +97,37 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.memory {
+		return measureMemory(ctx, o)
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	w, err := startWorker(ctx, o)
+	var inet *internet
+	if o.egress {
+		var err error
+		if inet, err = startInternet(ctx); err != nil {
+			return fmt.Errorf("the egress test server: %w (-egress=false runs without egress jobs)", err)
+		}
+		defer inet.stop()
+	}
+	w, err := startWorker(ctx, o, inet.workerArgs("--pool", "4", "--sessions", "2")...)
 	if err != nil {
 		return err
 	}
 	defer w.stop()
-	fmt.Printf("soak: worker %s, %s at %.2f jobs/s, a session every %s; load %s\n", w.id, o.duration, o.rate, o.sessionEvery, loadAvg())
-
+	fmt.Printf("soak: worker %s on %s, %s at %.2f jobs/s, a session every %s, a batch every %s, egress %v; load %s\n",
+		w.id, w.natsMode(), o.duration, o.rate, o.sessionEvery, o.batchEvery, o.egress, loadAvg())
 	l := newLoad(w, o)
+	l.prime(ctx)
+	base, err := w.settle(ctx, nil)
+	if err != nil {
+		return err
+	}
+	base.label = "start"
+	base.jobs = l.count()
+	fmt.Println(base.line())
+
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	done := make(chan struct{})
@@ -113,13 +156,20 @@ func run(ctx context.Context, o options) error {
 	<-done
 	l.wait()
 	_ = w.heapProfile(filepath.Join(o.out, "heap-end.pprof"))
-	idle := w.sample(time.Since(start), l)
+	http.DefaultClient.CloseIdleConnections() // the soak's own keep-alive connections are not the worker's
+	idle, _ := w.settle(ctx, &base)
 	idle.label = "idle"
+	idle.jobs = l.count()
+	_ = w.profile("goroutine?debug=1", filepath.Join(o.out, "goroutines-idle.txt"))
+	samples = append([]sample{base}, samples...)
 	samples = append(samples, idle)
 
 	problems := l.check(ctx)
 	w.stop()
 	problems = append(problems, w.leftovers()...)
+	if inet != nil {
+		problems = append(problems, inet.stop()...)
+	}
 
 	printTable(os.Stdout, samples)
 	l.printCounts(os.Stdout)
@@ -130,12 +180,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("wrote %s/soak.svg, soak.tsv, heap-start.pprof, heap-end.pprof; load %s\n", o.out, loadAvg())
-	if len(problems) > 0 {
-		for _, p := range problems {
-			fmt.Println("PROBLEM:", p)
-		}
-		return fmt.Errorf("%d problems", len(problems))
+	for _, p := range problems {
+		fmt.Println("PROBLEM:", p)
 	}
-	fmt.Println("every job accounted for with its status; every session kept its state; nothing left behind")
+	crit := criteria(o, samples, len(problems))
+	printCriteria(os.Stdout, crit)
+	if missed := countMissed(crit); missed > 0 {
+		return fmt.Errorf("%d of %d criteria missed", missed, len(crit))
+	}
+	fmt.Println("every criterion met: every job accounted for with its status, every session kept its state, nothing left behind")
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -20,7 +21,10 @@ type sample struct {
 	containers map[string]int
 	networks   int
 	dataBytes  int64
-	jobs       int // jobs sent so far
+	streamB    uint64 // the JetStream streams' bytes
+	streamMsgs uint64 // and messages
+	deleted    int    // the worker's fds of unlinked files
+	jobs       int    // jobs sent so far
 	job, cell  [2]time.Duration
 }
 
@@ -28,9 +32,36 @@ func (w *workerProc) sample(at time.Duration, l *load) sample {
 	m := w.metrics()
 	s := sample{at: at, rss: m["process_resident_memory_bytes"], live: m["go_gc_heap_live_bytes"],
 		goroutines: m["go_goroutines"], fds: m["process_open_fds"], unremov: m["sandfleet_sandboxes_unremovable"],
-		containers: w.containers(), networks: networks(), dataBytes: dirSize(w.data)}
-	s.job, s.cell, s.jobs = l.interval()
+		containers: w.containers(), networks: w.networks(), deleted: w.deletedFiles()}
+	s.dataBytes = -1 // not ours to see with -nats
+	if w.data != "" {
+		s.dataBytes = dirSize(w.data)
+	}
+	s.streamB, s.streamMsgs = w.streams()
+	if l != nil {
+		s.job, s.cell, s.jobs = l.interval()
+	}
 	return s
+}
+
+// streams sums the JetStream's streams' bytes and messages (every
+// stream of the server the worker is on: in -nats mode, others' too).
+func (w *workerProc) streams() (bytes, msgs uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l := w.js.ListStreams(ctx)
+	for info := range l.Info() {
+		bytes += info.State.Bytes
+		msgs += info.State.Msgs
+	}
+	return bytes, msgs
+}
+
+func dataMiB(b int64) string {
+	if b < 0 {
+		return "-"
+	}
+	return mib(float64(b))
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
@@ -60,12 +91,13 @@ func (s sample) cols() []string {
 		at = s.label
 	}
 	return []string{at, fmt.Sprint(s.jobs), mib(s.rss), mib(s.live), fmt.Sprint(s.goroutines), fmt.Sprint(s.fds),
-		states(s.containers), fmt.Sprint(s.networks), mib(float64(s.dataBytes)), ms(s.job[0]), ms(s.job[1]),
+		states(s.containers), fmt.Sprint(s.networks), dataMiB(s.dataBytes),
+		fmt.Sprintf("%s / %d", mib(float64(s.streamB)), s.streamMsgs), ms(s.job[0]), ms(s.job[1]),
 		ms(s.cell[0]), ms(s.cell[1]), fmt.Sprint(s.unremov)}
 }
 
-var header = []string{"at", "jobs", "RSS MiB", "live heap MiB", "goroutines", "fds", "containers", "networks",
-	"data MiB", "quick p50 ms", "quick p99 ms", "cell p50 ms", "cell p99 ms", "unremovable"}
+var header = []string{"at", "jobs", "RSS MiB", "live heap MiB", "goroutines", "fds", "containers", "egress networks",
+	"data MiB", "streams MiB / msgs", "quick p50 ms", "quick p99 ms", "cell p50 ms", "cell p99 ms", "unremovable"}
 
 func (s sample) line() string { return strings.Join(s.cols(), "\t") }
 
