@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 	"github.com/sandfleet/sandfleet/pkg/sessions"
 )
 
@@ -94,7 +95,7 @@ func (l *load) background(ctx context.Context, base string) error {
 	if started.PID == 0 {
 		return fmt.Errorf("no pid")
 	}
-	var out sessions.ProcessOutput
+	var out sessionapi.ProcessOutput
 	if err := l.call(ctx, "GET", fmt.Sprintf("%s/processes/%d?wait=20s", base, started.PID), nil, &out); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandfleet/sandfleet/internal/egress"
+	"github.com/sandfleet/sandfleet/internal/egressnet"
 	"github.com/sandfleet/sandfleet/internal/executor"
 	"github.com/sandfleet/sandfleet/internal/natsconn"
 	"github.com/sandfleet/sandfleet/internal/natsembed"
@@ -235,7 +235,7 @@ func (w *workerProc) containersList() []string {
 // egressLabel marks the worker's egress networks and its proxy (the
 // gateway's name, as cmd/worker makes it from the worker's ID).
 func (w *workerProc) egressLabel() string {
-	return egress.LabelGateway + "=sandfleet-egress-" + w.id
+	return egressnet.Label + "=sandfleet-egress-" + w.id
 }
 
 // networks counts the worker's egress networks: the proxy's, and one per
