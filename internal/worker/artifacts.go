@@ -120,7 +120,7 @@ func (s *wsStep) refusal(hdr *tar.Header, kept int, total int64) string {
 // artifactsFull says why the job's tenant's artifacts store takes no more.
 func (s *wsStep) artifactsFull() string {
 	return fmt.Sprintf("%s: the artifacts of %s (object store %s) are at their quota of %s: they expire with their results (after %s)",
-		fleet.QuotaReason, tenantName(s.job.ID), fleet.ArtifactsBucketOf(jobs.TenantOf(s.job.ID)), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
+		fleet.QuotaReason, tenantName(s.tenant), fleet.ArtifactsBucketOf(s.tenant), limits.Size(s.w.cfg.Topology.ArtifactsMaxBytes), s.w.cfg.Topology.ResultTTL)
 }
 
 // dropArtifacts deletes the artifacts of a run whose result lost the store

@@ -172,7 +172,7 @@ func (w *Worker) decide(stop, force context.Context, m *message, log *slog.Logge
 	defer func() { ws.close() }()
 	if !errors.Is(context.Cause(jobCtx), ErrCancelRequested) {
 		var nr notRun
-		ws, nr = w.beginWorkspace(stop, jobCtx, job, log)
+		ws, nr = w.beginWorkspace(stop, jobCtx, job, m.tenant, log)
 		if nr.back != nil {
 			return *nr.back
 		}

@@ -30,10 +30,11 @@ const (
 // wsStep is one job's use of a workspace, from holding its head to
 // releasing it. A nil *wsStep is a job without workspace or outputs.
 type wsStep struct {
-	w    *Worker
-	job  *jobs.Job
-	log  *slog.Logger
-	mode stepMode
+	w      *Worker
+	job    *jobs.Job
+	tenant string // the job's tenant, as its message's check found it ("" for none)
+	log    *slog.Logger
+	mode   stepMode
 
 	objs    fleet.ObjectStores  // the job's tenant's snapshots and artifacts
 	head    *jobs.WorkspaceHead // as last written or read by this step
@@ -82,22 +83,22 @@ func (w *Worker) tenantObjects(ctx context.Context, tenant string) (fleet.Object
 // head (waiting while another job holds it), resolves a fork's source, and
 // fetches the snapshot to restore. It returns a nil step for a job without
 // workspace or outputs, and why the job does not run when it does not.
-func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, log *slog.Logger) (*wsStep, notRun) {
+func (w *Worker) beginWorkspace(stop, jobCtx context.Context, job *jobs.Job, tenant string, log *slog.Logger) (*wsStep, notRun) {
 	if job.Workspace == "" && job.WorkspaceFrom == nil && len(job.Outputs) == 0 {
 		return nil, notRun{}
 	}
-	s := &wsStep{w: w, job: job, log: log.With("workspace", job.Workspace)}
+	s := &wsStep{w: w, job: job, tenant: tenant, log: log.With("workspace", job.Workspace)}
 	// The job's workspaces are its tenant's (Validate checked them against
 	// the subject's ID), and so are its snapshots and artifacts.
-	objs, err := w.tenantObjects(jobCtx, jobs.TenantOf(job.ID))
+	objs, err := w.tenantObjects(jobCtx, tenant)
 	var reserve *fleet.StorageReserveError
 	switch {
 	case errors.As(err, &reserve):
 		// The fleet's storage holds no room for another tenant's quota:
 		// no retry makes it, the operator does.
-		return s, notRun{result: quotaResult(fmt.Sprintf("the object stores of %s cannot be made: %v", tenantName(job.ID), reserve))}
+		return s, notRun{result: quotaResult(fmt.Sprintf("the object stores of %s cannot be made: %v", tenantName(tenant), reserve))}
 	case err != nil:
-		return s, s.giveBack(jobCtx, "open the object stores of tenant "+jobs.TenantOf(job.ID)+": "+err.Error())
+		return s, s.giveBack(jobCtx, "open the object stores of "+tenantName(tenant)+": "+err.Error())
 	}
 	s.objs = objs
 	var fork *jobs.WorkspaceRef
@@ -209,8 +210,8 @@ func overQuota(res *jobs.Result, msg string) {
 }
 
 // tenantName names the owner of a job's stores in a message.
-func tenantName(jobID string) string {
-	if t := jobs.TenantOf(jobID); t != "" {
+func tenantName(t string) string {
+	if t != "" {
 		return "tenant " + t
 	}
 	return "the jobs of no tenant"
@@ -343,7 +344,7 @@ func workspacesFull(t fleet.Topology, name string) string {
 func (s *wsStep) fetch(ctx context.Context) notRun {
 	var err error
 	if s.head != nil && s.base.Name == s.job.Workspace && s.base.Revision == s.head.Revision {
-		k := workspace.CacheKey{Tenant: jobs.TenantOf(s.job.ID), Workspace: s.job.Workspace, Revision: s.head.Revision, SHA256: s.head.SHA256}
+		k := workspace.CacheKey{Tenant: s.tenant, Workspace: s.job.Workspace, Revision: s.head.Revision, SHA256: s.head.SHA256}
 		if data := s.w.snaps.Get(k); data != nil {
 			if s.snap, err = workspace.Held(data, k.SHA256, s.w.cfg.TempDir); err != nil {
 				return s.giveBack(ctx, "spool the snapshot: "+err.Error())

@@ -94,7 +94,7 @@ func (s *wsStep) save(ctx context.Context) error {
 		// No retry makes room: the tenant does, by removing workspaces,
 		// or the TTL.
 		s.quota = fmt.Sprintf("%s: the workspace snapshots of %s (object store %s) are at their quota of %s: revision %d of %s (%s) was not saved; "+
-			"remove workspaces (submit workspace rm) to make room", fleet.QuotaReason, tenantName(s.job.ID), fleet.SnapshotsBucketOf(jobs.TenantOf(s.job.ID)),
+			"remove workspaces (submit workspace rm) to make room", fleet.QuotaReason, tenantName(s.tenant), fleet.SnapshotsBucketOf(s.tenant),
 			limits.Size(s.w.cfg.Topology.SnapshotsMaxBytes), s.head.Revision+1, s.job.Workspace, limits.Size(s.req.Bytes))
 		s.result.Error = "not saved: " + s.quota
 		return nil
@@ -113,7 +113,7 @@ func (s *wsStep) save(ctx context.Context) error {
 // this step's save.
 func (s *wsStep) committed(next *jobs.WorkspaceHead, rev uint64) {
 	if data, ok := s.arch.Memory(s.req.Bytes); ok {
-		s.w.snaps.Put(workspace.CacheKey{Tenant: jobs.TenantOf(s.job.ID), Workspace: s.job.Workspace, Revision: next.Revision, SHA256: s.req.SHA256}, data)
+		s.w.snaps.Put(workspace.CacheKey{Tenant: s.tenant, Workspace: s.job.Workspace, Revision: next.Revision, SHA256: s.req.SHA256}, data)
 	}
 	s.head, s.headRev, s.saved = next, rev, true
 	s.result.Revision, s.result.SizeBytes, s.result.Files = next.Revision, s.req.Bytes, s.req.Files
