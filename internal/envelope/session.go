@@ -120,6 +120,8 @@ type Request struct {
 	// code, reset: the context's name and language: python (the
 	// default), javascript, typescript or bash. The name defaults to
 	// "default" for python and the language's name for the others.
+	// context (sessionapi.OpContext) starts one in Cwd; endcontext ends
+	// the one Context names.
 	Context  string `json:"context,omitempty"`
 	Language string `json:"language,omitempty"`
 	Code     string `json:"code,omitempty"`
@@ -199,6 +201,9 @@ type Reply struct {
 	// dropped at the bounds.
 	Display        []DisplayItem `json:"display,omitempty"`
 	DisplayDropped int           `json:"display_dropped,omitempty"`
+
+	// contexts: the session's code contexts; context: the one started.
+	Contexts []sessionapi.Context `json:"contexts,omitempty"`
 
 	// Files.
 	Data    []byte             `json:"data,omitempty"`

@@ -164,6 +164,8 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 		}
 		_, err := h.do(l, &envelope.Request{Op: sessionapi.OpReset, Context: req.Context}, 0)
 		return struct{}{}, err
+	case sessionapi.OpContexts, sessionapi.OpContext, sessionapi.OpEndContext:
+		return h.contexts(l, op, body)
 	case sessionapi.OpProcesses:
 		r, err := h.do(l, &envelope.Request{Op: sessionapi.OpProcesses}, 0)
 		if err != nil {
@@ -269,6 +271,29 @@ func codeResult(r *envelope.Reply) *sessions.CodeResult {
 		res.Display = append(res.Display, jobs.Display{MIME: d.MIME, Data: base64.StdEncoding.EncodeToString(d.Data), Width: w, Height: h})
 	}
 	return res
+}
+
+// contexts lists, starts or ends the session's code contexts.
+func (h *Host) contexts(l *live, op string, body json.RawMessage) (any, error) {
+	var req sessionapi.ContextRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	r, err := h.do(l, &envelope.Request{Op: op, Context: req.Name, Language: req.Language, Cwd: req.Cwd}, 0)
+	switch {
+	case err != nil:
+		return nil, err
+	case op == sessionapi.OpEndContext:
+		return struct{}{}, nil
+	case op == sessionapi.OpContext && len(r.Contexts) == 1:
+		return &r.Contexts[0], nil
+	case op == sessionapi.OpContext:
+		return nil, sessionapi.Errorf(sessionapi.ErrFailed, "the sandbox's agent does not start contexts: its image is older than the worker")
+	}
+	if r.Contexts == nil {
+		return []sessionapi.Context{}, nil
+	}
+	return r.Contexts, nil
 }
 
 func (h *Host) process(l *live, body json.RawMessage) (any, error) {

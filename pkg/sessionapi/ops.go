@@ -11,6 +11,12 @@ const (
 	OpExec      = "exec" // ExecRequest -> ExecResult
 	OpCode      = "code" // CodeRequest -> sessions.CodeResult
 	OpReset     = "reset"
+	// Code contexts: OpContexts lists them (-> []Context), OpContext
+	// starts one (ContextRequest -> Context), OpEndContext ends one
+	// (ContextRequest: Name alone).
+	OpContexts   = "contexts"
+	OpContext    = "context"
+	OpEndContext = "endcontext"
 	OpProcesses = "processes" // -> []Process
 	OpProcess   = "process"   // ProcessRequest -> ProcessOutput: wait for or read a background process
 	OpSignal    = "signal"    // SignalRequest

@@ -222,6 +222,12 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 		return a.code(req)
 	case sessionapi.OpReset:
 		return a.reset(req)
+	case sessionapi.OpContexts:
+		return a.contexts(req)
+	case sessionapi.OpContext:
+		return a.newContext(req)
+	case sessionapi.OpEndContext:
+		return a.endContext(req)
 	case sessionapi.OpRead, sessionapi.OpWrite, sessionapi.OpList, sessionapi.OpStat, sessionapi.OpRemove, sessionapi.OpMkdir, sessionapi.OpRename:
 		return a.file(req)
 	case envelope.OpArchive:
