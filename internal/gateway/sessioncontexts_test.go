@@ -80,8 +80,8 @@ func TestSessionContextsRoutes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, method, path, token, body string
-		status                           int
-		code                             gateway.Code
+		status                          int
+		code                            gateway.Code
 	}{
 		{"a name taken", "POST", base, acme, `{"name": "sh", "language": "bash"}`, http.StatusConflict, gateway.CodeExists},
 		{"an unknown field", "POST", base, acme, `{"name": "x", "lang": "bash"}`, http.StatusBadRequest, gateway.CodeInvalidJSON},

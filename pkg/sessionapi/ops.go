@@ -17,17 +17,17 @@ const (
 	OpContexts   = "contexts"
 	OpContext    = "context"
 	OpEndContext = "endcontext"
-	OpProcesses = "processes" // -> []Process
-	OpProcess   = "process"   // ProcessRequest -> ProcessOutput: wait for or read a background process
-	OpSignal    = "signal"    // SignalRequest
-	OpStdin     = "stdin"     // StdinRequest
-	OpRead      = "read"      // FileRequest -> FileResult: Length bytes from Offset
-	OpWrite     = "write"     // FileRequest -> FileResult (Append: at its end)
-	OpList      = "list"      // FileRequest -> FileResult.Entries
-	OpStat      = "stat"      // FileRequest -> FileResult.Entry
-	OpRemove    = "remove"    // FileRequest (Recursive: a tree)
-	OpMkdir     = "mkdir"     // FileRequest: a directory and its parents
-	OpRename    = "rename"    // FileRequest: Path to To
+	OpProcesses  = "processes" // -> []Process
+	OpProcess    = "process"   // ProcessRequest -> ProcessOutput: wait for or read a background process
+	OpSignal     = "signal"    // SignalRequest
+	OpStdin      = "stdin"     // StdinRequest
+	OpRead       = "read"      // FileRequest -> FileResult: Length bytes from Offset
+	OpWrite      = "write"     // FileRequest -> FileResult (Append: at its end)
+	OpList       = "list"      // FileRequest -> FileResult.Entries
+	OpStat       = "stat"      // FileRequest -> FileResult.Entry
+	OpRemove     = "remove"    // FileRequest (Recursive: a tree)
+	OpMkdir      = "mkdir"     // FileRequest: a directory and its parents
+	OpRename     = "rename"    // FileRequest: Path to To
 	// OpPause checkpoints a persistent session and frees its sandbox.
 	OpPause = "pause"
 	// OpCheckpoint checkpoints a persistent session now (what a fork asks
