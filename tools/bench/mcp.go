@@ -62,7 +62,7 @@ func mcpPhase(ctx context.Context, o options) (*mcpFigures, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := startWorker(ctx, o, "mcp", "--http", addr, "--slots", "2", "--pool", "2", "--sessions", "2", "--config", cfg)
+	w, err := startWorker(ctx, o, "mcp", "--http", addr, "--slots", "3", "--pool", "3", "--sessions", "2", "--config", cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +139,9 @@ func (f *mcpFigures) jobs(ctx context.Context, o options, base string) error {
 		call func() error
 	}{{&f.rest, rest}, {&f.http, func() error { return tool(hs) }}, {&f.stdi, func() error { return tool(ss) }}}
 	for i := range f.n + 1 {
+		// The pool refills between rounds: warm, as a fleet with a pool
+		// is, so that the ways differ by their protocol alone.
+		time.Sleep(time.Second)
 		// Each round starts with another way, so that none always finds
 		// the pool the others left.
 		for k := range ways {
@@ -242,7 +245,7 @@ func (f *mcpFigures) print(w io.Writer) {
 	if f == nil {
 		return
 	}
-	fmt.Fprintf(w, "\n(q) python %q over MCP beside REST, one worker (--pool 2), interleaved, %d runs each\n", f.code, f.n)
+	fmt.Fprintf(w, "\n(q) python %q over MCP beside REST, one worker (--pool 3, refilled between rounds), interleaved, %d runs each\n", f.code, f.n)
 	fmt.Fprintf(w, "  %-44s %9s %9s %9s\n", "", "p50", "p95", "vs REST")
 	row := func(name string, d []time.Duration) {
 		fmt.Fprintf(w, "  %-44s %9s %9s %8.2f×\n", name, ms1(pct(d, .5)), ms1(pct(d, .95)), float64(pct(d, .5))/float64(pct(f.rest, .5)))
