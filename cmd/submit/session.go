@@ -44,7 +44,7 @@ type sessionCommand struct {
 }
 
 func (c *sessionCommand) synopsis() string {
-	return "session create | ls | get ID | cells ID | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
+	return "session create | ls | get ID | cells ID | contexts ID [new | rm NAME] | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
 }
 
 func (c *sessionCommand) about() string {
@@ -59,6 +59,10 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
   cells ID           its recent cells, oldest first, as its worker keeps them
                      (the last 20; an ended session's for 15m): each one's
                      code, output, value or error, and its figures' sizes
+  contexts ID        its code contexts: name, language, cells run, age and the
+                     directory each one is in now; contexts ID new starts one
+                     (--language, --context NAME, --cwd DIR) and prints its
+                     name; contexts ID rm NAME ends one
   exec ID -- CMD...  run a command in it; prints its output and exits as it
                      does (--cwd, --env, --timeout; --background prints its pid;
                      --exclusive kills the session's other processes first,
@@ -101,13 +105,13 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 	fs.Var(cmdline.Value(&c.memory, "size"), "memory", "create: `SIZE` of RAM")
 	fs.Var(cmdline.Value(&c.tmpfs, "size"), "tmpfs", "create: `SIZE` of /workspace and /tmp")
 	fs.Float64Var(&c.cpus, "cpus", 0, "create: `N` CPUs")
-	fs.StringVar(&c.cwd, "cwd", "", "exec: run in `DIR`")
+	fs.StringVar(&c.cwd, "cwd", "", "exec: run in `DIR`; contexts new: start it there")
 	fs.DurationVar(&c.timeout, "timeout", 0, "exec, run: stop it after `D` (default the session's timeout)")
 	fs.BoolVar(&c.background, "background", false, "exec: start it in the background and print its pid")
 	fs.BoolVar(&c.exclusive, "exclusive", false, "exec: kill every other process of the session first and start none until it ends, so that no other process can write into its output (for a verifier)")
 	fs.StringVarP(&c.code, "code", "c", "", "run: the `CODE` to run")
-	fs.StringVar(&c.context, "context", "", "run: the context `NAME` (default \"default\" for python, the language's name for the others)")
-	fs.StringVar(&c.language, "language", "", "run: the context's `LANGUAGE`: python (default), javascript, typescript or bash")
+	fs.StringVar(&c.context, "context", "", "run, contexts new: the context `NAME` (default \"default\" for python, the language's name for the others)")
+	fs.StringVar(&c.language, "language", "", "run, contexts new: the context's `LANGUAGE`: python (default), javascript, typescript or bash")
 	fs.BoolVar(&c.persist, "persist", false, "create: checkpoint /workspace, so that the session survives its sandbox")
 	fs.StringVar(&c.workspace, "workspace", "", "create: persist in the workspace `NAME` (default one named as the session)")
 	fs.StringArrayVar(&c.egress, "egress", nil, "create: allow egress to `RULE`: a host (*.example.org), an IP or CIDR, with an optional :PORT (repeatable; within the worker's --egress-allow); session network changes it later")
@@ -116,15 +120,15 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	args := fs.Args()
 	if len(args) == 0 {
-		return usageError("session", "session takes create, ls, get, cells, exec, run, cp, network, pause, resume, fork, attach or rm")
+		return usageError("session", "session takes create, ls, get, cells, contexts, exec, run, cp, network, pause, resume, fork, attach or rm")
 	}
 	verb, args := args[0], args[1:]
-	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "cells": {1, 1}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
+	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "cells": {1, 1}, "contexts": {1, 3}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
 		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}, "network": {2, 2}}
 	n, ok := want[verb]
 	switch {
 	case !ok:
-		return usageError("session", "unknown session command %q (create, ls, get, cells, exec, run, cp, network, pause, resume, fork, attach, rm)", verb)
+		return usageError("session", "unknown session command %q (create, ls, get, cells, contexts, exec, run, cp, network, pause, resume, fork, attach, rm)", verb)
 	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
 		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
 	}
@@ -173,6 +177,8 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return nil
 	case "cells":
 		return c.cells(ctx, client, args[0])
+	case "contexts":
+		return c.contexts(ctx, client, args[0], args[1:])
 	case "rm":
 		if _, err := client.Delete(ctx, args[0]); err != nil {
 			return sessionFailed(err)

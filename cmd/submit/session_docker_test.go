@@ -22,7 +22,14 @@ import (
 // out, rm; then the session is gone (exit 1).
 func TestSessionCLIDocker(t *testing.T) {
 	t.Parallel()
-	exec := workertest.Sandbox(t, executor.Config{WorkerID: fmt.Sprintf("sess-cli-%d", os.Getpid())})
+	cfg := executor.Config{WorkerID: fmt.Sprintf("sess-cli-%d", os.Getpid())}
+	if img := os.Getenv("SANDFLEET_TEST_IMAGE"); img != "" { // a branch's own launcher
+		cfg.Presets = executor.DefaultPresets()
+		p := cfg.Presets["python"]
+		p.Image = img
+		cfg.Presets["python"] = p
+	}
+	exec := workertest.Sandbox(t, cfg)
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	host, err := sessionhost.New(t.Context(), js, func(ctx context.Context, s sessionhost.StartSpec) (sessionhost.Sandbox, error) {
@@ -66,6 +73,24 @@ func TestSessionCLIDocker(t *testing.T) {
 	if r := cli("", "session", "cells", id); r.code != 0 || !strings.Contains(r.stdout, "[1] ") || !strings.Contains(r.stdout, "    n = 20\n") ||
 		!strings.Contains(r.stdout, "    side\n  = 42\n") || !strings.Contains(r.stdout, "  ! ZeroDivisionError: ") {
 		t.Fatalf("cells: %+v, want the three cells with their output, value and error", r)
+	}
+	if r := cli("", "session", "contexts", id, "new", "--language", "bash", "--context", "sh", "--cwd", "/tmp"); r.code != 0 || r.stdout != "sh\n" {
+		t.Fatalf("contexts new: %+v, want sh", r)
+	}
+	if r := cli("", "session", "run", id, "--context", "sh", "--language", "bash", "-c", "pwd"); r.code != 0 || r.stdout != "/tmp\n" {
+		t.Fatalf("a cell of sh: %+v, want it in /tmp", r)
+	}
+	r = cli("", "session", "contexts", id)
+	if rows := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(rows) != 3 ||
+		!strings.HasPrefix(strings.Join(strings.Fields(rows[1]), " "), "default python 3 ") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(rows[2]), " "), "sh bash 1 ") || !strings.HasSuffix(rows[2], " /tmp") {
+		t.Fatalf("contexts: %+v, want default (python, 3 cells) and sh (bash, 1, in /tmp)", r)
+	}
+	if r := cli("", "session", "contexts", id, "rm", "sh"); r.code != 0 {
+		t.Fatalf("contexts rm: %+v", r)
+	}
+	if r := cli("", "session", "contexts", id, "rm", "sh"); r.code != 1 {
+		t.Errorf("contexts rm of an ended context: %+v, want exit 1", r)
 	}
 	local := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(local, []byte("from the host\n"), 0o644)

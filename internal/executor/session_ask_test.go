@@ -30,6 +30,7 @@ type ask struct {
 	Code     string `json:"code,omitempty"`
 	Context  string `json:"context,omitempty"`
 	Language string `json:"language,omitempty"`
+	Name     string `json:"name,omitempty"` // a ContextRequest's
 
 	PID    int             `json:"pid,omitempty"`
 	Since  int64           `json:"since,omitempty"`
@@ -66,6 +67,7 @@ type answer struct {
 	PID             int    `json:"pid"`
 
 	Processes []sessionapi.Process `json:"-"`
+	Contexts  []sessionapi.Context `json:"-"` // a listing's, or the one OpContext started
 	Running   bool                 `json:"running"`
 	Output    string               `json:"output"`
 	Next      int64                `json:"next"`
@@ -101,6 +103,11 @@ func call(ctx context.Context, s *Session, a ask) (*answer, error) {
 	r := &answer{ID: rep.ID, Error: rep.Error}
 	switch {
 	case rep.Error != nil || len(rep.Result) == 0:
+	case a.Op == sessionapi.OpContexts:
+		err = json.Unmarshal(rep.Result, &r.Contexts)
+	case a.Op == sessionapi.OpContext:
+		r.Contexts = make([]sessionapi.Context, 1)
+		err = json.Unmarshal(rep.Result, &r.Contexts[0])
 	case rep.Result[0] == '[':
 		err = json.Unmarshal(rep.Result, &r.Processes)
 	default:

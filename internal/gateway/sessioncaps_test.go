@@ -41,10 +41,17 @@ func (s *idleSandbox) Archive(context.Context, io.Writer) (*envelope.ArchiveRepo
 // sandboxes are idle ones, with tokens of the tenants acme and globex.
 func sessionBundle(t *testing.T, cfg sessionhost.Config) (*bundle, jetstream.JetStream) {
 	t.Helper()
+	return sessionBundleOn(t, cfg, func() sessionhost.Sandbox { return &idleSandbox{done: make(chan struct{})} })
+}
+
+// sessionBundleOn is sessionBundle whose sessions run in the sandboxes
+// sandbox makes.
+func sessionBundleOn(t *testing.T, cfg sessionhost.Config, sandbox func() sessionhost.Sandbox) (*bundle, jetstream.JetStream) {
+	t.Helper()
 	srv := natstest.Server(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
 	start := func(context.Context, sessionhost.StartSpec) (sessionhost.Sandbox, error) {
-		return &idleSandbox{done: make(chan struct{})}, nil
+		return sandbox(), nil
 	}
 	cfg.Worker = "w1"
 	cfg.Limits = func(_, _ string, l limits.Limits) (limits.Limits, error) {

@@ -158,6 +158,8 @@ func (h *Host) serve(l *live, op string, body json.RawMessage) (any, error) {
 		return h.code(l, body)
 	case sessionapi.OpReset:
 		return pass[sessionapi.CodeRequest](h, l, op, body)
+	case sessionapi.OpContexts, sessionapi.OpContext, sessionapi.OpEndContext:
+		return pass[sessionapi.ContextRequest](h, l, op, body)
 	case sessionapi.OpProcesses:
 		return pass[struct{}](h, l, op, body)
 	case sessionapi.OpProcess:

@@ -56,7 +56,7 @@ var errTakenOver = errors.New("the session was taken over")
 // mutates reports whether a call of op may change the session's files.
 func mutates(op string) bool {
 	switch op {
-	case sessionapi.OpInfo, sessionapi.OpKeepalive, sessionapi.OpProcesses, sessionapi.OpRead, sessionapi.OpList, sessionapi.OpStat,
+	case sessionapi.OpInfo, sessionapi.OpKeepalive, sessionapi.OpProcesses, sessionapi.OpContexts, sessionapi.OpRead, sessionapi.OpList, sessionapi.OpStat,
 		sessionapi.OpCheckpoint, sessionapi.OpPause, sessionapi.OpDelete:
 		return false
 	}

@@ -10,20 +10,26 @@ const (
 	OpInfo      = "info"
 	OpDelete    = "delete"
 	OpKeepalive = "keepalive"
-	OpExec      = "exec"      // ExecRequest -> ExecResult
-	OpCode      = "code"      // CodeRequest -> CodeResult
-	OpReset     = "reset"     // CodeRequest (its Context and Language)
-	OpProcesses = "processes" // -> []Process
-	OpProcess   = "process"   // ProcessRequest -> ProcessOutput: wait for or read a background process
-	OpSignal    = "signal"    // SignalRequest
-	OpStdin     = "stdin"     // StdinRequest
-	OpRead      = "read"      // FileRequest -> FileResult: Length bytes from Offset
-	OpWrite     = "write"     // FileRequest -> FileResult (Append: at its end)
-	OpList      = "list"      // FileRequest -> FileResult.Entries
-	OpStat      = "stat"      // FileRequest -> FileResult.Entry
-	OpRemove    = "remove"    // FileRequest (Recursive: a tree)
-	OpMkdir     = "mkdir"     // FileRequest: a directory and its parents
-	OpRename    = "rename"    // FileRequest: Path to To
+	OpExec      = "exec"  // ExecRequest -> ExecResult
+	OpCode      = "code"  // CodeRequest -> CodeResult
+	OpReset     = "reset" // CodeRequest (its Context and Language)
+	// Code contexts: OpContexts lists them (-> []Context), OpContext
+	// starts one (ContextRequest -> Context), OpEndContext ends one
+	// (ContextRequest: Name alone).
+	OpContexts   = "contexts"
+	OpContext    = "context"
+	OpEndContext = "endcontext"
+	OpProcesses  = "processes" // -> []Process
+	OpProcess    = "process"   // ProcessRequest -> ProcessOutput: wait for or read a background process
+	OpSignal     = "signal"    // SignalRequest
+	OpStdin      = "stdin"     // StdinRequest
+	OpRead       = "read"      // FileRequest -> FileResult: Length bytes from Offset
+	OpWrite      = "write"     // FileRequest -> FileResult (Append: at its end)
+	OpList       = "list"      // FileRequest -> FileResult.Entries
+	OpStat       = "stat"      // FileRequest -> FileResult.Entry
+	OpRemove     = "remove"    // FileRequest (Recursive: a tree)
+	OpMkdir      = "mkdir"     // FileRequest: a directory and its parents
+	OpRename     = "rename"    // FileRequest: Path to To
 	// OpPause checkpoints a persistent session and frees its sandbox.
 	OpPause = "pause"
 	// OpCheckpoint checkpoints a persistent session now (what a fork asks

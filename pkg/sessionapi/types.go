@@ -57,6 +57,32 @@ type CodeRequest struct {
 	Timeout  limits.Duration `json:"timeout,omitempty"` // default the session's limits.timeout
 }
 
+// ContextRequest starts a code context (OpContext): Language as a
+// CodeRequest's, Cwd its working directory (the session's by default,
+// inside its tree), Name its name (by default the one a cell of the
+// language uses when free, else the language's name and a number). A
+// name taken already is ErrExists; a session keeps at most MaxContexts.
+// OpEndContext takes Name alone.
+type ContextRequest struct {
+	Name     string `json:"name,omitempty"`
+	Language string `json:"language,omitempty"`
+	Cwd      string `json:"cwd,omitempty"`
+}
+
+// Context is a code context of a session: Cwd is its process's working
+// directory now (a shell's cd moves it), Cells how many cells it ran
+// since it started, Created when (Unix milliseconds).
+type Context struct {
+	Name     string `json:"name"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+	Cells    int    `json:"cells"`
+	Created  int64  `json:"created_ms"`
+}
+
+// MaxContexts bounds the code contexts of a session.
+const MaxContexts = 16
+
 // CodeError is what a cell raised.
 type CodeError struct {
 	Name      string `json:"name"`

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -91,6 +92,9 @@ const interruptGrace = 2 * time.Second
 type codeContext struct {
 	mu      sync.Mutex // one cell at a time
 	lang    *language
+	cwd     string    // where it started (and starts again if it dies)
+	created time.Time // when its process started
+	cells   atomic.Int64
 	p       *proc
 	req     *os.File
 	answers *bufio.Reader
@@ -112,7 +116,7 @@ func (c *cellSink) set(id uint64, stdout, stderr *capped) {
 	c.mu.Unlock()
 }
 
-func (a *agent) startContext(lang *language) (*codeContext, error) {
+func (a *agent) startContext(lang *language, cwd string) (*codeContext, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -123,7 +127,7 @@ func (a *agent) startContext(lang *language) (*codeContext, error) {
 		reqW.Close()
 		return nil, err
 	}
-	p, _, outR, errR, err := a.spawn(lang.argv, a.dir, a.env, false, reqR, repW)
+	p, _, outR, errR, err := a.spawn(lang.argv, cwd, a.env, false, reqR, repW)
 	reqR.Close()
 	repW.Close()
 	if err != nil {
@@ -131,7 +135,7 @@ func (a *agent) startContext(lang *language) (*codeContext, error) {
 		repR.Close()
 		return nil, err
 	}
-	c := &codeContext{lang: lang, p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}}
+	c := &codeContext{lang: lang, cwd: cwd, created: time.Now(), p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}}
 	limit := a.spec.OutputLimit
 	pump := func(stream string, r *os.File) {
 		pumpEach(r, func(b []byte) {
@@ -191,9 +195,6 @@ func contextName(req *sessionapi.CodeRequest) string {
 	return req.Language
 }
 
-// maxContexts bounds the contexts of a session.
-const maxContexts = 16
-
 // context returns the named context, starting it when it has none or
 // its process died; reset says it was started for this call.
 func (a *agent) context(id uint64, req *sessionapi.CodeRequest) (c *codeContext, reset bool, bad *envelope.Reply) {
@@ -212,17 +213,23 @@ func (a *agent) context(id uint64, req *sessionapi.CodeRequest) (c *codeContext,
 	if ok && !c.dead() {
 		return c, false, nil
 	}
-	if !ok && n >= maxContexts {
-		return nil, false, fail(id, sessionapi.ErrLimit, "the session keeps at most %d contexts", maxContexts)
+	if !ok && n >= sessionapi.MaxContexts {
+		return nil, false, errContexts(id)
 	}
-	c, err := a.startContext(lang)
+	cwd := a.dir
+	if ok {
+		cwd = c.cwd // a context that died starts again where it started
+	}
+	fresh, err := a.startContext(lang, cwd)
 	if err != nil {
 		return nil, false, fail(id, sessionapi.ErrFailed, "start context %q: %v", name, err)
 	}
-	a.mu.Lock()
-	a.ctxs[name] = c
-	a.mu.Unlock()
-	return c, true, nil
+	if !a.install(name, c, fresh) {
+		// Another call started this name meanwhile: its context is the one.
+		fresh.kill()
+		return a.context(id, req)
+	}
+	return fresh, true, nil
 }
 
 func (a *agent) code(id uint64, req *sessionapi.CodeRequest) *envelope.Reply {
@@ -244,6 +251,7 @@ func (a *agent) code(id uint64, req *sessionapi.CodeRequest) *envelope.Reply {
 		c.kill()
 		return fail(id, sessionapi.ErrFailed, "the context died: %v", err)
 	}
+	c.cells.Add(1)
 	type answer struct {
 		Nonce string                `json:"nonce"`
 		Text  *string               `json:"text"`

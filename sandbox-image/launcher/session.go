@@ -214,6 +214,12 @@ func (a *agent) serve(req *envelope.Request) *envelope.Reply {
 		return with(req, a.code)
 	case sessionapi.OpReset:
 		return with(req, a.reset)
+	case sessionapi.OpContexts:
+		return a.contexts(req.ID)
+	case sessionapi.OpContext:
+		return with(req, a.newContext)
+	case sessionapi.OpEndContext:
+		return with(req, a.endContext)
 	case sessionapi.OpRead, sessionapi.OpWrite, sessionapi.OpList, sessionapi.OpStat, sessionapi.OpRemove, sessionapi.OpMkdir, sessionapi.OpRename:
 		return with(req, func(id uint64, body *sessionapi.FileRequest) *envelope.Reply { return a.file(id, req.Op, body) })
 	case envelope.OpArchive:

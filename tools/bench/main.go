@@ -17,6 +17,8 @@
 //
 // Usage (make bench): go run ./tools/bench [-n 20] [-jobs 40] ...
 // -cpuprofile writes a CPU profile of phase (c), which runs in this process.
+// (q), mcp.go: print(1) over MCP stdio and HTTP beside REST, and each
+// code context language's first and next cell; -mcp-only alone.
 // (p), egress.go: the egress proxy's cost for a 1 MiB HTTPS download and
 // 100 small requests against an open bridge network; -egress-only alone.
 //
@@ -79,6 +81,7 @@ type options struct {
 	perf2Options // (i)-(n), perf.go
 	ttiOptions   // (t), tti.go
 	mode         string
+	mcpOptions   // (q), mcp.go
 
 	// (o), console.go
 	consoleJobs  int
@@ -135,6 +138,7 @@ func run(args []string) error {
 	definePerf2Flags(fs, &o.perf2Options)
 	defineTTIFlags(fs, &o.ttiOptions)
 	fs.StringVar(&o.mode, "mode", "", "run one phase alone: tti, time to interactive in the field's format (tti.go)")
+	defineMCPFlags(fs, &o.mcpOptions)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -170,6 +174,15 @@ func run(args []string) error {
 		}
 		fmt.Printf("\nsandfleet bench: %d cores, load average %s at start, %s at end, %s in all\n",
 			cores, load0, loadAvg(), time.Since(start).Round(time.Second))
+		f.print(os.Stdout)
+		return nil
+	}
+	if o.mcpOnly {
+		step("(q) MCP stdio and HTTP beside REST: %d jobs each; (q') %d fresh contexts a language", o.n, o.ctxRounds)
+		f, err := mcpPhase(ctx, o)
+		if err != nil {
+			return fmt.Errorf("(q): %w", err)
+		}
 		f.print(os.Stdout)
 		return nil
 	}
@@ -214,6 +227,7 @@ func run(args []string) error {
 	var sess *sessionFigures
 	var egr *egressFigures
 	var tti *ttiFigures
+	var mcpf *mcpFigures
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -257,6 +271,12 @@ func run(args []string) error {
 		if sess, err = sessionsPhase(ctx, o); err != nil {
 			return fmt.Errorf("(s): %w", err)
 		}
+		if o.mcp {
+			step("(q) MCP stdio and HTTP beside REST: %d jobs each; (q') %d fresh contexts a language", o.n, o.ctxRounds)
+			if mcpf, err = mcpPhase(ctx, o); err != nil {
+				return fmt.Errorf("(q): %w", err)
+			}
+		}
 		if o.egress {
 			step("(p) egress: %d trials each way of a 1 MiB HTTPS download and 100 small requests, %d rounds", o.egressTrials, o.egressRounds)
 			if egr, err = egressPhase(ctx, o); err != nil {
@@ -290,6 +310,7 @@ func run(args []string) error {
 	events.print(os.Stdout, o.quietCode)
 	sess.print(os.Stdout)
 	egr.print(os.Stdout)
+	mcpf.print(os.Stdout)
 	cons.print(os.Stdout)
 	tti.print(os.Stdout)
 	if p2 != nil {

@@ -703,6 +703,28 @@ class Session:
             body["timeout"] = _secs(timeout)
         return CodeResult(self._call("POST", "/code", body, wait=timeout or 600.0))
 
+    def contexts(self) -> "list[Dict[str, Any]]":
+        """Its code contexts: [{"name", "language", "cwd", "cells",
+        "created_ms"}], cwd where each one's process is now."""
+        return self._call("GET", "/contexts")["contexts"]
+
+    def create_context(self, language: str = "python", *, name: Optional[str] = None,
+                       cwd: Optional[str] = None) -> Dict[str, Any]:
+        """Start a code context in cwd (default the session's directory):
+        run_code(..., context=name) runs in it. A name taken already raises
+        SandfleetError "exists"; past 16 contexts, "too_many_requests".
+        Without a name it takes its language's default name when free."""
+        body: Dict[str, Any] = {"language": language}
+        if name:
+            body["name"] = name
+        if cwd:
+            body["cwd"] = cwd
+        return self._call("POST", "/contexts", body)
+
+    def delete_context(self, name: str) -> None:
+        """End a code context: its process is killed and its name is free."""
+        self._call("DELETE", "/contexts/" + _quote(name))
+
     def cells(self) -> Dict[str, Any]:
         """Its recent code cells, oldest first, as its worker keeps them (the
         last 20; an ended session's for 15 minutes): {"cells": [{"seq", "at",

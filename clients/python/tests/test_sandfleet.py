@@ -68,7 +68,7 @@ class Fake(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = answer
+    do_GET = do_POST = do_DELETE = answer
 
 
 class ClientTest(unittest.TestCase):
@@ -110,6 +110,23 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(sandfleet.SandfleetError) as cm:
             self.sb.session("s-1").cells()
         self.assertEqual(cm.exception.code, "gone")
+
+    def test_session_contexts(self):
+        Fake.script[("GET", "/v1/sessions/s-1")] = [(200, {}, {"id": "s-1", "status": "running"})]
+        sh = {"name": "sh", "language": "bash", "cwd": "/workspace/src", "cells": 0, "created_ms": 1}
+        Fake.script[("POST", "/v1/sessions/s-1/contexts")] = [
+            (201, {}, sh), (409, {}, {"error": {"code": "exists", "message": "context \"sh\" exists already"}})]
+        Fake.script[("GET", "/v1/sessions/s-1/contexts")] = [(200, {}, {"contexts": [sh]})]
+        Fake.script[("DELETE", "/v1/sessions/s-1/contexts/sh")] = [(204, {}, b"")]
+        s = self.sb.session("s-1")
+        self.assertEqual(s.create_context("bash", name="sh", cwd="src"), sh)
+        self.assertEqual(json.loads(Fake.seen[-1][3]), {"language": "bash", "name": "sh", "cwd": "src"})
+        with self.assertRaises(sandfleet.SandfleetError) as cm:
+            s.create_context("bash", name="sh")
+        self.assertEqual(cm.exception.code, "exists")
+        self.assertEqual(s.contexts(), [sh])
+        s.delete_context("sh")
+        self.assertEqual(Fake.seen[-1][:2], ("DELETE", "/v1/sessions/s-1/contexts/sh"))
 
     def test_session_exclusive_exec(self):
         Fake.script[("GET", "/v1/sessions/s-1")] = [(200, {}, {"id": "s-1", "status": "running"})]

@@ -361,6 +361,14 @@ export interface ProcessInfo {
     signal?: number;
     output_bytes: number;
 }
+/** A code context of a session: cwd is where its process is now. */
+export interface ContextInfo {
+    name: string;
+    language: string;
+    cwd: string;
+    cells: number;
+    created_ms: number;
+}
 /** A background process's output: "next" is the offset to ask from next. */
 export interface ProcessOutput {
     pid: number;
@@ -399,6 +407,22 @@ export declare class Session {
         context?: string;
         timeoutMs?: number;
     }): Promise<CodeResult>;
+    /** Its code contexts, by name. */
+    contexts(): Promise<ContextInfo[]>;
+    /**
+     * Start a code context in `cwd` (default the session's directory):
+     * `runCode(..., { context: name })` runs in it. A name taken already
+     * rejects with SandfleetError "exists"; past 16 contexts,
+     * "too_many_requests". Without a name it takes its language's default
+     * name when free.
+     */
+    createContext(opts?: {
+        language?: CodeLanguage;
+        name?: string;
+        cwd?: string;
+    }): Promise<ContextInfo>;
+    /** End a code context: its process is killed and its name is free. */
+    deleteContext(name: string): Promise<void>;
     /**
      * Its recent code cells, oldest first, as its worker keeps them (the last
      * 20; an ended session's for 15 minutes). A read: the idle timeout goes

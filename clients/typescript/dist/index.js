@@ -530,6 +530,29 @@ export class Session {
             raw: d,
         };
     }
+    /** Its code contexts, by name. */
+    async contexts() {
+        return (await this.call("GET", "/contexts")).contexts;
+    }
+    /**
+     * Start a code context in `cwd` (default the session's directory):
+     * `runCode(..., { context: name })` runs in it. A name taken already
+     * rejects with SandfleetError "exists"; past 16 contexts,
+     * "too_many_requests". Without a name it takes its language's default
+     * name when free.
+     */
+    async createContext(opts = {}) {
+        const body = { language: opts.language ?? "python" };
+        if (opts.name)
+            body.name = opts.name;
+        if (opts.cwd)
+            body.cwd = opts.cwd;
+        return (await this.call("POST", "/contexts", body));
+    }
+    /** End a code context: its process is killed and its name is free. */
+    async deleteContext(name) {
+        await this.call("DELETE", `/contexts/${encodeURIComponent(name)}`);
+    }
     /**
      * Its recent code cells, oldest first, as its worker keeps them (the last
      * 20; an ended session's for 15 minutes). A read: the idle timeout goes

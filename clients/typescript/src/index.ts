@@ -706,6 +706,15 @@ export interface ProcessInfo {
   output_bytes: number;
 }
 
+/** A code context of a session: cwd is where its process is now. */
+export interface ContextInfo {
+  name: string;
+  language: string;
+  cwd: string;
+  cells: number;
+  created_ms: number;
+}
+
 /** A background process's output: "next" is the offset to ask from next. */
 export interface ProcessOutput {
   pid: number;
@@ -796,6 +805,30 @@ export class Session {
       exitCode: d.exit_code as number | undefined,
       raw: d,
     };
+  }
+
+  /** Its code contexts, by name. */
+  async contexts(): Promise<ContextInfo[]> {
+    return (await this.call("GET", "/contexts")).contexts as unknown as ContextInfo[];
+  }
+
+  /**
+   * Start a code context in `cwd` (default the session's directory):
+   * `runCode(..., { context: name })` runs in it. A name taken already
+   * rejects with SandfleetError "exists"; past 16 contexts,
+   * "too_many_requests". Without a name it takes its language's default
+   * name when free.
+   */
+  async createContext(opts: { language?: CodeLanguage; name?: string; cwd?: string } = {}): Promise<ContextInfo> {
+    const body: Json = { language: opts.language ?? "python" };
+    if (opts.name) body.name = opts.name;
+    if (opts.cwd) body.cwd = opts.cwd;
+    return (await this.call("POST", "/contexts", body)) as unknown as ContextInfo;
+  }
+
+  /** End a code context: its process is killed and its name is free. */
+  async deleteContext(name: string): Promise<void> {
+    await this.call("DELETE", `/contexts/${encodeURIComponent(name)}`);
   }
 
   /**

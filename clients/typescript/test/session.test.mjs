@@ -105,6 +105,23 @@ test("a session object: exec, runCode, cells, files and processes; mutating call
   }
 });
 
+test("a session's contexts: created in a directory, listed, ended; a name taken is exists", async () => {
+  const sh = { name: "sh", language: "bash", cwd: "/workspace/src", cells: 0, created_ms: 1 };
+  reset({
+    "GET /v1/sessions/s-1": [[200, {}, INFO]],
+    "POST /v1/sessions/s-1/contexts": [[201, {}, sh], [409, {}, { error: { code: "exists", message: "taken" } }]],
+    "GET /v1/sessions/s-1/contexts": [[200, {}, { contexts: [sh] }]],
+    "DELETE /v1/sessions/s-1/contexts/sh": [[204, {}, Buffer.alloc(0)]],
+  });
+  const s = await new Sandbox({ url, backoffMs: 1 }).session("s-1");
+  assert.deepEqual(await s.createContext({ language: "bash", name: "sh", cwd: "src" }), sh);
+  assert.deepEqual(JSON.parse(seen.at(-1).body), { language: "bash", name: "sh", cwd: "src" });
+  await assert.rejects(s.createContext({ language: "bash", name: "sh" }), (e) => e instanceof SandfleetError && e.code === "exists" && e.status === 409);
+  assert.deepEqual(await s.contexts(), [sh]);
+  await s.deleteContext("sh");
+  assert.equal(`${seen.at(-1).method} ${seen.at(-1).url}`, "DELETE /v1/sessions/s-1/contexts/sh");
+});
+
 test("a session's errors carry the server's code", async () => {
   reset({ "GET /v1/sessions/nope": [[404, {}, { error: { code: "not_found", message: "no session" } }]] });
   const sb = new Sandbox({ url, backoffMs: 1 });
