@@ -108,13 +108,21 @@ func (c *Client) workspaceName(name string) (string, error) {
 
 // Workspace returns the head of a workspace, or ErrNoWorkspace. A tenant's
 // client takes the name with or without its tenant (agent-7 is
-// <tenant>.agent-7).
+// <tenant>.agent-7). A head with an owner (a persistent session's
+// checkpoint) is its owner's alone: to a client, which acts for a whole
+// tenant or fleet, it is ErrNoWorkspace, as one that does not exist, and
+// so it is to every call that names a workspace (its snapshots, its
+// removal, the list).
 func (c *Client) Workspace(ctx context.Context, name string) (*WorkspaceHead, error) {
 	name, err := c.workspaceName(name)
 	if err != nil {
 		return nil, err
 	}
-	return c.acc.head(ctx, name)
+	h, err := c.acc.head(ctx, name)
+	if err == nil && h.Owner != "" {
+		return nil, fmt.Errorf("%w: %s", ErrNoWorkspace, name)
+	}
+	return h, err
 }
 
 // head reads WORKSPACES[name] from the bucket.

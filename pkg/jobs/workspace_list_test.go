@@ -2,6 +2,8 @@ package jobs_test
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +74,40 @@ func TestWorkspacesWhileHeadsMove(t *testing.T) {
 		list, err := client.Workspaces(t.Context())
 		return len(list), err
 	})
+}
+
+// A head with an owner, whatever its name, is its owner's alone: a client
+// (acting for its whole tenant or the fleet) finds no such workspace, does
+// not list it, can neither read its snapshot nor remove it.
+func TestOwnedHeadIsNoClients(t *testing.T) {
+	t.Parallel()
+	client, js := setup(t, fleet.Topology{})
+	ws, err := fleet.Topology{}.EnsureWorkspaces(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, owner := range map[string]string{"owned": "tok-1", "open": ""} {
+		data, _ := json.Marshal(jobs.WorkspaceHead{Name: name, Revision: 1, Owner: owner})
+		if _, err := ws.Heads.Put(t.Context(), name, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := client.Workspace(t.Context(), "owned"); !errors.Is(err, jobs.ErrNoWorkspace) {
+		t.Errorf("Workspace of an owned head: %v, want ErrNoWorkspace", err)
+	}
+	if _, err := client.DeleteWorkspace(t.Context(), "owned"); !errors.Is(err, jobs.ErrNoWorkspace) {
+		t.Errorf("DeleteWorkspace of an owned head: %v, want ErrNoWorkspace", err)
+	}
+	if _, err := client.WriteSnapshot(t.Context(), jobs.WorkspaceRef{Name: "owned"}, io.Discard); !errors.Is(err, jobs.ErrNoWorkspace) {
+		t.Errorf("WriteSnapshot of an owned head: %v, want ErrNoWorkspace", err)
+	}
+	list, err := client.Workspaces(t.Context())
+	if err != nil || len(list) != 1 || list[0].Name != "open" {
+		t.Errorf("Workspaces: %v %+v, want the open one alone", err, list)
+	}
+	if e, err := ws.Heads.Get(t.Context(), "owned"); err != nil || e == nil {
+		t.Errorf("the owned head after the client's calls: %v, want it kept", err)
+	}
 }
 
 // The fleet's status lists every worker while their heartbeats come in
