@@ -62,7 +62,7 @@ func defaultImageOnly(t *testing.T) string {
 // container with the job's label is up, or the job was handed to a warm
 // one (whose labels predate the job).
 func sandboxRunning(t *testing.T, w *proc, id, job string) bool {
-	if strings.Contains(w.logs.String(), `"msg":"job handed to a warm sandbox"`) {
+	if strings.Contains(w.logs.String(), `"msg":"handed a warm sandbox"`) {
 		return true
 	}
 	out, _ := exec.Command("docker", "ps", "-q", "--filter", "status=running",

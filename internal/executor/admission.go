@@ -107,6 +107,7 @@ func (e *Executor) warmOrNew(ctx context.Context, log *slog.Logger, a admitted, 
 		}
 	}
 	if s != nil {
+		// cmd/worker's fault tests read this message: a job in a warm sandbox.
 		log.Debug("handed a warm sandbox", "container", s.short, "age", time.Since(s.born).Round(time.Millisecond))
 		return s, nil
 	}
