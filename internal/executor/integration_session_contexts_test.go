@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-		"github.com/sandfleet/sandfleet/pkg/sessionapi"
+	"github.com/sandfleet/sandfleet/pkg/sessionapi"
 )
 
 // A session's contexts by name: one started explicitly in a directory

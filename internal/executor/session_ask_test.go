@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"testing"
 	"time"
@@ -60,6 +61,8 @@ type answer struct {
 	TimedOut        bool   `json:"timed_out"`
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
+	StdoutEncoding  string `json:"stdout_encoding"` // "base64": Stdout is decoded in call
+	StderrEncoding  string `json:"stderr_encoding"`
 	StdoutTruncated bool   `json:"stdout_truncated"`
 	DurationMS      int64  `json:"duration_ms"`
 	Exclusive       bool   `json:"exclusive"`
@@ -111,9 +114,27 @@ func call(ctx context.Context, s *Session, a ask) (*answer, error) {
 	case rep.Result[0] == '[':
 		err = json.Unmarshal(rep.Result, &r.Processes)
 	default:
-		err = json.Unmarshal(rep.Result, r)
+		if err = json.Unmarshal(rep.Result, r); err == nil {
+			err = r.decodeStreams()
+		}
 	}
 	return r, err
+}
+
+// decodeStreams turns a stream the agent sent as base64 (it was not
+// UTF-8) back into its bytes.
+func (r *answer) decodeStreams() error {
+	for _, f := range []struct{ s, enc *string }{{&r.Stdout, &r.StdoutEncoding}, {&r.Stderr, &r.StderrEncoding}} {
+		if *f.enc != "base64" {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString(*f.s)
+		if err != nil {
+			return err
+		}
+		*f.s, *f.enc = string(b), ""
+	}
+	return nil
 }
 
 func do(t *testing.T, s *Session, a ask) *answer {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
 	"github.com/sandfleet/sandfleet/pkg/sessionapi"
@@ -100,6 +101,9 @@ type codeContext struct {
 	answers *bufio.Reader
 	rep     *os.File
 	out     *cellSink
+	// outR and errR are the read ends of its stdout and stderr, which
+	// the pumps read: drain asks them what is still unread.
+	outR, errR *os.File
 }
 
 // cellSink is where the context's output goes: to the cell running, if
@@ -135,7 +139,7 @@ func (a *agent) startContext(lang *language, cwd string) (*codeContext, error) {
 		repR.Close()
 		return nil, err
 	}
-	c := &codeContext{lang: lang, cwd: cwd, created: time.Now(), p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}}
+	c := &codeContext{lang: lang, cwd: cwd, created: time.Now(), p: p, req: reqW, rep: repR, answers: bufio.NewReaderSize(repR, 64<<10), out: &cellSink{}, outR: outR, errR: errR}
 	limit := a.spec.OutputLimit
 	pump := func(stream string, r *os.File) {
 		pumpEach(r, func(b []byte) {
@@ -295,8 +299,8 @@ func (a *agent) code(id uint64, req *sessionapi.CodeRequest) *envelope.Reply {
 		}
 	}
 	// The cell's output came before its answer, from the driver's process:
-	// it is in the pipes already. A moment for the pumps to take it.
-	drain(&stdout, &stderr)
+	// it is in the pipes already, and the pumps take it.
+	c.drain(&stdout, &stderr)
 	r.DurationMS = time.Since(start).Milliseconds()
 	out, _ := stdout.snapshot()
 	errOut, _ := stderr.snapshot()
@@ -338,22 +342,47 @@ func clipText(s string, n int64) string {
 	return s[:i]
 }
 
-// drain gives the context's pumps a moment to hand on what its pipes hold.
-func drain(bufs ...*capped) {
+// drain returns once the context's pumps have handed on what its pipes
+// hold, or after 2 s.
+func (c *codeContext) drain(bufs ...*capped) {
+	// The pipes are empty once the pumps have read what the cell wrote
+	// (a loaded machine, or gVisor, may not have run them yet), and the
+	// pumps are done once the bytes they hold stop growing.
+	deadline := time.Now().Add(2 * time.Second)
 	last := int64(-1)
-	for range 20 {
+	for time.Now().Before(deadline) {
 		var n int64
 		for _, b := range bufs {
 			b.mu.Lock()
 			n += b.n
 			b.mu.Unlock()
 		}
-		if n == last {
+		if n == last && unread(c.outR) == 0 && unread(c.errR) == 0 {
 			return
 		}
 		last = n
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// unread is how many bytes a pipe holds that nobody has read yet; 0 when
+// the kernel does not say.
+func unread(f *os.File) int {
+	if f == nil {
+		return 0
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n int
+	_ = rc.Control(func(fd uintptr) {
+		_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+		if errno != 0 {
+			n = 0
+		}
+	})
+	return n
 }
 
 func (c *capped) snapshot() ([]byte, int64) {
