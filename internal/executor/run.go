@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sandfleet/sandfleet/internal/envelope"
@@ -167,14 +168,7 @@ func buildEnvelope(job *jobs.Job, p Preset, lim limits.Limits, opts jobrun.Optio
 	if !mainInFiles {
 		h.Files = append(h.Files, envelope.File{Name: p.MainFile, Data: []byte(job.Code)})
 	}
-	names := make([]string, 0, len(job.Files))
-	for n := range job.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		h.Files = append(h.Files, envelope.File{Name: n, Data: []byte(job.Files[n])})
-	}
+	h.Files = append(h.Files, filesByName(job.Files)...)
 	b, err := envelope.Marshal(h)
 	if err != nil {
 		// Marshal validates: what fails here is the job's input, and a
@@ -252,4 +246,14 @@ func derefInt(p *int) any {
 		return nil
 	}
 	return *p
+}
+
+// filesByName is a job's or a session's files as the envelope carries
+// them, in the order of their names (the launcher writes them so).
+func filesByName(files map[string]string) []envelope.File {
+	out := make([]envelope.File, 0, len(files))
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		out = append(out, envelope.File{Name: n, Data: []byte(files[n])})
+	}
+	return out
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -191,14 +190,7 @@ func (e *Executor) sessionHeader(spec SessionSpec, lim limits.Limits, seal envel
 		}
 		h.Restore = &envelope.Restore{Bytes: r.Size, SHA256: r.SHA256, MaxBytes: int64(lim.Tmpfs), MaxFiles: archive.DefaultMaxFiles}
 	}
-	names := make([]string, 0, len(spec.Files))
-	for n := range spec.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		h.Files = append(h.Files, envelope.File{Name: n, Data: []byte(spec.Files[n])})
-	}
+	h.Files = append(h.Files, filesByName(spec.Files)...)
 	header, err := envelope.Marshal(h)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRejected, err)
