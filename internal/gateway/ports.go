@@ -135,11 +135,21 @@ func (g *Gateway) openPreview(tok string, now time.Time) (previewClaims, bool) {
 
 // portURL is where port of session id is reached, on the host r came to.
 func portURL(r *http.Request, id string, port int) string {
+	return baseURL(r) + portPrefix(id, port)
+}
+
+// baseURL is the scheme and host r came to.
+func baseURL(r *http.Request) string {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host + "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
+	return scheme + "://" + r.Host
+}
+
+// portPrefix is the path of port of session id.
+func portPrefix(id string, port int) string {
+	return "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
 }
 
 func (g *Gateway) listPorts(w http.ResponseWriter, r *http.Request, tok *Token) error {
@@ -280,8 +290,10 @@ func (g *Gateway) newPortProxy() *httputil.ReverseProxy {
 			t := pr.In.Context().Value(portTargetKey{}).(*portTarget)
 			prefix := "/v1/sessions/" + t.id + "/ports/" + strconv.Itoa(t.port)
 			hostport := "localhost:" + strconv.Itoa(t.port)
-			// The pool's key: one per session and port.
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "p"+strconv.Itoa(t.port)+"."+t.id+".session.invalid"
+			// The pool's key: one per session, port and exposure, so that
+			// a connection opened for a preview token of one exposure
+			// (or for the owner) never carries a request of another's.
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "p"+strconv.Itoa(t.port)+"x"+strconv.Itoa(t.exposure)+"."+t.id+".session.invalid"
 			pr.Out.URL.Path = "/" + pr.In.PathValue("rest")
 			pr.Out.URL.RawPath = ""
 			if esc := pr.In.URL.EscapedPath(); strings.HasPrefix(esc, prefix+"/") {

@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +108,53 @@ func TestExposeWait(t *testing.T) {
 	b.do(t, "GET", base, acme, nil).decode(t, &list)
 	if len(list.Ports) != 1 || list.Ports[0].Port != 8000 {
 		t.Errorf("ports %+v, want 8000 alone", list.Ports)
+	}
+}
+
+// The MCP tool expose_port (here through POST /v1/tools/expose_port, the
+// same handler as /mcp's) exposes the port as its caller and answers with
+// the port's URL on the gateway and a preview URL whose token lets a
+// request without credentials in; another tenant's call is refused.
+func TestExposePortTool(t *testing.T) {
+	t.Parallel()
+	b, acme, base := portsBundle(t)
+	id := strings.TrimSuffix(strings.TrimPrefix(base, "/v1/sessions/"), "/ports")
+	call := func(token, args string) (text string, isError bool) {
+		rep := b.do(t, "POST", "/v1/tools/expose_port", token, []byte(args), "Content-Type", "application/json")
+		var res struct {
+			Content []struct{ Text string }
+			IsError bool
+		}
+		if rep.status != http.StatusOK || json.Unmarshal(rep.body, &res) != nil || len(res.Content) != 1 {
+			t.Fatalf("expose_port %s: %d %s", args, rep.status, rep.body)
+		}
+		return res.Content[0].Text, res.IsError
+	}
+	text, isErr := call(acme, `{"session": "`+id+`", "port": 8000}`)
+	fields := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		fields[k] = v
+	}
+	if isErr || fields["url"] != b.url+base+"/8000/" || !strings.HasPrefix(fields["preview url"], fields["url"]+"?sandfleet_preview=") || fields["expires at"] == "" {
+		t.Fatalf("expose_port: isError %v, %q", isErr, text)
+	}
+	// The preview URL alone, no token: past the gateway's checks to the sandbox.
+	if rep := b.do(t, "GET", strings.TrimPrefix(fields["preview url"], b.url), "", nil); rep.status != http.StatusBadGateway {
+		t.Errorf("the preview URL: %d %s, want 502 from the sandbox", rep.status, rep.body)
+	}
+	var list struct{ Ports []gateway.PortInfo }
+	b.do(t, "GET", base, acme, nil).decode(t, &list)
+	if len(list.Ports) != 1 || list.Ports[0].Port != 8000 {
+		t.Errorf("ports after expose_port: %+v, want 8000", list.Ports)
+	}
+	if text, isErr := call(b.tenant["globex"], `{"session": "`+id+`", "port": 8001}`); !isErr || !strings.Contains(text, "not_found") {
+		t.Errorf("another tenant's expose_port: isError %v, %q; want not_found", isErr, text)
+	}
+	if text, isErr := call(acme, `{"session": "`+id+`", "port": 8002, "wait": 0.3}`); !isErr || !strings.Contains(text, "gateway_timeout") {
+		t.Errorf("expose_port waiting for a port nothing listens on: isError %v, %q; want gateway_timeout", isErr, text)
+	}
+	if text, isErr := call(acme, `{"session": "`+id+`", "port": 80}`); !isErr {
+		t.Errorf("expose_port of port 80: %q, want an error", text)
 	}
 }
