@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +43,7 @@ type sessionCommand struct {
 }
 
 func (c *sessionCommand) synopsis() string {
-	return "session create | ls | get ID | cells ID | contexts ID [new | rm NAME] | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
+	return "session create | ls | get ID | cells ID | contexts ID [new | rm NAME] | exec ID [flags] -- CMD... | run ID [-c CODE | FILE | -] | cp SRC DST | expose ID PORT | ports ID | unexpose ID PORT | network ID POLICY | pause ID | resume ID | fork ID | attach ID | rm ID"
 }
 
 func (c *sessionCommand) about() string {
@@ -74,6 +73,10 @@ idle timeout (default 5m) or at its maximum lifetime (default 1h).
                      prints the output, then the value of a trailing
                      expression; an exception exits 1, a bash cell as it did
   cp SRC DST         copy a file in or out: one side is ID:PATH
+  expose ID PORT     let its server on 127.0.0.1:PORT be reached through the
+                     gateway (/v1/sessions/ID/ports/PORT/); prints the ports
+  ports ID           the ports it exposes
+  unexpose ID PORT   stop exposing one; its open connections are closed
   network ID POLICY  replace its egress policy while it runs, within the
                      worker's caps: none (lock it after the installs), a
                      JSON limits.network, or rules (a.org,*.b.org)
@@ -120,15 +123,16 @@ func (c *sessionCommand) define(fs *pflag.FlagSet) {
 func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 	args := fs.Args()
 	if len(args) == 0 {
-		return usageError("session", "session takes create, ls, get, cells, contexts, exec, run, cp, network, pause, resume, fork, attach or rm")
+		return usageError("session", "session takes create, ls, get, cells, contexts, exec, run, cp, expose, ports, unexpose, network, pause, resume, fork, attach or rm")
 	}
 	verb, args := args[0], args[1:]
 	want := map[string][2]int{"create": {0, 0}, "ls": {0, 0}, "get": {1, 1}, "cells": {1, 1}, "contexts": {1, 3}, "rm": {1, 1}, "exec": {2, -1}, "run": {1, 2}, "cp": {2, 2},
-		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}, "network": {2, 2}}
+		"pause": {1, 1}, "resume": {1, 1}, "fork": {1, 1}, "attach": {1, 1}, "network": {2, 2},
+		"expose": {2, 2}, "ports": {1, 1}, "unexpose": {2, 2}}
 	n, ok := want[verb]
 	switch {
 	case !ok:
-		return usageError("session", "unknown session command %q (create, ls, get, cells, contexts, exec, run, cp, network, pause, resume, fork, attach, rm)", verb)
+		return usageError("session", "unknown session command %q (create, ls, get, cells, contexts, exec, run, cp, expose, ports, unexpose, network, pause, resume, fork, attach, rm)", verb)
 	case len(args) < n[0] || (n[1] >= 0 && len(args) > n[1]):
 		return usageError("session", "session %s: wrong number of arguments %q", verb, args)
 	}
@@ -179,6 +183,8 @@ func (c *sessionCommand) run(ctx context.Context, fs *pflag.FlagSet) error {
 		return c.cells(ctx, client, args[0])
 	case "contexts":
 		return c.contexts(ctx, client, args[0], args[1:])
+	case "expose", "ports", "unexpose":
+		return c.ports(ctx, client, verb, args)
 	case "rm":
 		if _, err := client.Delete(ctx, args[0]); err != nil {
 			return sessionFailed(err)
@@ -227,27 +233,6 @@ func sessionFailed(err error) error {
 		return fail(exitUnavailable, "%s", e.Message)
 	}
 	return fail(exitUnavailable, "%w", err)
-}
-
-// parsePolicy reads session network's POLICY: none, a JSON
-// limits.network value, or allow rules separated by commas.
-func parsePolicy(s string) (*limits.Network, error) {
-	s = strings.TrimSpace(s)
-	if s == "none" {
-		return nil, nil
-	}
-	if strings.HasPrefix(s, "{") || strings.HasPrefix(s, `"`) || s == "true" || s == "false" {
-		var n limits.Network
-		if err := json.Unmarshal([]byte(s), &n); err != nil {
-			return nil, err
-		}
-		return &n, nil
-	}
-	rules, err := limits.ParseRules(s)
-	if err != nil {
-		return nil, err
-	}
-	return &limits.Network{Allow: rules}, nil
 }
 
 func (c *sessionCommand) create(ctx context.Context, client *sessions.Client, network *limits.Network) error {

@@ -19,7 +19,7 @@ import (
 
 // A session through the CLI on real Docker: create, run Python twice in
 // its context, exec a command that reads a file copied in, copy a file
-// out, rm; then the session is gone (exit 1).
+// out, expose and unexpose ports, rm; then the session is gone (exit 1).
 func TestSessionCLIDocker(t *testing.T) {
 	t.Parallel()
 	cfg := executor.Config{WorkerID: fmt.Sprintf("sess-cli-%d", os.Getpid())}
@@ -60,6 +60,21 @@ func TestSessionCLIDocker(t *testing.T) {
 	id := strings.TrimSpace(r.stdout)
 	if r.code != 0 || id == "" {
 		t.Fatalf("create: %+v", r)
+	}
+	if r := cli("", "session", "expose", id, "8000"); r.code != 0 || r.stdout != "8000\n" {
+		t.Fatalf("expose: %+v, want 8000", r)
+	}
+	if r := cli("", "session", "expose", id, "3000"); r.code != 0 || r.stdout != "3000\n8000\n" {
+		t.Fatalf("a second expose: %+v, want both ports", r)
+	}
+	if r := cli("", "session", "expose", id, "80"); r.code != exitUsage || !strings.Contains(r.stderr, "1024 to 65535") {
+		t.Errorf("expose of port 80: %+v, want a usage error", r)
+	}
+	if r := cli("", "session", "unexpose", id, "8000"); r.code != 0 || r.stdout != "3000\n" {
+		t.Fatalf("unexpose: %+v, want 3000 left", r)
+	}
+	if r := cli("", "session", "ports", id, "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[\n  3000\n]" && strings.TrimSpace(r.stdout) != "[3000]" {
+		t.Errorf("ports --json: %+v, want [3000]", r)
 	}
 	if r := cli("", "session", "run", id, "-c", "n = 20"); r.code != 0 {
 		t.Fatalf("run: %+v", r)

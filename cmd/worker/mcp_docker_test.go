@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +90,7 @@ func TestMCPSessionOnDocker(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, " "); got != "close_session create_session exec list_files read_file run_code write_file" {
+	if got := strings.Join(names, " "); got != "close_session create_session exec expose_port list_files read_file run_code write_file" {
 		t.Fatalf("tools: %s", got)
 	}
 	var id string
@@ -140,6 +142,23 @@ func TestMCPSessionOnDocker(t *testing.T) {
 		defer mu.Unlock()
 		return len(heard) >= 1 && heard[0].ProgressToken == "exec-1"
 	})
+	// A server the model starts, exposed: the preview URL the tool gives
+	// serves its files to a request with no other credentials.
+	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id,
+		"command": "cd notes && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)"}); res.IsError {
+		t.Fatalf("start a server: %s", mcptest.Text(res))
+	}
+	res := mcptest.Call(t, ctx, cs, "expose_port", map[string]any{"session": id, "port": 8000, "wait": 30})
+	_, preview, _ := strings.Cut(mcptest.Text(res), "preview url: ")
+	preview, _, _ = strings.Cut(preview, "\n")
+	if res.IsError || !strings.Contains(preview, "/v1/sessions/"+id+"/ports/8000/?sandfleet_preview=") {
+		t.Fatalf("expose_port: %s", mcptest.Text(res))
+	}
+	if r, err := http.Get(strings.Replace(preview, "/?", "/a.txt?", 1)); err != nil {
+		t.Fatalf("the preview URL: %v", err)
+	} else if b, _ := io.ReadAll(r.Body); r.Body.Close() != nil || r.StatusCode != 200 || string(b) != "from the model\n" {
+		t.Errorf("the preview URL: %d %q, want the file", r.StatusCode, b)
+	}
 	mcptest.Call(t, ctx, cs, "close_session", map[string]any{"session": id})
 	if res := mcptest.Call(t, ctx, cs, "exec", map[string]any{"session": id, "command": "true"}); !res.IsError || !strings.Contains(mcptest.Text(res), "gone") {
 		t.Fatalf("exec after close: %s", mcptest.Text(res))

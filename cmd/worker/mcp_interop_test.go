@@ -185,7 +185,7 @@ func scenario(t *testing.T, f *interopFleet, a agent, sessions bool) {
 	}
 	want := []string{"run_code"}
 	if sessions {
-		want = []string{"close_session", "create_session", "exec", "list_files", "read_file", "run_code", "write_file"}
+		want = []string{"close_session", "create_session", "exec", "expose_port", "list_files", "read_file", "run_code", "write_file"}
 	}
 	slices.Sort(tools)
 	if !slices.Equal(tools, want) || !hasSchema {

@@ -42,7 +42,9 @@ h.HTTPServer(("127.0.0.1", 8002), H).serve_forever()`
 // the owner's token) and keeps using it after the owner stopped exposing
 // the port: neither a connection the gateway keeps alive between
 // requests nor a WebSocket open before the unexpose reaches the server
-// after it. And the spellings of a port number that name another port.
+// after it, nor the preview token of the exposure before once the port
+// is exposed again. And the spellings of a port number that name another
+// port.
 func TestSessionPortsUnexposeDocker(t *testing.T) {
 	workertest.Sandbox(t, executor.Config{WorkerID: "probe"}) // Docker and the image answer, or skip
 	script, err := os.ReadFile("testdata/portserver.py")
@@ -176,5 +178,15 @@ func TestSessionPortsUnexposeDocker(t *testing.T) {
 		if _, got, err := ws.Read(wctx); err == nil {
 			t.Errorf("a WebSocket opened before the unexpose still echoes after it: %q", got)
 		}
+	}
+
+	// Exposed again, the port's new token reaches the server, and the
+	// token of the exposure before stays refused.
+	again := expose(8000)
+	if status, body := get(base+"8000/hello.txt", again.Token); status != 200 || body != "kept-alive\n" {
+		t.Errorf("the token of the port's second exposure: %d %.200s, want the file", status, body)
+	}
+	if status, body := get(base+"8000/hello.txt", p8000.Token); status != 404 || strings.Contains(body, "kept-alive") {
+		t.Errorf("the token of the port's first exposure, after it is exposed again: %d %.200s, want 404", status, body)
 	}
 }

@@ -159,6 +159,21 @@ func testPorts(t *testing.T, api *tenantAPI, script string) {
 	if status, _, body := get(api.owner, base+"8002/", nil); status != 502 || !strings.Contains(body, "bad_gateway") || !strings.Contains(body, "8002") {
 		t.Errorf("nothing on the port: %d %s", status, body)
 	}
+	// An expose that waits: a server started just before (and slow to
+	// listen) answers as soon as the expose does; a port nothing listens
+	// on is 504 at the wait's end.
+	if status, body := api.do(api.owner, "POST", "/v1/sessions/"+s.ID+"/exec", map[string]any{
+		"shell": "sleep 1 && cd www && exec python3 -m http.server 8004 --bind 127.0.0.1", "background": true}); status != 200 {
+		t.Fatalf("start a slow server: %d %s", status, body)
+	}
+	if status, body := api.do(api.owner, "POST", "/v1/sessions/"+s.ID+"/ports", map[string]any{"port": 8004, "wait": "30s"}); status != 201 {
+		t.Errorf("expose with a wait: %d %s", status, body)
+	} else if status, _, body := get(api.owner, base+"8004/hello.txt", nil); status != 200 || body != "port-8000\n" {
+		t.Errorf("right after an expose that waited: %d %.200s, want the file", status, body)
+	}
+	if status, body := api.do(api.owner, "POST", "/v1/sessions/"+s.ID+"/ports", map[string]any{"port": 8005, "wait": "1s"}); status != 504 || !strings.Contains(string(body), "gateway_timeout") {
+		t.Errorf("expose with a wait of a port nothing listens on: %d %s, want 504 gateway_timeout", status, body)
+	}
 
 	// Preview tokens: good for their session and port alone, until they
 	// expire.
@@ -301,7 +316,7 @@ func testPorts(t *testing.T, api *tenantAPI, script string) {
 	var list struct {
 		Ports []gateway.PortInfo `json:"ports"`
 	}
-	if status, body := api.do(api.owner, "GET", "/v1/sessions/"+s.ID+"/ports", nil); status != 200 || json.Unmarshal(body, &list) != nil || len(list.Ports) != 2 {
+	if status, body := api.do(api.owner, "GET", "/v1/sessions/"+s.ID+"/ports", nil); status != 200 || json.Unmarshal(body, &list) != nil || len(list.Ports) != 4 {
 		t.Errorf("the ports: %d %s", status, body)
 	}
 	if status, _, body := get(api.owner, base+"8001/x", nil); status != 404 {

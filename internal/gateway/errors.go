@@ -51,6 +51,7 @@ const (
 	CodeNotImplemented Code = "not_implemented" // 501
 	CodeUnavailable    Code = "unavailable"     // 503: NATS or JetStream unreachable; Retry-After
 	CodeBadGateway     Code = "bad_gateway"     // 502: nothing answers on a session's exposed port
+	CodeGatewayTimeout Code = "gateway_timeout" // 504: an expose's port accepted nothing within its wait
 )
 
 // Error is an error with its HTTP answer. Handlers return one, or an error

@@ -50,6 +50,25 @@ type gatewayRunner struct {
 	tok  *Token
 }
 
+var _ mcp.PortExposer = gatewayRunner{}
+
+// ExposePort exposes port of session id as POST /v1/sessions/{id}/ports
+// does, with the default ttl.
+func (r gatewayRunner) ExposePort(ctx context.Context, base, id string, port int, wait time.Duration) (*mcp.PortLink, error) {
+	c, err := r.g.sessionsOf(r.tok)
+	if err != nil {
+		return nil, err
+	}
+	if wait > MaxExposeWait {
+		wait = MaxExposeWait
+	}
+	p, err := r.g.expose(ctx, c, r.view.Tenant(), tokenName(r.tok), id, port, "", wait)
+	if err != nil {
+		return nil, err
+	}
+	return &mcp.PortLink{URL: base + portPrefix(id, port), Token: p.Token, ExpiresAt: *p.ExpiresAt}, nil
+}
+
 // Run holds one of the gateway's waiting slots while the call waits for
 // its job, as POST /v1/jobs?wait= does: a token's tool calls count
 // against its share (--max-waiting-per-token) and the gateway's.
@@ -76,13 +95,16 @@ func (r gatewayRunner) Result(ctx context.Context, id string) (*jobs.Result, err
 // serveMCP: /mcp, the Streamable HTTP transport of MCP. wrap has checked
 // the token (and, on an open gateway, Host and Origin) as for the API.
 func (g *Gateway) serveMCP(w http.ResponseWriter, r *http.Request, tok *Token) error {
+	// Where the call came to, for the URLs a tool gives (expose_port);
+	// what a client sent under that name is not believed.
+	r.Header.Set(mcp.HeaderBaseURL, baseURL(r))
 	if tok != nil {
 		if webauth.Bearer(r.Header.Get("Authorization")) == "" {
 			// The console's cookie is for its pages, not for a session
 			// of tools.
 			return apiErr(http.StatusUnauthorized, CodeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
 		}
-		r = mcp.WithCaller(r, &mcp.Caller{Name: tok.Name, Value: tok})
+		r = mcp.WithCaller(r, &mcp.Caller{Name: tok.Name, Value: tok, BaseURL: baseURL(r)})
 	}
 	if r.Method == http.MethodPost {
 		// A POST holds a tool call for as long as its job may take; a
@@ -126,9 +148,9 @@ func (g *Gateway) callTool(w http.ResponseWriter, r *http.Request, tok *Token) e
 	if len(bytes.TrimSpace(data)) > 0 && !json.Valid(data) {
 		return apiErr(http.StatusBadRequest, CodeInvalidJSON, "the body must be the tool's arguments, a JSON object")
 	}
-	var c *mcp.Caller
+	c := &mcp.Caller{BaseURL: baseURL(r)} // an open gateway's: no token
 	if tok != nil {
-		c = &mcp.Caller{Name: tok.Name, Value: tok}
+		c = &mcp.Caller{Name: tok.Name, Value: tok, BaseURL: baseURL(r)}
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.mcpCall + g.cfg.WriteTimeout))
 	res, err := g.mcpServer.Call(r.Context(), c, name, data)

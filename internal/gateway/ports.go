@@ -75,13 +75,6 @@ var originHeaders = []string{
 	"Service-Worker-Allowed",    // widens a service worker's scope
 }
 
-// ExposeRequest is POST /v1/sessions/{id}/ports's body.
-type ExposeRequest struct {
-	Port int `json:"port"`
-	// TTL is how long the preview token lasts ("30m"); default 1h.
-	TTL string `json:"ttl,omitempty"`
-}
-
 // PortInfo is an exposed port: where it is reached, and, from an
 // expose, a preview token for it and when that expires.
 type PortInfo struct {
@@ -98,6 +91,10 @@ type previewClaims struct {
 	Tenant  string `json:"t,omitempty"`
 	Owner   string `json:"o"`
 	Expires int64  `json:"e"` // Unix seconds
+	// Exposure is the port's exposure the token was made for
+	// (sessions.Info.PortExposure): once the port is unexposed, the
+	// token is good no more, even when the port is exposed again.
+	Exposure int `json:"x,omitempty"`
 }
 
 func newPreviewKey() []byte {
@@ -138,41 +135,21 @@ func (g *Gateway) openPreview(tok string, now time.Time) (previewClaims, bool) {
 
 // portURL is where port of session id is reached, on the host r came to.
 func portURL(r *http.Request, id string, port int) string {
+	return baseURL(r) + portPrefix(id, port)
+}
+
+// baseURL is the scheme and host r came to.
+func baseURL(r *http.Request) string {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host + "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
+	return scheme + "://" + r.Host
 }
 
-func (g *Gateway) exposePort(w http.ResponseWriter, r *http.Request, tok *Token) error {
-	c, err := g.sessionsOf(tok)
-	if err != nil {
-		return err
-	}
-	var req ExposeRequest
-	if err := decodeBody(r, &req); err != nil {
-		return err
-	}
-	ttl := DefaultPreviewTTL
-	if req.TTL != "" {
-		d, err := time.ParseDuration(req.TTL)
-		if err != nil || d <= 0 || d > MaxPreviewTTL {
-			return apiErr(http.StatusBadRequest, CodeInvalidRequest, "ttl %q: a duration up to %s", req.TTL, MaxPreviewTTL)
-		}
-		ttl = d
-	}
-	if err := sessions.ValidPort(req.Port); err != nil {
-		return g.sessionErr(err)
-	}
-	id := r.PathValue("id")
-	if _, err := c.Expose(r.Context(), id, req.Port); err != nil {
-		return g.sessionErr(err)
-	}
-	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	t := g.signPreview(previewClaims{Session: id, Port: req.Port, Tenant: g.views.of(tok).Tenant(), Owner: tokenName(tok), Expires: exp.Unix()})
-	writeJSON(w, http.StatusCreated, PortInfo{Port: req.Port, URL: portURL(r, id, req.Port), Token: t, ExpiresAt: &exp})
-	return nil
+// portPrefix is the path of port of session id.
+func portPrefix(id string, port int) string {
+	return "/v1/sessions/" + id + "/ports/" + strconv.Itoa(port) + "/"
 }
 
 func (g *Gateway) listPorts(w http.ResponseWriter, r *http.Request, tok *Token) error {
@@ -221,9 +198,10 @@ func pathPort(r *http.Request) (int, error) {
 // portTarget is the session's port a proxied request goes to, and the
 // client that may open connections to it.
 type portTarget struct {
-	c    *sessions.Client
-	id   string
-	port int
+	c        *sessions.Client
+	id       string
+	port     int
+	exposure int // a preview token's; 0 for the owner's token
 }
 
 type portTargetKey struct{}
@@ -240,7 +218,7 @@ func (g *Gateway) proxyPort(w http.ResponseWriter, r *http.Request, _ *Token) er
 	if err != nil {
 		return err
 	}
-	c, err := g.portCaller(r, id, port)
+	c, exposure, err := g.portCaller(r, id, port)
 	if err != nil {
 		return err
 	}
@@ -249,41 +227,44 @@ func (g *Gateway) proxyPort(w http.ResponseWriter, r *http.Request, _ *Token) er
 	// connections have bounds of their own.
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
-	ctx := context.WithValue(r.Context(), portTargetKey{}, &portTarget{c: c, id: id, port: port})
+	ctx := context.WithValue(r.Context(), portTargetKey{}, &portTarget{c: c, id: id, port: port, exposure: exposure})
 	g.portProxy.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }
 
 // portCaller is the sessions client r acts as on port of session id: the
-// owner's token's, or the owner's a preview token names.
-func (g *Gateway) portCaller(r *http.Request, id string, port int) (*sessions.Client, error) {
+// owner's token's, or the owner's a preview token names, with the
+// exposure it names.
+func (g *Gateway) portCaller(r *http.Request, id string, port int) (*sessions.Client, int, error) {
 	if g.cfg.Sessions == nil {
-		return nil, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
+		return nil, 0, apiErr(http.StatusNotImplemented, CodeNotImplemented, "this gateway serves no sessions")
 	}
 	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no session %q, or no port %d of it for this token", id, port)
 	if g.cfg.Tokens.Len() == 0 {
-		return g.sessionsOf(nil) // an open gateway's
+		c, err := g.sessionsOf(nil) // an open gateway's
+		return c, 0, err
 	}
 	if secret := webauth.Bearer(r.Header.Get("Authorization")); secret != "" {
 		tok := g.cfg.Tokens.Lookup(secret)
 		if tok == nil {
-			return nil, notFound
+			return nil, 0, notFound
 		}
-		return g.sessionsOf(tok)
+		c, err := g.sessionsOf(tok)
+		return c, 0, err
 	}
 	preview := r.Header.Get(previewHeader)
 	if preview == "" {
 		preview = r.URL.Query().Get(previewQuery)
 	}
 	if preview == "" {
-		return nil, apiErr(http.StatusUnauthorized, CodeUnauthorized,
+		return nil, 0, apiErr(http.StatusUnauthorized, CodeUnauthorized,
 			"a bearer token (Authorization: Bearer <token>) or a preview token (%s) is required", previewHeader)
 	}
 	pc, ok := g.openPreview(preview, time.Now())
 	if !ok || pc.Session != id || pc.Port != port {
-		return nil, notFound
+		return nil, 0, notFound
 	}
-	return g.cfg.Sessions.For(pc.Tenant, pc.Owner), nil
+	return g.cfg.Sessions.For(pc.Tenant, pc.Owner), pc.Exposure, nil
 }
 
 // newPortProxy is the reverse proxy of every session's ports: its
@@ -296,7 +277,7 @@ func (g *Gateway) newPortProxy() *httputil.ReverseProxy {
 			if t == nil {
 				return nil, errors.New("no session's port to dial")
 			}
-			return t.c.OpenConn(ctx, t.id, t.port)
+			return t.c.OpenExposureConn(ctx, t.id, t.port, t.exposure)
 		},
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        30 * time.Second,
@@ -309,8 +290,10 @@ func (g *Gateway) newPortProxy() *httputil.ReverseProxy {
 			t := pr.In.Context().Value(portTargetKey{}).(*portTarget)
 			prefix := "/v1/sessions/" + t.id + "/ports/" + strconv.Itoa(t.port)
 			hostport := "localhost:" + strconv.Itoa(t.port)
-			// The pool's key: one per session and port.
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "p"+strconv.Itoa(t.port)+"."+t.id+".session.invalid"
+			// The pool's key: one per session, port and exposure, so that
+			// a connection opened for a preview token of one exposure
+			// (or for the owner) never carries a request of another's.
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "p"+strconv.Itoa(t.port)+"x"+strconv.Itoa(t.exposure)+"."+t.id+".session.invalid"
 			pr.Out.URL.Path = "/" + pr.In.PathValue("rest")
 			pr.Out.URL.RawPath = ""
 			if esc := pr.In.URL.EscapedPath(); strings.HasPrefix(esc, prefix+"/") {

@@ -16,6 +16,10 @@ import (
 type Caller struct {
 	Name  string
 	Value any
+	// BaseURL is the scheme and host the call came to
+	// ("https://gw.example"), for the URLs a result gives; "": see
+	// HeaderBaseURL.
+	BaseURL string
 }
 
 // RunnerFor returns the Runner a caller's jobs run on.
@@ -52,6 +56,7 @@ func NewServer(opts Options, runner RunnerFor) (*Server, error) {
 		ToolWriteFile:     func(d Def) { addTool(s, d, s.writeFile) },
 		ToolListFiles:     func(d Def) { addTool(s, d, s.listFiles) },
 		ToolCloseSession:  func(d Def) { addTool(s, d, s.closeSession) },
+		ToolExposePort:    func(d Def) { addTool(s, d, s.exposePort) },
 	}
 	for _, d := range opts.Definitions() {
 		add, ok := handlers[d.Name]

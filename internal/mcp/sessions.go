@@ -99,6 +99,7 @@ func (o *Options) sessionDefs() []Def {
 				"path": {Type: "string", Description: "The directory (default the working directory)."}}, "session")},
 		{Name: ToolCloseSession, Description: "End a session: its processes end and its files are gone.",
 			InputSchema: strict(map[string]*jsonschema.Schema{"session": sessionProp}, "session")},
+		exposePortDef(),
 	}
 }
 

@@ -3,6 +3,7 @@ package sessionhost
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 
@@ -28,24 +29,26 @@ func (h *Host) openConn(l *live, body json.RawMessage) (any, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	exposed := slices.Contains(l.info.Ports, req.Port)
-	l.mu.Unlock()
-	if !exposed {
+	if !exposedAs(l, req) {
 		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
 	}
 	r, _, err := h.openRelay(l, l.conns, req.Stream, sessions.ConnSubject, &envelope.Request{Op: envelope.OpConnOpen, Port: req.Port})
 	if err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	exposed = slices.Contains(l.info.Ports, req.Port)
-	l.mu.Unlock()
-	if !exposed { // unexposed while it opened: closePort may have missed it
+	if !exposedAs(l, req) { // unexposed while it opened: closePort may have missed it
 		h.closePort(l, req.Port)
 		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
 	}
 	return &sessions.ConnInfo{Conn: r.n, In: r.sub.Subject, Out: r.out}, nil
+}
+
+// exposedAs says whether req's port is exposed, in the exposure req
+// names if it names one.
+func exposedAs(l *live, req sessions.ConnRequest) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.info.Ports, req.Port) && (req.Exposure == 0 || l.info.PortExposure[req.Port] == req.Exposure)
 }
 
 // ports serves expose, unexpose and ports: each answers the ports
@@ -68,11 +71,19 @@ func (h *Host) ports(l *live, op string, body json.RawMessage) (any, error) {
 		case op == sessionapi.OpExpose && !has:
 			l.info.Ports = append(slices.Clone(l.info.Ports), req.Port)
 			slices.Sort(l.info.Ports)
+			l.info.Exposures++
+			l.info.PortExposure = maps.Clone(l.info.PortExposure)
+			if l.info.PortExposure == nil {
+				l.info.PortExposure = map[int]int{}
+			}
+			l.info.PortExposure[req.Port] = l.info.Exposures
 		case op == sessionapi.OpUnexpose && !has:
 			l.mu.Unlock()
 			return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "port %d of session %s is not exposed", req.Port, l.info.ID)
 		case op == sessionapi.OpUnexpose:
 			l.info.Ports = slices.DeleteFunc(slices.Clone(l.info.Ports), func(p int) bool { return p == req.Port })
+			l.info.PortExposure = maps.Clone(l.info.PortExposure)
+			delete(l.info.PortExposure, req.Port)
 		}
 		l.mu.Unlock()
 		if op == sessionapi.OpUnexpose {

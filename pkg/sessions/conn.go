@@ -63,6 +63,9 @@ type PortRequest struct {
 type ConnRequest struct {
 	Stream string `json:"stream"`
 	Port   int    `json:"port"`
+	// Exposure, if not 0, is the exposure of Port the connection is for
+	// (Info.PortExposure): another one's is refused, ErrNotFound.
+	Exposure int `json:"exposure,omitempty"`
 }
 
 // ConnInfo is an open connection: its number in the session, and its
@@ -115,10 +118,16 @@ var _ net.Conn = (*Conn)(nil)
 
 // OpenConn connects to port of session id, which must be exposed.
 func (c *Client) OpenConn(ctx context.Context, id string, port int) (*Conn, error) {
+	return c.OpenExposureConn(ctx, id, port, 0)
+}
+
+// OpenExposureConn connects to port of session id while it is still
+// exposure number exposure of it (any exposure: 0).
+func (c *Client) OpenExposureConn(ctx context.Context, id string, port, exposure int) (*Conn, error) {
 	if !ValidID(id) {
 		return nil, sessionapi.Errorf(sessionapi.ErrNotFound, "no session %q", id)
 	}
-	req := ConnRequest{Stream: randomStream(), Port: port}
+	req := ConnRequest{Stream: randomStream(), Port: port, Exposure: exposure}
 	cn := &Conn{addr: portAddr{id: id, port: port}}
 	p, err := c.openPipe(ctx, id, sessionapi.OpConn, ConnSubject, req.Stream, req, &cn.Info, func() string { return cn.Info.In })
 	if err != nil {

@@ -160,6 +160,13 @@ type Info struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	// Ports are the ports of its sandbox's loopback it exposes (Expose).
 	Ports []int `json:"ports,omitempty"`
+	// Exposures counts the exposes of a port not exposed, over the
+	// session's life; PortExposure is the number of each exposed port's
+	// exposure. A preview token names the exposure it was made for, so
+	// one made before an unexpose is refused once the port is exposed
+	// again.
+	Exposures    int         `json:"exposures,omitempty"`
+	PortExposure map[int]int `json:"port_exposure,omitempty"`
 
 	// A persistent session's (Spec.Persist): its workspace, its last
 	// checkpoint, and, when its sandbox was started again, from what.

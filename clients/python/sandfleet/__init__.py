@@ -652,6 +652,7 @@ class Session:
         self._path = "/v1/sessions/" + _quote(self.id)
         self.files = Files(self)
         self.processes = Processes(self)
+        self.ports = Ports(self)
 
     def __enter__(self) -> "Session":
         return self
@@ -767,6 +768,11 @@ class Session:
             body["labels"] = dict(labels)
         return Session(self._sb, self._call("POST", "/fork", body))
 
+    def get_url(self, port: int) -> str:
+        """Where port of the session is reached through the gateway (once
+        exposed: ports.expose), for a request with this client's token."""
+        return f"{self._sb.url}{self._path}/ports/{int(port)}/"
+
     @property
     def restored(self) -> Optional[Dict[str, Any]]:
         """From what checkpoint its sandbox was started again, if it was."""
@@ -810,6 +816,41 @@ class Files:
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         self._s._call("DELETE", "/files/" + urllib.parse.quote(path), query={"recursive": "true"} if recursive else None)
+
+
+class Ports:
+    """A session's exposed ports: a server it runs on the sandbox's
+    127.0.0.1, reached through the gateway at Session.get_url(port)."""
+
+    def __init__(self, session: Session):
+        self._s = session
+
+    def expose(self, port: int, *, ttl: Optional[float] = None, wait: Optional[float] = None) -> Dict[str, Any]:
+        """Expose port (1024 to 65535): {"port", "url", "token",
+        "expires_at"}, token a preview token good for this port alone until
+        expires_at (ttl seconds, default an hour), which a request may carry
+        instead of the owner's token (X-Sandfleet-Preview-Token, or
+        ?sandfleet_preview=). With wait, the call first waits up to wait
+        seconds for the server to accept a connection (SandfleetError
+        "timeout" if it does not)."""
+        body: Dict[str, Any] = {"port": int(port)}
+        if ttl:
+            body["ttl"] = _secs(ttl) + "s"
+        if wait:
+            body["wait"] = _secs(wait) + "s"
+        return self._s._call("POST", "/ports", body, wait=wait or 0.0)
+
+    def list(self) -> "list[Dict[str, Any]]":
+        """The ports exposed: [{"port", "url"}]."""
+        return self._s._call("GET", "/ports")["ports"]
+
+    def __call__(self) -> "list[Dict[str, Any]]":
+        return self.list()
+
+    def unexpose(self, port: int) -> None:
+        """Stop exposing port: its URL and preview tokens answer 404, and
+        the connections open to it are closed."""
+        self._s._call("DELETE", f"/ports/{int(port)}")
 
 
 class Processes:

@@ -128,6 +128,22 @@ class ClientTest(unittest.TestCase):
         s.delete_context("sh")
         self.assertEqual(Fake.seen[-1][:2], ("DELETE", "/v1/sessions/s-1/contexts/sh"))
 
+    def test_session_ports(self):
+        Fake.script[("GET", "/v1/sessions/s-1")] = [(200, {}, {"id": "s-1", "status": "running"})]
+        url = self.url + "/v1/sessions/s-1/ports/3000/"
+        exposed = {"port": 3000, "url": url, "token": "t.s", "expires_at": "2026-12-07T02:00:00Z"}
+        Fake.script[("POST", "/v1/sessions/s-1/ports")] = [(201, {}, exposed)]
+        Fake.script[("GET", "/v1/sessions/s-1/ports")] = [(200, {}, {"ports": [{"port": 3000, "url": url}]})]
+        Fake.script[("DELETE", "/v1/sessions/s-1/ports/3000")] = [(204, {}, b"")]
+        s = self.sb.session("s-1")
+        self.assertEqual(s.ports.expose(3000, ttl=600, wait=5), exposed)
+        self.assertEqual(json.loads(Fake.seen[-1][3]), {"port": 3000, "ttl": "600s", "wait": "5s"})
+        self.assertEqual(s.ports.list(), [{"port": 3000, "url": url}])
+        self.assertEqual(s.ports(), s.ports.list())
+        self.assertEqual(s.get_url(3000), url)
+        s.ports.unexpose(3000)
+        self.assertEqual(Fake.seen[-1][:2], ("DELETE", "/v1/sessions/s-1/ports/3000"))
+
     def test_session_exclusive_exec(self):
         Fake.script[("GET", "/v1/sessions/s-1")] = [(200, {}, {"id": "s-1", "status": "running"})]
         Fake.script[("POST", "/v1/sessions/s-1/exec")] = [(200, {}, {"exit_code": 1, "stdout": "3 failed\n", "stderr": "",

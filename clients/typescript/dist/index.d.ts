@@ -387,9 +387,12 @@ export declare class Session {
     info: SessionInfo;
     readonly files: Files;
     readonly processes: Processes;
+    readonly ports: Ports;
     /** @internal */
     readonly path: string;
     constructor(sandbox: Sandbox, info: SessionInfo);
+    /** Where `port` of the session is reached through the gateway (once exposed: ports.expose), with this client's token. */
+    getUrl(port: number): string;
     /** @internal A call on the session: a mutating one with an Idempotency-Key, so that a retry runs once. */
     call(method: string, rel: string, body?: unknown, opts?: {
         waitMs?: number;
@@ -455,6 +458,34 @@ export declare class Files {
     remove(path: string, opts?: {
         recursive?: boolean;
     }): Promise<void>;
+}
+/** An exposed port: where it is reached; from expose, a preview token for it and when that expires. */
+export interface PortInfo {
+    port: number;
+    url: string;
+    token?: string;
+    expires_at?: string;
+}
+/** A session's exposed ports: a server it runs on the sandbox's 127.0.0.1, reached through the gateway at Session.getUrl(port). */
+export declare class Ports {
+    private readonly s;
+    constructor(s: Session);
+    /**
+     * Expose `port` (1024 to 65535). The answer's token is a preview token
+     * good for this port alone until expires_at (ttlMs, default an hour),
+     * which a request may carry instead of the owner's token
+     * (X-Sandfleet-Preview-Token, or ?sandfleet_preview=). With waitMs the
+     * call first waits that long at most for the server to accept a
+     * connection (SandfleetError "timeout" if it does not).
+     */
+    expose(port: number, opts?: {
+        ttlMs?: number;
+        waitMs?: number;
+    }): Promise<PortInfo>;
+    /** The ports exposed. */
+    list(): Promise<PortInfo[]>;
+    /** Stop exposing `port`: its URL and preview tokens answer 404, and the connections open to it are closed. */
+    unexpose(port: number): Promise<void>;
 }
 /** A session's background processes (started with exec(..., { background: true })). */
 export declare class Processes {

@@ -459,6 +459,7 @@ export class Session {
     info;
     files;
     processes;
+    ports;
     /** @internal */
     path;
     constructor(sandbox, info) {
@@ -468,6 +469,11 @@ export class Session {
         this.path = `/v1/sessions/${encodeURIComponent(info.id)}`;
         this.files = new Files(this);
         this.processes = new Processes(this);
+        this.ports = new Ports(this);
+    }
+    /** Where `port` of the session is reached through the gateway (once exposed: ports.expose), with this client's token. */
+    getUrl(port) {
+        return `${this.sandbox.url}${this.path}/ports/${Math.trunc(port)}/`;
     }
     /** @internal A call on the session: a mutating one with an Idempotency-Key, so that a retry runs once. */
     async call(method, rel, body, opts = {}) {
@@ -630,6 +636,37 @@ export class Files {
     }
     async remove(path, opts = {}) {
         await this.s.call("DELETE", `/files/${filePath(path)}`, undefined, { query: { recursive: opts.recursive ? "true" : undefined } });
+    }
+}
+/** A session's exposed ports: a server it runs on the sandbox's 127.0.0.1, reached through the gateway at Session.getUrl(port). */
+export class Ports {
+    s;
+    constructor(s) {
+        this.s = s;
+    }
+    /**
+     * Expose `port` (1024 to 65535). The answer's token is a preview token
+     * good for this port alone until expires_at (ttlMs, default an hour),
+     * which a request may carry instead of the owner's token
+     * (X-Sandfleet-Preview-Token, or ?sandfleet_preview=). With waitMs the
+     * call first waits that long at most for the server to accept a
+     * connection (SandfleetError "timeout" if it does not).
+     */
+    async expose(port, opts = {}) {
+        const body = { port };
+        if (opts.ttlMs)
+            body.ttl = secs(opts.ttlMs) + "s";
+        if (opts.waitMs)
+            body.wait = secs(opts.waitMs) + "s";
+        return (await this.s.call("POST", "/ports", body, { waitMs: opts.waitMs ?? 0 }));
+    }
+    /** The ports exposed. */
+    async list() {
+        return (await this.s.call("GET", "/ports")).ports;
+    }
+    /** Stop exposing `port`: its URL and preview tokens answer 404, and the connections open to it are closed. */
+    async unexpose(port) {
+        await this.s.call("DELETE", `/ports/${Math.trunc(port)}`);
     }
 }
 /** A session's background processes (started with exec(..., { background: true })). */

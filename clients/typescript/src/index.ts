@@ -741,6 +741,7 @@ export class Session {
   info: SessionInfo;
   readonly files: Files;
   readonly processes: Processes;
+  readonly ports: Ports;
   /** @internal */
   readonly path: string;
 
@@ -750,6 +751,12 @@ export class Session {
     this.path = `/v1/sessions/${encodeURIComponent(info.id)}`;
     this.files = new Files(this);
     this.processes = new Processes(this);
+    this.ports = new Ports(this);
+  }
+
+  /** Where `port` of the session is reached through the gateway (once exposed: ports.expose), with this client's token. */
+  getUrl(port: number): string {
+    return `${this.sandbox.url}${this.path}/ports/${Math.trunc(port)}/`;
   }
 
   /** @internal A call on the session: a mutating one with an Idempotency-Key, so that a retry runs once. */
@@ -914,6 +921,44 @@ export class Files {
 
   async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
     await this.s.call("DELETE", `/files/${filePath(path)}`, undefined, { query: { recursive: opts.recursive ? "true" : undefined } });
+  }
+}
+
+/** An exposed port: where it is reached; from expose, a preview token for it and when that expires. */
+export interface PortInfo {
+  port: number;
+  url: string;
+  token?: string;
+  expires_at?: string;
+}
+
+/** A session's exposed ports: a server it runs on the sandbox's 127.0.0.1, reached through the gateway at Session.getUrl(port). */
+export class Ports {
+  constructor(private readonly s: Session) {}
+
+  /**
+   * Expose `port` (1024 to 65535). The answer's token is a preview token
+   * good for this port alone until expires_at (ttlMs, default an hour),
+   * which a request may carry instead of the owner's token
+   * (X-Sandfleet-Preview-Token, or ?sandfleet_preview=). With waitMs the
+   * call first waits that long at most for the server to accept a
+   * connection (SandfleetError "timeout" if it does not).
+   */
+  async expose(port: number, opts: { ttlMs?: number; waitMs?: number } = {}): Promise<PortInfo> {
+    const body: Json = { port };
+    if (opts.ttlMs) body.ttl = secs(opts.ttlMs) + "s";
+    if (opts.waitMs) body.wait = secs(opts.waitMs) + "s";
+    return (await this.s.call("POST", "/ports", body, { waitMs: opts.waitMs ?? 0 })) as unknown as PortInfo;
+  }
+
+  /** The ports exposed. */
+  async list(): Promise<PortInfo[]> {
+    return (await this.s.call("GET", "/ports")).ports as unknown as PortInfo[];
+  }
+
+  /** Stop exposing `port`: its URL and preview tokens answer 404, and the connections open to it are closed. */
+  async unexpose(port: number): Promise<void> {
+    await this.s.call("DELETE", `/ports/${Math.trunc(port)}`);
   }
 }
 

@@ -122,6 +122,25 @@ test("a session's contexts: created in a directory, listed, ended; a name taken 
   assert.equal(`${seen.at(-1).method} ${seen.at(-1).url}`, "DELETE /v1/sessions/s-1/contexts/sh");
 });
 
+test("a session's ports: exposed with a ttl and a wait, listed, its URL, unexposed", async () => {
+  const portURL = `${url}/v1/sessions/s-1/ports/3000/`;
+  const exposed = { port: 3000, url: portURL, token: "t.s", expires_at: "2026-12-07T02:00:00Z" };
+  reset({
+    "GET /v1/sessions/s-1": [[200, {}, INFO]],
+    "POST /v1/sessions/s-1/ports": [[201, {}, exposed]],
+    "GET /v1/sessions/s-1/ports": [[200, {}, { ports: [{ port: 3000, url: portURL }] }]],
+    "DELETE /v1/sessions/s-1/ports/3000": [[204, {}, Buffer.alloc(0)]],
+  });
+  const s = await new Sandbox({ url, backoffMs: 1 }).session("s-1");
+  assert.deepEqual(await s.ports.expose(3000, { ttlMs: 600_000, waitMs: 5000 }), exposed);
+  assert.deepEqual(JSON.parse(seen.at(-1).body), { port: 3000, ttl: "600s", wait: "5s" });
+  assert.ok(seen.at(-1).key, "an expose carries an Idempotency-Key");
+  assert.deepEqual(await s.ports.list(), [{ port: 3000, url: portURL }]);
+  assert.equal(s.getUrl(3000), portURL);
+  await s.ports.unexpose(3000);
+  assert.equal(`${seen.at(-1).method} ${seen.at(-1).url}`, "DELETE /v1/sessions/s-1/ports/3000");
+});
+
 test("a session's errors carry the server's code", async () => {
   reset({ "GET /v1/sessions/nope": [[404, {}, { error: { code: "not_found", message: "no session" } }]] });
   const sb = new Sandbox({ url, backoffMs: 1 });
