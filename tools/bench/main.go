@@ -36,6 +36,10 @@
 // (t), tti.go: time to interactive in the field's format, jobs and
 // sessions, sequential, staggered and burst, against docker in the same
 // run; -mode tti runs it alone (make bench-tti).
+//
+// (u), growth.go: how cost grows with work: job latency against callers,
+// memory against idle sessions and the pool, exec against busy sessions,
+// broker storage per job and call; -mode growth alone (make bench-growth).
 package main
 
 import (
@@ -78,10 +82,11 @@ type options struct {
 	eventsN      int
 	eventsOnly   bool
 
-	perf2Options // (i)-(n), perf.go
-	ttiOptions   // (t), tti.go
-	mode         string
-	mcpOptions   // (q), mcp.go
+	perf2Options  // (i)-(n), perf.go
+	ttiOptions    // (t), tti.go
+	growthOptions // (u), growth.go
+	mode          string
+	mcpOptions    // (q), mcp.go
 
 	// (o), console.go
 	consoleJobs  int
@@ -137,7 +142,8 @@ func run(args []string) error {
 	fs.BoolVar(&o.egressOnly, "egress-only", false, "run (p) alone")
 	definePerf2Flags(fs, &o.perf2Options)
 	defineTTIFlags(fs, &o.ttiOptions)
-	fs.StringVar(&o.mode, "mode", "", "run one phase alone: tti, time to interactive in the field's format (tti.go)")
+	defineGrowthFlags(fs, &o.growthOptions)
+	fs.StringVar(&o.mode, "mode", "", "run one phase alone: tti, time to interactive in the field's format (tti.go); growth, how cost grows with work (growth.go)")
 	defineMCPFlags(fs, &o.mcpOptions)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -154,8 +160,10 @@ func run(args []string) error {
 	case "":
 	case "tti":
 		return ttiAlone(ctx, o)
+	case "growth":
+		return growthAlone(ctx, o)
 	default:
-		return fmt.Errorf("-mode %q: want tti", o.mode)
+		return fmt.Errorf("-mode %q: want tti or growth", o.mode)
 	}
 	if o.workspacesOnly {
 		return workspacesAlone(ctx, o)

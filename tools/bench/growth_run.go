@@ -1,0 +1,386 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandfleet/sandfleet/internal/natsconn"
+	"github.com/sandfleet/sandfleet/internal/procfs"
+)
+
+// The parts of (u) and what they read of the worker.
+
+// fanOut runs total calls of do from callers goroutines at once, each
+// taking the next call when its last one returns, and times each call.
+func fanOut(ctx context.Context, level, total, callers int, pid int, do func(ctx context.Context, caller int) error) latencyLevel {
+	l := latencyLevel{level: level}
+	var mu sync.Mutex
+	var next atomic.Int64
+	cpu0, t := procfs.CPU(pid), time.Now()
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(total) {
+				t := time.Now()
+				err := do(ctx, c)
+				d := time.Since(t)
+				mu.Lock()
+				if err != nil {
+					l.fails++
+					if l.firstErr == "" {
+						l.firstErr = firstLine(err.Error())
+					}
+				} else {
+					l.ok = append(l.ok, d)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	l.wall, l.cpu = time.Since(t), procfs.CPU(pid)-cpu0
+	return l
+}
+
+// jobsPart measures print(1) against concurrent callers on one worker
+// with its defaults, and what the jobs left on the broker.
+func (f *growthFigures) jobsPart(ctx context.Context, o options) error {
+	callers, err := levels(f.o.callers)
+	if err != nil {
+		return fmt.Errorf("-growth-callers: %w", err)
+	}
+	rg, err := newRig(ctx, o, "growth-jobs")
+	if err != nil {
+		return err
+	}
+	defer rg.close()
+	h, err := startHTTPWorker(ctx, rg, o.workerBin, "growth-jobs", "")
+	if err != nil {
+		return err
+	}
+	f.jobArgs = "--embedded --http ADDR (its defaults: --slots = cores, --pool = --slots)"
+	js, done, err := brokerOf(h)
+	if err != nil {
+		return err
+	}
+	defer done()
+	job := h.job(o.code)
+	for range 4 { // warm-up: the image, the connections, the pool's first turn
+		if _, err := job(ctx); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	time.Sleep(f.o.settle)
+	before, err := streams(ctx, js)
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, c := range callers {
+		if c < 1 {
+			continue
+		}
+		n := max(f.o.jobsPer, 2*c)
+		step("(u) jobs: %d print(1) from %d callers at once", n, c)
+		time.Sleep(f.o.settle)
+		l := fanOut(ctx, c, n, c, h.w.cmd.Process.Pid, func(ctx context.Context, _ int) error {
+			_, err := job(ctx)
+			return err
+		})
+		f.jobs = append(f.jobs, l)
+		total += len(l.ok) + l.fails
+	}
+	time.Sleep(f.o.settle) // the index and events written after the result
+	after, err := streams(ctx, js)
+	if err != nil {
+		return err
+	}
+	f.store = append(f.store, delta("a finished job (print(1))", total, before, after))
+	return nil
+}
+
+// sessionsPart reads the worker's memory against idle sessions, then the
+// exec round trip against busy ones, on one worker whose --sessions holds
+// the most of either, and what the sessions and their calls left on the
+// broker.
+func (f *growthFigures) sessionsPart(ctx context.Context, o options, memory, exec bool) error {
+	idle, err := levels(f.o.idle)
+	if err != nil {
+		return fmt.Errorf("-growth-sessions: %w", err)
+	}
+	busy, err := levels(f.o.busy)
+	if err != nil {
+		return fmt.Errorf("-growth-busy: %w", err)
+	}
+	if !memory {
+		idle = nil
+	}
+	if !exec {
+		busy = nil
+	}
+	most := max(largest(idle), largest(busy))
+	rg, err := newRig(ctx, o, "growth-sessions")
+	if err != nil {
+		return err
+	}
+	defer rg.close()
+	metrics, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	f.sessArgs = fmt.Sprintf("--embedded --http ADDR --metrics ADDR --pprof --sessions %d --session-max-per-token -1 --session-max-per-tenant -1", most+4)
+	h, err := startHTTPWorker(ctx, rg, o.workerBin, "growth-sessions", strings.Replace(
+		strings.Replace(f.sessArgs, "--embedded --http ADDR ", "", 1), "--metrics ADDR", "--metrics "+metrics, 1))
+	if err != nil {
+		return err
+	}
+	js, done, err := brokerOf(h)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			deleteSession(h, id)
+		}
+	}()
+	grow := func(to int) error {
+		for len(ids) < to {
+			n := min(4, to-len(ids))
+			got := make([]string, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() { got[i], errs[i] = createSession(ctx, h) })
+			}
+			wg.Wait()
+			for i := range n {
+				if errs[i] != nil {
+					return errs[i]
+				}
+				ids = append(ids, got[i])
+			}
+		}
+		return nil
+	}
+	time.Sleep(f.o.settle)
+	before, err := streams(ctx, js)
+	if err != nil {
+		return err
+	}
+	for _, n := range idle {
+		step("(u) memory: %d idle sessions", n)
+		if err := grow(n); err != nil {
+			return fmt.Errorf("%d sessions: %w", n, err)
+		}
+		time.Sleep(f.o.settle)
+		m, err := memoryOf(h, metrics, n)
+		if err != nil {
+			return err
+		}
+		f.idle = append(f.idle, m)
+	}
+	if len(ids) > 0 {
+		after, err := streams(ctx, js)
+		if err != nil {
+			return err
+		}
+		f.store = append(f.store, delta("a live session (idle)", len(ids), before, after))
+	}
+	if len(busy) == 0 {
+		return nil
+	}
+	if err := grow(largest(busy)); err != nil {
+		return err
+	}
+	for len(ids) > largest(busy) { // the idle ones beyond what exec needs go
+		deleteSession(h, ids[len(ids)-1])
+		ids = ids[:len(ids)-1]
+	}
+	time.Sleep(f.o.settle)
+	before, err = streams(ctx, js)
+	if err != nil {
+		return err
+	}
+	calls := 0
+	for _, k := range busy {
+		if k < 1 {
+			continue
+		}
+		step("(u) exec: %d sessions busy at once, %d execs each", k, f.o.execsPer)
+		time.Sleep(f.o.settle)
+		l := fanOut(ctx, k, k*f.o.execsPer, k, h.w.cmd.Process.Pid, func(ctx context.Context, c int) error {
+			return execTrue(ctx, h, ids[c])
+		})
+		f.exec = append(f.exec, l)
+		calls += len(l.ok) + l.fails
+	}
+	time.Sleep(f.o.settle)
+	after, err := streams(ctx, js)
+	if err != nil {
+		return err
+	}
+	f.store = append(f.store, delta("a session call (exec true)", calls, before, after))
+	return nil
+}
+
+// poolPart reads the memory of a worker whose warm pool is full, one
+// worker per --pool, the pool fixed (--pool-max = --pool).
+func (f *growthFigures) poolPart(ctx context.Context, o options) error {
+	pools, err := levels(f.o.pools)
+	if err != nil {
+		return fmt.Errorf("-growth-pools: %w", err)
+	}
+	for _, p := range pools {
+		step("(u) memory: --pool %d, full", p)
+		m, err := poolMemory(ctx, o, p, f.o.settle)
+		if err != nil {
+			return fmt.Errorf("--pool %d: %w", p, err)
+		}
+		f.pools = append(f.pools, m)
+	}
+	return nil
+}
+
+func poolMemory(ctx context.Context, o options, pool int, settle time.Duration) (memoryLevel, error) {
+	rg, err := newRig(ctx, o, "growth-pool")
+	if err != nil {
+		return memoryLevel{}, err
+	}
+	defer rg.close()
+	metrics, err := freeAddr()
+	if err != nil {
+		return memoryLevel{}, err
+	}
+	h, err := startHTTPWorker(ctx, rg, o.workerBin, "growth-pool", fmt.Sprintf("--pool %d --pool-max %d --metrics %s --pprof", pool, pool, metrics))
+	if err != nil {
+		return memoryLevel{}, err
+	}
+	for deadline := time.Now().Add(3 * time.Minute); scrape(metrics)["sandfleet_pool_idle"] < float64(pool); time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return memoryLevel{}, fmt.Errorf("the pool never filled: %v warm of %d", scrape(metrics)["sandfleet_pool_idle"], pool)
+		}
+	}
+	time.Sleep(settle)
+	return memoryOf(h, metrics, pool)
+}
+
+// memoryOf reads the worker's RSS and, after a GC it forces through
+// /debug/pprof, its live heap.
+func memoryOf(h *httpWorker, metrics string, level int) (memoryLevel, error) {
+	res, err := http.Get("http://" + metrics + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return memoryLevel{}, err
+	}
+	res.Body.Close()
+	rss, err := procfs.Status(h.w.cmd.Process.Pid, "VmRSS")
+	if err != nil {
+		return memoryLevel{}, err
+	}
+	heap, ok := scrape(metrics)["go_gc_heap_live_bytes"]
+	if !ok {
+		return memoryLevel{}, fmt.Errorf("no go_gc_heap_live_bytes at %s/metrics", metrics)
+	}
+	return memoryLevel{level: level, rss: float64(rss) * 1024, heap: heap}, nil
+}
+
+// scrape reads the worker's /metrics: a value per series, its labels in
+// its name; empty when the worker does not answer.
+func scrape(addr string) map[string]float64 {
+	out := map[string]float64{}
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// brokerOf connects to the worker's embedded JetStream.
+func brokerOf(h *httpWorker) (jetstream.JetStream, func(), error) {
+	nc, js, err := natsconn.JetStream(natsconn.Config{URL: h.nats, Name: "sandfleet-bench-growth"})
+	if err != nil {
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
+}
+
+// streams reads every stream's bytes and messages.
+func streams(ctx context.Context, js jetstream.JetStream) (map[string][2]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out := map[string][2]int64{}
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		out[info.Config.Name] = [2]int64{int64(info.State.Bytes), int64(info.State.Msgs)}
+	}
+	return out, l.Err()
+}
+
+// delta is what changed between two readings of streams, for n of what.
+func delta(what string, n int, before, after map[string][2]int64) storeDelta {
+	d := storeDelta{what: what, n: n, bytes: map[string]int64{}, msgs: map[string]int64{}}
+	for name, a := range after {
+		b := before[name]
+		if a != b {
+			d.bytes[name], d.msgs[name] = a[0]-b[0], a[1]-b[1]
+		}
+	}
+	return d
+}
+
+func createSession(ctx context.Context, h *httpWorker) (string, error) {
+	var info struct{ ID string }
+	if _, _, err := h.call(ctx, "POST", "/v1/sessions", map[string]any{"image": "python"}, &info); err != nil {
+		return "", err
+	}
+	return info.ID, nil
+}
+
+func deleteSession(h *httpWorker, id string) {
+	_, _, _ = h.call(context.Background(), "DELETE", "/v1/sessions/"+id, nil, nil)
+}
+
+// execTrue runs true in session id and wants its exit code 0.
+func execTrue(ctx context.Context, h *httpWorker, id string) error {
+	var r struct {
+		ExitCode *int `json:"exit_code"`
+	}
+	if _, _, err := h.call(ctx, "POST", "/v1/sessions/"+id+"/exec", map[string]any{"cmd": []string{"true"}}, &r); err != nil {
+		return err
+	}
+	if r.ExitCode == nil || *r.ExitCode != 0 {
+		return fmt.Errorf("exec in %s: exit %v", id, r.ExitCode)
+	}
+	return nil
+}
+
+// largest is the largest of l, 0 for none.
+func largest(l []int) int {
+	m := 0
+	for _, v := range l {
+		m = max(m, v)
+	}
+	return m
+}
