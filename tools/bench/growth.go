@@ -52,7 +52,7 @@ func defineGrowthFlags(fs *flag.FlagSet, o *growthOptions) {
 	fs.StringVar(&o.idle, "growth-sessions", "0,10,50,100", "(u): `LEVELS` of idle sessions the worker's memory is read at")
 	fs.StringVar(&o.pools, "growth-pools", "0,4,16", "(u): `LEVELS` of --pool the worker's memory is read at")
 	fs.StringVar(&o.busy, "growth-busy", "1,4,16", "(u): `LEVELS` of sessions busy at once for the exec round trip")
-	fs.IntVar(&o.execsPer, "growth-execs", 20, "(u): execs per busy session per level")
+	fs.IntVar(&o.execsPer, "growth-execs", 50, "(u): execs per busy session per level")
 	fs.StringVar(&o.parts, "growth-parts", "jobs,memory,pool,exec", "(u): what to measure: jobs, memory (idle sessions), pool, exec")
 	fs.StringVar(&o.out, "growth-out", "bench-out", "(u): `DIR` of the plots growth-*.svg")
 	fs.DurationVar(&o.settle, "growth-settle", 3*time.Second, "(u): the pause before each level, for the pool to refill and the worker to calm")
@@ -174,10 +174,17 @@ func growthAlone(ctx context.Context, o options) error {
 
 // writePlots draws what was measured, one SVG a part.
 func (f *growthFigures) writePlots() error {
-	msOf := func(l []latencyLevel, p float64) []float64 {
+	in := func(unit time.Duration, l []latencyLevel, p float64) []float64 {
 		v := make([]float64, len(l))
 		for i, x := range l {
-			v[i] = float64(pct(x.ok, p)) / float64(time.Millisecond)
+			v[i] = float64(pct(x.ok, p)) / float64(unit)
+		}
+		return v
+	}
+	rates := func(l []latencyLevel) []float64 {
+		v := make([]float64, len(l))
+		for i, x := range l {
+			v[i] = x.rate()
 		}
 		return v
 	}
@@ -207,16 +214,12 @@ func (f *growthFigures) writePlots() error {
 	sub := fmt.Sprintf(" (%d cores; 1-min load %s → %s)", f.cores, load1(f.load[0]), load1(f.load[1]))
 	var plots []plotFile
 	if len(f.jobs) > 0 {
-		rate := make([]float64, len(f.jobs))
-		for i, l := range f.jobs {
-			rate[i] = l.rate()
-		}
 		x := names(latLevels(f.jobs))
 		plots = append(plots, plotFile{"growth-jobs.svg", "sandfleet: a print(1) job over HTTP against concurrent callers, one worker" + sub, []plotPanel{
-			{title: "latency, submit → result", xlabel: "concurrent callers", unit: "ms", xs: x,
-				lines: []plotLine{{"p50", msOf(f.jobs, .5)}, {"p99", msOf(f.jobs, .99)}}},
+			{title: "latency, submit → result", xlabel: "concurrent callers", unit: "s", xs: x,
+				lines: []plotLine{{"p50", in(time.Second, f.jobs, .5)}, {"p99", in(time.Second, f.jobs, .99)}}},
 			{title: "jobs finished per second", xlabel: "concurrent callers", unit: "jobs/s", xs: x,
-				lines: []plotLine{{"rate", rate}}},
+				lines: []plotLine{{"rate", rates(f.jobs)}}},
 		}})
 	}
 	var mem []plotPanel
@@ -230,9 +233,12 @@ func (f *growthFigures) writePlots() error {
 		plots = append(plots, plotFile{"growth-memory.svg", "sandfleet: one worker's memory" + sub, mem})
 	}
 	if len(f.exec) > 0 {
-		plots = append(plots, plotFile{"growth-exec.svg", "sandfleet: a session's exec round trip over HTTP" + sub, []plotPanel{
-			{title: "exec `true`, request → exit code", xlabel: "sessions busy at once", unit: "ms", xs: names(latLevels(f.exec)),
-				lines: []plotLine{{"p50", msOf(f.exec, .5)}, {"p99", msOf(f.exec, .99)}}},
+		x := names(latLevels(f.exec))
+		plots = append(plots, plotFile{"growth-exec.svg", "sandfleet: a session's exec round trip over HTTP, one worker" + sub, []plotPanel{
+			{title: "exec `true`, request → exit code", xlabel: "sessions busy at once", unit: "ms", xs: x,
+				lines: []plotLine{{"p50", in(time.Millisecond, f.exec, .5)}, {"p99", in(time.Millisecond, f.exec, .99)}}},
+			{title: "execs answered per second", xlabel: "sessions busy at once", unit: "execs/s", xs: x,
+				lines: []plotLine{{"rate", rates(f.exec)}}},
 		}})
 	}
 	if len(plots) == 0 {

@@ -343,8 +343,11 @@ func delta(what string, n int, before, after map[string][2]int64) storeDelta {
 	d := storeDelta{what: what, n: n, bytes: map[string]int64{}, msgs: map[string]int64{}}
 	for name, a := range after {
 		b := before[name]
-		if a != b {
-			d.bytes[name], d.msgs[name] = a[0]-b[0], a[1]-b[1]
+		// A stream whose messages did not grow by a hundredth per unit
+		// only rewrote its keys (the workers' heartbeats, a session's
+		// record): the work did not keep anything there.
+		if db, dm := a[0]-b[0], a[1]-b[1]; n > 0 && 100*abs(dm) >= int64(n) {
+			d.bytes[name], d.msgs[name] = db, dm
 		}
 	}
 	return d
@@ -375,6 +378,8 @@ func execTrue(ctx context.Context, h *httpWorker, id string) error {
 	}
 	return nil
 }
+
+func abs(v int64) int64 { return max(v, -v) }
 
 // largest is the largest of l, 0 for none.
 func largest(l []int) int {

@@ -185,3 +185,29 @@ func TestWritePlot(t *testing.T) {
 		}
 	}
 }
+
+// What work left on the broker is each stream's change per unit; a stream
+// whose keys were only rewritten (the workers' heartbeats: bytes moved,
+// messages did not) and one that did not move are left out, a new stream
+// counts from nothing.
+func TestDelta(t *testing.T) {
+	t.Parallel()
+	before := map[string][2]int64{"EVENTS": {1000, 10}, "KV_WORKERS": {500, 2}, "KV_RESULTS": {0, 0}, "JOBS": {40, 1}}
+	after := map[string][2]int64{"EVENTS": {3000, 40}, "KV_WORKERS": {520, 2}, "KV_RESULTS": {1400, 10}, "JOBS": {40, 1}, "INDEX": {700, 20}}
+	d := delta("a job", 10, before, after)
+	want := map[string]int64{"EVENTS": 2000, "KV_RESULTS": 1400, "INDEX": 700}
+	if len(d.bytes) != len(want) {
+		t.Errorf("streams %v, want %v", d.bytes, want)
+	}
+	for name, b := range want {
+		if d.bytes[name] != b {
+			t.Errorf("%s: %d bytes, want %d", name, d.bytes[name], b)
+		}
+	}
+	if d.perBytes() != 410 || d.perMsgs() != 6 {
+		t.Errorf("per job %v bytes, %v messages; want 410, 6", d.perBytes(), d.perMsgs())
+	}
+	if got, want := d.byStream(), "EVENTS 200, 3.00; KV_RESULTS 140, 1.00; INDEX 70, 2.00"; got != want {
+		t.Errorf("byStream %q, want %q", got, want)
+	}
+}
