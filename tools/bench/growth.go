@@ -87,6 +87,8 @@ type latencyLevel struct {
 	firstErr string
 	wall     time.Duration
 	cpu      time.Duration // the worker's, over the level
+	warm     int           // jobs the pool handed a warm sandbox
+	cold     int           // jobs that started a fresh one
 }
 
 func (l latencyLevel) rate() float64 {

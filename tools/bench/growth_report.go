@@ -47,7 +47,7 @@ func (f *growthFigures) print(w io.Writer) {
 func (f *growthFigures) latencyTable(w io.Writer, level string, ls []latencyLevel, cpu bool) {
 	fmt.Fprintf(w, "%14s %6s %9s %9s %9s %11s %8s", level, "n", "p50", "p99", "max", "rate", "failed")
 	if cpu {
-		fmt.Fprintf(w, " %15s", "worker CPU/job")
+		fmt.Fprintf(w, " %15s %11s", "worker CPU/job", "warm/cold")
 	}
 	fmt.Fprintln(w)
 	for _, l := range ls {
@@ -58,7 +58,7 @@ func (f *growthFigures) latencyTable(w io.Writer, level string, ls []latencyLeve
 			if n := len(l.ok) + l.fails; n > 0 {
 				per = l.cpu / time.Duration(n)
 			}
-			fmt.Fprintf(w, " %12.1f ms", float64(per)/float64(time.Millisecond))
+			fmt.Fprintf(w, " %12.1f ms %11s", float64(per)/float64(time.Millisecond), fmt.Sprintf("%d/%d", l.warm, l.cold))
 		}
 		fmt.Fprintln(w)
 		if l.firstErr != "" {

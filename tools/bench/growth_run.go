@@ -63,11 +63,15 @@ func (f *growthFigures) jobsPart(ctx context.Context, o options) error {
 		return err
 	}
 	defer rg.close()
-	h, err := startHTTPWorker(ctx, rg, o.workerBin, "growth-jobs", "")
+	metrics, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	f.jobArgs = "--embedded --http ADDR (its defaults: --slots = cores, --pool = --slots)"
+	h, err := startHTTPWorker(ctx, rg, o.workerBin, "growth-jobs", "--metrics "+metrics)
+	if err != nil {
+		return err
+	}
+	f.jobArgs = "--embedded --http ADDR --metrics ADDR (its defaults: --slots = cores, --pool = --slots)"
 	js, done, err := brokerOf(h)
 	if err != nil {
 		return err
@@ -92,10 +96,14 @@ func (f *growthFigures) jobsPart(ctx context.Context, o options) error {
 		n := max(f.o.jobsPer, 2*c)
 		step("(u) jobs: %d print(1) from %d callers at once", n, c)
 		time.Sleep(f.o.settle)
+		m0 := scrape(metrics)
 		l := fanOut(ctx, c, n, c, h.w.cmd.Process.Pid, func(ctx context.Context, _ int) error {
 			_, err := job(ctx)
 			return err
 		})
+		m1 := scrape(metrics)
+		l.warm = int(m1[poolHits]-m0[poolHits]) + int(m1[poolWaited]-m0[poolWaited])
+		l.cold = int(m1[poolMisses]-m0[poolMisses]) - int(m1[poolWaited]-m0[poolWaited])
 		f.jobs = append(f.jobs, l)
 		total += len(l.ok) + l.fails
 	}
@@ -107,6 +115,14 @@ func (f *growthFigures) jobsPart(ctx context.Context, o options) error {
 	f.store = append(f.store, delta("a finished job (print(1))", total, before, after))
 	return nil
 }
+
+// The pool's counters: a miss that waited for a launch in flight was
+// handed a warm sandbox all the same.
+const (
+	poolHits   = "sandfleet_pool_hits_total"
+	poolMisses = "sandfleet_pool_misses_total"
+	poolWaited = "sandfleet_pool_waited_total"
+)
 
 // sessionsPart reads the worker's memory against idle sessions, then the
 // exec round trip against busy ones, on one worker whose --sessions holds
