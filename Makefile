@@ -118,7 +118,7 @@ humaneval-data:
 		exit 2; \
 	fi
 
-## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs, then time to interactive as bench-tti does (~15 min)
+## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs, then time to interactive as bench-tti does and how cost grows as bench-growth does, its plots in bench-out/ (~20 min)
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 

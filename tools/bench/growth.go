@@ -16,9 +16,9 @@ package main
 //	         what a finished job, a live session and a session call keep
 //	         on the broker.
 //
-// -mode growth runs it alone (make bench-growth); it prints the tables and
-// writes growth-jobs.svg, growth-memory.svg and growth-exec.svg under
-// -growth-out.
+// The whole bench runs it after (t); -mode growth runs it alone (make
+// bench-growth). It prints the tables and writes growth-jobs.svg,
+// growth-memory.svg and growth-exec.svg under -growth-out.
 
 import (
 	"context"
@@ -44,9 +44,11 @@ type growthOptions struct {
 	parts    string // which of jobs,memory,pool,exec to run
 	out      string // the SVGs' directory
 	settle   time.Duration
+	growth   bool // run (u) in the whole bench
 }
 
 func defineGrowthFlags(fs *flag.FlagSet, o *growthOptions) {
+	fs.BoolVar(&o.growth, "growth", true, "run (u), how cost grows with work, in the whole bench")
 	fs.StringVar(&o.callers, "growth-callers", "1,4,16,64", "(u): `LEVELS` of concurrent job callers")
 	fs.IntVar(&o.jobsPer, "growth-jobs", 40, "(u): jobs per level of callers (at least 2 per caller)")
 	fs.StringVar(&o.idle, "growth-sessions", "0,10,50,100", "(u): `LEVELS` of idle sessions the worker's memory is read at")
@@ -174,75 +176,9 @@ func growthAlone(ctx context.Context, o options) error {
 	return nil
 }
 
-// writePlots draws what was measured, one SVG a part.
+// writePlots draws what was measured, one SVG a part, under -growth-out.
 func (f *growthFigures) writePlots() error {
-	in := func(unit time.Duration, l []latencyLevel, p float64) []float64 {
-		v := make([]float64, len(l))
-		for i, x := range l {
-			v[i] = float64(pct(x.ok, p)) / float64(unit)
-		}
-		return v
-	}
-	rates := func(l []latencyLevel) []float64 {
-		v := make([]float64, len(l))
-		for i, x := range l {
-			v[i] = x.rate()
-		}
-		return v
-	}
-	names := func(l []int) []string {
-		s := make([]string, len(l))
-		for i, n := range l {
-			s[i] = strconv.Itoa(n)
-		}
-		return s
-	}
-	latLevels := func(l []latencyLevel) []int {
-		v := make([]int, len(l))
-		for i, x := range l {
-			v[i] = x.level
-		}
-		return v
-	}
-	memPanel := func(title, xlabel string, m []memoryLevel) plotPanel {
-		xs, rss, heap := make([]int, len(m)), make([]float64, len(m)), make([]float64, len(m))
-		for i, x := range m {
-			xs[i], rss[i], heap[i] = x.level, x.rss/(1<<20), x.heap/(1<<20)
-		}
-		return plotPanel{title: title, xlabel: xlabel, unit: "MiB", xs: names(xs),
-			lines: []plotLine{{"RSS", rss}, {"live heap", heap}}}
-	}
-	load1 := func(s string) string { l, _, _ := strings.Cut(s, " "); return l }
-	sub := fmt.Sprintf(" (%d cores; 1-min load %s → %s)", f.cores, load1(f.load[0]), load1(f.load[1]))
-	var plots []plotFile
-	if len(f.jobs) > 0 {
-		x := names(latLevels(f.jobs))
-		plots = append(plots, plotFile{"growth-jobs.svg", "sandfleet: a print(1) job over HTTP against concurrent callers, one worker" + sub, []plotPanel{
-			{title: "latency, submit → result", xlabel: "concurrent callers", unit: "s", xs: x,
-				lines: []plotLine{{"p50", in(time.Second, f.jobs, .5)}, {"p99", in(time.Second, f.jobs, .99)}}},
-			{title: "jobs finished per second", xlabel: "concurrent callers", unit: "jobs/s", xs: x,
-				lines: []plotLine{{"rate", rates(f.jobs)}}},
-		}})
-	}
-	var mem []plotPanel
-	if len(f.idle) > 0 {
-		mem = append(mem, memPanel("worker memory against idle sessions", "idle sessions", f.idle))
-	}
-	if len(f.pools) > 0 {
-		mem = append(mem, memPanel("worker memory against the warm pool", "--pool (warm sandboxes)", f.pools))
-	}
-	if len(mem) > 0 {
-		plots = append(plots, plotFile{"growth-memory.svg", "sandfleet: one worker's memory" + sub, mem})
-	}
-	if len(f.exec) > 0 {
-		x := names(latLevels(f.exec))
-		plots = append(plots, plotFile{"growth-exec.svg", "sandfleet: a session's exec round trip over HTTP, one worker" + sub, []plotPanel{
-			{title: "exec `true`, request → exit code", xlabel: "sessions busy at once", unit: "ms", xs: x,
-				lines: []plotLine{{"p50", in(time.Millisecond, f.exec, .5)}, {"p99", in(time.Millisecond, f.exec, .99)}}},
-			{title: "execs answered per second", xlabel: "sessions busy at once", unit: "execs/s", xs: x,
-				lines: []plotLine{{"rate", rates(f.exec)}}},
-		}})
-	}
+	plots := f.plotFiles()
 	if len(plots) == 0 {
 		return nil
 	}
@@ -265,4 +201,74 @@ func (f *growthFigures) writePlots() error {
 		f.plots = append(f.plots, path)
 	}
 	return nil
+}
+
+// plotFiles are the SVGs of the parts that ran.
+func (f *growthFigures) plotFiles() []plotFile {
+	load1 := func(s string) string { l, _, _ := strings.Cut(s, " "); return l }
+	sub := fmt.Sprintf(" (%d cores; 1-min load %s → %s)", f.cores, load1(f.load[0]), load1(f.load[1]))
+	var plots []plotFile
+	if len(f.jobs) > 0 {
+		x := levelNames(f.jobs)
+		plots = append(plots, plotFile{"growth-jobs.svg", "sandfleet: a print(1) job over HTTP against concurrent callers, one worker" + sub, []plotPanel{
+			{title: "latency, submit → result", xlabel: "concurrent callers", unit: "s", xs: x,
+				lines: []plotLine{{"p50", latencies(time.Second, f.jobs, .5)}, {"p99", latencies(time.Second, f.jobs, .99)}}},
+			{title: "jobs finished per second", xlabel: "concurrent callers", unit: "jobs/s", xs: x,
+				lines: []plotLine{{"rate", rates(f.jobs)}}},
+		}})
+	}
+	var mem []plotPanel
+	if len(f.idle) > 0 {
+		mem = append(mem, memoryPanel("worker memory against idle sessions", "idle sessions", f.idle))
+	}
+	if len(f.pools) > 0 {
+		mem = append(mem, memoryPanel("worker memory against the warm pool", "--pool (warm sandboxes)", f.pools))
+	}
+	if len(mem) > 0 {
+		plots = append(plots, plotFile{"growth-memory.svg", "sandfleet: one worker's memory" + sub, mem})
+	}
+	if len(f.exec) > 0 {
+		x := levelNames(f.exec)
+		plots = append(plots, plotFile{"growth-exec.svg", "sandfleet: a session's exec round trip over HTTP, one worker" + sub, []plotPanel{
+			{title: "exec `true`, request → exit code", xlabel: "sessions busy at once", unit: "ms", xs: x,
+				lines: []plotLine{{"p50", latencies(time.Millisecond, f.exec, .5)}, {"p99", latencies(time.Millisecond, f.exec, .99)}}},
+			{title: "execs answered per second", xlabel: "sessions busy at once", unit: "execs/s", xs: x,
+				lines: []plotLine{{"rate", rates(f.exec)}}},
+		}})
+	}
+	return plots
+}
+
+// latencies are each level's p-th percentile in units.
+func latencies(unit time.Duration, l []latencyLevel, p float64) []float64 {
+	v := make([]float64, len(l))
+	for i, x := range l {
+		v[i] = float64(pct(x.ok, p)) / float64(unit)
+	}
+	return v
+}
+
+func rates(l []latencyLevel) []float64 {
+	v := make([]float64, len(l))
+	for i, x := range l {
+		v[i] = x.rate()
+	}
+	return v
+}
+
+func levelNames(l []latencyLevel) []string {
+	v := make([]string, len(l))
+	for i, x := range l {
+		v[i] = strconv.Itoa(x.level)
+	}
+	return v
+}
+
+// memoryPanel plots RSS and live heap, in MiB, against m's levels.
+func memoryPanel(title, xlabel string, m []memoryLevel) plotPanel {
+	xs, rss, heap := make([]string, len(m)), make([]float64, len(m)), make([]float64, len(m))
+	for i, x := range m {
+		xs[i], rss[i], heap[i] = strconv.Itoa(x.level), x.rss/(1<<20), x.heap/(1<<20)
+	}
+	return plotPanel{title: title, xlabel: xlabel, unit: "MiB", xs: xs, lines: []plotLine{{"RSS", rss}, {"live heap", heap}}}
 }

@@ -211,3 +211,32 @@ func TestDelta(t *testing.T) {
 		t.Errorf("byStream %q, want %q", got, want)
 	}
 }
+
+// Only the parts that ran are plotted, a job's latency in seconds and a
+// session's exec in milliseconds, memory in MiB.
+func TestPlotFiles(t *testing.T) {
+	t.Parallel()
+	f := &growthFigures{cores: 2, load: [2]string{"1.00 2 3", "4.00 5 6"},
+		jobs: []latencyLevel{{level: 1, ok: []time.Duration{time.Second, 3 * time.Second}, wall: 4 * time.Second}},
+		idle: []memoryLevel{{level: 0, rss: 32 << 20, heap: 4 << 20}, {level: 10, rss: 40 << 20, heap: 5 << 20}},
+	}
+	plots := f.plotFiles()
+	var files []string
+	for _, p := range plots {
+		files = append(files, p.file)
+	}
+	if !slices.Equal(files, []string{"growth-jobs.svg", "growth-memory.svg"}) {
+		t.Fatalf("files %v", files)
+	}
+	lat := plots[0].panels[0]
+	if lat.unit != "s" || !slices.Equal(lat.lines[0].ys, []float64{3}) || !slices.Equal(plots[0].panels[1].lines[0].ys, []float64{0.5}) {
+		t.Errorf("jobs: %+v, rate %+v", lat, plots[0].panels[1])
+	}
+	mem := plots[1].panels
+	if len(mem) != 1 || !slices.Equal(mem[0].xs, []string{"0", "10"}) || !slices.Equal(mem[0].lines[0].ys, []float64{32, 40}) {
+		t.Errorf("memory: %+v", mem)
+	}
+	if !strings.Contains(plots[0].title, "1-min load 1.00 → 4.00") {
+		t.Errorf("title %q", plots[0].title)
+	}
+}

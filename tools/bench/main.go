@@ -236,6 +236,7 @@ func run(args []string) error {
 	var egr *egressFigures
 	var tti *ttiFigures
 	var mcpf *mcpFigures
+	var growth *growthFigures
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -298,6 +299,12 @@ func run(args []string) error {
 		if tti, err = ttiPhase(ctx, o); err != nil {
 			return fmt.Errorf("(t): %w", err)
 		}
+		if o.growth {
+			step("(u) how cost grows: %s callers, %s idle sessions, --pool %s, %s busy sessions", o.callers, o.idle, o.pools, o.busy)
+			if growth, err = growthPhase(ctx, o); err != nil {
+				return fmt.Errorf("(u): %w", err)
+			}
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -321,6 +328,7 @@ func run(args []string) error {
 	mcpf.print(os.Stdout)
 	cons.print(os.Stdout)
 	tti.print(os.Stdout)
+	growth.print(os.Stdout)
 	if p2 != nil {
 		p2.reportR = r
 		p2.print(os.Stdout)
