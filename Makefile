@@ -18,7 +18,7 @@ LANGS_TESTS := TestIntegrationLanguages|TestHumanEvalX
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all engine-image test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench bench-tti vet lint clean
+.PHONY: all help check docs soak test-suite build sandbox-image langs-image data-image data-image-refresh images-all engine-image test-langs humaneval-x runsc run images up down test test-short humaneval humaneval-data bench bench-tti bench-growth vet lint clean
 
 all: build
 
@@ -118,7 +118,7 @@ humaneval-data:
 		exit 2; \
 	fi
 
-## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs, then time to interactive as bench-tti does (~15 min)
+## bench: docker run --rm vs sandfleet (warm pool on and off), queue overhead, HTTP gateway overhead, worker RSS, streaming on vs off, the console's pages over 100,000 jobs, then time to interactive as bench-tti does and how cost grows as bench-growth does, its plots in bench-out/ (~20 min)
 bench: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker $(BENCH_FLAGS)
 
@@ -126,6 +126,11 @@ bench: build sandbox-image
 TTI_N ?= 100
 bench-tti: build sandbox-image
 	$(GO) run ./tools/bench -worker $(BIN)/worker -mode tti -tti-n $(TTI_N) $(BENCH_FLAGS)
+
+## bench-growth: how cost grows with work on one worker: job latency against 1-64 callers, memory against idle sessions and the pool, exec against busy sessions, broker storage per job and call; tables on stdout, plots in GROWTH_OUT (default docs) (~5 min)
+GROWTH_OUT ?= docs
+bench-growth: build sandbox-image
+	$(GO) run ./tools/bench -worker $(BIN)/worker -mode growth -growth-out $(GROWTH_OUT) $(BENCH_FLAGS)
 
 ## vet: gofmt (fails on any unformatted file), go vet, also over the code only the test hooks' build tag compiles
 vet:

@@ -36,6 +36,10 @@
 // (t), tti.go: time to interactive in the field's format, jobs and
 // sessions, sequential, staggered and burst, against docker in the same
 // run; -mode tti runs it alone (make bench-tti).
+//
+// (u), growth.go: how cost grows with work: job latency against callers,
+// memory against idle sessions and the pool, exec against busy sessions,
+// broker storage per job and call; -mode growth alone (make bench-growth).
 package main
 
 import (
@@ -78,10 +82,11 @@ type options struct {
 	eventsN      int
 	eventsOnly   bool
 
-	perf2Options // (i)-(n), perf.go
-	ttiOptions   // (t), tti.go
-	mode         string
-	mcpOptions   // (q), mcp.go
+	perf2Options  // (i)-(n), perf.go
+	ttiOptions    // (t), tti.go
+	growthOptions // (u), growth.go
+	mode          string
+	mcpOptions    // (q), mcp.go
 
 	// (o), console.go
 	consoleJobs  int
@@ -137,7 +142,8 @@ func run(args []string) error {
 	fs.BoolVar(&o.egressOnly, "egress-only", false, "run (p) alone")
 	definePerf2Flags(fs, &o.perf2Options)
 	defineTTIFlags(fs, &o.ttiOptions)
-	fs.StringVar(&o.mode, "mode", "", "run one phase alone: tti, time to interactive in the field's format (tti.go)")
+	defineGrowthFlags(fs, &o.growthOptions)
+	fs.StringVar(&o.mode, "mode", "", "run one phase alone: tti, time to interactive in the field's format (tti.go); growth, how cost grows with work (growth.go)")
 	defineMCPFlags(fs, &o.mcpOptions)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -154,8 +160,10 @@ func run(args []string) error {
 	case "":
 	case "tti":
 		return ttiAlone(ctx, o)
+	case "growth":
+		return growthAlone(ctx, o)
 	default:
-		return fmt.Errorf("-mode %q: want tti", o.mode)
+		return fmt.Errorf("-mode %q: want tti or growth", o.mode)
 	}
 	if o.workspacesOnly {
 		return workspacesAlone(ctx, o)
@@ -228,6 +236,7 @@ func run(args []string) error {
 	var egr *egressFigures
 	var tti *ttiFigures
 	var mcpf *mcpFigures
+	var growth *growthFigures
 	if !o.skipDocker {
 		if _, err := os.Stat(o.workerBin); err != nil {
 			return fmt.Errorf("-worker %s: %w (make build)", o.workerBin, err)
@@ -290,6 +299,12 @@ func run(args []string) error {
 		if tti, err = ttiPhase(ctx, o); err != nil {
 			return fmt.Errorf("(t): %w", err)
 		}
+		if o.growth {
+			step("(u) how cost grows: %s callers, %s idle sessions, --pool %s, %s busy sessions", o.callers, o.idle, o.pools, o.busy)
+			if growth, err = growthPhase(ctx, o); err != nil {
+				return fmt.Errorf("(u): %w", err)
+			}
+		}
 	}
 	step("(c) queue overhead: %d jobs, no-op executor, %d slots", o.queueJobs, o.queueSlots)
 	if err := queueOverhead(ctx, o, r); err != nil {
@@ -313,6 +328,7 @@ func run(args []string) error {
 	mcpf.print(os.Stdout)
 	cons.print(os.Stdout)
 	tti.print(os.Stdout)
+	growth.print(os.Stdout)
 	if p2 != nil {
 		p2.reportR = r
 		p2.print(os.Stdout)

@@ -26,6 +26,7 @@ import (
 type httpWorker struct {
 	w    *workerProc
 	base string
+	nats string // its embedded server's URL, with the credentials
 	hc   *http.Client
 }
 
@@ -36,12 +37,12 @@ func startHTTPWorker(ctx context.Context, rg *rig, bin, name, extra string) (*ht
 	if err != nil {
 		return nil, err
 	}
-	w, _, exited, err := launchWorker(bin, name, slices.Concat([]string{"--http", addr}, strings.Fields(extra), rg.image)...)
+	w, url, exited, err := launchWorker(bin, name, slices.Concat([]string{"--http", addr}, strings.Fields(extra), rg.image)...)
 	if err != nil {
 		return nil, err
 	}
 	rg.undo = append(rg.undo, w.stop)
-	h := &httpWorker{w: w, base: "http://" + addr, hc: &http.Client{
+	h := &httpWorker{w: w, base: "http://" + addr, nats: url, hc: &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0},
 		Timeout:   3 * time.Minute,
 	}}
