@@ -133,6 +133,7 @@ func (e *Executor) Close() error {
 	e.closeTemplatePools()
 	e.removing.Wait()
 	e.closeStuck()
+	e.users.release()
 	os.RemoveAll(e.users.dir) // a sandbox still running keeps the files it mounted
 	if e.ownClient != nil {
 		err = errors.Join(err, e.ownClient.Close())

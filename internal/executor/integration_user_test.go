@@ -217,7 +217,7 @@ func TestIntegrationSandboxUserFilesRemoved(t *testing.T) {
 	want(t, res, jobs.StatusSucceeded)
 	dir := e.users.dir
 	testutil.Eventually(t, 30*time.Second, "the job's user tables removed with its sandbox", func() bool {
-		left, _ := filepath.Glob(filepath.Join(dir, "*"))
+		left, _ := filepath.Glob(filepath.Join(dir, "[0-9]*"))
 		return len(left) == 0
 	})
 
@@ -226,6 +226,15 @@ func TestIntegrationSandboxUserFilesRemoved(t *testing.T) {
 	if _, err := old.write(DefaultUIDs.First, userTables{}, nil); err != nil {
 		t.Fatal(err)
 	}
+	// While it lives (the same worker ID twice on the host), its tables
+	// stay: its sandboxes start with them.
+	if _, err := e.Reap(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old.dir); err != nil {
+		t.Errorf("Reap removed a live executor's %s: %v", old.dir, err)
+	}
+	old.release() // it died
 	if _, err := e.Reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -88,6 +89,7 @@ type userFiles struct {
 	prefix string // what every executor of the worker names its directory with
 	mu     sync.Mutex
 	images map[string]*imageTables // by image ID
+	lock   *os.File                // dir's lock file, held while the executor lives (see removeOthers)
 }
 
 type imageTables struct {
@@ -259,6 +261,7 @@ func (u *userFiles) write(uid uint32, t userTables, env []string) (*sandboxUser,
 	if err := os.MkdirAll(u.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: the sandboxes' user tables: %w", ErrInfrastructure, err)
 	}
+	u.hold()
 	os.Chmod(u.dir, 0o755) // whatever the umask: runsc's gofer reads through it
 	base := filepath.Join(u.dir, strconv.FormatUint(uint64(uid), 10))
 	su := &sandboxUser{passwd: base + ".passwd", group: base + ".group", env: userEnv(env)}
@@ -278,15 +281,61 @@ func (u *userFiles) remove(uid uint32) {
 	os.Remove(base + ".group")
 }
 
+// hold takes the lock of the executor's directory once it exists: a
+// directory whose lock is held belongs to an executor that lives.
+func (u *userFiles) hold() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.lock != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(u.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		f.Close()
+		return
+	}
+	u.lock = f
+}
+
+// release lets the directory's lock go (the executor closes).
+func (u *userFiles) release() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.lock != nil {
+		u.lock.Close()
+		u.lock = nil
+	}
+}
+
 // removeOthers removes the user tables of the worker's other executors
-// (what a crashed predecessor left): their sandboxes are Reap's.
+// (what a crashed predecessor left): their sandboxes are Reap's. A
+// directory whose lock is held is a live executor's (the same worker ID
+// twice on one host), whose sandboxes still start with its files.
 func (u *userFiles) removeOthers() {
 	dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(u.dir), u.prefix+"*"))
 	for _, d := range dirs {
-		if d != u.dir {
-			os.RemoveAll(d)
+		if d == u.dir || held(d) {
+			continue
 		}
+		os.RemoveAll(d)
 	}
+}
+
+// held reports whether an executor holds directory d's lock.
+func held(d string) bool {
+	f, err := os.Open(filepath.Join(d, ".lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // writeReadable replaces path with data, readable by every uid whatever
