@@ -348,9 +348,11 @@ func (c *codeContext) drain(bufs ...*capped) {
 	// The pipes are empty once the pumps have read what the cell wrote
 	// (a loaded machine, or gVisor, may not have run them yet), and the
 	// pumps are done once the bytes they hold stop growing.
+	// A pump that has read its bytes but not yet handed them on shows
+	// neither, so the quiet must hold a few looks running.
 	deadline := time.Now().Add(2 * time.Second)
-	last := int64(-1)
-	for time.Now().Before(deadline) {
+	last, quiet := int64(-1), 0
+	for time.Now().Before(deadline) && quiet < 3 {
 		var n int64
 		for _, b := range bufs {
 			b.mu.Lock()
@@ -358,7 +360,9 @@ func (c *codeContext) drain(bufs ...*capped) {
 			b.mu.Unlock()
 		}
 		if n == last && unread(c.outR) == 0 && unread(c.errR) == 0 {
-			return
+			quiet++
+		} else {
+			quiet = 0
 		}
 		last = n
 		time.Sleep(time.Millisecond)
